@@ -1,0 +1,41 @@
+// Pure parsing helpers shared by every binary's config: durations, addresses,
+// and a small command-line flag reader. Errors name the field.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace antdt {
+
+// "250ms", "30s", "2m", "1h" (also "1.5s") -> milliseconds. `field` names the
+// field in the error.
+absl::StatusOr<int64_t> ParseDurationMs(const std::string& text, const std::string& field);
+
+// "HOST:PORT" with PORT in [0, 65535] ("[::1]:0" too).
+absl::Status ValidateHostPort(const std::string& text, const std::string& field);
+
+// Reads `--name value` and `--name=value`; a flag listed in `bool_flags` takes
+// no value. Positional arguments are returned under "" in order. An unknown
+// flag (not in `known`) is an error naming it.
+struct ParsedFlags {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> positional;
+  bool Has(const std::string& name) const { return values.count(name) > 0; }
+  std::string Get(const std::string& name, const std::string& fallback = "") const {
+    auto it = values.find(name);
+    return it == values.end() ? fallback : it->second;
+  }
+};
+absl::StatusOr<ParsedFlags> ParseFlags(int argc, const char* const* argv,
+                                       const std::vector<std::string>& known,
+                                       const std::vector<std::string>& bool_flags = {});
+
+// Writes `content` to `path` atomically (temporary file, then rename).
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content);
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+}  // namespace antdt

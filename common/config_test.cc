@@ -1,0 +1,49 @@
+#include "common/config.h"
+
+#include <gtest/gtest.h>
+
+namespace antdt {
+namespace {
+
+TEST(ParseDurationMs, AcceptsUnits) {
+  EXPECT_EQ(*ParseDurationMs("250ms", "x"), 250);
+  EXPECT_EQ(*ParseDurationMs("30s", "x"), 30000);
+  EXPECT_EQ(*ParseDurationMs("1.5s", "x"), 1500);
+  EXPECT_EQ(*ParseDurationMs("2m", "x"), 120000);
+  EXPECT_EQ(*ParseDurationMs("1h", "x"), 3600000);
+}
+
+TEST(ParseDurationMs, RejectsMalformedNamingTheField) {
+  for (const char* bad : {"", "30", "s", "3x", "-1s", "1.2.3s"}) {
+    auto r = ParseDurationMs(bad, "spec.lease_ttl");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("spec.lease_ttl"), std::string::npos);
+  }
+}
+
+TEST(ValidateHostPort, ChecksPort) {
+  EXPECT_TRUE(ValidateHostPort("127.0.0.1:0", "listen").ok());
+  EXPECT_TRUE(ValidateHostPort("[::1]:8080", "listen").ok());
+  EXPECT_FALSE(ValidateHostPort("127.0.0.1", "listen").ok());
+  EXPECT_FALSE(ValidateHostPort("127.0.0.1:70000", "listen").ok());
+  EXPECT_FALSE(ValidateHostPort(":80", "listen").ok());
+}
+
+TEST(ParseFlags, ReadsBothFormsAndRejectsUnknown) {
+  const char* argv[] = {"bin", "--listen", "127.0.0.1:0", "--state-dir=/tmp/x", "pos", "--v"};
+  auto f = ParseFlags(6, argv, {"listen", "state-dir"}, {"v"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->Get("listen"), "127.0.0.1:0");
+  EXPECT_EQ(f->Get("state-dir"), "/tmp/x");
+  EXPECT_EQ(f->Get("v"), "true");
+  ASSERT_EQ(f->positional.size(), 1u);
+  const char* bad[] = {"bin", "--nope", "1"};
+  auto r = ParseFlags(3, bad, {"listen"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--nope"), std::string::npos);
+  const char* missing[] = {"bin", "--listen"};
+  EXPECT_FALSE(ParseFlags(2, missing, {"listen"}).ok());
+}
+
+}  // namespace
+}  // namespace antdt

@@ -1,0 +1,67 @@
+#include "common/server.h"
+
+#include <signal.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+
+namespace antdt {
+namespace {
+
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+}  // namespace
+
+void BlockTerminationSignals() {
+  sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int WaitForTerminationSignal() {
+  sigset_t set = TerminationSignals();
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+std::string BoundAddress(const std::string& listen, int port) {
+  size_t colon = listen.rfind(':');
+  return absl::StrCat(listen.substr(0, colon), ":", port);
+}
+
+absl::StatusOr<MetricsEndpoint> StartMetrics(
+    const std::string& listen, const std::shared_ptr<prometheus::Registry>& registry) {
+  MetricsEndpoint ep;
+  std::string host = listen.substr(0, listen.rfind(':'));
+  std::string port = listen.substr(listen.rfind(':') + 1);
+  try {
+    // CivetWeb takes "HOST:PORT" for IPv4 and "[::1]:PORT" for IPv6 as is.
+    ep.exposer = std::make_unique<prometheus::Exposer>(listen, 2);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_listen: cannot listen on ", listen, ": ", e.what()));
+  }
+  ep.exposer->RegisterCollectable(registry, "/metrics");
+  ep.health = std::make_shared<prometheus::Registry>();
+  ep.exposer->RegisterCollectable(ep.health, "/healthz");
+  auto ports = ep.exposer->GetListeningPorts();
+  ep.address = BoundAddress(listen, ports.empty() ? 0 : ports.front());
+  return ep;
+}
+
+absl::Status WriteReadyFile(const std::string& path, const std::string& address,
+                            const std::string& metrics_address) {
+  std::string content = address + "\n";
+  if (!metrics_address.empty()) content += "metrics=" + metrics_address + "\n";
+  return WriteFileAtomically(path, content);
+}
+
+}  // namespace antdt

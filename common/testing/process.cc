@@ -1,0 +1,161 @@
+#include "common/testing/process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace antdt::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/antdt-test-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) std::abort();
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  if (std::getenv("ANTDT_KEEP_TEST_DIRS") != nullptr) return;
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+Process::Process(std::vector<std::string> argv, const std::string& log_path,
+                 const std::map<std::string, std::string>& env) {
+  pid_ = fork();
+  if (pid_ < 0) std::abort();
+  if (pid_ == 0) {
+    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+Process::~Process() {
+  if (Running()) {
+    Signal(SIGKILL);
+    Wait(std::chrono::seconds(10));
+  }
+}
+
+void Process::Signal(int sig) {
+  if (pid_ > 0 && !status_) kill(pid_, sig);
+}
+
+std::optional<int> Process::Wait(std::chrono::milliseconds timeout) {
+  if (status_) return status_;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      status_ = status;
+      return status_;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+bool Process::Running() {
+  if (pid_ <= 0 || status_) return false;
+  return !Wait(std::chrono::milliseconds(0)).has_value();
+}
+
+std::string BinPath(const std::string& name) {
+  const char* dir = std::getenv("ANTDT_BIN_DIR");
+  return std::string(dir ? dir : "build/bin") + "/" + name;
+}
+
+std::string SourcePath(const std::string& relative) {
+  const char* dir = std::getenv("ANTDT_SOURCE_DIR");
+  return std::string(dir ? dir : ".") + "/" + relative;
+}
+
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+std::optional<std::string> WaitForReadyFile(const std::string& path,
+                                            std::chrono::milliseconds timeout) {
+  std::string line;
+  bool ok = WaitFor(
+      [&] {
+        std::ifstream in(path);
+        return in && std::getline(in, line) && !line.empty();
+      },
+      timeout);
+  if (!ok) return std::nullopt;
+  return line;
+}
+
+std::optional<std::string> ReadyFileField(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> HttpGet(const std::string& address, const std::string& path) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return std::nullopt;
+  std::string host = address.substr(0, colon);
+  std::string port = address.substr(colon + 1);
+  if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return std::nullopt;
+  int fd = socket(res->ai_family, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    freeaddrinfo(res);
+    if (fd >= 0) close(fd);
+    return std::nullopt;
+  }
+  freeaddrinfo(res);
+  std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return std::nullopt;
+  }
+  std::string resp;
+  char buf[8192];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  size_t body = resp.find("\r\n\r\n");
+  if (resp.rfind("HTTP/1.", 0) != 0 || resp.find(" 200 ") == std::string::npos ||
+      body == std::string::npos) {
+    return std::nullopt;
+  }
+  return resp.substr(body + 4);
+}
+
+}  // namespace antdt::testing

@@ -1,0 +1,67 @@
+// Test helpers: temporary directories, child processes of the project's real
+// binaries, and waiting on conditions with deadlines (never fixed sleeps).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace antdt::testing {
+
+// A fresh directory under $TMPDIR, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// A child process; killed with SIGKILL on destruction if still running.
+class Process {
+ public:
+  // Runs `argv[0]` with `argv`, stdout and stderr appended to `log_path`.
+  Process(std::vector<std::string> argv, const std::string& log_path,
+          const std::map<std::string, std::string>& env = {});
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Waits for exit; returns the wait status, or nullopt on timeout.
+  std::optional<int> Wait(std::chrono::milliseconds timeout);
+  bool Running();
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+// The path of a built binary (tests get ANTDT_BIN_DIR from CTest).
+std::string BinPath(const std::string& name);
+std::string SourcePath(const std::string& relative);
+
+// Polls `pred` until it is true or `timeout` passes.
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+// Waits for a ready file to appear and returns its first line (the address).
+std::optional<std::string> WaitForReadyFile(const std::string& path,
+                                            std::chrono::milliseconds timeout);
+// Value of `key=` in a ready file's later lines, e.g. "metrics".
+std::optional<std::string> ReadyFileField(const std::string& path, const std::string& key);
+
+// GET http://address/path over a plain socket; the body, or nullopt.
+std::optional<std::string> HttpGet(const std::string& address, const std::string& path);
+
+}  // namespace antdt::testing

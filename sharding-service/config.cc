@@ -1,0 +1,75 @@
+#include "sharding-service/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace antdt::sharding {
+namespace {
+
+absl::Status SetField(ServiceConfig& c, const std::string& key, const std::string& value,
+                      const std::string& field) {
+  if (key == "listen") {
+    c.listen = value;
+  } else if (key == "metrics_listen" || key == "metrics-listen") {
+    c.metrics_listen = value;
+  } else if (key == "state_dir" || key == "state-dir") {
+    c.state_dir = value;
+  } else if (key == "ready_file" || key == "ready-file") {
+    c.ready_file = value;
+  } else if (key == "lease_ttl" || key == "lease-ttl") {
+    ASSIGN_OR_RETURN(c.lease_ttl_ms, ParseDurationMs(value, field));
+  } else if (key == "sync") {
+    if (value != "full" && value != "normal") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be \"full\" or \"normal\", got \"", value, "\""));
+    }
+    c.sync_full = value == "full";
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": unknown field"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServiceConfig> ParseServiceConfig(const std::string& yaml) {
+  ServiceConfig c;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config: not valid YAML: ", e.what()));
+  }
+  if (root.IsNull()) return c;
+  if (!root.IsMap()) return absl::InvalidArgumentError("config: must be a mapping");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (!kv.second.IsScalar()) {
+      return absl::InvalidArgumentError(absl::StrCat(key, ": must be a scalar"));
+    }
+    RETURN_IF_ERROR(SetField(c, key, kv.second.as<std::string>(), key));
+  }
+  RETURN_IF_ERROR(ValidateServiceConfig(c));
+  return c;
+}
+
+absl::StatusOr<ServiceConfig> ApplyServiceFlags(ServiceConfig base, const ParsedFlags& flags) {
+  for (const auto& [name, value] : flags.values) {
+    if (name == "config") continue;
+    RETURN_IF_ERROR(SetField(base, name, value, "--" + name));
+  }
+  RETURN_IF_ERROR(ValidateServiceConfig(base));
+  return base;
+}
+
+absl::Status ValidateServiceConfig(const ServiceConfig& c) {
+  RETURN_IF_ERROR(ValidateHostPort(c.listen, "listen"));
+  if (!c.metrics_listen.empty()) RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
+  if (c.state_dir.empty()) return absl::InvalidArgumentError("state_dir: must not be empty");
+  if (c.lease_ttl_ms <= 0) return absl::InvalidArgumentError("lease_ttl: must be > 0");
+  return absl::OkStatus();
+}
+
+}  // namespace antdt::sharding

@@ -1,0 +1,28 @@
+// Configuration of antdt-sharding-service: a YAML file (--config) overridden
+// by flags. Parsing is pure; every error names the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/config.h"
+
+namespace antdt::sharding {
+
+struct ServiceConfig {
+  std::string listen = "127.0.0.1:7070";
+  std::string metrics_listen;  // empty: no metrics endpoint
+  std::string state_dir = "antdt-state";
+  std::string ready_file;
+  int64_t lease_ttl_ms = 30'000;
+  bool sync_full = true;  // fsync every group commit (power-loss safe)
+};
+
+// Parses the YAML text of --config; unknown keys are rejected.
+absl::StatusOr<ServiceConfig> ParseServiceConfig(const std::string& yaml);
+// Applies --flags over `base`.
+absl::StatusOr<ServiceConfig> ApplyServiceFlags(ServiceConfig base, const ParsedFlags& flags);
+absl::Status ValidateServiceConfig(const ServiceConfig& config);
+
+}  // namespace antdt::sharding

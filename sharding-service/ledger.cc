@@ -1,0 +1,903 @@
+#include "sharding-service/ledger.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "antdt/v1/sharding_state.pb.h"
+#include "common/log.h"
+#include "common/status.h"
+
+namespace antdt::sharding {
+namespace {
+
+constexpr int64_t kMaxShards = 50'000'000;
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c = 0) {
+  uint64_t s = a;
+  uint64_t x = SplitMix64(s) ^ (b * 0x9E3779B97F4A7C15ULL);
+  s = x;
+  x = SplitMix64(s) ^ (c * 0xC2B2AE3D27D4EB4FULL);
+  s = x;
+  return SplitMix64(s);
+}
+
+std::string Key(const std::string& job, const std::string& name) {
+  return absl::StrCat(job, "/", name);
+}
+
+}  // namespace
+
+std::vector<int64_t> Permutation(int64_t n, uint64_t seed) {
+  std::vector<int64_t> p(n);
+  for (int64_t i = 0; i < n; ++i) p[i] = i;
+  uint64_t state = seed;
+  for (int64_t i = n - 1; i > 0; --i) {
+    int64_t j = static_cast<int64_t>(SplitMix64(state) % static_cast<uint64_t>(i + 1));
+    std::swap(p[i], p[j]);
+  }
+  return p;
+}
+
+struct ShardSlot {
+  ShardState state = ShardState::kTodo;
+  int64_t committed = 0;
+  uint64_t token = 0;
+};
+
+struct ActiveLease {
+  LeaseRow row;
+  int64_t deadline_ms = 0;
+};
+
+struct WorkerStats {
+  int64_t incarnation = -1;  // newest seen; older ones are refused
+  int64_t records_committed = 0;
+  std::deque<std::pair<int64_t, int64_t>> samples;  // (time ms, cumulative)
+};
+
+struct Ledger::Dataset {
+  DatasetRow row;
+  v1::DatasetSpec spec;
+  int64_t records = 0;
+  int64_t shard_count = 0;
+  std::vector<int64_t> file_starts;  // first global record id of each file
+  std::vector<ShardSlot> shards;     // of the current epoch
+  std::deque<int64_t> todo;          // shard indices, front first
+  int64_t done = 0;
+  int64_t doing = 0;
+  std::unordered_map<uint64_t, ActiveLease> leases;  // active
+  std::unordered_map<uint64_t, LeaseRow> ended;      // ended in this process
+  std::unordered_map<std::string, WorkerStats> workers;
+  int64_t requeues = 0;
+  int64_t expirations = 0;
+
+  bool finished() const { return row.epoch >= spec.epochs(); }
+  int64_t ShardBegin(int64_t index) const { return index * spec.shard_size(); }
+  int64_t ShardSize(int64_t index) const {
+    return std::min(spec.shard_size(), records - ShardBegin(index));
+  }
+  int64_t CommittedInEpoch() const {
+    int64_t sum = 0;
+    for (const ShardSlot& s : shards) sum += s.committed;
+    return sum;
+  }
+  int64_t CommittedTotal() const {
+    if (finished()) return records * spec.epochs();
+    return records * row.epoch + CommittedInEpoch();
+  }
+  std::vector<int64_t> EpochOrder() const {
+    if (!spec.shuffle()) return Identity();
+    return Permutation(shard_count, MixSeed(spec.seed(), static_cast<uint64_t>(row.epoch)));
+  }
+  std::vector<int64_t> Identity() const {
+    std::vector<int64_t> p(shard_count);
+    for (int64_t i = 0; i < shard_count; ++i) p[i] = i;
+    return p;
+  }
+  // Rebuilds the queue from the shard slots: partly done shards first.
+  void RebuildTodo() {
+    todo.clear();
+    std::vector<int64_t> partial;
+    for (int64_t index : EpochOrder()) {
+      const ShardSlot& s = shards[index];
+      if (s.state != ShardState::kTodo) continue;
+      if (s.committed > 0) {
+        partial.push_back(index);
+      } else {
+        todo.push_back(index);
+      }
+    }
+    todo.insert(todo.begin(), partial.begin(), partial.end());
+  }
+  void StartEpoch() {
+    shards.assign(finished() ? 0 : shard_count, ShardSlot{});
+    done = 0;
+    doing = 0;
+    ended.clear();
+    if (!finished()) RebuildTodo();
+  }
+  void RecordCommit(const std::string& worker, int64_t delta, int64_t now, int64_t window) {
+    if (delta <= 0) return;
+    WorkerStats& w = workers[worker];
+    w.records_committed += delta;
+    w.samples.emplace_back(now, w.records_committed);
+    while (w.samples.size() > 2 && w.samples.front().first < now - window) {
+      w.samples.pop_front();
+    }
+    while (w.samples.size() > 256) w.samples.pop_front();
+  }
+};
+
+Ledger::Ledger(Store* store, const Clock* clock, LedgerOptions options)
+    : store_(store), clock_(clock), options_(options) {}
+
+Ledger::~Ledger() = default;
+
+namespace {
+
+absl::Status ValidateSpec(const v1::DatasetSpec& spec, int64_t* records) {
+  if (spec.job().empty()) return absl::InvalidArgumentError("spec.job: must not be empty");
+  if (spec.name().empty()) return absl::InvalidArgumentError("spec.name: must not be empty");
+  if (spec.job().find('/') != std::string::npos) {
+    return absl::InvalidArgumentError("spec.job: must not contain '/'");
+  }
+  if (spec.files_size() > 0) {
+    int64_t sum = 0;
+    for (int i = 0; i < spec.files_size(); ++i) {
+      const v1::DataFile& f = spec.files(i);
+      if (f.path().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("spec.files[", i, "].path: must not be empty"));
+      }
+      if (f.records() <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("spec.files[", i, "].records: must be > 0, got ", f.records()));
+      }
+      sum += f.records();
+    }
+    if (spec.record_count() != 0 && spec.record_count() != sum) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.record_count: ", spec.record_count(),
+                       " differs from the sum of spec.files[].records (", sum, ")"));
+    }
+    *records = sum;
+  } else {
+    if (spec.record_count() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec.record_count: must be > 0 (or give spec.files), got ", spec.record_count()));
+    }
+    *records = spec.record_count();
+  }
+  if (spec.shard_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.shard_size: must be > 0, got ", spec.shard_size()));
+  }
+  if (spec.epochs() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.epochs: must be > 0, got ", spec.epochs()));
+  }
+  int64_t shards = (*records + spec.shard_size() - 1) / spec.shard_size();
+  if (shards > kMaxShards) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.shard_size: ", spec.shard_size(),
+                                                   " gives ", shards,
+                                                   " shards, more than the limit ", kMaxShards));
+  }
+  return absl::OkStatus();
+}
+
+std::string DescribeDifferences(const v1::DatasetSpec& a, const v1::DatasetSpec& b) {
+  std::vector<std::string> diffs;
+  auto add = [&](const char* field, const auto& x, const auto& y) {
+    if (x != y) diffs.push_back(absl::StrCat(field, " ", x, " (existing) vs ", y, " (requested)"));
+  };
+  add("record_count", a.record_count(), b.record_count());
+  add("shard_size", a.shard_size(), b.shard_size());
+  add("epochs", a.epochs(), b.epochs());
+  add("shuffle", a.shuffle(), b.shuffle());
+  add("seed", a.seed(), b.seed());
+  if (a.files_size() != b.files_size()) {
+    add("files (count)", a.files_size(), b.files_size());
+  } else {
+    for (int i = 0; i < a.files_size(); ++i) {
+      if (a.files(i).path() != b.files(i).path() || a.files(i).records() != b.files(i).records()) {
+        diffs.push_back(absl::StrCat("files[", i, "] differ"));
+      }
+    }
+  }
+  return absl::StrJoin(diffs, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(Store* store, const Clock* clock,
+                                                     LedgerOptions options) {
+  std::unique_ptr<Ledger> ledger(new Ledger(store, clock, options));
+  RETURN_IF_ERROR(ledger->Recover());
+  return ledger;
+}
+
+namespace {
+
+void InitDataset(Ledger::Dataset& ds);
+
+}  // namespace
+
+absl::Status Ledger::Recover() {
+  ASSIGN_OR_RETURN(StoreSnapshot snap, store_->Load());
+  std::lock_guard<std::mutex> lock(mu_);
+  next_token_ = snap.next_token;
+  std::unordered_map<int64_t, Dataset*> by_id;
+  for (const DatasetRow& row : snap.datasets) {
+    auto ds = std::make_unique<Dataset>();
+    ds->row = row;
+    if (!ds->spec.ParseFromString(row.spec)) {
+      return absl::DataLossError(absl::StrCat("dataset ", row.job, "/", row.name,
+                                              ": stored spec does not parse"));
+    }
+    InitDataset(*ds);
+    ds->shards.assign(ds->finished() ? 0 : ds->shard_count, ShardSlot{});
+    next_dataset_id_ = std::max(next_dataset_id_, row.id + 1);
+    by_id[row.id] = ds.get();
+    datasets_[Key(row.job, row.name)] = std::move(ds);
+  }
+  for (const ShardRow& row : snap.shards) {
+    auto it = by_id.find(row.dataset_id);
+    if (it == by_id.end() || row.index < 0 ||
+        row.index >= static_cast<int64_t>(it->second->shards.size())) {
+      continue;  // a row of an epoch already finished
+    }
+    ShardSlot& slot = it->second->shards[row.index];
+    slot.state = row.state;
+    slot.committed = row.committed;
+    slot.token = row.token;
+  }
+  const int64_t now = clock_->NowMillis();
+  for (const LeaseRow& row : snap.active_leases) {
+    auto it = by_id.find(row.dataset_id);
+    if (it == by_id.end()) continue;
+    Dataset& ds = *it->second;
+    if (row.epoch != ds.row.epoch || row.index >= static_cast<int64_t>(ds.shards.size())) continue;
+    ShardSlot& slot = ds.shards[row.index];
+    if (slot.state != ShardState::kDoing || slot.token != row.token) continue;
+    ActiveLease lease{row, now + options_.lease_ttl_ms};
+    lease.row.committed = slot.committed;
+    ds.leases[row.token] = lease;
+    WorkerStats& w = ds.workers[row.worker];
+    w.incarnation = std::max(w.incarnation, row.incarnation);
+    next_token_ = std::max(next_token_, row.token + 1);
+  }
+  for (auto& [key, ds] : datasets_) {
+    // A DOING slot whose lease row was not found goes back to the queue.
+    for (ShardSlot& slot : ds->shards) {
+      if (slot.state == ShardState::kDoing && ds->leases.count(slot.token) == 0) {
+        slot.state = ShardState::kTodo;
+        slot.token = 0;
+      }
+      if (slot.state == ShardState::kDone) ++ds->done;
+      if (slot.state == ShardState::kDoing) ++ds->doing;
+    }
+    if (!ds->finished()) ds->RebuildTodo();
+    LogEvent("dataset_recovered", {{"dataset", key},
+                                   {"epoch", ds->row.epoch},
+                                   {"shards_done", ds->done},
+                                   {"shards_doing", ds->doing},
+                                   {"shards_todo", static_cast<int64_t>(ds->todo.size())}});
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+void InitDataset(Ledger::Dataset& ds) {
+  int64_t records = 0;
+  ds.file_starts.clear();
+  for (const v1::DataFile& f : ds.spec.files()) {
+    ds.file_starts.push_back(records);
+    records += f.records();
+  }
+  if (ds.spec.files_size() == 0) records = ds.spec.record_count();
+  ds.records = records;
+  ds.shard_count = (records + ds.spec.shard_size() - 1) / ds.spec.shard_size();
+}
+
+// Internal helpers that run with the ledger's mutex held.
+struct Ops {
+  const Clock* clock;
+  const LedgerOptions& options;
+  std::vector<Mutation>& batch;
+
+  int64_t Now() const { return clock->NowMillis(); }
+
+  ShardRow RowOf(const Ledger::Dataset& ds, int64_t index) const {
+    const ShardSlot& s = ds.shards[index];
+    return ShardRow{ds.row.id, index, s.state, s.committed, s.token};
+  }
+
+  void AdvanceEpochIfDone(Ledger::Dataset& ds) {
+    if (ds.finished() || ds.done < ds.shard_count) return;
+    ds.row.epoch += 1;
+    batch.push_back(DeleteShards{ds.row.id});
+    batch.push_back(ds.row);
+    batch.push_back(DeleteLeasesBefore{ds.row.id, ds.row.epoch - 1});
+    ds.StartEpoch();
+    LogEvent(ds.finished() ? "dataset_finished" : "epoch_started",
+             {{"dataset", Key(ds.row.job, ds.row.name)}, {"epoch", ds.row.epoch}});
+  }
+
+  // Ends an active lease; the unfinished remainder goes to the front of the queue.
+  void EndLease(Ledger::Dataset& ds, uint64_t token, LeaseState state) {
+    auto it = ds.leases.find(token);
+    if (it == ds.leases.end()) return;
+    LeaseRow row = it->second.row;
+    ds.leases.erase(it);
+    row.state = state;
+    ShardSlot& slot = ds.shards[row.index];
+    row.committed = slot.committed;
+    ds.ended[token] = row;
+    batch.push_back(row);
+    --ds.doing;
+    slot.token = 0;
+    if (slot.committed >= ds.ShardSize(row.index)) {
+      slot.state = ShardState::kDone;
+      ++ds.done;
+      batch.push_back(RowOf(ds, row.index));
+      AdvanceEpochIfDone(ds);
+      return;
+    }
+    slot.state = ShardState::kTodo;
+    ds.todo.push_front(row.index);
+    ++ds.requeues;
+    batch.push_back(RowOf(ds, row.index));
+    if (state == LeaseState::kExpired) ++ds.expirations;
+    LogEvent("shard_requeued", {{"dataset", Key(ds.row.job, ds.row.name)},
+                                {"epoch", ds.row.epoch},
+                                {"shard", row.index},
+                                {"token", row.token},
+                                {"worker", row.worker},
+                                {"reason", LeaseStateName(state)},
+                                {"remaining", ds.ShardSize(row.index) - slot.committed}});
+  }
+
+  int ExpireDue(Ledger::Dataset& ds) {
+    const int64_t now = Now();
+    std::vector<uint64_t> due;
+    for (const auto& [token, lease] : ds.leases) {
+      if (lease.deadline_ms <= now) due.push_back(token);
+    }
+    std::sort(due.begin(), due.end());
+    for (uint64_t token : due) EndLease(ds, token, LeaseState::kExpired);
+    return static_cast<int>(due.size());
+  }
+};
+
+void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed, v1::Shard* out) {
+  const int64_t begin = ds.ShardBegin(index);
+  const int64_t size = ds.ShardSize(index);
+  out->set_epoch(ds.row.epoch);
+  out->set_index(index);
+  out->set_size(size);
+  out->set_committed(committed);
+  out->set_start(begin + committed);
+  out->set_end(begin + size);
+  if (ds.spec.shuffle()) {
+    std::vector<int64_t> perm = Permutation(
+        size, MixSeed(ds.spec.seed(), static_cast<uint64_t>(ds.row.epoch),
+                      static_cast<uint64_t>(index) + 1));
+    for (int64_t i = committed; i < size; ++i) out->add_record_ids(begin + perm[i]);
+    return;
+  }
+  // File slices covering [begin + committed, begin + size).
+  int64_t pos = begin + committed;
+  const int64_t end = begin + size;
+  if (ds.file_starts.empty()) return;
+  auto it = std::upper_bound(ds.file_starts.begin(), ds.file_starts.end(), pos);
+  size_t file = static_cast<size_t>(it - ds.file_starts.begin()) - 1;
+  while (pos < end && file < ds.file_starts.size()) {
+    const int64_t file_start = ds.file_starts[file];
+    const int64_t file_end = file_start + ds.spec.files(static_cast<int>(file)).records();
+    const int64_t stop = std::min(end, file_end);
+    v1::FileSlice* slice = out->add_slices();
+    slice->set_path(ds.spec.files(static_cast<int>(file)).path());
+    slice->set_offset(pos - file_start);
+    slice->set_count(stop - pos);
+    pos = stop;
+    ++file;
+  }
+}
+
+}  // namespace
+
+#define ANTDT_FIND_DATASET(ref, ds_var)                                                       \
+  if ((ref).job().empty()) return absl::InvalidArgumentError("dataset.job: must not be empty"); \
+  if ((ref).name().empty())                                                                   \
+    return absl::InvalidArgumentError("dataset.name: must not be empty");                     \
+  auto ds_it = datasets_.find(Key((ref).job(), (ref).name()));                                \
+  if (ds_it == datasets_.end())                                                               \
+    return absl::NotFoundError(                                                               \
+        absl::StrCat("dataset: no dataset ", (ref).name(), " in job ", (ref).job()));        \
+  Dataset& ds_var = *ds_it->second
+
+absl::StatusOr<v1::CreateDatasetResponse> Ledger::CreateDataset(
+    const v1::CreateDatasetRequest& req) {
+  int64_t records = 0;
+  RETURN_IF_ERROR(ValidateSpec(req.spec(), &records));
+  v1::CreateDatasetResponse resp;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string key = Key(req.spec().job(), req.spec().name());
+    auto it = datasets_.find(key);
+    if (it != datasets_.end()) {
+      std::string diff = DescribeDifferences(it->second->spec, req.spec());
+      if (!diff.empty()) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("dataset ", key, " exists with other parameters: ", diff));
+      }
+      resp.set_created(false);
+      resp.set_shard_count(it->second->shard_count);
+      resp.set_record_count(it->second->records);
+      seq = store_->LastSeq();
+    } else {
+      auto ds = std::make_unique<Dataset>();
+      ds->spec = req.spec();
+      ds->row.id = next_dataset_id_++;
+      ds->row.job = req.spec().job();
+      ds->row.name = req.spec().name();
+      ds->row.epoch = 0;
+      ds->spec.SerializeToString(&ds->row.spec);
+      InitDataset(*ds);
+      ds->StartEpoch();
+      resp.set_created(true);
+      resp.set_shard_count(ds->shard_count);
+      resp.set_record_count(ds->records);
+      seq = store_->Append({ds->row});
+      LogEvent("dataset_created", {{"dataset", key},
+                                   {"records", ds->records},
+                                   {"shards", ds->shard_count},
+                                   {"epochs", ds->spec.epochs()}});
+      datasets_[key] = std::move(ds);
+    }
+  }
+  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  return resp;
+}
+
+absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(
+    const v1::AcquireShardRequest& req) {
+  if (req.worker_id().empty()) return absl::InvalidArgumentError("worker_id: must not be empty");
+  if (req.incarnation() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("incarnation: must be >= 0, got ", req.incarnation()));
+  }
+  v1::AcquireShardResponse resp;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ANTDT_FIND_DATASET(req.dataset(), ds);
+    std::vector<Mutation> batch;
+    Ops ops{clock_, options_, batch};
+    ops.ExpireDue(ds);
+    WorkerStats& worker = ds.workers[req.worker_id()];
+    if (req.incarnation() < worker.incarnation) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("incarnation: ", req.incarnation(), " of worker ", req.worker_id(),
+                       " is older than ", worker.incarnation, " (a restarted worker's old process)"));
+    }
+    if (req.incarnation() > worker.incarnation) {
+      // The worker restarted: what its older incarnations held goes back now,
+      // to the front of the queue, so the new one resumes it.
+      std::vector<uint64_t> old;
+      for (const auto& [token, lease] : ds.leases) {
+        if (lease.row.worker == req.worker_id() && lease.row.incarnation < req.incarnation()) {
+          old.push_back(token);
+        }
+      }
+      std::sort(old.begin(), old.end(), std::greater<>());
+      for (uint64_t token : old) ops.EndLease(ds, token, LeaseState::kReleased);
+      worker.incarnation = req.incarnation();
+    }
+    if (ds.finished()) {
+      resp.set_result(v1::AcquireShardResponse::END_OF_DATA);
+    } else if (ds.todo.empty()) {
+      resp.set_result(v1::AcquireShardResponse::WAIT);
+      int64_t retry = options_.wait_retry_ms;
+      resp.set_retry_after_ms(retry);
+    } else {
+      const int64_t index = ds.todo.front();
+      ds.todo.pop_front();
+      ShardSlot& slot = ds.shards[index];
+      const uint64_t token = next_token_++;
+      slot.state = ShardState::kDoing;
+      slot.token = token;
+      ++ds.doing;
+      ActiveLease lease;
+      lease.row = LeaseRow{token,           ds.row.id,       ds.row.epoch,   index,
+                           req.worker_id(), req.incarnation(), slot.committed, slot.committed,
+                           LeaseState::kActive};
+      lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
+      ds.leases[token] = lease;
+      batch.push_back(NextToken{next_token_});
+      batch.push_back(lease.row);
+      batch.push_back(ops.RowOf(ds, index));
+      resp.set_result(v1::AcquireShardResponse::SHARD);
+      FillShard(ds, index, slot.committed, resp.mutable_shard());
+      resp.mutable_lease()->set_token(token);
+      resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
+    }
+    seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+  }
+  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  return resp;
+}
+
+absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
+    const v1::ReportProgressRequest& req) {
+  if (req.token() == 0) return absl::InvalidArgumentError("token: must not be 0");
+  if (req.records_done() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("records_done: must be >= 0, got ", req.records_done()));
+  }
+  v1::ReportProgressResponse resp;
+  uint64_t seq = 0;
+  std::optional<LeaseRow> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ANTDT_FIND_DATASET(req.dataset(), ds);
+    std::vector<Mutation> batch;
+    Ops ops{clock_, options_, batch};
+    ops.ExpireDue(ds);
+    auto it = ds.leases.find(req.token());
+    if (it != ds.leases.end()) {
+      ActiveLease& lease = it->second;
+      const int64_t size = ds.ShardSize(lease.row.index);
+      if (req.records_done() > size) {
+        return absl::InvalidArgumentError(absl::StrCat("records_done: ", req.records_done(),
+                                                       " exceeds the shard's size ", size));
+      }
+      ShardSlot& slot = ds.shards[lease.row.index];
+      if (req.records_done() > slot.committed) {
+        const int64_t delta = req.records_done() - slot.committed;
+        slot.committed = req.records_done();
+        lease.row.committed = slot.committed;
+        batch.push_back(lease.row);
+        batch.push_back(ops.RowOf(ds, lease.row.index));
+        ds.RecordCommit(lease.row.worker, delta, clock_->NowMillis(), options_.rate_window_ms);
+      }
+      lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
+      resp.mutable_lease()->set_token(lease.row.token);
+      resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
+      resp.set_committed(slot.committed);
+      seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+    } else {
+      auto e = ds.ended.find(req.token());
+      if (e != ds.ended.end()) ended = e->second;
+      seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+      if (!ended) {
+        ASSIGN_OR_RETURN(ended, store_->ReadLease(req.token()));
+        if (ended && ended->dataset_id != ds.row.id) ended.reset();
+      }
+      if (!ended) {
+        return absl::NotFoundError(absl::StrCat("token: no lease ", req.token(), " on dataset ",
+                                                Key(ds.row.job, ds.row.name)));
+      }
+    }
+  }
+  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  if (ended) {
+    // Idempotent for what the lease committed before it ended; refused beyond.
+    if (req.records_done() <= ended->committed) {
+      resp.mutable_lease()->set_token(ended->token);
+      resp.set_committed(ended->committed);
+      return resp;
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("token: lease ", ended->token, " is no longer held (",
+                     LeaseStateName(ended->state), "); ", ended->committed,
+                     " records of the shard were committed under it"));
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::CompleteShardResponse> Ledger::CompleteShard(
+    const v1::CompleteShardRequest& req) {
+  if (req.token() == 0) return absl::InvalidArgumentError("token: must not be 0");
+  v1::CompleteShardResponse resp;
+  uint64_t seq = 0;
+  std::optional<LeaseRow> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ANTDT_FIND_DATASET(req.dataset(), ds);
+    std::vector<Mutation> batch;
+    Ops ops{clock_, options_, batch};
+    ops.ExpireDue(ds);
+    auto it = ds.leases.find(req.token());
+    if (it != ds.leases.end()) {
+      const int64_t index = it->second.row.index;
+      ShardSlot& slot = ds.shards[index];
+      const int64_t delta = ds.ShardSize(index) - slot.committed;
+      ds.RecordCommit(it->second.row.worker, delta, clock_->NowMillis(), options_.rate_window_ms);
+      slot.committed = ds.ShardSize(index);
+      ops.EndLease(ds, req.token(), LeaseState::kCompleted);
+      seq = store_->Append(std::move(batch));
+    } else {
+      auto e = ds.ended.find(req.token());
+      if (e != ds.ended.end()) ended = e->second;
+      seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+      if (!ended) {
+        ASSIGN_OR_RETURN(ended, store_->ReadLease(req.token()));
+        if (ended && ended->dataset_id != ds.row.id) ended.reset();
+      }
+      if (!ended) {
+        return absl::NotFoundError(absl::StrCat("token: no lease ", req.token(), " on dataset ",
+                                                Key(ds.row.job, ds.row.name)));
+      }
+    }
+  }
+  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  if (ended) {
+    if (ended->state == LeaseState::kCompleted) {
+      resp.set_already_completed(true);
+      return resp;
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("token: lease ", ended->token, " is no longer held (",
+                     LeaseStateName(ended->state), "); ", ended->committed,
+                     " records of the shard were committed under it"));
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
+    const v1::ReleaseWorkerRequest& req) {
+  if (req.dataset().job().empty()) {
+    return absl::InvalidArgumentError("dataset.job: must not be empty");
+  }
+  if (req.worker_id().empty()) return absl::InvalidArgumentError("worker_id: must not be empty");
+  if (req.incarnation() < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("incarnation: must be >= -1, got ", req.incarnation()));
+  }
+  v1::ReleaseWorkerResponse resp;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Dataset*> targets;
+    if (req.dataset().name().empty()) {
+      for (auto& [key, ds] : datasets_) {
+        if (ds->row.job == req.dataset().job()) targets.push_back(ds.get());
+      }
+      if (targets.empty()) {
+        return absl::NotFoundError(
+            absl::StrCat("dataset.job: no datasets in job ", req.dataset().job()));
+      }
+    } else {
+      ANTDT_FIND_DATASET(req.dataset(), ds);
+      targets.push_back(&ds);
+    }
+    std::vector<Mutation> batch;
+    Ops ops{clock_, options_, batch};
+    for (Dataset* ds : targets) {
+      std::vector<uint64_t> tokens;
+      for (const auto& [token, lease] : ds->leases) {
+        if (lease.row.worker == req.worker_id() &&
+            (req.incarnation() == -1 || lease.row.incarnation <= req.incarnation())) {
+          tokens.push_back(token);
+        }
+      }
+      std::sort(tokens.begin(), tokens.end(), std::greater<>());
+      for (uint64_t token : tokens) {
+        const LeaseRow& row = ds->leases[token].row;
+        resp.set_requeued_records(resp.requeued_records() + ds->ShardSize(row.index) -
+                                  ds->shards[row.index].committed);
+        ops.EndLease(*ds, token, LeaseState::kReleased);
+        resp.set_released_shards(resp.released_shards() + 1);
+      }
+      // The released incarnation may not take new shards (a zombie process).
+      if (req.incarnation() >= 0) {
+        WorkerStats& w = ds->workers[req.worker_id()];
+        w.incarnation = std::max(w.incarnation, req.incarnation() + 1);
+      }
+    }
+    seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+    LogEvent("worker_released", {{"job", req.dataset().job()},
+                                 {"worker", req.worker_id()},
+                                 {"incarnation", req.incarnation()},
+                                 {"shards", resp.released_shards()}});
+  }
+  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  return resp;
+}
+
+absl::StatusOr<v1::CheckpointResponse> Ledger::Checkpoint(const v1::CheckpointRequest& req) {
+  if (req.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", req.step()));
+  }
+  v1::CheckpointResponse resp;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ANTDT_FIND_DATASET(req.dataset(), ds);
+    v1::ShardStateSnapshot snap;
+    snap.set_epoch(ds.row.epoch);
+    for (int64_t i = 0; i < static_cast<int64_t>(ds.shards.size()); ++i) {
+      if (ds.shards[i].committed > 0) {
+        snap.add_index(i);
+        snap.add_committed(ds.shards[i].committed);
+      }
+    }
+    CheckpointRow row{ds.row.id, req.step(), snap.SerializeAsString()};
+    resp.set_records_committed(ds.CommittedTotal());
+    seq = store_->Append({row});
+    LogEvent("checkpoint_saved", {{"dataset", Key(ds.row.job, ds.row.name)},
+                                  {"step", req.step()},
+                                  {"epoch", ds.row.epoch},
+                                  {"records_committed", resp.records_committed()}});
+  }
+  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  return resp;
+}
+
+absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& req) {
+  if (req.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", req.step()));
+  }
+  v1::RestoreResponse resp;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ANTDT_FIND_DATASET(req.dataset(), ds);
+    // Flush so that the read sees every checkpoint written before.
+    RETURN_IF_ERROR(store_->WaitDurable(store_->LastSeq()));
+    ASSIGN_OR_RETURN(std::optional<std::string> blob,
+                     store_->ReadCheckpoint(ds.row.id, req.step()));
+    if (!blob) {
+      return absl::NotFoundError(absl::StrCat("step: no checkpoint at step ", req.step(),
+                                              " for dataset ", Key(ds.row.job, ds.row.name)));
+    }
+    v1::ShardStateSnapshot snap;
+    if (!snap.ParseFromString(*blob) || snap.index_size() != snap.committed_size()) {
+      return absl::DataLossError(absl::StrCat("step: checkpoint at step ", req.step(),
+                                              " does not parse"));
+    }
+    std::vector<Mutation> batch;
+    // Fence every active lease: their holders must acquire again.
+    for (auto& [token, lease] : ds.leases) {
+      LeaseRow row = lease.row;
+      row.state = LeaseState::kFenced;
+      row.committed = ds.shards[row.index].committed;
+      ds.ended[token] = row;
+      batch.push_back(row);
+    }
+    resp.set_fenced_leases(static_cast<int32_t>(ds.leases.size()));
+    ds.leases.clear();
+    ds.row.epoch = snap.epoch();
+    ds.StartEpoch();
+    batch.push_back(DeleteShards{ds.row.id});
+    batch.push_back(ds.row);
+    for (int i = 0; i < snap.index_size(); ++i) {
+      const int64_t index = snap.index(i);
+      if (index < 0 || index >= static_cast<int64_t>(ds.shards.size())) continue;
+      ShardSlot& slot = ds.shards[index];
+      slot.committed = std::min(snap.committed(i), ds.ShardSize(index));
+      if (slot.committed == ds.ShardSize(index)) {
+        slot.state = ShardState::kDone;
+        ++ds.done;
+      }
+      batch.push_back(ShardRow{ds.row.id, index, slot.state, slot.committed, 0});
+    }
+    ds.RebuildTodo();
+    resp.set_epoch(ds.row.epoch);
+    resp.set_records_committed(ds.CommittedTotal());
+    seq = store_->Append(std::move(batch));
+    LogEvent("checkpoint_restored", {{"dataset", Key(ds.row.job, ds.row.name)},
+                                     {"step", req.step()},
+                                     {"epoch", ds.row.epoch},
+                                     {"fenced_leases", resp.fenced_leases()}});
+  }
+  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  return resp;
+}
+
+absl::StatusOr<v1::GetProgressResponse> Ledger::GetProgress(const v1::GetProgressRequest& req) {
+  v1::GetProgressResponse resp;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ANTDT_FIND_DATASET(req.dataset(), ds);
+    std::vector<Mutation> batch;
+    Ops ops{clock_, options_, batch};
+    ops.ExpireDue(ds);
+    seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+    const int64_t now = clock_->NowMillis();
+    resp.set_epoch(ds.row.epoch);
+    resp.set_epochs(ds.spec.epochs());
+    resp.set_shard_count(ds.shard_count);
+    resp.set_shards_todo(static_cast<int64_t>(ds.todo.size()));
+    resp.set_shards_doing(ds.doing);
+    resp.set_shards_done(ds.done);
+    resp.set_records_per_epoch(ds.records);
+    resp.set_records_committed_epoch(ds.finished() ? 0 : ds.CommittedInEpoch());
+    resp.set_records_committed_total(ds.CommittedTotal());
+    resp.set_finished(ds.finished());
+    resp.set_requeues(ds.requeues);
+    resp.set_lease_expirations(ds.expirations);
+    std::unordered_map<std::string, int> in_flight;
+    for (const auto& [token, lease] : ds.leases) ++in_flight[lease.row.worker];
+    std::vector<std::string> names;
+    for (const auto& [name, w] : ds.workers) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    double total_rate = 0;
+    for (const std::string& name : names) {
+      const WorkerStats& w = ds.workers[name];
+      v1::WorkerProgress* wp = resp.add_workers();
+      wp->set_worker_id(name);
+      wp->set_records_committed(w.records_committed);
+      wp->set_shards_in_flight(in_flight[name]);
+      double rate = 0;
+      if (!w.samples.empty() && now - w.samples.back().first <= options_.rate_window_ms) {
+        // Records over the window up to now (idle time counts).
+        const auto& first = w.samples.front();
+        const int64_t span = std::max<int64_t>(now - first.first, 1000);
+        rate = static_cast<double>(w.samples.back().second - first.second) * 1000.0 /
+               static_cast<double>(span);
+      }
+      wp->set_records_per_second(rate);
+      total_rate += rate;
+    }
+    resp.set_records_per_second(total_rate);
+    const int64_t remaining = ds.records * ds.spec.epochs() - ds.CommittedTotal();
+    if (remaining == 0) {
+      resp.set_eta_seconds(0);
+    } else if (total_rate > 0) {
+      resp.set_eta_seconds(static_cast<double>(remaining) / total_rate);
+    } else {
+      resp.set_eta_seconds(-1);
+    }
+  }
+  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  return resp;
+}
+
+absl::StatusOr<int> Ledger::ExpireLeases() {
+  int expired = 0;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Mutation> batch;
+    Ops ops{clock_, options_, batch};
+    for (auto& [key, ds] : datasets_) expired += ops.ExpireDue(*ds);
+    if (batch.empty()) return 0;
+    seq = store_->Append(std::move(batch));
+  }
+  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  return expired;
+}
+
+std::vector<DatasetStats> Ledger::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<DatasetStats> out;
+  for (const auto& [key, ds] : datasets_) {
+    DatasetStats s;
+    s.job = ds->row.job;
+    s.name = ds->row.name;
+    s.epoch = ds->row.epoch;
+    s.shards_todo = static_cast<int64_t>(ds->todo.size());
+    s.shards_doing = ds->doing;
+    s.shards_done = ds->done;
+    s.records_committed_total = ds->CommittedTotal();
+    s.requeues = ds->requeues;
+    s.lease_expirations = ds->expirations;
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace antdt::sharding

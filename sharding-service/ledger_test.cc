@@ -1,0 +1,467 @@
+#include "sharding-service/ledger.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace antdt::sharding {
+namespace {
+
+using v1::AcquireShardResponse;
+
+class LedgerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  // Rebuilds the ledger over the same store: what a restart does.
+  void Reopen() {
+    ledger_.reset();
+    LedgerOptions options;
+    options.lease_ttl_ms = 10'000;
+    auto l = Ledger::Open(&store_, &clock_, options);
+    ASSERT_TRUE(l.ok()) << l.status();
+    ledger_ = std::move(*l);
+  }
+
+  v1::DatasetSpec Spec(int64_t records, int64_t shard_size, int epochs = 1,
+                       bool shuffle = false) {
+    v1::DatasetSpec spec;
+    spec.set_job("job1");
+    spec.set_name("train");
+    spec.set_record_count(records);
+    spec.set_shard_size(shard_size);
+    spec.set_epochs(epochs);
+    spec.set_shuffle(shuffle);
+    spec.set_seed(42);
+    return spec;
+  }
+
+  void Create(const v1::DatasetSpec& spec) {
+    v1::CreateDatasetRequest req;
+    *req.mutable_spec() = spec;
+    auto r = ledger_->CreateDataset(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+
+  v1::DatasetRef Ref() {
+    v1::DatasetRef ref;
+    ref.set_job("job1");
+    ref.set_name("train");
+    return ref;
+  }
+
+  AcquireShardResponse Acquire(const std::string& worker, int64_t incarnation = 0) {
+    v1::AcquireShardRequest req;
+    *req.mutable_dataset() = Ref();
+    req.set_worker_id(worker);
+    req.set_incarnation(incarnation);
+    auto r = ledger_->AcquireShard(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : AcquireShardResponse();
+  }
+
+  absl::StatusOr<v1::ReportProgressResponse> Report(uint64_t token, int64_t done) {
+    v1::ReportProgressRequest req;
+    *req.mutable_dataset() = Ref();
+    req.set_token(token);
+    req.set_records_done(done);
+    return ledger_->ReportProgress(req);
+  }
+
+  absl::StatusOr<v1::CompleteShardResponse> Complete(uint64_t token) {
+    v1::CompleteShardRequest req;
+    *req.mutable_dataset() = Ref();
+    req.set_token(token);
+    return ledger_->CompleteShard(req);
+  }
+
+  v1::GetProgressResponse Progress() {
+    v1::GetProgressRequest req;
+    *req.mutable_dataset() = Ref();
+    auto r = ledger_->GetProgress(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  }
+
+  static std::vector<int64_t> Records(const v1::Shard& s) {
+    if (s.record_ids_size() > 0) return {s.record_ids().begin(), s.record_ids().end()};
+    std::vector<int64_t> out;
+    for (int64_t r = s.start(); r < s.end(); ++r) out.push_back(r);
+    return out;
+  }
+
+  FakeClock clock_;
+  MemoryStore store_;
+  std::unique_ptr<Ledger> ledger_;
+};
+
+TEST_F(LedgerTest, HandsOutEveryShardOnceThenEndOfData) {
+  Create(Spec(95, 10));
+  std::set<int64_t> seen;
+  for (int i = 0; i < 10; ++i) {
+    auto r = Acquire("w" + std::to_string(i % 3));
+    ASSERT_EQ(r.result(), AcquireShardResponse::SHARD);
+    for (int64_t rec : Records(r.shard())) EXPECT_TRUE(seen.insert(rec).second) << rec;
+    ASSERT_TRUE(Complete(r.lease().token()).ok());
+  }
+  EXPECT_EQ(seen.size(), 95u);
+  EXPECT_EQ(Acquire("w0").result(), AcquireShardResponse::END_OF_DATA);
+  auto p = Progress();
+  EXPECT_TRUE(p.finished());
+  EXPECT_EQ(p.records_committed_total(), 95);
+}
+
+TEST_F(LedgerTest, WaitsWhileTheLastShardsAreLeased) {
+  Create(Spec(20, 10));
+  auto a = Acquire("a");
+  auto b = Acquire("b");
+  auto c = Acquire("c");
+  EXPECT_EQ(c.result(), AcquireShardResponse::WAIT);
+  EXPECT_GT(c.retry_after_ms(), 0);
+  ASSERT_TRUE(Complete(a.lease().token()).ok());
+  ASSERT_TRUE(Complete(b.lease().token()).ok());
+  EXPECT_EQ(Acquire("c").result(), AcquireShardResponse::END_OF_DATA);
+}
+
+TEST_F(LedgerTest, ExpiredLeaseRequeuesTheRemainderAndFencesTheToken) {
+  Create(Spec(100, 10));
+  auto a = Acquire("a");
+  ASSERT_TRUE(Report(a.lease().token(), 4).ok());
+  clock_.Advance(10'001);
+  // The next acquire, by anyone, gets the remainder first: records 4..9.
+  auto b = Acquire("b");
+  ASSERT_EQ(b.result(), AcquireShardResponse::SHARD);
+  EXPECT_EQ(b.shard().index(), a.shard().index());
+  EXPECT_EQ(b.shard().committed(), 4);
+  EXPECT_EQ(b.shard().start(), a.shard().start() + 4);
+  EXPECT_EQ(b.shard().end(), a.shard().end());
+  // The old holder is refused beyond what it committed, idempotent up to it.
+  auto stale = Report(a.lease().token(), 6);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.status().message().find("expired"), std::string::npos);
+  EXPECT_TRUE(Report(a.lease().token(), 4).ok());
+  EXPECT_EQ(Complete(a.lease().token()).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Complete(b.lease().token()).ok());
+  auto p = Progress();
+  EXPECT_EQ(p.records_committed_epoch(), 10);
+  EXPECT_EQ(p.lease_expirations(), 1);
+  EXPECT_EQ(p.requeues(), 1);
+}
+
+TEST_F(LedgerTest, ProgressExtendsTheLease) {
+  Create(Spec(100, 10));
+  auto a = Acquire("a");
+  for (int i = 1; i <= 5; ++i) {
+    clock_.Advance(6'000);
+    ASSERT_TRUE(Report(a.lease().token(), i).ok()) << i;
+  }
+  ASSERT_TRUE(Complete(a.lease().token()).ok());
+}
+
+TEST_F(LedgerTest, CompleteIsIdempotentForTheSameLease) {
+  Create(Spec(100, 10));
+  auto a = Acquire("a");
+  ASSERT_TRUE(Complete(a.lease().token()).ok());
+  auto again = Complete(a.lease().token());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->already_completed());
+  EXPECT_EQ(Progress().records_committed_epoch(), 10);
+  EXPECT_EQ(Complete(999).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LedgerTest, ProgressBeyondShardSizeIsRefusedAndChangesNothing) {
+  Create(Spec(100, 10));
+  auto a = Acquire("a");
+  auto r = Report(a.lease().token(), 11);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("records_done"), std::string::npos);
+  EXPECT_EQ(Progress().records_committed_epoch(), 0);
+}
+
+TEST_F(LedgerTest, RestartedWorkerResumesAfterItsLastCommittedRecord) {
+  Create(Spec(100, 10));
+  auto a = Acquire("w", 0);
+  ASSERT_TRUE(Report(a.lease().token(), 7).ok());
+  auto again = Acquire("w", 1);  // the worker restarted
+  ASSERT_EQ(again.result(), AcquireShardResponse::SHARD);
+  EXPECT_EQ(again.shard().index(), a.shard().index());
+  EXPECT_EQ(again.shard().start(), a.shard().start() + 7);
+  EXPECT_EQ(again.shard().committed(), 7);
+  // The old incarnation is fenced.
+  EXPECT_EQ(Report(a.lease().token(), 8).status().code(), absl::StatusCode::kFailedPrecondition);
+  v1::AcquireShardRequest old;
+  *old.mutable_dataset() = Ref();
+  old.set_worker_id("w");
+  old.set_incarnation(0);
+  EXPECT_EQ(ledger_->AcquireShard(old).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(LedgerTest, ReleaseWorkerRequeuesAtOnce) {
+  Create(Spec(100, 10));
+  auto a1 = Acquire("a");
+  auto a2 = Acquire("a");
+  ASSERT_TRUE(Report(a1.lease().token(), 3).ok());
+  v1::ReleaseWorkerRequest req;
+  req.mutable_dataset()->set_job("job1");
+  req.set_worker_id("a");
+  req.set_incarnation(0);
+  auto r = ledger_->ReleaseWorker(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->released_shards(), 2);
+  EXPECT_EQ(r->requeued_records(), 17);
+  std::set<int64_t> indices;
+  for (int i = 0; i < 2; ++i) indices.insert(Acquire("b").shard().index());
+  EXPECT_EQ(indices, (std::set<int64_t>{a1.shard().index(), a2.shard().index()}));
+  EXPECT_EQ(Progress().requeues(), 2);
+}
+
+TEST_F(LedgerTest, EpochsAdvanceAndEachRecordIsCommittedOncePerEpoch) {
+  Create(Spec(57, 8, /*epochs=*/3, /*shuffle=*/true));
+  std::map<int, std::multiset<int64_t>> by_epoch;
+  int turn = 0;
+  for (;;) {
+    auto r = Acquire("w" + std::to_string(turn++ % 4));
+    if (r.result() == AcquireShardResponse::END_OF_DATA) break;
+    ASSERT_EQ(r.result(), AcquireShardResponse::SHARD);
+    // Every third shard: commit half, let it expire; the rest is redone.
+    auto recs = Records(r.shard());
+    if (turn % 3 == 0 && recs.size() > 1) {
+      int64_t half = r.shard().committed() + static_cast<int64_t>(recs.size()) / 2;
+      ASSERT_TRUE(Report(r.lease().token(), half).ok());
+      for (size_t i = 0; i < recs.size() / 2; ++i) by_epoch[r.shard().epoch()].insert(recs[i]);
+      clock_.Advance(10'001);
+      continue;
+    }
+    ASSERT_TRUE(Complete(r.lease().token()).ok());
+    for (int64_t rec : recs) by_epoch[r.shard().epoch()].insert(rec);
+  }
+  ASSERT_EQ(by_epoch.size(), 3u);
+  for (const auto& [epoch, recs] : by_epoch) {
+    EXPECT_EQ(recs.size(), 57u) << "epoch " << epoch;
+    for (int64_t i = 0; i < 57; ++i) EXPECT_EQ(recs.count(i), 1u) << "epoch " << epoch;
+  }
+  EXPECT_EQ(Progress().records_committed_total(), 57 * 3);
+}
+
+TEST_F(LedgerTest, ShufflingIsDeterministicAndDiffersByEpoch) {
+  int calls = 0;
+  auto order = [&](uint64_t seed) {
+    auto spec = Spec(100, 10, 2, true);
+    spec.set_seed(seed);
+    spec.set_name("s" + std::to_string(calls++));
+    v1::CreateDatasetRequest req;
+    *req.mutable_spec() = spec;
+    EXPECT_TRUE(ledger_->CreateDataset(req).ok());
+    std::vector<std::vector<int64_t>> out;
+    for (;;) {
+      v1::AcquireShardRequest a;
+      a.mutable_dataset()->set_job("job1");
+      a.mutable_dataset()->set_name(spec.name());
+      a.set_worker_id("w");
+      auto r = ledger_->AcquireShard(a);
+      if (r->result() != AcquireShardResponse::SHARD) break;
+      out.push_back(Records(r->shard()));
+      v1::CompleteShardRequest c;
+      *c.mutable_dataset() = a.dataset();
+      c.set_token(r->lease().token());
+      EXPECT_TRUE(ledger_->CompleteShard(c).ok());
+    }
+    return out;
+  };
+  auto x = order(7);
+  ASSERT_EQ(x.size(), 20u);
+  EXPECT_EQ(x, order(7));
+  EXPECT_NE(x, order(8));
+  std::vector<std::vector<int64_t>> e0(x.begin(), x.begin() + 10), e1(x.begin() + 10, x.end());
+  EXPECT_NE(e0, e1);
+  // Not the identity order, and records inside a shard are shuffled too.
+  std::vector<int64_t> flat;
+  for (auto& s : e0) flat.insert(flat.end(), s.begin(), s.end());
+  std::vector<int64_t> sorted = flat;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_NE(flat, sorted);
+  for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(sorted[i], i);
+}
+
+TEST_F(LedgerTest, RestartKeepsCommittedStateAndLeases) {
+  Create(Spec(100, 10, 2));
+  auto a = Acquire("a");
+  ASSERT_TRUE(Report(a.lease().token(), 5).ok());
+  auto b = Acquire("b");
+  ASSERT_TRUE(Complete(b.lease().token()).ok());
+  Reopen();
+  auto p = Progress();
+  EXPECT_EQ(p.records_committed_epoch(), 15);
+  EXPECT_EQ(p.shards_doing(), 1);
+  EXPECT_EQ(p.shards_done(), 1);
+  // The live lease survived the restart and can finish its shard.
+  ASSERT_TRUE(Report(a.lease().token(), 8).ok());
+  ASSERT_TRUE(Complete(a.lease().token()).ok());
+  // Stale answers still come from the store after the restart.
+  auto again = Complete(b.lease().token());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->already_completed());
+  // New tokens never reuse old ones.
+  auto c = Acquire("c");
+  EXPECT_GT(c.lease().token(), b.lease().token());
+}
+
+TEST_F(LedgerTest, LeasesAliveAtACrashGetAFreshDeadline) {
+  Create(Spec(100, 10));
+  auto a = Acquire("a");
+  clock_.Advance(9'000);
+  Reopen();
+  clock_.Advance(9'000);  // 18 s after acquire, 9 s after restart
+  EXPECT_TRUE(Report(a.lease().token(), 2).ok());
+}
+
+TEST_F(LedgerTest, CheckpointAndRestore) {
+  Create(Spec(100, 10, 2));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Complete(Acquire("a").lease().token()).ok());
+  auto partial = Acquire("a");
+  ASSERT_TRUE(Report(partial.lease().token(), 4).ok());
+  v1::CheckpointRequest ck;
+  *ck.mutable_dataset() = Ref();
+  ck.set_step(100);
+  auto saved = ledger_->Checkpoint(ck);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->records_committed(), 34);
+  // Training goes on, then rolls back to step 100.
+  ASSERT_TRUE(Complete(partial.lease().token()).ok());
+  auto later = Acquire("b");
+  ASSERT_TRUE(Complete(later.lease().token()).ok());
+  auto held = Acquire("b");
+  v1::RestoreRequest rs;
+  *rs.mutable_dataset() = Ref();
+  rs.set_step(100);
+  auto restored = ledger_->Restore(rs);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->records_committed(), 34);
+  EXPECT_EQ(restored->fenced_leases(), 1);
+  EXPECT_EQ(Report(held.lease().token(), 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto p = Progress();
+  EXPECT_EQ(p.records_committed_epoch(), 34);
+  EXPECT_EQ(p.shards_done(), 3);
+  // The partly done shard comes first, from record 4.
+  auto next = Acquire("c");
+  EXPECT_EQ(next.shard().index(), partial.shard().index());
+  EXPECT_EQ(next.shard().committed(), 4);
+  rs.set_step(7);
+  EXPECT_EQ(ledger_->Restore(rs).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LedgerTest, CreateIsIdempotentAndNamesDifferences) {
+  Create(Spec(100, 10));
+  v1::CreateDatasetRequest req;
+  *req.mutable_spec() = Spec(100, 10);
+  auto same = ledger_->CreateDataset(req);
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(same->created());
+  req.mutable_spec()->set_shard_size(20);
+  auto other = ledger_->CreateDataset(req);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(other.status().message().find("shard_size"), std::string::npos);
+}
+
+TEST_F(LedgerTest, BadArgumentsNameTheFieldAndChangeNothing) {
+  struct Case {
+    std::function<void(v1::DatasetSpec&)> mutate;
+    std::string field;
+  };
+  std::vector<Case> cases = {
+      {[](v1::DatasetSpec& s) { s.set_job(""); }, "spec.job"},
+      {[](v1::DatasetSpec& s) { s.set_name(""); }, "spec.name"},
+      {[](v1::DatasetSpec& s) { s.set_record_count(0); }, "spec.record_count"},
+      {[](v1::DatasetSpec& s) { s.set_record_count(-5); }, "spec.record_count"},
+      {[](v1::DatasetSpec& s) { s.set_shard_size(0); }, "spec.shard_size"},
+      {[](v1::DatasetSpec& s) { s.set_shard_size(-1); }, "spec.shard_size"},
+      {[](v1::DatasetSpec& s) { s.set_epochs(0); }, "spec.epochs"},
+      {[](v1::DatasetSpec& s) {
+         s.set_record_count(0);
+         auto* f = s.add_files();
+         f->set_path("");
+         f->set_records(3);
+       },
+       "spec.files[0].path"},
+      {[](v1::DatasetSpec& s) {
+         s.set_record_count(0);
+         auto* f = s.add_files();
+         f->set_path("a");
+         f->set_records(-3);
+       },
+       "spec.files[0].records"},
+      {[](v1::DatasetSpec& s) { s.set_shard_size(1); s.set_record_count(1'000'000'000'000); },
+       "spec.shard_size"},
+  };
+  for (const Case& c : cases) {
+    v1::CreateDatasetRequest req;
+    *req.mutable_spec() = Spec(100, 10);
+    c.mutate(*req.mutable_spec());
+    auto r = ledger_->CreateDataset(req);
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(r.status().message().find(c.field), std::string::npos) << r.status();
+  }
+  EXPECT_EQ(store_.LastSeq(), 0u);
+
+  v1::AcquireShardRequest acq;
+  acq.mutable_dataset()->set_job("job1");
+  acq.mutable_dataset()->set_name("nope");
+  acq.set_worker_id("w");
+  auto nf = ledger_->AcquireShard(acq);
+  EXPECT_EQ(nf.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(nf.status().message().find("dataset"), std::string::npos);
+  acq.set_worker_id("");
+  EXPECT_EQ(ledger_->AcquireShard(acq).status().code(), absl::StatusCode::kInvalidArgument);
+  Create(Spec(100, 10));
+  *acq.mutable_dataset() = Ref();
+  acq.set_worker_id("w");
+  acq.set_incarnation(-1);
+  auto neg = ledger_->AcquireShard(acq);
+  EXPECT_EQ(neg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(neg.status().message().find("incarnation"), std::string::npos);
+  EXPECT_EQ(Report(0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Report(5, -1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Progress().shards_todo(), 10);
+}
+
+TEST_F(LedgerTest, FilesMapToSlices) {
+  v1::DatasetSpec spec = Spec(0, 10);
+  spec.set_record_count(0);
+  auto* f1 = spec.add_files();
+  f1->set_path("a.rec");
+  f1->set_records(15);
+  auto* f2 = spec.add_files();
+  f2->set_path("b.rec");
+  f2->set_records(7);
+  Create(spec);
+  Acquire("w");
+  auto second = Acquire("w");
+  ASSERT_EQ(second.shard().slices_size(), 2);
+  EXPECT_EQ(second.shard().slices(0).path(), "a.rec");
+  EXPECT_EQ(second.shard().slices(0).offset(), 10);
+  EXPECT_EQ(second.shard().slices(0).count(), 5);
+  EXPECT_EQ(second.shard().slices(1).path(), "b.rec");
+  EXPECT_EQ(second.shard().slices(1).offset(), 0);
+  EXPECT_EQ(second.shard().slices(1).count(), 5);
+  auto third = Acquire("w");
+  EXPECT_EQ(third.shard().size(), 2);
+}
+
+TEST_F(LedgerTest, PerWorkerRateAndEta) {
+  Create(Spec(1000, 10));
+  for (int i = 0; i < 10; ++i) {
+    auto r = Acquire("fast");
+    clock_.Advance(500);
+    ASSERT_TRUE(Complete(r.lease().token()).ok());
+  }
+  auto p = Progress();
+  ASSERT_EQ(p.workers_size(), 1);
+  EXPECT_EQ(p.workers(0).records_committed(), 100);
+  EXPECT_NEAR(p.workers(0).records_per_second(), 20.0, 3.0);
+  EXPECT_NEAR(p.eta_seconds(), 900 / p.records_per_second(), 1e-6);
+}
+
+}  // namespace
+}  // namespace antdt::sharding

@@ -1,0 +1,148 @@
+// antdt-sharding-service: the stateful dynamic data sharding service.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/server.h"
+#include "sharding-service/config.h"
+#include "sharding-service/ledger.h"
+#include "sharding-service/service.h"
+#include "sharding-service/sqlite_store.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: antdt-sharding-service [flags]
+  --listen HOST:PORT          gRPC address (port 0 picks one)       [127.0.0.1:7070]
+  --metrics-listen HOST:PORT  Prometheus /metrics and /healthz      [off]
+  --state-dir DIR             where the SQLite state lives          [antdt-state]
+  --ready-file PATH           written with the bound address once serving
+  --config FILE               YAML with the same keys (listen, metrics_listen,
+                              state_dir, ready_file, lease_ttl, sync); flags win
+  --lease-ttl DURATION        lease length, renewed by every report [30s]
+  --sync full|normal          full: fsync each group commit; normal: survive
+                              a process kill, not a power loss      [full]
+)";
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "antdt-sharding-service: %s\n", std::string(status.message()).c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace antdt;
+  using namespace antdt::sharding;
+  BlockTerminationSignals();
+  auto flags = ParseFlags(argc, argv,
+                          {"listen", "metrics-listen", "state-dir", "ready-file", "config",
+                           "lease-ttl", "sync"},
+                          {"help"});
+  if (!flags.ok()) {
+    std::fputs(kUsage, stderr);
+    return Fail(flags.status());
+  }
+  if (flags->Has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (!flags->positional.empty()) {
+    return Fail(absl::InvalidArgumentError("unexpected argument " + flags->positional[0]));
+  }
+  ServiceConfig config;
+  if (flags->Has("config")) {
+    auto text = ReadFile(flags->Get("config"));
+    if (!text.ok()) return Fail(absl::InvalidArgumentError("--config: " + std::string(text.status().message())));
+    auto parsed = ParseServiceConfig(*text);
+    if (!parsed.ok()) return Fail(parsed.status());
+    config = *parsed;
+  }
+  auto applied = ApplyServiceFlags(config, *flags);
+  if (!applied.ok()) return Fail(applied.status());
+  config = *applied;
+
+  auto store = SqliteStore::Open(config.state_dir, config.sync_full ? SqliteStore::Sync::kFull
+                                                                    : SqliteStore::Sync::kNormal);
+  if (!store.ok()) return Fail(store.status());
+  auto t0 = std::chrono::steady_clock::now();
+  LedgerOptions options;
+  options.lease_ttl_ms = config.lease_ttl_ms;
+  auto ledger = Ledger::Open(store->get(), &RealClock::Get(), options);
+  if (!ledger.ok()) return Fail(ledger.status());
+  const double recovery_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  ShardingServiceImpl service(ledger->get(), *registry);
+  auto collector = MakeLedgerCollector(ledger->get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    return Fail(absl::InvalidArgumentError("listen: cannot listen on " + config.listen));
+  }
+  const std::string address = BoundAddress(config.listen, port);
+
+  MetricsEndpoint metrics;
+  if (!config.metrics_listen.empty()) {
+    auto ep = StartMetrics(config.metrics_listen, registry);
+    if (!ep.ok()) return Fail(ep.status());
+    metrics = std::move(*ep);
+    metrics.exposer->RegisterCollectable(collector, "/metrics");
+  }
+
+  // Lease reaper: expired leases go back to the queue even when nobody calls.
+  std::mutex reaper_mu;
+  std::condition_variable reaper_cv;
+  bool stopping = false;
+  std::thread reaper([&] {
+    std::unique_lock<std::mutex> lock(reaper_mu);
+    while (!reaper_cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping; })) {
+      lock.unlock();
+      auto expired = (*ledger)->ExpireLeases();
+      if (!expired.ok()) LogEvent("reaper_error", {{"error", std::string(expired.status().message())}});
+      lock.lock();
+    }
+  });
+
+  if (!config.ready_file.empty()) {
+    if (auto s = WriteReadyFile(config.ready_file, address, metrics.address); !s.ok()) {
+      return Fail(s);
+    }
+  }
+  LogEvent("serving", {{"listen", address},
+                       {"metrics", metrics.address},
+                       {"state_dir", config.state_dir},
+                       {"recovery_seconds", recovery_s},
+                       {"lease_ttl_ms", config.lease_ttl_ms},
+                       {"sync", config.sync_full ? "full" : "normal"}});
+
+  int sig = WaitForTerminationSignal();
+  LogEvent("shutting_down", {{"signal", sig}});
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  {
+    std::lock_guard<std::mutex> lock(reaper_mu);
+    stopping = true;
+  }
+  reaper_cv.notify_all();
+  reaper.join();
+  server->Wait();
+  metrics.exposer.reset();
+  ledger->reset();
+  store->reset();  // flushes the last group commit
+  LogEvent("stopped");
+  return 0;
+}

@@ -1,0 +1,144 @@
+#include "sharding-service/service.h"
+
+#include <chrono>
+
+#include "common/status.h"
+#include "prometheus/metric_family.h"
+
+namespace antdt::sharding {
+
+ShardingServiceImpl::ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry)
+    : ledger_(ledger),
+      rpcs_(prometheus::BuildCounter()
+                .Name("antdt_sharding_rpcs_total")
+                .Help("Sharding service calls by method and gRPC status code.")
+                .Register(registry)),
+      acquire_latency_(prometheus::BuildHistogram()
+                           .Name("antdt_sharding_acquire_latency_seconds")
+                           .Help("Time to answer AcquireShard, durable commit included.")
+                           .Register(registry)
+                           .Add({}, prometheus::Histogram::BucketBoundaries{
+                                        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                        0.01, 0.025, 0.05, 0.1, 0.25, 1})) {}
+
+template <typename Resp, typename Fn>
+grpc::Status ShardingServiceImpl::Handle(const char* method, Resp* resp, Fn&& fn) {
+  absl::StatusOr<Resp> result = fn();
+  grpc::Status status = ToGrpcStatus(result.status());
+  rpcs_.Add({{"method", method}, {"code", absl::StatusCodeToString(result.status().code())}})
+      .Increment();
+  if (result.ok()) *resp = std::move(result).value();
+  return status;
+}
+
+grpc::Status ShardingServiceImpl::CreateDataset(grpc::ServerContext*,
+                                                const v1::CreateDatasetRequest* req,
+                                                v1::CreateDatasetResponse* resp) {
+  return Handle("CreateDataset", resp, [&] { return ledger_->CreateDataset(*req); });
+}
+
+grpc::Status ShardingServiceImpl::AcquireShard(grpc::ServerContext*,
+                                               const v1::AcquireShardRequest* req,
+                                               v1::AcquireShardResponse* resp) {
+  auto start = std::chrono::steady_clock::now();
+  grpc::Status s = Handle("AcquireShard", resp, [&] { return ledger_->AcquireShard(*req); });
+  acquire_latency_.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return s;
+}
+
+grpc::Status ShardingServiceImpl::ReportProgress(grpc::ServerContext*,
+                                                 const v1::ReportProgressRequest* req,
+                                                 v1::ReportProgressResponse* resp) {
+  return Handle("ReportProgress", resp, [&] { return ledger_->ReportProgress(*req); });
+}
+
+grpc::Status ShardingServiceImpl::CompleteShard(grpc::ServerContext*,
+                                                const v1::CompleteShardRequest* req,
+                                                v1::CompleteShardResponse* resp) {
+  return Handle("CompleteShard", resp, [&] { return ledger_->CompleteShard(*req); });
+}
+
+grpc::Status ShardingServiceImpl::ReleaseWorker(grpc::ServerContext*,
+                                                const v1::ReleaseWorkerRequest* req,
+                                                v1::ReleaseWorkerResponse* resp) {
+  return Handle("ReleaseWorker", resp, [&] { return ledger_->ReleaseWorker(*req); });
+}
+
+grpc::Status ShardingServiceImpl::Checkpoint(grpc::ServerContext*,
+                                             const v1::CheckpointRequest* req,
+                                             v1::CheckpointResponse* resp) {
+  return Handle("Checkpoint", resp, [&] { return ledger_->Checkpoint(*req); });
+}
+
+grpc::Status ShardingServiceImpl::Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
+                                          v1::RestoreResponse* resp) {
+  return Handle("Restore", resp, [&] { return ledger_->Restore(*req); });
+}
+
+grpc::Status ShardingServiceImpl::GetProgress(grpc::ServerContext*,
+                                              const v1::GetProgressRequest* req,
+                                              v1::GetProgressResponse* resp) {
+  return Handle("GetProgress", resp, [&] { return ledger_->GetProgress(*req); });
+}
+
+namespace {
+
+class LedgerCollector final : public prometheus::Collectable {
+ public:
+  explicit LedgerCollector(const Ledger* ledger) : ledger_(ledger) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    using prometheus::MetricFamily;
+    using prometheus::MetricType;
+    MetricFamily shards{"antdt_sharding_shards", "Shards of the epoch in progress by state.",
+                        MetricType::Gauge, {}};
+    MetricFamily epoch{"antdt_sharding_epoch", "Epoch in progress (0-based; = epochs when done).",
+                       MetricType::Gauge, {}};
+    MetricFamily committed{"antdt_sharding_records_committed",
+                           "Records committed over all epochs (a restore can lower it).",
+                           MetricType::Gauge, {}};
+    MetricFamily requeues{"antdt_sharding_requeues_total",
+                          "Shard remainders sent back to the queue.", MetricType::Counter, {}};
+    MetricFamily expirations{"antdt_sharding_lease_expirations_total",
+                             "Leases that passed their deadline.", MetricType::Counter, {}};
+    for (const DatasetStats& s : ledger_->Stats()) {
+      auto labels = [&](std::vector<prometheus::ClientMetric::Label> extra = {}) {
+        std::vector<prometheus::ClientMetric::Label> l{{"job", s.job}, {"dataset", s.name}};
+        l.insert(l.end(), extra.begin(), extra.end());
+        return l;
+      };
+      auto gauge = [&](MetricFamily& f, double v, std::vector<prometheus::ClientMetric::Label> l) {
+        prometheus::ClientMetric m;
+        m.label = std::move(l);
+        m.gauge.value = v;
+        f.metric.push_back(m);
+      };
+      auto counter = [&](MetricFamily& f, double v) {
+        prometheus::ClientMetric m;
+        m.label = labels();
+        m.counter.value = v;
+        f.metric.push_back(m);
+      };
+      gauge(shards, static_cast<double>(s.shards_todo), labels({{"state", "todo"}}));
+      gauge(shards, static_cast<double>(s.shards_doing), labels({{"state", "doing"}}));
+      gauge(shards, static_cast<double>(s.shards_done), labels({{"state", "done"}}));
+      gauge(epoch, s.epoch, labels());
+      gauge(committed, static_cast<double>(s.records_committed_total), labels());
+      counter(requeues, static_cast<double>(s.requeues));
+      counter(expirations, static_cast<double>(s.lease_expirations));
+    }
+    return {shards, epoch, committed, requeues, expirations};
+  }
+
+ private:
+  const Ledger* ledger_;
+};
+
+}  // namespace
+
+std::shared_ptr<prometheus::Collectable> MakeLedgerCollector(const Ledger* ledger) {
+  return std::make_shared<LedgerCollector>(ledger);
+}
+
+}  // namespace antdt::sharding

@@ -1,0 +1,50 @@
+// The gRPC shell of the sharding service: translates calls to the Ledger and
+// records per-call metrics. Owns no state of its own.
+#pragma once
+
+#include <memory>
+
+#include "antdt/v1/sharding.grpc.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "sharding-service/ledger.h"
+
+namespace antdt::sharding {
+
+class ShardingServiceImpl final : public v1::ShardingService::Service {
+ public:
+  ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry);
+
+  grpc::Status CreateDataset(grpc::ServerContext*, const v1::CreateDatasetRequest* req,
+                             v1::CreateDatasetResponse* resp) override;
+  grpc::Status AcquireShard(grpc::ServerContext*, const v1::AcquireShardRequest* req,
+                            v1::AcquireShardResponse* resp) override;
+  grpc::Status ReportProgress(grpc::ServerContext*, const v1::ReportProgressRequest* req,
+                              v1::ReportProgressResponse* resp) override;
+  grpc::Status CompleteShard(grpc::ServerContext*, const v1::CompleteShardRequest* req,
+                             v1::CompleteShardResponse* resp) override;
+  grpc::Status ReleaseWorker(grpc::ServerContext*, const v1::ReleaseWorkerRequest* req,
+                             v1::ReleaseWorkerResponse* resp) override;
+  grpc::Status Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+                          v1::CheckpointResponse* resp) override;
+  grpc::Status Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
+                       v1::RestoreResponse* resp) override;
+  grpc::Status GetProgress(grpc::ServerContext*, const v1::GetProgressRequest* req,
+                           v1::GetProgressResponse* resp) override;
+
+ private:
+  template <typename Resp, typename Fn>
+  grpc::Status Handle(const char* method, Resp* resp, Fn&& fn);
+
+  Ledger* const ledger_;
+  prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Histogram& acquire_latency_;
+};
+
+// Exposes the ledger's state at scrape time: shards by state, epoch, records
+// committed, requeues and lease expirations per dataset.
+std::shared_ptr<prometheus::Collectable> MakeLedgerCollector(const Ledger* ledger);
+
+}  // namespace antdt::sharding

@@ -1,0 +1,342 @@
+#include "sharding-service/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+
+namespace antdt::sharding {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS datasets(
+  id INTEGER PRIMARY KEY, job TEXT NOT NULL, name TEXT NOT NULL,
+  spec BLOB NOT NULL, epoch INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS shards(
+  dataset_id INTEGER NOT NULL, idx INTEGER NOT NULL, state INTEGER NOT NULL,
+  committed INTEGER NOT NULL, token INTEGER NOT NULL,
+  PRIMARY KEY(dataset_id, idx)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leases(
+  token INTEGER PRIMARY KEY, dataset_id INTEGER NOT NULL, epoch INTEGER NOT NULL,
+  idx INTEGER NOT NULL, worker TEXT NOT NULL, incarnation INTEGER NOT NULL,
+  begin_rec INTEGER NOT NULL, committed INTEGER NOT NULL, state INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS leases_active ON leases(state) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS leases_epoch ON leases(dataset_id, epoch);
+CREATE TABLE IF NOT EXISTS checkpoints(
+  dataset_id INTEGER NOT NULL, step INTEGER NOT NULL, blob BLOB NOT NULL,
+  PRIMARY KEY(dataset_id, step));
+)sql";
+
+absl::Status SqlError(sqlite3* db, const std::string& what) {
+  return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
+}
+
+absl::Status Exec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("sqlite: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+sqlite3_stmt* Prepare(sqlite3* db, const char* sql) {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr) != SQLITE_OK) {
+    LogEvent("fatal", {{"what", "sqlite prepare"}, {"error", sqlite3_errmsg(db)}, {"sql", sql}});
+    std::abort();
+  }
+  return stmt;
+}
+
+LeaseRow ReadLeaseRow(sqlite3_stmt* s) {
+  LeaseRow row;
+  row.token = static_cast<uint64_t>(sqlite3_column_int64(s, 0));
+  row.dataset_id = sqlite3_column_int64(s, 1);
+  row.epoch = sqlite3_column_int(s, 2);
+  row.index = sqlite3_column_int64(s, 3);
+  row.worker = reinterpret_cast<const char*>(sqlite3_column_text(s, 4));
+  row.incarnation = sqlite3_column_int64(s, 5);
+  row.begin = sqlite3_column_int64(s, 6);
+  row.committed = sqlite3_column_int64(s, 7);
+  row.state = static_cast<LeaseState>(sqlite3_column_int(s, 8));
+  return row;
+}
+
+constexpr const char* kLeaseColumns =
+    "token, dataset_id, epoch, idx, worker, incarnation, begin_rec, committed, state";
+
+}  // namespace
+
+struct SqliteStore::Statements {
+  sqlite3_stmt* begin;
+  sqlite3_stmt* commit;
+  sqlite3_stmt* put_dataset;
+  sqlite3_stmt* put_shard;
+  sqlite3_stmt* put_lease;
+  sqlite3_stmt* delete_shards;
+  sqlite3_stmt* delete_leases;
+  sqlite3_stmt* put_checkpoint;
+  sqlite3_stmt* put_meta;
+  std::vector<sqlite3_stmt*> all() const {
+    return {begin,         commit,        put_dataset,    put_shard, put_lease,
+            delete_shards, delete_leases, put_checkpoint, put_meta};
+  }
+};
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& dir,
+                                                                Sync sync) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state_dir: cannot create ", dir, ": ", ec.message()));
+  }
+  const std::string path = dir + "/sharding.db";
+  std::unique_ptr<SqliteStore> store(new SqliteStore());
+  if (sqlite3_open_v2(path.c_str(), &store->writer_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state_dir: cannot open ", path, ": ", sqlite3_errmsg(store->writer_)));
+  }
+  sqlite3_busy_timeout(store->writer_, 5000);
+  RETURN_IF_ERROR(Exec(store->writer_, "PRAGMA journal_mode=WAL"));
+  RETURN_IF_ERROR(Exec(store->writer_, sync == Sync::kFull ? "PRAGMA synchronous=FULL"
+                                                           : "PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(Exec(store->writer_, kSchema));
+  if (sqlite3_open_v2(path.c_str(), &store->reader_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
+    return SqlError(store->reader_, "open reader");
+  }
+  sqlite3_busy_timeout(store->reader_, 5000);
+  sqlite3* db = store->writer_;
+  store->stmts_ = std::make_unique<Statements>(Statements{
+      Prepare(db, "BEGIN IMMEDIATE"),
+      Prepare(db, "COMMIT"),
+      Prepare(db, "INSERT OR REPLACE INTO datasets(id, job, name, spec, epoch) VALUES(?,?,?,?,?)"),
+      Prepare(db,
+              "INSERT OR REPLACE INTO shards(dataset_id, idx, state, committed, token) "
+              "VALUES(?,?,?,?,?)"),
+      Prepare(db, absl::StrCat("INSERT OR REPLACE INTO leases(", kLeaseColumns,
+                               ") VALUES(?,?,?,?,?,?,?,?,?)")
+                      .c_str()),
+      Prepare(db, "DELETE FROM shards WHERE dataset_id = ?"),
+      Prepare(db, "DELETE FROM leases WHERE dataset_id = ? AND epoch < ?"),
+      Prepare(db, "INSERT OR REPLACE INTO checkpoints(dataset_id, step, blob) VALUES(?,?,?)"),
+      Prepare(db, "INSERT OR REPLACE INTO meta(key, value) VALUES('next_token', ?)"),
+  });
+  store->writer_thread_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  return store;
+}
+
+SqliteStore::~SqliteStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  pending_cv_.notify_all();
+  if (writer_thread_.joinable()) writer_thread_.join();
+  if (stmts_) {
+    for (sqlite3_stmt* s : stmts_->all()) sqlite3_finalize(s);
+  }
+  sqlite3_close(reader_);
+  sqlite3_close(writer_);
+}
+
+absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  StoreSnapshot snap;
+  sqlite3* db = reader_;
+  sqlite3_stmt* s = nullptr;
+  auto run = [&](const std::string& sql, auto&& on_row) -> absl::Status {
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) != SQLITE_OK) {
+      return SqlError(db, "prepare load");
+    }
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) on_row(s);
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) return SqlError(db, "load");
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(run("BEGIN", [](sqlite3_stmt*) {}));
+  RETURN_IF_ERROR(run("SELECT value FROM meta WHERE key = 'next_token'", [&](sqlite3_stmt* r) {
+    snap.next_token = static_cast<uint64_t>(sqlite3_column_int64(r, 0));
+  }));
+  RETURN_IF_ERROR(run("SELECT id, job, name, spec, epoch FROM datasets", [&](sqlite3_stmt* r) {
+    DatasetRow row;
+    row.id = sqlite3_column_int64(r, 0);
+    row.job = reinterpret_cast<const char*>(sqlite3_column_text(r, 1));
+    row.name = reinterpret_cast<const char*>(sqlite3_column_text(r, 2));
+    row.spec.assign(static_cast<const char*>(sqlite3_column_blob(r, 3)),
+                    static_cast<size_t>(sqlite3_column_bytes(r, 3)));
+    row.epoch = sqlite3_column_int(r, 4);
+    snap.datasets.push_back(std::move(row));
+  }));
+  RETURN_IF_ERROR(
+      run("SELECT dataset_id, idx, state, committed, token FROM shards", [&](sqlite3_stmt* r) {
+        snap.shards.push_back(ShardRow{sqlite3_column_int64(r, 0), sqlite3_column_int64(r, 1),
+                                       static_cast<ShardState>(sqlite3_column_int(r, 2)),
+                                       sqlite3_column_int64(r, 3),
+                                       static_cast<uint64_t>(sqlite3_column_int64(r, 4))});
+      }));
+  RETURN_IF_ERROR(run(absl::StrCat("SELECT ", kLeaseColumns, " FROM leases WHERE state = 0"),
+                      [&](sqlite3_stmt* r) { snap.active_leases.push_back(ReadLeaseRow(r)); }));
+  RETURN_IF_ERROR(run("COMMIT", [](sqlite3_stmt*) {}));
+  return snap;
+}
+
+uint64_t SqliteStore::Append(std::vector<Mutation> batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Mutation& m : batch) pending_.push_back(std::move(m));
+  ++appended_seq_;
+  pending_cv_.notify_one();
+  return appended_seq_;
+}
+
+uint64_t SqliteStore::LastSeq() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return appended_seq_;
+}
+
+uint64_t SqliteStore::Commits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return commits_;
+}
+
+absl::Status SqliteStore::WaitDurable(uint64_t seq) {
+  std::unique_lock<std::mutex> lock(mu_);
+  durable_cv_.wait(lock, [&] { return durable_seq_ >= seq || stop_; });
+  if (durable_seq_ < seq) return absl::UnavailableError("store is shutting down");
+  return absl::OkStatus();
+}
+
+void SqliteStore::Apply(const Mutation& m) {
+  const Statements& st = *stmts_;
+  sqlite3_stmt* s = nullptr;
+  if (const auto* d = std::get_if<DatasetRow>(&m)) {
+    s = st.put_dataset;
+    sqlite3_bind_int64(s, 1, d->id);
+    sqlite3_bind_text(s, 2, d->job.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 3, d->name.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(s, 4, d->spec.data(), static_cast<int>(d->spec.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int(s, 5, d->epoch);
+  } else if (const auto* sh = std::get_if<ShardRow>(&m)) {
+    s = st.put_shard;
+    sqlite3_bind_int64(s, 1, sh->dataset_id);
+    sqlite3_bind_int64(s, 2, sh->index);
+    sqlite3_bind_int(s, 3, static_cast<int>(sh->state));
+    sqlite3_bind_int64(s, 4, sh->committed);
+    sqlite3_bind_int64(s, 5, static_cast<int64_t>(sh->token));
+  } else if (const auto* l = std::get_if<LeaseRow>(&m)) {
+    s = st.put_lease;
+    sqlite3_bind_int64(s, 1, static_cast<int64_t>(l->token));
+    sqlite3_bind_int64(s, 2, l->dataset_id);
+    sqlite3_bind_int(s, 3, l->epoch);
+    sqlite3_bind_int64(s, 4, l->index);
+    sqlite3_bind_text(s, 5, l->worker.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 6, l->incarnation);
+    sqlite3_bind_int64(s, 7, l->begin);
+    sqlite3_bind_int64(s, 8, l->committed);
+    sqlite3_bind_int(s, 9, static_cast<int>(l->state));
+  } else if (const auto* ds = std::get_if<DeleteShards>(&m)) {
+    s = st.delete_shards;
+    sqlite3_bind_int64(s, 1, ds->dataset_id);
+  } else if (const auto* dl = std::get_if<DeleteLeasesBefore>(&m)) {
+    s = st.delete_leases;
+    sqlite3_bind_int64(s, 1, dl->dataset_id);
+    sqlite3_bind_int(s, 2, dl->epoch);
+  } else if (const auto* c = std::get_if<CheckpointRow>(&m)) {
+    s = st.put_checkpoint;
+    sqlite3_bind_int64(s, 1, c->dataset_id);
+    sqlite3_bind_int64(s, 2, c->step);
+    sqlite3_bind_blob(s, 3, c->blob.data(), static_cast<int>(c->blob.size()), SQLITE_TRANSIENT);
+  } else if (const auto* n = std::get_if<NextToken>(&m)) {
+    s = st.put_meta;
+    sqlite3_bind_int64(s, 1, static_cast<int64_t>(n->value));
+  }
+  if (sqlite3_step(s) != SQLITE_DONE) {
+    LogEvent("fatal", {{"what", "sqlite write"}, {"error", sqlite3_errmsg(writer_)}});
+    std::abort();
+  }
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+}
+
+void SqliteStore::WriterLoop() {
+  std::vector<Mutation> batch;
+  for (;;) {
+    uint64_t upto = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      pending_cv_.wait(lock, [&] { return stop_ || appended_seq_ > durable_seq_; });
+      if (appended_seq_ == durable_seq_ && stop_) return;
+      batch.swap(pending_);
+      upto = appended_seq_;
+    }
+    auto step = [&](sqlite3_stmt* s, const char* what) {
+      if (sqlite3_step(s) != SQLITE_DONE) {
+        LogEvent("fatal", {{"what", what}, {"error", sqlite3_errmsg(writer_)}});
+        std::abort();
+      }
+      sqlite3_reset(s);
+    };
+    if (!batch.empty()) {
+      step(stmts_->begin, "sqlite begin");
+      for (const Mutation& m : batch) Apply(m);
+      step(stmts_->commit, "sqlite commit");
+    }
+    batch.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      durable_seq_ = upto;
+      ++commits_;
+    }
+    durable_cv_.notify_all();
+  }
+}
+
+absl::StatusOr<std::optional<LeaseRow>> SqliteStore::ReadLease(uint64_t token) {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  sqlite3_stmt* s = nullptr;
+  const std::string sql = absl::StrCat("SELECT ", kLeaseColumns, " FROM leases WHERE token = ?");
+  if (sqlite3_prepare_v2(reader_, sql.c_str(), -1, &s, nullptr) != SQLITE_OK) {
+    return SqlError(reader_, "prepare read lease");
+  }
+  sqlite3_bind_int64(s, 1, static_cast<int64_t>(token));
+  std::optional<LeaseRow> out;
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) out = ReadLeaseRow(s);
+  sqlite3_finalize(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return SqlError(reader_, "read lease");
+  return out;
+}
+
+absl::StatusOr<std::optional<std::string>> SqliteStore::ReadCheckpoint(int64_t dataset_id,
+                                                                       int64_t step) {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(reader_, "SELECT blob FROM checkpoints WHERE dataset_id = ? AND step = ?",
+                         -1, &s, nullptr) != SQLITE_OK) {
+    return SqlError(reader_, "prepare read checkpoint");
+  }
+  sqlite3_bind_int64(s, 1, dataset_id);
+  sqlite3_bind_int64(s, 2, step);
+  std::optional<std::string> out;
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    out = std::string(static_cast<const char*>(sqlite3_column_blob(s, 0)),
+                      static_cast<size_t>(sqlite3_column_bytes(s, 0)));
+  }
+  sqlite3_finalize(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return SqlError(reader_, "read checkpoint");
+  return out;
+}
+
+}  // namespace antdt::sharding

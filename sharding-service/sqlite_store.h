@@ -1,0 +1,61 @@
+// SQLite in WAL mode with group commit: Append() queues a batch, one writer
+// thread commits everything queued in one transaction, WaitDurable() returns
+// once that transaction is on disk. A failed commit aborts the process: the
+// in-memory state may be ahead of the disk, and a restart recovers from it.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sharding-service/store.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace antdt::sharding {
+
+class SqliteStore final : public Store {
+ public:
+  enum class Sync { kFull, kNormal };
+  // Opens (creating if needed) `dir`/sharding.db.
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& dir, Sync sync);
+  ~SqliteStore() override;
+
+  absl::StatusOr<StoreSnapshot> Load() override;
+  uint64_t Append(std::vector<Mutation> batch) override;
+  uint64_t LastSeq() const override;
+  absl::Status WaitDurable(uint64_t seq) override;
+  absl::StatusOr<std::optional<LeaseRow>> ReadLease(uint64_t token) override;
+  absl::StatusOr<std::optional<std::string>> ReadCheckpoint(int64_t dataset_id,
+                                                            int64_t step) override;
+
+  // Commits (transactions) so far, and batches in them, for metrics.
+  uint64_t Commits() const;
+
+ private:
+  SqliteStore() = default;
+  void WriterLoop();
+  void Apply(const Mutation& m);
+
+  sqlite3* writer_ = nullptr;
+  sqlite3* reader_ = nullptr;
+  std::mutex reader_mu_;
+  struct Statements;
+  std::unique_ptr<Statements> stmts_;
+
+  mutable std::mutex mu_;
+  std::condition_variable pending_cv_;
+  std::condition_variable durable_cv_;
+  std::vector<Mutation> pending_;
+  uint64_t appended_seq_ = 0;
+  uint64_t durable_seq_ = 0;
+  uint64_t commits_ = 0;
+  bool stop_ = false;
+  std::thread writer_thread_;
+};
+
+}  // namespace antdt::sharding

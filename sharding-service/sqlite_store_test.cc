@@ -1,0 +1,146 @@
+#include "sharding-service/sqlite_store.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/testing/process.h"
+#include "sharding-service/ledger.h"
+
+namespace antdt::sharding {
+namespace {
+
+v1::DatasetRef Ref() {
+  v1::DatasetRef ref;
+  ref.set_job("j");
+  ref.set_name("d");
+  return ref;
+}
+
+std::unique_ptr<Ledger> OpenLedger(Store* store, const Clock* clock) {
+  auto l = Ledger::Open(store, clock, LedgerOptions{});
+  EXPECT_TRUE(l.ok()) << l.status();
+  return std::move(*l);
+}
+
+TEST(SqliteStore, StateSurvivesReopen) {
+  antdt::testing::TempDir dir;
+  FakeClock clock;
+  uint64_t held = 0;
+  int64_t held_index = -1;
+  {
+    auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto ledger = OpenLedger(store->get(), &clock);
+    v1::CreateDatasetRequest create;
+    create.mutable_spec()->set_job("j");
+    create.mutable_spec()->set_name("d");
+    create.mutable_spec()->set_record_count(1000);
+    create.mutable_spec()->set_shard_size(100);
+    create.mutable_spec()->set_epochs(2);
+    ASSERT_TRUE(ledger->CreateDataset(create).ok());
+    v1::AcquireShardRequest acq;
+    *acq.mutable_dataset() = Ref();
+    acq.set_worker_id("w");
+    for (int i = 0; i < 3; ++i) {
+      auto r = ledger->AcquireShard(acq);
+      v1::CompleteShardRequest c;
+      *c.mutable_dataset() = Ref();
+      c.set_token(r->lease().token());
+      ASSERT_TRUE(ledger->CompleteShard(c).ok());
+    }
+    auto r = ledger->AcquireShard(acq);
+    held = r->lease().token();
+    held_index = r->shard().index();
+    v1::ReportProgressRequest p;
+    *p.mutable_dataset() = Ref();
+    p.set_token(held);
+    p.set_records_done(42);
+    ASSERT_TRUE(ledger->ReportProgress(p).ok());
+    v1::CheckpointRequest ck;
+    *ck.mutable_dataset() = Ref();
+    ck.set_step(9);
+    ASSERT_TRUE(ledger->Checkpoint(ck).ok());
+  }
+  auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+  ASSERT_TRUE(store.ok());
+  auto ledger = OpenLedger(store->get(), &clock);
+  v1::GetProgressRequest gp;
+  *gp.mutable_dataset() = Ref();
+  auto p = ledger->GetProgress(gp);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->records_committed_epoch(), 342);
+  EXPECT_EQ(p->shards_done(), 3);
+  EXPECT_EQ(p->shards_doing(), 1);
+  v1::CompleteShardRequest c;
+  *c.mutable_dataset() = Ref();
+  c.set_token(held);
+  ASSERT_TRUE(ledger->CompleteShard(c).ok());
+  v1::RestoreRequest rs;
+  *rs.mutable_dataset() = Ref();
+  rs.set_step(9);
+  auto restored = ledger->Restore(rs);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->records_committed(), 342);
+  v1::AcquireShardRequest acq;
+  *acq.mutable_dataset() = Ref();
+  acq.set_worker_id("w2");
+  auto next = ledger->AcquireShard(acq);
+  EXPECT_EQ(next->shard().index(), held_index);
+  EXPECT_EQ(next->shard().committed(), 42);
+  EXPECT_GT(next->lease().token(), held);
+}
+
+TEST(SqliteStore, ConcurrentCallsShareCommits) {
+  antdt::testing::TempDir dir;
+  auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kFull);
+  ASSERT_TRUE(store.ok());
+  auto ledger = OpenLedger(store->get(), &RealClock::Get());
+  v1::CreateDatasetRequest create;
+  create.mutable_spec()->set_job("j");
+  create.mutable_spec()->set_name("d");
+  create.mutable_spec()->set_record_count(8 * 200);
+  create.mutable_spec()->set_shard_size(1);
+  create.mutable_spec()->set_epochs(1);
+  ASSERT_TRUE(ledger->CreateDataset(create).ok());
+  std::atomic<int> ops{0};
+  std::mutex mu;
+  std::set<int64_t> seen;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      v1::AcquireShardRequest acq;
+      *acq.mutable_dataset() = Ref();
+      acq.set_worker_id("w" + std::to_string(t));
+      for (;;) {
+        auto r = ledger->AcquireShard(acq);
+        ASSERT_TRUE(r.ok());
+        if (r->result() == v1::AcquireShardResponse::END_OF_DATA) return;
+        if (r->result() == v1::AcquireShardResponse::WAIT) continue;
+        v1::CompleteShardRequest c;
+        *c.mutable_dataset() = Ref();
+        c.set_token(r->lease().token());
+        ASSERT_TRUE(ledger->CompleteShard(c).ok());
+        ops += 2;
+        std::lock_guard<std::mutex> lock(mu);
+        EXPECT_TRUE(seen.insert(r->shard().start()).second);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(seen.size(), 1600u);
+  // Group commit: fewer transactions than calls.
+  EXPECT_LT((*store)->Commits(), static_cast<uint64_t>(ops.load()));
+}
+
+TEST(SqliteStore, UnwritableStateDirNamesTheField) {
+  auto store = SqliteStore::Open("/proc/antdt-no-such-dir", SqliteStore::Sync::kFull);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("state_dir"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace antdt::sharding
