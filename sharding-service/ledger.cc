@@ -77,8 +77,6 @@ struct Ledger::Dataset {
   std::unordered_map<uint64_t, ActiveLease> leases;  // active
   std::unordered_map<uint64_t, LeaseRow> ended;      // ended in this process
   std::unordered_map<std::string, WorkerStats> workers;
-  int64_t requeues = 0;
-  int64_t expirations = 0;
 
   bool finished() const { return row.epoch >= spec.epochs(); }
   int64_t ShardBegin(int64_t index) const { return index * spec.shard_size(); }
@@ -354,9 +352,10 @@ struct Ops {
     }
     slot.state = ShardState::kTodo;
     ds.todo.push_front(row.index);
-    ++ds.requeues;
+    ++ds.row.requeues;
+    if (state == LeaseState::kExpired) ++ds.row.expirations;
     batch.push_back(RowOf(ds, row.index));
-    if (state == LeaseState::kExpired) ++ds.expirations;
+    batch.push_back(ds.row);
     LogEvent("shard_requeued", {{"dataset", Key(ds.row.job, ds.row.name)},
                                 {"epoch", ds.row.epoch},
                                 {"shard", row.index},
@@ -827,8 +826,8 @@ absl::StatusOr<v1::GetProgressResponse> Ledger::GetProgress(const v1::GetProgres
     resp.set_records_committed_epoch(ds.finished() ? 0 : ds.CommittedInEpoch());
     resp.set_records_committed_total(ds.CommittedTotal());
     resp.set_finished(ds.finished());
-    resp.set_requeues(ds.requeues);
-    resp.set_lease_expirations(ds.expirations);
+    resp.set_requeues(ds.row.requeues);
+    resp.set_lease_expirations(ds.row.expirations);
     std::unordered_map<std::string, int> in_flight;
     for (const auto& [token, lease] : ds.leases) ++in_flight[lease.row.worker];
     std::vector<std::string> names;
@@ -893,8 +892,8 @@ std::vector<DatasetStats> Ledger::Stats() const {
     s.shards_doing = ds->doing;
     s.shards_done = ds->done;
     s.records_committed_total = ds->CommittedTotal();
-    s.requeues = ds->requeues;
-    s.lease_expirations = ds->expirations;
+    s.requeues = ds->row.requeues;
+    s.lease_expirations = ds->row.expirations;
     out.push_back(s);
   }
   return out;

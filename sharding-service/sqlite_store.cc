@@ -16,7 +16,8 @@ constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS datasets(
   id INTEGER PRIMARY KEY, job TEXT NOT NULL, name TEXT NOT NULL,
-  spec BLOB NOT NULL, epoch INTEGER NOT NULL);
+  spec BLOB NOT NULL, epoch INTEGER NOT NULL,
+  requeues INTEGER NOT NULL DEFAULT 0, expirations INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS shards(
   dataset_id INTEGER NOT NULL, idx INTEGER NOT NULL, state INTEGER NOT NULL,
   committed INTEGER NOT NULL, token INTEGER NOT NULL,
@@ -120,7 +121,8 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   store->stmts_ = std::make_unique<Statements>(Statements{
       Prepare(db, "BEGIN IMMEDIATE"),
       Prepare(db, "COMMIT"),
-      Prepare(db, "INSERT OR REPLACE INTO datasets(id, job, name, spec, epoch) VALUES(?,?,?,?,?)"),
+      Prepare(db, "INSERT OR REPLACE INTO datasets(id, job, name, spec, epoch, requeues, expirations) "
+              "VALUES(?,?,?,?,?,?,?)"),
       Prepare(db,
               "INSERT OR REPLACE INTO shards(dataset_id, idx, state, committed, token) "
               "VALUES(?,?,?,?,?)"),
@@ -169,7 +171,7 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
   RETURN_IF_ERROR(run("SELECT value FROM meta WHERE key = 'next_token'", [&](sqlite3_stmt* r) {
     snap.next_token = static_cast<uint64_t>(sqlite3_column_int64(r, 0));
   }));
-  RETURN_IF_ERROR(run("SELECT id, job, name, spec, epoch FROM datasets", [&](sqlite3_stmt* r) {
+  RETURN_IF_ERROR(run("SELECT id, job, name, spec, epoch, requeues, expirations FROM datasets", [&](sqlite3_stmt* r) {
     DatasetRow row;
     row.id = sqlite3_column_int64(r, 0);
     row.job = reinterpret_cast<const char*>(sqlite3_column_text(r, 1));
@@ -177,6 +179,8 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
     row.spec.assign(static_cast<const char*>(sqlite3_column_blob(r, 3)),
                     static_cast<size_t>(sqlite3_column_bytes(r, 3)));
     row.epoch = sqlite3_column_int(r, 4);
+    row.requeues = sqlite3_column_int64(r, 5);
+    row.expirations = sqlite3_column_int64(r, 6);
     snap.datasets.push_back(std::move(row));
   }));
   RETURN_IF_ERROR(
@@ -227,6 +231,8 @@ void SqliteStore::Apply(const Mutation& m) {
     sqlite3_bind_text(s, 3, d->name.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_blob(s, 4, d->spec.data(), static_cast<int>(d->spec.size()), SQLITE_TRANSIENT);
     sqlite3_bind_int(s, 5, d->epoch);
+    sqlite3_bind_int64(s, 6, d->requeues);
+    sqlite3_bind_int64(s, 7, d->expirations);
   } else if (const auto* sh = std::get_if<ShardRow>(&m)) {
     s = st.put_shard;
     sqlite3_bind_int64(s, 1, sh->dataset_id);

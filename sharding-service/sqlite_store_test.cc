@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "common/clock.h"
-#include "common/testing/process.h"
+#include "common/testing/testing.h"
 #include "sharding-service/ledger.h"
 
 namespace antdt::sharding {

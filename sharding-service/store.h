@@ -34,6 +34,8 @@ struct DatasetRow {
   std::string name;
   std::string spec;  // serialised antdt.v1.DatasetSpec
   int32_t epoch = 0;
+  int64_t requeues = 0;     // remainders sent back to the queue, ever
+  int64_t expirations = 0;  // leases that passed their deadline, ever
 };
 
 // A shard of a dataset's current epoch that is not "to do, nothing committed".

@@ -1,5 +1,5 @@
-// Test helpers: temporary directories, child processes of the project's real
-// binaries, and waiting on conditions with deadlines (never fixed sleeps).
+// Child processes, ready files and waiting on conditions with deadlines (never
+// fixed sleeps): used by the local runner, the demo and the tests.
 #pragma once
 
 #include <sys/types.h>
@@ -11,21 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace antdt::testing {
-
-// A fresh directory under $TMPDIR, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+namespace antdt {
 
 // A child process; killed with SIGKILL on destruction if still running.
 class Process {
@@ -48,10 +34,6 @@ class Process {
   std::optional<int> status_;
 };
 
-// The path of a built binary (tests get ANTDT_BIN_DIR from CTest).
-std::string BinPath(const std::string& name);
-std::string SourcePath(const std::string& relative);
-
 // Polls `pred` until it is true or `timeout` passes.
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
@@ -64,4 +46,4 @@ std::optional<std::string> ReadyFileField(const std::string& path, const std::st
 // GET http://address/path over a plain socket; the body, or nullopt.
 std::optional<std::string> HttpGet(const std::string& address, const std::string& path);
 
-}  // namespace antdt::testing
+}  // namespace antdt

@@ -1,4 +1,4 @@
-#include "common/testing/process.h"
+#include "common/process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,22 +14,7 @@
 #include <sstream>
 #include <thread>
 
-namespace antdt::testing {
-
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/antdt-test-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) std::abort();
-  path_ = buf.data();
-}
-
-TempDir::~TempDir() {
-  if (std::getenv("ANTDT_KEEP_TEST_DIRS") != nullptr) return;
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
+namespace antdt {
 
 Process::Process(std::vector<std::string> argv, const std::string& log_path,
                  const std::map<std::string, std::string>& env) {
@@ -80,16 +65,6 @@ std::optional<int> Process::Wait(std::chrono::milliseconds timeout) {
 bool Process::Running() {
   if (pid_ <= 0 || status_) return false;
   return !Wait(std::chrono::milliseconds(0)).has_value();
-}
-
-std::string BinPath(const std::string& name) {
-  const char* dir = std::getenv("ANTDT_BIN_DIR");
-  return std::string(dir ? dir : "build/bin") + "/" + name;
-}
-
-std::string SourcePath(const std::string& relative) {
-  const char* dir = std::getenv("ANTDT_SOURCE_DIR");
-  return std::string(dir ? dir : ".") + "/" + relative;
 }
 
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
@@ -158,4 +133,4 @@ std::optional<std::string> HttpGet(const std::string& address, const std::string
   return resp.substr(body + 4);
 }
 
-}  // namespace antdt::testing
+}  // namespace antdt

@@ -1,0 +1,169 @@
+#include "client/sharding_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace antdt::client {
+
+bool IsRetryable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded ||
+         status.code() == absl::StatusCode::kResourceExhausted;
+}
+
+ShardingClient::ShardingClient(std::shared_ptr<grpc::Channel> channel,
+                               ShardingClientOptions options)
+    : stub_(v1::ShardingService::NewStub(channel)), options_(std::move(options)) {}
+
+v1::DatasetRef ShardingClient::Ref() const {
+  v1::DatasetRef ref;
+  ref.set_job(options_.job);
+  ref.set_name(options_.dataset);
+  return ref;
+}
+
+template <typename Req, typename Resp, typename Call>
+absl::Status ShardingClient::CallWithRetry(const Req& req, Resp* resp, Call call) {
+  thread_local std::mt19937 rng(std::random_device{}());
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_budget_ms);
+  int64_t backoff_ms = 50;
+  for (;;) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(options_.call_timeout_ms));
+    absl::Status status = FromGrpcStatus(call(&ctx, req, resp));
+    if (status.ok() || !IsRetryable(status)) return status;
+    if (std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms) > give_up) {
+      return status;
+    }
+    std::uniform_int_distribution<int64_t> jitter(backoff_ms / 2, backoff_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(jitter(rng)));
+    backoff_ms = std::min<int64_t>(backoff_ms * 2, 2000);
+  }
+}
+
+absl::StatusOr<v1::CreateDatasetResponse> ShardingClient::CreateDataset(
+    const v1::DatasetSpec& spec) {
+  v1::CreateDatasetRequest req;
+  *req.mutable_spec() = spec;
+  v1::CreateDatasetResponse resp;
+  RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
+    return stub_->CreateDataset(c, q, r);
+  }));
+  return resp;
+}
+
+absl::StatusOr<std::optional<ShardLease>> ShardingClient::Acquire() {
+  v1::AcquireShardRequest req;
+  *req.mutable_dataset() = Ref();
+  req.set_worker_id(options_.worker_id);
+  req.set_incarnation(options_.incarnation);
+  for (;;) {
+    v1::AcquireShardResponse resp;
+    RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q,
+                                                  auto* r) { return stub_->AcquireShard(c, q, r); }));
+    switch (resp.result()) {
+      case v1::AcquireShardResponse::SHARD: {
+        ShardLease lease;
+        lease.shard = resp.shard();
+        lease.token = resp.lease().token();
+        lease.committed = resp.shard().committed();
+        return std::optional<ShardLease>(std::move(lease));
+      }
+      case v1::AcquireShardResponse::END_OF_DATA:
+        return std::optional<ShardLease>();
+      case v1::AcquireShardResponse::WAIT:
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::max<int64_t>(resp.retry_after_ms(), 10)));
+        break;
+      default:
+        return absl::InternalError("AcquireShard: unknown result");
+    }
+  }
+}
+
+absl::Status ShardingClient::ReportProgress(ShardLease& lease, int64_t records_done) {
+  v1::ReportProgressRequest req;
+  *req.mutable_dataset() = Ref();
+  req.set_token(lease.token);
+  req.set_records_done(records_done);
+  v1::ReportProgressResponse resp;
+  RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
+    return stub_->ReportProgress(c, q, r);
+  }));
+  lease.committed = std::max(lease.committed, records_done);
+  return absl::OkStatus();
+}
+
+absl::Status ShardingClient::Complete(ShardLease& lease) {
+  v1::CompleteShardRequest req;
+  *req.mutable_dataset() = Ref();
+  req.set_token(lease.token);
+  v1::CompleteShardResponse resp;
+  RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
+    return stub_->CompleteShard(c, q, r);
+  }));
+  lease.committed = lease.shard.size();
+  return absl::OkStatus();
+}
+
+absl::Status ShardingClient::Release() {
+  v1::ReleaseWorkerRequest req;
+  req.mutable_dataset()->set_job(options_.job);
+  req.set_worker_id(options_.worker_id);
+  req.set_incarnation(options_.incarnation);
+  v1::ReleaseWorkerResponse resp;
+  return CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
+    return stub_->ReleaseWorker(c, q, r);
+  });
+}
+
+absl::StatusOr<v1::GetProgressResponse> ShardingClient::Progress() {
+  v1::GetProgressRequest req;
+  *req.mutable_dataset() = Ref();
+  v1::GetProgressResponse resp;
+  RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
+    return stub_->GetProgress(c, q, r);
+  }));
+  return resp;
+}
+
+absl::Status ShardingClient::ConsumeAll(int64_t commit_every, const ProcessFn& process,
+                                        const CommitFn& on_commit) {
+  if (commit_every <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("commit_every: must be > 0, got ", commit_every));
+  }
+  for (;;) {
+    ASSIGN_OR_RETURN(std::optional<ShardLease> lease, Acquire());
+    if (!lease) return absl::OkStatus();
+    const int64_t base = lease->shard.committed();
+    int64_t acked = 0;  // index into the remaining list
+    absl::Status status;
+    for (int64_t i = 0; i < lease->remaining(); ++i) {
+      process(*lease, lease->RecordAt(i));
+      if (i + 1 == lease->remaining()) {
+        status = Complete(*lease);
+      } else if ((i + 1 - acked) >= commit_every) {
+        status = ReportProgress(*lease, base + i + 1);
+      } else {
+        continue;
+      }
+      if (!status.ok()) break;
+      on_commit(*lease, acked, i + 1);
+      acked = i + 1;
+    }
+    if (lease->remaining() == 0 && status.ok()) {
+      status = Complete(*lease);
+    }
+    // A lease lost to expiry or a restore: its remainder is someone else's now.
+    if (!status.ok() && status.code() != absl::StatusCode::kFailedPrecondition) return status;
+  }
+}
+
+}  // namespace antdt::client

@@ -1,0 +1,93 @@
+// The worker-side C++ SDK of the sharding service.
+//
+//   ShardingClient client(channel, {.job = "j", .dataset = "train",
+//                                   .worker_id = "worker-0", .incarnation = 0});
+//   while (auto shard = client.Acquire()) {          // nullopt: end of data
+//     for (int64_t i = 0; i < shard->remaining(); ++i) Train(shard->RecordAt(i));
+//     client.Complete(*shard);
+//   }
+//
+// Every call retries UNAVAILABLE and DEADLINE_EXCEEDED with exponential
+// backoff while the service restarts, within `retry_budget_ms`. A restarted
+// worker passes a higher incarnation: the service hands it back its unfinished
+// shard from after the last committed record. Not thread-safe: one client per
+// worker thread.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "antdt/v1/sharding.grpc.pb.h"
+
+namespace antdt::client {
+
+struct ShardingClientOptions {
+  std::string job;
+  std::string dataset;
+  std::string worker_id;
+  int64_t incarnation = 0;
+  int64_t retry_budget_ms = 60'000;  // keep retrying a call this long
+  int64_t call_timeout_ms = 5'000;
+};
+
+// An acquired shard under its lease.
+struct ShardLease {
+  v1::Shard shard;
+  uint64_t token = 0;
+  int64_t committed = 0;  // records of the shard committed, from its start
+
+  int32_t epoch() const { return shard.epoch(); }
+  // Records still to do under this lease when acquired.
+  int64_t remaining() const { return shard.size() - shard.committed(); }
+  // The global record id of the i-th record still to do (0 <= i < remaining()).
+  int64_t RecordAt(int64_t i) const {
+    return shard.record_ids_size() > 0 ? shard.record_ids(static_cast<int>(i)) : shard.start() + i;
+  }
+};
+
+class ShardingClient {
+ public:
+  ShardingClient(std::shared_ptr<grpc::Channel> channel, ShardingClientOptions options);
+
+  absl::StatusOr<v1::CreateDatasetResponse> CreateDataset(const v1::DatasetSpec& spec);
+  // A shard, or nullopt at the end of the data; waits out WAIT answers.
+  absl::StatusOr<std::optional<ShardLease>> Acquire();
+  // Commits the first `records_done` records of the shard (counted from the
+  // shard's first record, so it starts at shard.committed()). On success
+  // lease.committed is updated.
+  absl::Status ReportProgress(ShardLease& lease, int64_t records_done);
+  absl::Status Complete(ShardLease& lease);
+  absl::Status Release();
+  absl::StatusOr<v1::GetProgressResponse> Progress();
+
+  // Consumes every record until the end of the data: `process` is called per
+  // record; every `commit_every` records progress is reported, and
+  // `on_commit(epoch, first, count)` is called once the service acknowledged
+  // records [first, first+count) of the lease's remaining list.
+  using ProcessFn = std::function<void(const ShardLease&, int64_t record_id)>;
+  using CommitFn = std::function<void(const ShardLease&, int64_t from, int64_t to)>;
+  absl::Status ConsumeAll(int64_t commit_every, const ProcessFn& process,
+                          const CommitFn& on_commit);
+
+  const ShardingClientOptions& options() const { return options_; }
+
+ private:
+  v1::DatasetRef Ref() const;
+  template <typename Req, typename Resp, typename Call>
+  absl::Status CallWithRetry(const Req& req, Resp* resp, Call call);
+
+  std::unique_ptr<v1::ShardingService::Stub> stub_;
+  ShardingClientOptions options_;
+};
+
+// Whether a status is worth retrying (the service is restarting or busy).
+bool IsRetryable(const absl::Status& status);
+
+}  // namespace antdt::client
