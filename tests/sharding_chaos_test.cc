@@ -56,7 +56,7 @@ TEST_P(ChaosTest, EveryRecordOfEveryEpochCommittedExactlyOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Order, ChaosTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Shuffled" : "Sequential"; });
+                         [](const auto& p) { return p.param ? "Shuffled" : "Sequential"; });
 
 }  // namespace
 }  // namespace antdt

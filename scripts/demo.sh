@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# One command for a new user: install what is missing, build, run the main job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+exec build/bin/antdt demo "$@"
