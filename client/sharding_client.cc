@@ -16,6 +16,13 @@ bool IsRetryable(const absl::Status& status) {
          status.code() == absl::StatusCode::kResourceExhausted;
 }
 
+std::shared_ptr<grpc::Channel> CreateShardingChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
 ShardingClient::ShardingClient(std::shared_ptr<grpc::Channel> channel,
                                ShardingClientOptions options)
     : stub_(v1::ShardingService::NewStub(channel)), options_(std::move(options)) {}

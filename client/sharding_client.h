@@ -87,6 +87,10 @@ class ShardingClient {
   ShardingClientOptions options_;
 };
 
+// A channel to the sharding service that reconnects quickly after a restart
+// (gRPC's default reconnect backoff grows to minutes; a lease is seconds).
+std::shared_ptr<grpc::Channel> CreateShardingChannel(const std::string& address);
+
 // Whether a status is worth retrying (the service is restarting or busy).
 bool IsRetryable(const absl::Status& status);
 

@@ -9,6 +9,7 @@ PACKAGES=(
   libabsl-dev libsqlite3-dev libyaml-cpp-dev prometheus-cpp-dev libcpprest-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf
+  prometheus
 )
 
 missing=()

@@ -414,6 +414,18 @@ void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed, v1::
 
 }  // namespace
 
+// A token with no lease row: either never issued (NOT_FOUND), or issued and
+// its row pruned with an epoch older than the previous one, or issued on
+// another dataset: the caller's lease is gone either way.
+absl::Status Ledger::UnknownToken(const Dataset& ds, uint64_t token) const {
+  if (token < next_token_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "token: lease ", token, " is no longer held on dataset ", Key(ds.row.job, ds.row.name),
+        " (it ended in an earlier epoch, or belongs to another dataset)"));
+  }
+  return absl::NotFoundError(absl::StrCat("token: no lease ", token, " was ever issued"));
+}
+
 #define ANTDT_FIND_DATASET(ref, ds_var)                                                       \
   if ((ref).job().empty()) return absl::InvalidArgumentError("dataset.job: must not be empty"); \
   if ((ref).name().empty())                                                                   \
@@ -583,10 +595,7 @@ absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
         ASSIGN_OR_RETURN(ended, store_->ReadLease(req.token()));
         if (ended && ended->dataset_id != ds.row.id) ended.reset();
       }
-      if (!ended) {
-        return absl::NotFoundError(absl::StrCat("token: no lease ", req.token(), " on dataset ",
-                                                Key(ds.row.job, ds.row.name)));
-      }
+      if (!ended) return UnknownToken(ds, req.token());
     }
   }
   RETURN_IF_ERROR(store_->WaitDurable(seq));
@@ -634,10 +643,7 @@ absl::StatusOr<v1::CompleteShardResponse> Ledger::CompleteShard(
         ASSIGN_OR_RETURN(ended, store_->ReadLease(req.token()));
         if (ended && ended->dataset_id != ds.row.id) ended.reset();
       }
-      if (!ended) {
-        return absl::NotFoundError(absl::StrCat("token: no lease ", req.token(), " on dataset ",
-                                                Key(ds.row.job, ds.row.name)));
-      }
+      if (!ended) return UnknownToken(ds, req.token());
     }
   }
   RETURN_IF_ERROR(store_->WaitDurable(seq));

@@ -73,6 +73,7 @@ class Ledger {
  private:
   Ledger(Store* store, const Clock* clock, LedgerOptions options);
   absl::Status Recover();
+  absl::Status UnknownToken(const Dataset& ds, uint64_t token) const;
 
   Store* const store_;
   const Clock* const clock_;

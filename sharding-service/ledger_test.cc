@@ -170,6 +170,18 @@ TEST_F(LedgerTest, CompleteIsIdempotentForTheSameLease) {
   EXPECT_EQ(Complete(999).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(LedgerTest, ALeaseFromLongAgoIsLostNotUnknown) {
+  Create(Spec(20, 10, /*epochs=*/4));
+  auto old = Acquire("slow");
+  clock_.Advance(10'001);  // expires; others finish three epochs meanwhile
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(Complete(Acquire("fast").lease().token()).ok());
+  EXPECT_EQ(Progress().epoch(), 3);
+  auto r = Report(old.lease().token(), 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_EQ(Complete(old.lease().token()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(LedgerTest, ProgressBeyondShardSizeIsRefusedAndChangesNothing) {
   Create(Spec(100, 10));
   auto a = Acquire("a");

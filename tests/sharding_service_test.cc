@@ -39,7 +39,7 @@ class ServiceTest : public ::testing::Test {
     ASSERT_TRUE(address) << "not ready; log:\n" << Log();
     address_ = *address;
     metrics_ = antdt::testing::ReadyFileField(dir_.File("ready"), "metrics").value_or("");
-    channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    channel_ = client::CreateShardingChannel(address_);
   }
 
   std::string Log() {
@@ -103,6 +103,30 @@ TEST_F(ServiceTest, ServesHealthAndMetrics) {
     EXPECT_NE(body->find(want), std::string::npos) << want << "\n" << *body;
   }
   EXPECT_TRUE(antdt::testing::HttpGet(metrics_, "/healthz"));
+}
+
+TEST_F(ServiceTest, MetricsPassPromtool) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool not installed (scripts/install-deps.sh installs it)";
+  }
+  Start();
+  auto client = Client("w");
+  ASSERT_TRUE(client.CreateDataset(Spec()).ok());
+  auto lease = client.Acquire();
+  ASSERT_TRUE(lease.ok() && *lease);
+  auto body = antdt::testing::HttpGet(metrics_, "/metrics");
+  ASSERT_TRUE(body);
+  {
+    std::ofstream out(dir_.File("metrics.txt"));
+    out << *body;
+  }
+  const std::string cmd = "promtool check metrics < " + dir_.File("metrics.txt") + " > " +
+                          dir_.File("promtool.txt") + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(dir_.File("promtool.txt"));
+  std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << report;
+  EXPECT_EQ(report, "") << report;
 }
 
 TEST_F(ServiceTest, KillNineLosesNothingAcknowledged) {

@@ -91,7 +91,7 @@ absl::StatusOr<DemoResult> RunDemo(const DemoOptions& o) {
   copts.dataset = "clicks";
   copts.worker_id = "demo-driver";
   client::ShardingClient driver(
-      grpc::CreateChannel(service.address(), grpc::InsecureChannelCredentials()), copts);
+      client::CreateShardingChannel(service.address()), copts);
   v1::DatasetSpec spec;
   spec.set_job(copts.job);
   spec.set_name(copts.dataset);

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   options.incarnation = incarnation;
   options.retry_budget_ms = 120'000;
   client::ShardingClient client(
-      grpc::CreateChannel(flags->Get("address"), grpc::InsecureChannelCredentials()), options);
+      client::CreateShardingChannel(flags->Get("address")), options);
 
   const std::string journal_path = flags->Get("journal");
   auto unresolved = demo::Journal::Unresolved(journal_path);

@@ -1,0 +1,366 @@
+"""Client of the AntDT dynamic data sharding service (``antdt.v1.ShardingService``).
+
+A worker acquires shards of a dataset under a lease, reports record-level
+progress inside a shard and completes it; the service hands every record of an
+epoch to exactly one committed report. A record only counts as consumed once
+the service acknowledged it: :class:`ShardingClient` calls ``on_commit(epoch,
+record_ids)`` after each acknowledged ``ReportProgress``/``CompleteShard`` with
+exactly the record ids that call newly committed.
+
+Every call retries ``UNAVAILABLE`` and ``DEADLINE_EXCEEDED`` (the service is
+restarting, or the network hiccupped) with jittered exponential backoff from
+50 ms up to 2 s, for at most ``retry_budget_s`` seconds; any other failure
+raises :class:`ShardingError`. Retried calls are safe: reports are idempotent
+and a shard whose acquisition answer was lost goes back to the queue when its
+lease expires.
+
+Example::
+
+    client = ShardingClient("127.0.0.1:7070", "job", "train", "worker-0",
+                            on_commit=lambda epoch, ids: ...)
+    client.create_dataset(record_count=1_000_000, shard_size=1000, epochs=2)
+    for shard, record_id in client.records(commit_every=100):
+        train_on(record_id)
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+
+import grpc
+
+from antdt.v1 import sharding_pb2 as pb
+from antdt.v1 import sharding_pb2_grpc as pb_grpc
+
+__all__ = ["FileSlice", "LeaseLostError", "OnCommit", "Shard", "ShardingClient", "ShardingError"]
+
+_log = logging.getLogger(__name__)
+
+#: ``on_commit(epoch, record_ids)``: called after the service acknowledged
+#: ``record_ids`` (in processing order) as committed in ``epoch``.
+OnCommit = Callable[[int, List[int]], None]
+
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+_BACKOFF_INITIAL_S = 0.05
+_BACKOFF_MAX_S = 2.0
+_DEFAULT_WAIT_S = 0.2
+
+
+class ShardingError(Exception):
+    """A sharding call failed with a non-retryable status, or ran out of retries."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class LeaseLostError(ShardingError):
+    """The shard's lease is no longer held (expired, released or fenced).
+
+    The records acknowledged before stay committed; the rest of the shard went
+    back to the queue and will be handed out again.
+    """
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """Records ``[offset, offset + count)`` of the file ``path``."""
+
+    path: str
+    offset: int
+    count: int
+
+
+@dataclass
+class Shard:
+    """A leased shard: the records still to do and the lease that covers them."""
+
+    epoch: int
+    index: int  #: shard index within the epoch
+    token: int  #: the lease's fencing token
+    committed: int  #: records of the shard committed before this lease (resume point)
+    size: int  #: records in the whole shard
+    start: int  #: unshuffled: first global record id still to do
+    end: int  #: unshuffled: one past the shard's last record id
+    record_ids: List[int]  #: the records still to do, in processing order
+    slices: List[FileSlice] = field(default_factory=list)  #: file parts of the remainder
+    lease_deadline_unix_ms: int = 0
+    acked: int = 0  #: records of the shard committed so far, this lease's included
+
+    @classmethod
+    def from_proto(cls, shard: pb.Shard, lease: pb.Lease) -> "Shard":
+        if shard.record_ids:
+            ids = list(shard.record_ids)
+        else:
+            ids = list(range(shard.start, shard.end))
+        return cls(
+            epoch=shard.epoch,
+            index=shard.index,
+            token=lease.token,
+            committed=shard.committed,
+            size=shard.size,
+            start=shard.start,
+            end=shard.end,
+            record_ids=ids,
+            slices=[FileSlice(s.path, s.offset, s.count) for s in shard.slices],
+            lease_deadline_unix_ms=lease.deadline_unix_ms,
+            acked=shard.committed,
+        )
+
+    def _ids_between(self, done_from: int, done_to: int) -> List[int]:
+        """Record ids of shard positions [done_from, done_to) (counted from the shard's start)."""
+        return self.record_ids[done_from - self.committed : done_to - self.committed]
+
+
+class ShardingClient:
+    """One worker's client for one dataset of a job.
+
+    Args:
+        address: the service's ``HOST:PORT``.
+        job, dataset: the dataset's job and name.
+        worker_id: this worker's stable id.
+        incarnation: raise it each time the worker restarts; the service then
+            hands the older incarnation's in-flight shards back (from after
+            their last committed record) and refuses the old process.
+        retry_budget_s: how long one call keeps retrying UNAVAILABLE and
+            DEADLINE_EXCEEDED before it raises.
+        on_commit: called as ``on_commit(epoch, record_ids)`` after every
+            acknowledged report or completion, with the newly committed ids.
+        call_timeout_s: deadline of each attempt.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        job: str,
+        dataset: str,
+        worker_id: str,
+        incarnation: int = 0,
+        retry_budget_s: float = 60.0,
+        on_commit: Optional[OnCommit] = None,
+        call_timeout_s: float = 5.0,
+    ) -> None:
+        self.address = address
+        self.job = job
+        self.dataset = dataset
+        self.worker_id = worker_id
+        self.incarnation = incarnation
+        self.retry_budget_s = retry_budget_s
+        self.on_commit = on_commit
+        self.call_timeout_s = call_timeout_s
+        self.retries = 0  #: attempts retried so far (for monitoring and tests)
+        # Reconnect quickly once a restarted service listens again (gRPC's
+        # default reconnect backoff starts at 1 s and grows to 2 min). Not
+        # grpc.min_reconnect_backoff_ms: that is the connect *timeout*.
+        self._channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.initial_reconnect_backoff_ms", int(_BACKOFF_INITIAL_S * 1000)),
+                ("grpc.max_reconnect_backoff_ms", int(_BACKOFF_MAX_S * 1000)),
+            ],
+        )
+        self._stub = pb_grpc.ShardingServiceStub(self._channel)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the channel (does not release leases; see :meth:`release`)."""
+        self._channel.close()
+
+    def __enter__(self) -> "ShardingClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- calls -------------------------------------------------------------
+
+    def create_dataset(
+        self,
+        record_count: Optional[int] = None,
+        files: Optional[Sequence[Tuple[str, int]]] = None,
+        *,
+        shard_size: int,
+        epochs: int = 1,
+        shuffle: bool = False,
+        seed: int = 0,
+    ) -> pb.CreateDatasetResponse:
+        """Creates the dataset, or confirms that it exists with these parameters.
+
+        Give either ``record_count`` or ``files`` as ``(path, records)`` pairs
+        (records are then numbered across the files in order).
+        """
+        spec = pb.DatasetSpec(
+            job=self.job,
+            name=self.dataset,
+            record_count=record_count or 0,
+            files=[pb.DataFile(path=p, records=n) for p, n in (files or [])],
+            shard_size=shard_size,
+            epochs=epochs,
+            shuffle=shuffle,
+            seed=seed,
+        )
+        return self._call("CreateDataset", pb.CreateDatasetRequest(spec=spec))
+
+    def acquire(self) -> Optional[Shard]:
+        """Leases the next shard; None once every epoch is done.
+
+        While every remaining shard is leased to others the service answers
+        WAIT, and this sleeps its ``retry_after_ms`` and asks again.
+        """
+        request = pb.AcquireShardRequest(
+            dataset=self._ref(), worker_id=self.worker_id, incarnation=self.incarnation
+        )
+        while True:
+            resp = self._call("AcquireShard", request)
+            if resp.result == pb.AcquireShardResponse.SHARD:
+                return Shard.from_proto(resp.shard, resp.lease)
+            if resp.result == pb.AcquireShardResponse.END_OF_DATA:
+                return None
+            if resp.result == pb.AcquireShardResponse.WAIT:
+                time.sleep(resp.retry_after_ms / 1000.0 if resp.retry_after_ms > 0 else _DEFAULT_WAIT_S)
+                continue
+            raise ShardingError(grpc.StatusCode.UNKNOWN, f"AcquireShard: unexpected result {resp.result}")
+
+    def report(self, shard: Shard, records_done: int) -> int:
+        """Commits the shard's first ``records_done`` records (counted from the
+        shard's first record, so a resumed shard starts at ``shard.committed``)
+        and renews the lease. Returns the records of the shard now committed.
+
+        Raises :class:`LeaseLostError` when the lease is no longer held.
+        """
+        resp = self._call(
+            "ReportProgress",
+            pb.ReportProgressRequest(dataset=self._ref(), token=shard.token, records_done=records_done),
+            lease_call=True,
+        )
+        if resp.lease.deadline_unix_ms:
+            shard.lease_deadline_unix_ms = resp.lease.deadline_unix_ms
+        self._acknowledge(shard, resp.committed)
+        return resp.committed
+
+    def complete(self, shard: Shard) -> None:
+        """Commits the rest of the shard and ends its lease.
+
+        Raises :class:`LeaseLostError` when the lease is no longer held.
+        """
+        self._call(
+            "CompleteShard",
+            pb.CompleteShardRequest(dataset=self._ref(), token=shard.token),
+            lease_call=True,
+        )
+        self._acknowledge(shard, shard.size)
+
+    def release(self) -> int:
+        """Gives back the shards of this worker's incarnations up to this one
+        (their unfinished remainders are requeued at once); returns how many.
+
+        The service then refuses shards to this incarnation: a client that
+        goes on must use a higher one.
+        """
+        resp = self._call(
+            "ReleaseWorker",
+            pb.ReleaseWorkerRequest(
+                dataset=self._ref(), worker_id=self.worker_id, incarnation=self.incarnation
+            ),
+        )
+        return resp.released_shards
+
+    def progress(self) -> pb.GetProgressResponse:
+        """The dataset's progress: epoch, shard counts, committed records, rates."""
+        return self._call("GetProgress", pb.GetProgressRequest(dataset=self._ref()))
+
+    def records(self, commit_every: int = 100) -> Iterator[Tuple[Shard, int]]:
+        """Yields ``(shard, record_id)`` over every shard until END_OF_DATA.
+
+        A record counts as processed when the caller asks for the next one.
+        Progress is reported every ``commit_every`` processed records and each
+        shard is completed after its last record; only what ``on_commit``
+        announces is committed. A shard whose lease was lost is abandoned (its
+        remainder is handed out again) and the loop goes on with the next.
+        Leaving the loop early leaves the current lease to expire (or call
+        :meth:`release`).
+        """
+        if commit_every <= 0:
+            raise ValueError(f"commit_every: must be > 0, got {commit_every}")
+        while True:
+            shard = self.acquire()
+            if shard is None:
+                return
+            try:
+                done = shard.committed
+                for record_id in shard.record_ids:
+                    yield shard, record_id
+                    done += 1
+                    if done < shard.size and done - shard.acked >= commit_every:
+                        self.report(shard, done)
+                self.complete(shard)
+            except LeaseLostError as e:
+                _log.warning(
+                    "lease %d on shard %d of epoch %d lost after %d records: %s",
+                    shard.token, shard.index, shard.epoch, shard.acked, e.message,
+                )
+
+    # -- internals ---------------------------------------------------------
+
+    def _ref(self) -> pb.DatasetRef:
+        return pb.DatasetRef(job=self.job, name=self.dataset)
+
+    def _acknowledge(self, shard: Shard, committed: int) -> None:
+        """Records that the service acknowledged ``committed`` records of the shard."""
+        if committed <= shard.acked:
+            return
+        ids = shard._ids_between(shard.acked, committed)
+        shard.acked = committed
+        if self.on_commit is not None and ids:
+            self.on_commit(shard.epoch, ids)
+
+    def _call(self, method: str, request: Any, lease_call: bool = False) -> Any:
+        """Calls ``method``, retrying transient failures within the retry budget."""
+        rpc = getattr(self._stub, method)
+        give_up_at = time.monotonic() + self.retry_budget_s
+        backoff = _BACKOFF_INITIAL_S
+        while True:
+            remaining = give_up_at - time.monotonic()
+            try:
+                return rpc(request, timeout=max(min(self.call_timeout_s, remaining), 0.05))
+            except grpc.RpcError as e:
+                code: grpc.StatusCode = e.code()
+                details: str = e.details() or ""
+                if code not in _RETRYABLE:
+                    if lease_call and code == grpc.StatusCode.FAILED_PRECONDITION:
+                        raise LeaseLostError(code, details) from None
+                    raise ShardingError(code, details) from None
+                remaining = give_up_at - time.monotonic()
+                if remaining <= 0:
+                    raise ShardingError(
+                        code, f"{method}: {details} (gave up after retrying for {self.retry_budget_s:g} s)"
+                    ) from None
+                delay = min(random.uniform(backoff / 2, backoff), remaining)
+                self.retries += 1
+                _log.debug("%s: %s (%s); retrying in %.3f s", method, code.name, details, delay)
+                self._sleep_connecting(delay)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def _sleep_connecting(self, delay_s: float) -> None:
+        """Sleeps ``delay_s`` while letting the channel reconnect.
+
+        gRPC Python advances a channel's connection attempt only while some
+        thread polls it; a fail-fast call in TRANSIENT_FAILURE returns at once,
+        so without this a reconnect to a restarted service stalls until gRPC's
+        5 s backup poller. Watching the channel's state keeps it polled.
+        """
+        self._channel.subscribe(_ignore_state, try_to_connect=True)
+        try:
+            time.sleep(delay_s)
+        finally:
+            self._channel.unsubscribe(_ignore_state)
+
+
+def _ignore_state(_state: grpc.ChannelConnectivity) -> None:
+    """A no-op connectivity callback (see ShardingClient._sleep_connecting)."""

@@ -1,0 +1,272 @@
+"""Tests of the Python sharding client against the real antdt-sharding-service.
+
+Needs ANTDT_BIN_DIR (the directory of antdt-sharding-service) and the generated
+stubs on PYTHONPATH; ctest's python_sdk_test sets both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+from collections import defaultdict
+from typing import Callable, Dict, List, Optional
+
+import grpc
+
+from antdt.sharding import FileSlice, LeaseLostError, ShardingClient, ShardingError
+
+JOB = "job"
+RECORDS = 500
+SHARD_SIZE = 20
+EPOCHS = 2
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Polls ``condition`` until it holds; fails the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.01)
+
+
+class Service:
+    """The service binary in a subprocess, on a state dir that outlives restarts."""
+
+    def __init__(self, workdir: str) -> None:
+        bin_dir = os.environ.get("ANTDT_BIN_DIR")
+        if not bin_dir:
+            raise unittest.SkipTest("ANTDT_BIN_DIR is not set")
+        self.binary = os.path.join(bin_dir, "antdt-sharding-service")
+        if not os.access(self.binary, os.X_OK):
+            raise unittest.SkipTest(f"{self.binary} is not built")
+        self.workdir = workdir
+        self.state_dir = os.path.join(workdir, "state")
+        self.ready_file = os.path.join(workdir, "ready")
+        self.log_path = os.path.join(workdir, "service.log")
+        self.proc: Optional[subprocess.Popen] = None
+        self.address = ""
+
+    def start(self, listen: str = "127.0.0.1:0", timeout_s: float = 30.0) -> str:
+        """Starts the service and waits for its ready file; returns HOST:PORT."""
+        if os.path.exists(self.ready_file):
+            os.remove(self.ready_file)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [self.binary, "--listen", listen, "--state-dir", self.state_dir,
+                 "--ready-file", self.ready_file, "--lease-ttl", "2s"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if os.path.exists(self.ready_file):
+                with open(self.ready_file) as f:
+                    first = f.readline().strip()
+                if first:
+                    self.address = first
+                    return first
+            if self.proc.poll() is not None:
+                raise AssertionError(f"service exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"service not ready after {timeout_s} s:\n{self.log()}")
+            time.sleep(0.01)
+
+    def kill(self) -> None:
+        """SIGKILLs the service (a crash) and reaps it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+
+class Commits:
+    """Thread-safe collector of on_commit callbacks: epoch -> committed ids."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_epoch: Dict[int, List[int]] = defaultdict(list)
+
+    def __call__(self, epoch: int, record_ids: List[int]) -> None:
+        with self._lock:
+            self.by_epoch[epoch].extend(record_ids)
+
+    def count(self) -> int:
+        with self._lock:
+            return sum(len(ids) for ids in self.by_epoch.values())
+
+
+class ShardingClientTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="antdt-py-sdk-")
+        self.service = Service(self.workdir)
+        self.address = self.service.start()
+        self.clients: List[ShardingClient] = []
+
+    def tearDown(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.service.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def client(self, dataset: str, worker: str, incarnation: int = 0,
+               on_commit: Optional[Callable[[int, List[int]], None]] = None,
+               address: Optional[str] = None) -> ShardingClient:
+        c = ShardingClient(address or self.address, JOB, dataset, worker,
+                           incarnation=incarnation, retry_budget_s=60, on_commit=on_commit)
+        self.clients.append(c)
+        return c
+
+    def assert_exactly_once(self, commits: Commits) -> None:
+        self.assertEqual(sorted(commits.by_epoch), list(range(EPOCHS)))
+        for epoch in range(EPOCHS):
+            ids = commits.by_epoch[epoch]
+            self.assertEqual(len(ids), len(set(ids)), f"epoch {epoch}: a record committed twice")
+            self.assertEqual(sorted(ids), list(range(RECORDS)), f"epoch {epoch}: records missing")
+
+    def run_workers(self, workers: Dict[str, ShardingClient], commit_every: int,
+                    per_record: Callable[[], None] = lambda: None) -> List[threading.Thread]:
+        """Starts one thread per client looping over records(); errors go to self.errors."""
+        self.errors: List[BaseException] = []
+
+        def loop(c: ShardingClient) -> None:
+            try:
+                for _shard, _record in c.records(commit_every=commit_every):
+                    per_record()
+            except BaseException as e:  # noqa: BLE001  (reported by the main thread)
+                self.errors.append(e)
+
+        threads = [threading.Thread(target=loop, args=(c,), name=w, daemon=True)
+                   for w, c in workers.items()]
+        for t in threads:
+            t.start()
+        return threads
+
+    def join(self, threads: List[threading.Thread], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for t in threads:
+            t.join(max(deadline - time.monotonic(), 0))
+            self.assertFalse(t.is_alive(), f"worker {t.name} did not finish in {timeout_s} s")
+        if self.errors:
+            raise self.errors[0]
+
+    # (a)
+    def test_two_workers_commit_every_record_once_per_epoch(self) -> None:
+        commits = Commits()
+        a = self.client("a", "w0", on_commit=commits)
+        b = self.client("a", "w1", on_commit=commits)
+        created = a.create_dataset(record_count=RECORDS, shard_size=SHARD_SIZE, epochs=EPOCHS)
+        self.assertTrue(created.created)
+        self.assertEqual(created.shard_count, RECORDS // SHARD_SIZE)
+        # The second worker's create is a no-op confirmation.
+        self.assertFalse(b.create_dataset(record_count=RECORDS, shard_size=SHARD_SIZE,
+                                          epochs=EPOCHS).created)
+
+        self.join(self.run_workers({"w0": a, "w1": b}, commit_every=7), timeout_s=120)
+
+        self.assert_exactly_once(commits)
+        progress = a.progress()
+        self.assertTrue(progress.finished)
+        self.assertEqual(progress.records_committed_total, RECORDS * EPOCHS)
+        self.assertEqual(sorted(w.worker_id for w in progress.workers), ["w0", "w1"])
+        self.assertEqual(sum(w.records_committed for w in progress.workers), RECORDS * EPOCHS)
+        self.assertIsNone(a.acquire())
+
+    # (b)
+    def test_restarted_worker_resumes_its_shard_after_last_commit(self) -> None:
+        commits = Commits()
+        first = self.client("b", "w0", incarnation=3, on_commit=commits)
+        first.create_dataset(record_count=RECORDS, shard_size=SHARD_SIZE, epochs=1)
+        shard = first.acquire()
+        assert shard is not None
+        self.assertEqual((shard.epoch, shard.committed, shard.size), (0, 0, SHARD_SIZE))
+        self.assertEqual(shard.record_ids, list(range(shard.start, shard.end)))
+        self.assertEqual(first.report(shard, 7), 7)
+        self.assertEqual(commits.by_epoch[0], shard.record_ids[:7])
+
+        # The worker "restarts": a new process with a higher incarnation.
+        second = self.client("b", "w0", incarnation=4, on_commit=commits)
+        resumed = second.acquire()
+        assert resumed is not None
+        self.assertEqual((resumed.epoch, resumed.index), (shard.epoch, shard.index))
+        self.assertNotEqual(resumed.token, shard.token)
+        self.assertEqual(resumed.committed, 7)
+        self.assertEqual(resumed.size, SHARD_SIZE)
+        self.assertEqual(resumed.start, shard.start + 7)
+        self.assertEqual(resumed.end, shard.end)
+        self.assertEqual(resumed.record_ids, shard.record_ids[7:])
+
+        # The old incarnation is fenced: its lease is gone and it gets no shards.
+        with self.assertRaises(LeaseLostError) as lost:
+            first.report(shard, 10)
+        self.assertEqual(lost.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        with self.assertRaises(ShardingError) as old:
+            first.acquire()
+        self.assertEqual(old.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
+        second.complete(resumed)
+        self.assertEqual(sorted(commits.by_epoch[0]), shard.record_ids)
+
+    # (c)
+    def test_records_loop_survives_service_crash_and_restart(self) -> None:
+        commits = Commits()
+        c = self.client("c", "w0", on_commit=commits)
+        c.create_dataset(record_count=RECORDS, shard_size=SHARD_SIZE, epochs=EPOCHS)
+        port = self.address.rsplit(":", 1)[1]
+        threads = self.run_workers({"w0": c}, commit_every=5, per_record=lambda: time.sleep(0.001))
+
+        wait_until(lambda: commits.count() >= 300 or bool(self.errors), 60, "300 commits")
+        self.assertFalse(self.errors)
+        self.service.kill()
+        before = c.retries
+        # The client must notice the outage before the service comes back.
+        wait_until(lambda: c.retries > before, 30, "the client to retry")
+        self.assertEqual(self.service.start(listen=f"127.0.0.1:{port}"), self.address)
+
+        self.join(threads, timeout_s=120)
+        self.assertGreater(c.retries, before)
+        self.assert_exactly_once(commits)
+        self.assertTrue(c.progress().finished)
+
+    def test_files_slices_and_shuffled_record_ids(self) -> None:
+        files = [("a.rec", 30), ("b.rec", 25)]
+        plain = self.client("files", "w0")
+        self.assertEqual(plain.create_dataset(files=files, shard_size=20).record_count, 55)
+        first, second = plain.acquire(), plain.acquire()
+        assert first is not None and second is not None
+        self.assertEqual(first.slices, [FileSlice("a.rec", 0, 20)])
+        self.assertEqual(second.slices, [FileSlice("a.rec", 20, 10), FileSlice("b.rec", 0, 10)])
+        self.assertEqual(second.record_ids, list(range(20, 40)))
+
+        commits = Commits()
+        shuffled = self.client("shuffled", "w0", on_commit=commits)
+        shuffled.create_dataset(files=files, shard_size=20, epochs=EPOCHS, shuffle=True, seed=7)
+        for _shard, _record in shuffled.records(commit_every=3):
+            pass
+        for epoch in range(EPOCHS):
+            self.assertEqual(sorted(commits.by_epoch[epoch]), list(range(55)))
+        self.assertNotEqual(commits.by_epoch[0], list(range(55)))
+
+    # (d)
+    def test_invalid_shard_size_is_refused(self) -> None:
+        c = self.client("d", "w0")
+        with self.assertRaises(ShardingError) as err:
+            c.create_dataset(record_count=RECORDS, shard_size=0)
+        self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("spec.shard_size", err.exception.message)
+        self.assertEqual(c.retries, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
