@@ -200,7 +200,7 @@ void FillState(const std::string& dir, int64_t shards) {
       batch.push_back(ShardRow{1, i, done ? ShardState::kDone : ShardState::kDoing,
                                done ? 10 : 3, done ? 0 : token});
       batch.push_back(LeaseRow{token, 1, 0, i, "w" + std::to_string(i % 64), 0, 0,
-                               done ? 10 : 3, done ? LeaseState::kCompleted : LeaseState::kActive});
+                               done ? 10 : 3, done ? LeaseState::kCompleted : LeaseState::kActive, ""});
     }
     seq = (*store)->Append(std::move(batch));
   }

@@ -71,6 +71,9 @@ absl::StatusOr<std::optional<ShardLease>> ShardingClient::Acquire() {
   *req.mutable_dataset() = Ref();
   req.set_worker_id(options_.worker_id);
   req.set_incarnation(options_.incarnation);
+  // Retries of this call carry the same id: a lost answer costs no extra lease.
+  thread_local std::mt19937_64 ids(std::random_device{}());
+  req.set_request_id(absl::StrCat(absl::Hex(ids(), absl::kZeroPad16)));
   for (;;) {
     v1::AcquireShardResponse resp;
     RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q,

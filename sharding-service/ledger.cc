@@ -515,7 +515,25 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(
       for (uint64_t token : old) ops.EndLease(ds, token, LeaseState::kReleased);
       worker.incarnation = req.incarnation();
     }
-    if (ds.finished()) {
+    const ActiveLease* retried = nullptr;
+    if (!req.request_id().empty()) {
+      for (const auto& [token, lease] : ds.leases) {
+        if (lease.row.request_id == req.request_id() && lease.row.worker == req.worker_id() &&
+            lease.row.incarnation == req.incarnation()) {
+          retried = &lease;
+          break;
+        }
+      }
+    }
+    if (retried != nullptr) {
+      // The answer to this call was lost: the same lease again, renewed.
+      ActiveLease& lease = ds.leases[retried->row.token];
+      lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
+      resp.set_result(v1::AcquireShardResponse::SHARD);
+      FillShard(ds, lease.row.index, ds.shards[lease.row.index].committed, resp.mutable_shard());
+      resp.mutable_lease()->set_token(lease.row.token);
+      resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
+    } else if (ds.finished()) {
       resp.set_result(v1::AcquireShardResponse::END_OF_DATA);
     } else if (ds.todo.empty()) {
       resp.set_result(v1::AcquireShardResponse::WAIT);
@@ -530,9 +548,9 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(
       slot.token = token;
       ++ds.doing;
       ActiveLease lease;
-      lease.row = LeaseRow{token,           ds.row.id,       ds.row.epoch,   index,
+      lease.row = LeaseRow{token,           ds.row.id,         ds.row.epoch,   index,
                            req.worker_id(), req.incarnation(), slot.committed, slot.committed,
-                           LeaseState::kActive};
+                           LeaseState::kActive, req.request_id()};
       lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
       ds.leases[token] = lease;
       batch.push_back(NextToken{next_token_});

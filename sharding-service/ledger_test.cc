@@ -209,6 +209,25 @@ TEST_F(LedgerTest, RestartedWorkerResumesAfterItsLastCommittedRecord) {
   EXPECT_EQ(ledger_->AcquireShard(old).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(LedgerTest, ARetriedAcquireGetsTheSameLease) {
+  Create(Spec(100, 10));
+  v1::AcquireShardRequest req;
+  *req.mutable_dataset() = Ref();
+  req.set_worker_id("w");
+  req.set_request_id("r1");
+  auto first = ledger_->AcquireShard(req);
+  ASSERT_TRUE(first.ok());
+  Reopen();  // the service crashed after committing, before answering
+  auto retry = ledger_->AcquireShard(req);
+  ASSERT_TRUE(retry.ok());
+  EXPECT_EQ(retry->lease().token(), first->lease().token());
+  EXPECT_EQ(retry->shard().index(), first->shard().index());
+  req.set_request_id("r2");
+  auto second = ledger_->AcquireShard(req);
+  EXPECT_NE(second->shard().index(), first->shard().index());
+  EXPECT_EQ(Progress().shards_doing(), 2);
+}
+
 TEST_F(LedgerTest, ReleaseWorkerRequeuesAtOnce) {
   Create(Spec(100, 10));
   auto a1 = Acquire("a");

@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS shards(
 CREATE TABLE IF NOT EXISTS leases(
   token INTEGER PRIMARY KEY, dataset_id INTEGER NOT NULL, epoch INTEGER NOT NULL,
   idx INTEGER NOT NULL, worker TEXT NOT NULL, incarnation INTEGER NOT NULL,
-  begin_rec INTEGER NOT NULL, committed INTEGER NOT NULL, state INTEGER NOT NULL);
+  begin_rec INTEGER NOT NULL, committed INTEGER NOT NULL, state INTEGER NOT NULL,
+  request_id TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS leases_active ON leases(state) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS leases_epoch ON leases(dataset_id, epoch);
 CREATE TABLE IF NOT EXISTS checkpoints(
@@ -67,11 +68,12 @@ LeaseRow ReadLeaseRow(sqlite3_stmt* s) {
   row.begin = sqlite3_column_int64(s, 6);
   row.committed = sqlite3_column_int64(s, 7);
   row.state = static_cast<LeaseState>(sqlite3_column_int(s, 8));
+  row.request_id = reinterpret_cast<const char*>(sqlite3_column_text(s, 9));
   return row;
 }
 
 constexpr const char* kLeaseColumns =
-    "token, dataset_id, epoch, idx, worker, incarnation, begin_rec, committed, state";
+    "token, dataset_id, epoch, idx, worker, incarnation, begin_rec, committed, state, request_id";
 
 }  // namespace
 
@@ -127,7 +129,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
               "INSERT OR REPLACE INTO shards(dataset_id, idx, state, committed, token) "
               "VALUES(?,?,?,?,?)"),
       Prepare(db, absl::StrCat("INSERT OR REPLACE INTO leases(", kLeaseColumns,
-                               ") VALUES(?,?,?,?,?,?,?,?,?)")
+                               ") VALUES(?,?,?,?,?,?,?,?,?,?)")
                       .c_str()),
       Prepare(db, "DELETE FROM shards WHERE dataset_id = ?"),
       Prepare(db, "DELETE FROM leases WHERE dataset_id = ? AND epoch < ?"),
@@ -251,6 +253,7 @@ void SqliteStore::Apply(const Mutation& m) {
     sqlite3_bind_int64(s, 7, l->begin);
     sqlite3_bind_int64(s, 8, l->committed);
     sqlite3_bind_int(s, 9, static_cast<int>(l->state));
+    sqlite3_bind_text(s, 10, l->request_id.c_str(), -1, SQLITE_TRANSIENT);
   } else if (const auto* ds = std::get_if<DeleteShards>(&m)) {
     s = st.delete_shards;
     sqlite3_bind_int64(s, 1, ds->dataset_id);

@@ -57,6 +57,7 @@ struct LeaseRow {
   int64_t begin = 0;      // shard's committed records when the lease began
   int64_t committed = 0;  // shard's committed records under this lease
   LeaseState state = LeaseState::kActive;
+  std::string request_id;  // of the AcquireShard call that created it
 };
 
 struct DeleteShards {  // the epoch advanced or a checkpoint was restored

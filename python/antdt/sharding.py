@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
@@ -214,7 +215,11 @@ class ShardingClient:
         WAIT, and this sleeps its ``retry_after_ms`` and asks again.
         """
         request = pb.AcquireShardRequest(
-            dataset=self._ref(), worker_id=self.worker_id, incarnation=self.incarnation
+            dataset=self._ref(),
+            worker_id=self.worker_id,
+            incarnation=self.incarnation,
+            # A retry whose first answer was lost gets the same lease back.
+            request_id=uuid.uuid4().hex,
         )
         while True:
             resp = self._call("AcquireShard", request)
