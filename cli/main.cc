@@ -8,7 +8,12 @@
 
 #include "absl/strings/numbers.h"
 #include "common/config.h"
+#include "common/server.h"
 #include "examples/demo/demo_run.h"
+
+namespace antdt::cli {
+int MonitorCommand(int argc, char** argv);
+}  // namespace antdt::cli
 
 namespace {
 
@@ -21,6 +26,11 @@ commands:
           flags: --workers N [4] --records N [20000] --shard-size N [100]
                  --epochs N [2] --worker-kills N [1] --service-kills N [0]
                  --record-us N [200] --seed N [1] --work-dir DIR [./antdt-demo]
+  monitor the Monitor service on its own: agents stream to it, GetJobHealth
+          answers per-worker straggler scores, classes and causes.
+          flags: --listen HOST:PORT [127.0.0.1:7071] --ready-file PATH
+                 --metrics-listen HOST:PORT --config FILE (window, thresholds)
+                 --tick DURATION [200ms]
 )";
 
 std::string SelfDir() {
@@ -98,6 +108,10 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "demo") return Demo(argc - 1, argv + 1);
+  if (cmd == "monitor") {
+    antdt::BlockTerminationSignals();
+    return antdt::cli::MonitorCommand(argc - 1, argv + 1);
+  }
   std::fprintf(stderr, "antdt: unknown command \"%s\"\n%s", cmd.c_str(), kUsage);
   return 2;
 }

@@ -1,0 +1,107 @@
+// The node agent's moving parts, wired by agent/main.cc:
+//  - AgentServiceImpl: the local endpoint where worker SDKs report steps;
+//  - MonitorLink: one bidirectional stream to the Monitor, reconnecting with
+//    backoff, fed from the bounded Outbox;
+//  - NodeView: the latest node sample and the Monitor's health view of this
+//    node's workers, exported as Prometheus metrics at scrape time.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "agent/core/outbox.h"
+#include "antdt/v1/agent.grpc.pb.h"
+#include "antdt/v1/monitor.grpc.pb.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace antdt::agent {
+
+// Latest node sample and worker health; read by the metrics collector.
+// Thread-safe.
+class NodeView {
+ public:
+  void SetSample(const v1::NodeSample& sample);
+  void SetHealth(const v1::HealthUpdate& update);
+  v1::NodeSample sample() const;
+  std::vector<v1::WorkerHealth> health() const;
+
+ private:
+  mutable std::mutex mu_;
+  v1::NodeSample sample_;
+  std::map<std::pair<std::string, std::string>, v1::WorkerHealth> health_;
+};
+
+// Renders NodeView as antdt_node_*, antdt_cgroup_*, antdt_gpu_* and
+// antdt_worker_straggler_* gauges.
+std::shared_ptr<prometheus::Collectable> MakeNodeCollector(const NodeView* view);
+
+class AgentServiceImpl final : public v1::Agent::Service {
+ public:
+  AgentServiceImpl(std::string node, Outbox* outbox, const DirectiveTable* directives,
+                   prometheus::Registry& registry);
+  grpc::Status ReportStep(grpc::ServerContext* ctx, const v1::ReportStepRequest* req,
+                          v1::ReportStepResponse* resp) override;
+
+ private:
+  const std::string node_;
+  Outbox* const outbox_;
+  const DirectiveTable* const directives_;
+  prometheus::Family<prometheus::Histogram>& step_seconds_;
+  prometheus::Family<prometheus::Counter>& steps_;
+  prometheus::Family<prometheus::Counter>& samples_;
+  prometheus::Family<prometheus::Gauge>& samples_per_second_;
+  std::mutex mu_;
+  std::map<std::string, double> rate_;  // EWMA of samples/s per worker
+};
+
+struct MonitorLinkOptions {
+  std::string address;
+  std::string node;
+  std::map<std::string, std::string> labels;
+  int64_t min_backoff_ms = 100;
+  int64_t max_backoff_ms = 5'000;
+};
+
+// Keeps one stream to the Monitor open; sends what the Outbox holds; hands
+// directives to the DirectiveTable and health to the NodeView.
+class MonitorLink {
+ public:
+  MonitorLink(MonitorLinkOptions options, Outbox* outbox, DirectiveTable* directives,
+              NodeView* view, prometheus::Registry& registry);
+  ~MonitorLink();  // stops and joins
+  void Start();
+  bool connected() const { return connected_; }
+
+ private:
+  void Run();
+  bool Session();  // one connection; returns after it breaks
+
+  const MonitorLinkOptions options_;
+  Outbox* const outbox_;
+  DirectiveTable* const directives_;
+  NodeView* const view_;
+  prometheus::Gauge& connected_gauge_;
+  prometheus::Counter& reconnects_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> connected_{false};
+  std::mutex ctx_mu_;
+  grpc::ClientContext* ctx_ = nullptr;
+  std::thread thread_;
+};
+
+// Validates a step report from an SDK; errors name the field.
+absl::Status ValidateStep(const v1::StepReport& step);
+
+}  // namespace antdt::agent

@@ -1,0 +1,157 @@
+#include "agent/core/agent.h"
+
+#include <gtest/gtest.h>
+
+#include "prometheus/text_serializer.h"
+
+namespace antdt::agent {
+namespace {
+
+v1::AgentMessage Step(const std::string& worker) {
+  v1::AgentMessage m;
+  m.mutable_step()->set_worker_id(worker);
+  return m;
+}
+
+TEST(Outbox, KeepsTheNewestAndCountsDrops) {
+  Outbox box(3);
+  v1::AgentMessage sample;
+  sample.mutable_node_sample()->set_node("n");
+  box.Push(sample);
+  for (int i = 0; i < 4; ++i) box.Push(Step("w" + std::to_string(i)));
+  EXPECT_EQ(box.size(), 3u);
+  EXPECT_EQ(box.dropped_node_samples(), 1);
+  EXPECT_EQ(box.dropped_step_reports(), 1);
+  auto first = box.Peek(0);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->step().worker_id(), "w1");
+  // Peek does not remove: a failed write loses nothing.
+  EXPECT_EQ(box.Peek(0)->step().worker_id(), "w1");
+  box.Pop();
+  EXPECT_EQ(box.Peek(0)->step().worker_id(), "w2");
+  box.Close();
+  EXPECT_FALSE(box.Peek(1000));
+}
+
+TEST(DirectiveTable, HandsOutOnlyNewerVersions) {
+  DirectiveTable table;
+  v1::Directive d;
+  d.set_job("j");
+  d.set_worker_id("w");
+  d.set_version(2);
+  d.mutable_adjust_batch()->set_local_batch_size(48);
+  table.Put(d);
+  d.set_version(1);  // an older one arriving late is ignored
+  table.Put(d);
+  ASSERT_EQ(table.Newer("j", "w", 0).size(), 1u);
+  EXPECT_EQ(table.Newer("j", "w", 0)[0].version(), 2);
+  EXPECT_EQ(table.Newer("j", "w", 0)[0].adjust_batch().local_batch_size(), 48);
+  EXPECT_TRUE(table.Newer("j", "w", 2).empty());
+  EXPECT_TRUE(table.Newer("j", "other", 0).empty());
+}
+
+TEST(ValidateStep, NamesTheField) {
+  v1::StepReport ok;
+  ok.set_job("j");
+  ok.set_worker_id("w");
+  ok.set_role("worker");
+  ok.set_bpt_seconds(0.1);
+  ok.set_samples(32);
+  EXPECT_TRUE(ValidateStep(ok).ok());
+  struct Case {
+    std::function<void(v1::StepReport&)> mutate;
+    std::string field;
+  } cases[] = {
+      {[](v1::StepReport& s) { s.set_job(""); }, "step.job"},
+      {[](v1::StepReport& s) { s.set_worker_id(""); }, "step.worker_id"},
+      {[](v1::StepReport& s) { s.set_role("chief"); }, "step.role"},
+      {[](v1::StepReport& s) { s.set_bpt_seconds(-1); }, "step.bpt_seconds"},
+      {[](v1::StepReport& s) { s.set_bpt_seconds(std::nan("")); }, "step.bpt_seconds"},
+      {[](v1::StepReport& s) { s.set_samples(-3); }, "step.samples"},
+      {[](v1::StepReport& s) { (*s.mutable_ps_latency_seconds())["ps-0"] = -1; },
+       "ps_latency_seconds[ps-0]"},
+  };
+  for (const Case& c : cases) {
+    v1::StepReport s = ok;
+    c.mutate(s);
+    absl::Status st = ValidateStep(s);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(st.message().find(c.field), std::string::npos) << st;
+  }
+}
+
+TEST(AgentService, StampsTheNodeQueuesTheStepAndReturnsDirectives) {
+  Outbox box(10);
+  DirectiveTable table;
+  prometheus::Registry registry;
+  AgentServiceImpl service("node-a", &box, &table, registry);
+  v1::Directive d;
+  d.set_job("j");
+  d.set_worker_id("w");
+  d.set_version(1);
+  table.Put(d);
+  v1::ReportStepRequest req;
+  req.mutable_step()->set_job("j");
+  req.mutable_step()->set_worker_id("w");
+  req.mutable_step()->set_role("worker");
+  req.mutable_step()->set_bpt_seconds(0.5);
+  req.mutable_step()->set_samples(100);
+  v1::ReportStepResponse resp;
+  grpc::ServerContext ctx;
+  ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
+  ASSERT_EQ(resp.directives_size(), 1);
+  auto queued = box.Peek(0);
+  ASSERT_TRUE(queued);
+  EXPECT_EQ(queued->step().node(), "node-a");
+  EXPECT_GT(queued->step().time_unix_ms(), 0);
+  req.set_applied_directive_version(1);
+  resp.Clear();
+  ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
+  EXPECT_EQ(resp.directives_size(), 0);
+  const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(text.find("antdt_worker_steps_total{job=\"j\",role=\"worker\",worker=\"w\"} 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("antdt_worker_samples_per_second{job=\"j\",role=\"worker\",worker=\"w\"} 200"),
+            std::string::npos)
+      << text;
+  req.mutable_step()->set_role("");
+  EXPECT_EQ(service.ReportStep(&ctx, &req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(box.size(), 2u);  // the refused report was not queued
+}
+
+TEST(NodeCollector, ExportsSignalsAndScores) {
+  NodeView view;
+  v1::NodeSample s;
+  s.set_node("n1");
+  s.set_time_unix_ms(1);
+  s.mutable_cpu()->set_utilization(0.5);
+  s.mutable_pressure()->set_cpu_some_avg10(12.5);
+  auto* g = s.add_gpus();
+  g->set_index(0);
+  g->set_name("H200");
+  g->set_thermal_throttling(true);
+  view.SetSample(s);
+  v1::HealthUpdate h;
+  auto* w = h.add_workers();
+  w->set_job("j");
+  w->set_worker_id("w1");
+  w->set_role("worker");
+  w->set_score(2.5);
+  w->set_class_(v1::PERSISTENT);
+  view.SetHealth(h);
+  auto collector = MakeNodeCollector(&view);
+  const std::string text = prometheus::TextSerializer().Serialize(collector->Collect());
+  for (const char* want : {
+           "antdt_node_cpu_utilization_ratio{node=\"n1\"} 0.5",
+           "antdt_node_pressure_stall_ratio{node=\"n1\",resource=\"cpu\",kind=\"some\"} 0.125",
+           "antdt_gpu_thermal_throttling{node=\"n1\",gpu=\"0\",model=\"H200\"} 1",
+           "antdt_worker_straggler_score{job=\"j\",worker=\"w1\",role=\"worker\"} 2.5",
+           "antdt_worker_straggler_class{job=\"j\",worker=\"w1\",role=\"worker\"} 5",
+       }) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace antdt::agent

@@ -1,0 +1,126 @@
+#include "agent/core/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+
+namespace antdt::agent {
+namespace {
+
+absl::Status ParseLabels(const std::string& text, const std::string& field,
+                         std::map<std::string, std::string>& out) {
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be KEY=VALUE[,KEY=VALUE...], got \"", text, "\""));
+    }
+    out[kv[0]] = kv[1];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetField(AgentConfig& c, std::string key, const std::string& value,
+                      const std::string& field) {
+  for (char& ch : key) {
+    if (ch == '-') ch = '_';
+  }
+  if (key == "node") {
+    c.node = value;
+  } else if (key == "listen") {
+    c.listen = value;
+  } else if (key == "socket") {
+    c.socket = value;
+  } else if (key == "monitor") {
+    c.monitor = value;
+  } else if (key == "metrics_listen") {
+    c.metrics_listen = value;
+  } else if (key == "ready_file") {
+    c.ready_file = value;
+  } else if (key == "state_dir") {
+    c.state_dir = value;
+  } else if (key == "proc_root") {
+    c.proc_root = value;
+  } else if (key == "cgroup_root") {
+    c.cgroup_root = value;
+  } else if (key == "cgroups") {
+    c.cgroups = absl::StrSplit(value, ',', absl::SkipEmpty());
+  } else if (key == "labels") {
+    RETURN_IF_ERROR(ParseLabels(value, field, c.labels));
+  } else if (key == "nvml_library") {
+    c.nvml_library = value;
+  } else if (key == "interval") {
+    ASSIGN_OR_RETURN(c.interval_ms, ParseDurationMs(value, field));
+  } else if (key == "buffer") {
+    if (!absl::SimpleAtoi(value, &c.buffer) || c.buffer <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be an integer > 0, got \"", value, "\""));
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": unknown field"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml) {
+  AgentConfig c;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config: not valid YAML: ", e.what()));
+  }
+  if (root.IsNull()) return c;
+  if (!root.IsMap()) return absl::InvalidArgumentError("config: must be a mapping");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    std::string value;
+    if (kv.second.IsSequence() && (key == "cgroups")) {
+      for (const auto& item : kv.second) {
+        if (!item.IsScalar()) return absl::InvalidArgumentError("cgroups: must be a list of paths");
+        value += item.as<std::string>() + ",";
+      }
+    } else if (kv.second.IsMap() && key == "labels") {
+      for (const auto& item : kv.second) {
+        if (!item.second.IsScalar()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("labels.", item.first.as<std::string>(), ": must be a string"));
+        }
+        value += item.first.as<std::string>() + "=" + item.second.as<std::string>() + ",";
+      }
+    } else if (kv.second.IsScalar()) {
+      value = kv.second.as<std::string>();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(key, ": must be a scalar"));
+    }
+    RETURN_IF_ERROR(SetField(c, key, value, key));
+  }
+  RETURN_IF_ERROR(ValidateAgentConfig(c));
+  return c;
+}
+
+absl::StatusOr<AgentConfig> ApplyAgentFlags(AgentConfig base, const ParsedFlags& flags) {
+  for (const auto& [name, value] : flags.values) {
+    if (name == "config" || name == "once" || name == "help") continue;
+    RETURN_IF_ERROR(SetField(base, name, value, "--" + name));
+  }
+  RETURN_IF_ERROR(ValidateAgentConfig(base));
+  return base;
+}
+
+absl::Status ValidateAgentConfig(const AgentConfig& c) {
+  RETURN_IF_ERROR(ValidateHostPort(c.listen, "listen"));
+  if (!c.monitor.empty()) RETURN_IF_ERROR(ValidateHostPort(c.monitor, "monitor"));
+  if (!c.metrics_listen.empty()) RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
+  if (c.interval_ms < 100) {
+    return absl::InvalidArgumentError("interval: must be at least 100ms");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace antdt::agent

@@ -1,0 +1,74 @@
+#include "agent/core/outbox.h"
+
+#include <chrono>
+
+namespace antdt::agent {
+
+void Outbox::Push(v1::AgentMessage message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    while (queue_.size() >= capacity_ && !queue_.empty()) {
+      if (queue_.front().has_step()) {
+        ++dropped_steps_;
+      } else if (queue_.front().has_node_sample()) {
+        ++dropped_samples_;
+      }
+      queue_.pop_front();
+    }
+    queue_.push_back(std::move(message));
+  }
+  cv_.notify_one();
+}
+
+std::optional<v1::AgentMessage> Outbox::Peek(int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+               [&] { return closed_ || !queue_.empty(); });
+  if (closed_ || queue_.empty()) return std::nullopt;
+  return queue_.front();
+}
+
+void Outbox::Pop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!queue_.empty()) queue_.pop_front();
+}
+
+void Outbox::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+size_t Outbox::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+int64_t Outbox::dropped_node_samples() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_samples_;
+}
+
+int64_t Outbox::dropped_step_reports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_steps_;
+}
+
+void DirectiveTable::Put(const v1::Directive& directive) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = latest_[{directive.job(), directive.worker_id()}];
+  if (directive.version() > slot.version()) slot = directive;
+}
+
+std::vector<v1::Directive> DirectiveTable::Newer(const std::string& job, const std::string& worker,
+                                                 int64_t applied_version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = latest_.find({job, worker});
+  if (it == latest_.end() || it->second.version() <= applied_version) return {};
+  return {it->second};
+}
+
+}  // namespace antdt::agent

@@ -1,0 +1,59 @@
+// What the agent has to send to the Monitor: a bounded FIFO that keeps the
+// newest messages while the Monitor is unreachable and counts what it drops.
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "antdt/v1/monitor.pb.h"
+
+namespace antdt::agent {
+
+class Outbox {
+ public:
+  explicit Outbox(size_t capacity) : capacity_(capacity) {}
+
+  // Queues a message; when full, the oldest message is dropped and counted.
+  void Push(v1::AgentMessage message);
+  // Waits up to `timeout_ms` for a message; does not remove it (Pop() does,
+  // once the message was written), so a failed write loses nothing.
+  std::optional<v1::AgentMessage> Peek(int64_t timeout_ms);
+  void Pop();
+  void Close();  // wakes waiters; Peek returns nullopt from then on
+
+  size_t size() const;
+  int64_t dropped_node_samples() const;
+  int64_t dropped_step_reports() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::AgentMessage> queue_;
+  int64_t dropped_samples_ = 0;
+  int64_t dropped_steps_ = 0;
+  bool closed_ = false;
+};
+
+// The newest directives per worker, as received from the Monitor; the SDK
+// picks them up with its next step report. Thread-safe.
+class DirectiveTable {
+ public:
+  void Put(const v1::Directive& directive);
+  // Directives of `worker` newer than `applied_version`.
+  std::vector<v1::Directive> Newer(const std::string& job, const std::string& worker,
+                                   int64_t applied_version) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, v1::Directive> latest_;
+};
+
+}  // namespace antdt::agent

@@ -1,0 +1,62 @@
+#include "client/step_reporter.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "common/status.h"
+
+namespace antdt::client {
+
+StepReporter::StepReporter(StepReporterOptions options) : options_(std::move(options)) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  stub_ = v1::Agent::NewStub(
+      grpc::CreateCustomChannel(options_.agent_address, grpc::InsecureChannelCredentials(), args));
+}
+
+absl::Status StepReporter::Report(const StepTiming& t) {
+  v1::ReportStepRequest req;
+  v1::StepReport* s = req.mutable_step();
+  s->set_job(options_.job);
+  s->set_worker_id(options_.worker_id);
+  s->set_role(options_.role);
+  s->set_step(t.step);
+  s->set_samples(t.samples);
+  s->set_bpt_seconds(t.bpt_seconds);
+  s->set_data_wait_seconds(t.data_wait_seconds);
+  s->set_compute_seconds(t.compute_seconds);
+  s->set_communication_seconds(t.communication_seconds);
+  s->set_pid(static_cast<int32_t>(getpid()));
+  s->set_time_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count());
+  for (const auto& [ps, latency] : t.ps_latency_seconds) (*s->mutable_ps_latency_seconds())[ps] = latency;
+  req.set_applied_directive_version(
+      pending_ ? std::max(applied_version_, pending_->version()) : applied_version_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(options_.timeout_ms));
+  v1::ReportStepResponse resp;
+  absl::Status status = FromGrpcStatus(stub_->ReportStep(&ctx, req, &resp));
+  if (!status.ok()) {
+    ++failures_;
+    return status;
+  }
+  for (const v1::Directive& d : resp.directives()) {
+    const int64_t known = pending_ ? pending_->version() : applied_version_;
+    if (d.version() > known) pending_ = d;
+  }
+  return absl::OkStatus();
+}
+
+std::optional<v1::Directive> StepReporter::TakeDirective() {
+  if (!pending_) return std::nullopt;
+  std::optional<v1::Directive> out = std::move(pending_);
+  pending_.reset();
+  applied_version_ = out->version();
+  return out;
+}
+
+}  // namespace antdt::client

@@ -1,0 +1,568 @@
+#include "operator/monitor/monitor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace antdt::monitor {
+namespace {
+
+using v1::StragglerClass;
+
+constexpr char kWorkerRole[] = "worker";
+constexpr char kPsRole[] = "ps";
+constexpr char kDeviceSpeedLabel[] = "antdt.io/device-speed";
+constexpr char kHardwareLabel[] = "antdt.io/hardware";
+
+absl::Status Bad(const std::string& field, const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat("monitor.", field, ": ", message));
+}
+
+// Written so that NaN fails too.
+absl::Status InRange(double value, double lo, double hi, const std::string& field) {
+  if (!(value >= lo && value <= hi)) {
+    return Bad(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  const double upper = values[mid];
+  if (values.size() % 2 == 1) return upper;
+  const double lower = *std::max_element(values.begin(), values.begin() + mid);
+  return (lower + upper) / 2;
+}
+
+// Coefficient of variation (population standard deviation / mean).
+double Cv(const std::vector<double>& values) {
+  double mean = 0;
+  for (double v : values) mean += v;
+  mean /= static_cast<double>(values.size());
+  if (!(mean > 0)) return INFINITY;
+  double var = 0;
+  for (double v : values) var += (v - mean) * (v - mean);
+  var /= static_cast<double>(values.size());
+  return std::sqrt(var) / mean;
+}
+
+bool IsStraggler(StragglerClass c) {
+  return c == v1::TRANSIENT || c == v1::PERSISTENT || c == v1::DETERMINISTIC;
+}
+
+double NonNegative(double v) { return std::isfinite(v) && v > 0 ? v : 0; }
+
+// One member's view of one window.
+struct Observation {
+  bool has_own = false;  // its own reports
+  double bpt = 0;
+  double median = 0;
+  double own_score = 0;
+  bool own_classify = false;
+  double samples_per_second = 0;
+  double data_wait_share = 0;
+  double communication_share = 0;
+  bool has_latency = false;  // a parameter server, through workers' latency
+  double latency = 0;
+  double latency_median = 0;
+  double latency_score = 0;
+  bool latency_classify = false;
+};
+
+}  // namespace
+
+absl::Status MonitorConfig::Validate() const {
+  if (!(window_ms > 0)) return Bad("window", "must be > 0");
+  if (allowed_lateness_ms < 0) return Bad("allowed_lateness", "must be >= 0");
+  if (!(straggler_threshold > 1)) return Bad("straggler_threshold", "must be > 1");
+  if (!(recover_threshold >= 1 && recover_threshold <= straggler_threshold)) {
+    return Bad("recover_threshold", "must be in [1, straggler_threshold]");
+  }
+  if (!(leader_threshold > 0 && leader_threshold < 1)) {
+    return Bad("leader_threshold", "must be in (0, 1)");
+  }
+  if (!(leader_exit_threshold >= leader_threshold && leader_exit_threshold <= 1)) {
+    return Bad("leader_exit_threshold", "must be in [leader_threshold, 1]");
+  }
+  if (persistent_windows < 1) return Bad("persistent_windows", "must be >= 1");
+  if (warmup_windows < 2) return Bad("warmup_windows", "must be >= 2");
+  if (!(deterministic_cv > 0)) return Bad("deterministic_cv", "must be > 0");
+  if (!(job_slowdown_ratio > 1)) return Bad("job_slowdown_ratio", "must be > 1");
+  if (min_reports_per_window < 1) return Bad("min_reports_per_window", "must be >= 1");
+  if (min_peers < 2) return Bad("min_peers", "must be >= 2");
+  if (history_windows < 1) return Bad("history_windows", "must be >= 1");
+  if (forget_after_windows < 1) return Bad("forget_after_windows", "must be >= 1");
+  if (max_open_windows < 2) return Bad("max_open_windows", "must be >= 2");
+  // Reports of the current window must fit among the open ones while the
+  // previous windows wait for their lateness.
+  if (allowed_lateness_ms > (max_open_windows - 2) * window_ms) {
+    return Bad("allowed_lateness", "must be <= (max_open_windows - 2) x window");
+  }
+  if (!(node_sample_max_age_ms > 0)) return Bad("node_sample_max_age", "must be > 0");
+  const CauseThresholds& c = causes;
+  for (const auto& [value, hi, field] : {
+           std::tuple<double, double, const char*>{c.cgroup_throttled_fraction, 1,
+                                                   "causes.cgroup_throttled_fraction"},
+           {c.cpu_some_avg10, 100, "causes.cpu_some_avg10"},
+           {c.cpu_utilization, 1, "causes.cpu_utilization"},
+           {c.memory_some_avg10, 100, "causes.memory_some_avg10"},
+           {c.memory_available_fraction, 1, "causes.memory_available_fraction"},
+           {c.io_some_avg10, 100, "causes.io_some_avg10"},
+           {c.step_share, 1, "causes.step_share"},
+       }) {
+    absl::Status status = InRange(value, 0, hi, field);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Monitor> Monitor::Create(MonitorConfig config) {
+  absl::Status status = config.Validate();
+  if (!status.ok()) return status;
+  return Monitor(std::move(config));
+}
+
+void Monitor::Ingest(const v1::StepReport& report) {
+  const double bpt = report.bpt_seconds();
+  if (report.job().empty() || report.worker_id().empty() || report.time_unix_ms() <= 0 ||
+      !(std::isfinite(bpt) && bpt > 0)) {
+    ++stats_.rejected;
+    return;
+  }
+  const int64_t window = report.time_unix_ms() / config_.window_ms;
+  auto [it, inserted] = jobs_.try_emplace(report.job());
+  Job& job = it->second;
+  if (inserted) job.next_window = window;
+  if (job.closed_any && window < job.next_window) {
+    ++stats_.late_reports;
+    return;
+  }
+  // Before the first close, an earlier report moves the job's first window back.
+  const int64_t lo = job.closed_any ? job.next_window : std::min(job.next_window, window);
+  const int64_t hi = job.pending.empty() ? window : std::max(window, job.pending.rbegin()->first);
+  if (hi - lo >= config_.max_open_windows) {
+    ++stats_.early_reports;
+    if (inserted) jobs_.erase(it);
+    return;
+  }
+  job.next_window = lo;
+
+  internal::Accum& a = job.pending[window][report.worker_id()];
+  a.role = report.role().empty() ? kWorkerRole : report.role();
+  if (!report.node().empty()) a.node = report.node();
+  ++a.count;
+  a.bpt += bpt;
+  a.samples += static_cast<double>(std::max<int64_t>(report.samples(), 0));
+  a.data_wait += NonNegative(report.data_wait_seconds());
+  a.communication += NonNegative(report.communication_seconds());
+  for (const auto& [server, latency] : report.ps_latency_seconds()) {
+    if (server.empty() || !std::isfinite(latency) || latency < 0) continue;
+    auto& sum = a.ps_latency[server];
+    sum.first += latency;
+    ++sum.second;
+  }
+  ++stats_.step_reports;
+}
+
+void Monitor::Ingest(const v1::NodeSample& sample) {
+  if (sample.node().empty() || sample.time_unix_ms() <= 0) {
+    ++stats_.rejected;
+    return;
+  }
+  NodeState& node = nodes_[sample.node()];
+  if (sample.time_unix_ms() < node.sample.time_unix_ms()) return;  // an older one
+  node.sample = sample;
+  if (!sample.labels().empty()) {
+    node.labels =
+        std::map<std::string, std::string>(sample.labels().begin(), sample.labels().end());
+  }
+  ++stats_.node_samples;
+}
+
+void Monitor::SetNodeLabels(const std::string& node, std::map<std::string, std::string> labels) {
+  nodes_[node].labels = std::move(labels);
+}
+
+void Monitor::CloseWindows(int64_t now_ms) {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Job& job = it->second;
+    // Bounded: once every member is forgotten and nothing is pending, the job ends.
+    while ((job.next_window + 1) * config_.window_ms + config_.allowed_lateness_ms <= now_ms &&
+           !(job.members.empty() && job.pending.empty())) {
+      CloseWindow(job, job.next_window);
+      ++job.next_window;
+      job.closed_any = true;
+      ++job.windows_closed;
+      ++stats_.windows_closed;
+    }
+    if (job.members.empty() && job.pending.empty()) {
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const int64_t node_forget_ms = 10 * config_.node_sample_max_age_ms;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    const int64_t t = it->second.sample.time_unix_ms();
+    if (t > 0 && now_ms - t > node_forget_ms) {
+      it = nodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Monitor::CloseWindow(Job& job, int64_t window) {
+  std::map<std::string, internal::Accum> accums;
+  if (auto it = job.pending.find(window); it != job.pending.end()) {
+    accums = std::move(it->second);
+    job.pending.erase(it);
+  }
+  const int64_t start_ms = window * config_.window_ms;
+
+  // Own reports: window BPT per member, median per role.
+  std::map<std::string, Observation> obs;
+  std::map<std::string, std::vector<double>> role_bpts;
+  std::map<std::string, std::vector<double>> server_latencies;  // server -> per worker
+  for (const auto& [id, a] : accums) {
+    Member& m = job.members[id];
+    m.role = a.role;
+    if (!a.node.empty()) m.node = a.node;
+    if (a.count < config_.min_reports_per_window) continue;
+    Observation& o = obs[id];
+    o.has_own = true;
+    o.bpt = a.bpt / static_cast<double>(a.count);
+    o.samples_per_second = a.samples / a.bpt;
+    o.data_wait_share = a.data_wait / a.bpt;
+    o.communication_share = a.communication / a.bpt;
+    role_bpts[a.role].push_back(o.bpt);
+    for (const auto& [server, sum] : a.ps_latency) {
+      server_latencies[server].push_back(sum.first / static_cast<double>(sum.second));
+    }
+  }
+  std::map<std::string, double> role_median;
+  for (const auto& [role, bpts] : role_bpts) role_median[role] = Median(bpts);
+  for (auto& [id, o] : obs) {
+    const std::string& role = job.members[id].role;
+    o.median = role_median[role];
+    o.own_score = o.bpt / o.median;
+    o.own_classify = static_cast<int>(role_bpts[role].size()) >= config_.min_peers;
+  }
+
+  // Parameter servers through the workers' latency: median over workers per
+  // server, against the median over servers.
+  std::map<std::string, double> server_latency;
+  std::vector<double> latencies;
+  for (const auto& [server, values] : server_latencies) {
+    latencies.push_back(server_latency[server] = Median(values));
+  }
+  const double latency_median = Median(latencies);
+  const bool latency_classify = static_cast<int>(latencies.size()) >= config_.min_peers;
+  for (const auto& [server, latency] : server_latency) {
+    Member& m = job.members[server];
+    if (m.role.empty()) m.role = kPsRole;
+    Observation& o = obs[server];
+    o.has_latency = true;
+    o.latency = latency;
+    o.latency_median = latency_median;
+    o.latency_score = latency_median > 0 ? latency / latency_median : 1;
+    o.latency_classify = latency_classify;
+  }
+
+  // Whole-job slowdown, from the worker median against its warm-up baseline.
+  if (auto it = role_median.find(kWorkerRole); it != role_median.end()) {
+    if (static_cast<int>(job.warmup_medians.size()) < config_.warmup_windows) {
+      job.warmup_medians.push_back(it->second);
+      if (static_cast<int>(job.warmup_medians.size()) == config_.warmup_windows) {
+        job.baseline_median = Median(job.warmup_medians);
+      }
+    }
+    job.job_slowdown =
+        job.baseline_median > 0 && it->second > config_.job_slowdown_ratio * job.baseline_median;
+  }
+
+  const Majorities majorities = HardwareMajorities(job);
+  for (auto it = job.members.begin(); it != job.members.end();) {
+    Member& m = it->second;
+    auto oit = obs.find(it->first);
+    if (oit == obs.end()) {
+      if (++m.windows_missing >= config_.forget_after_windows) {
+        it = job.members.erase(it);
+        ++stats_.members_forgotten;
+      } else {
+        ++it;
+      }
+      continue;
+    }
+    const Observation& o = oit->second;
+    m.windows_missing = 0;
+
+    // The larger score over the sources with enough peers to classify.
+    double score = 0;
+    bool classify = false;
+    if (o.has_own && o.own_classify) {
+      score = o.own_score;
+      classify = true;
+    }
+    if (o.has_latency && o.latency_classify) {
+      score = classify ? std::max(score, o.latency_score) : o.latency_score;
+      classify = true;
+    }
+    if (!classify) score = o.has_own ? o.own_score : o.latency_score;
+    const double bpt = o.has_own ? o.bpt : o.latency;
+    const double median = o.has_own ? o.median : o.latency_median;
+
+    if (static_cast<int>(m.warmup_bpt.size()) < config_.warmup_windows) {
+      m.warmup_bpt.push_back(bpt);
+      m.warmup_scores.push_back(score);
+      if (static_cast<int>(m.warmup_bpt.size()) == config_.warmup_windows) {
+        m.baseline_bpt = Median(m.warmup_bpt);
+        m.profile_deterministic =
+            std::all_of(m.warmup_scores.begin(), m.warmup_scores.end(),
+                        [&](double s) { return s >= config_.straggler_threshold; }) &&
+            Cv(m.warmup_scores) < config_.deterministic_cv;
+      }
+    }
+    const double baseline = m.baseline_bpt > 0 ? m.baseline_bpt : Median(m.warmup_bpt);
+
+    const bool slow = classify && score >= (IsStraggler(m.cls) ? config_.recover_threshold
+                                                               : config_.straggler_threshold);
+    const bool leader =
+        classify && !slow &&
+        score < (m.cls == v1::LEADER ? config_.leader_exit_threshold : config_.leader_threshold);
+    m.windows_slow = slow ? m.windows_slow + 1 : 0;
+    if (!slow) m.profile_deterministic = false;
+    StragglerClass cls = v1::HEALTHY;
+    if (slow) {
+      if (m.profile_deterministic || LabelDeterministic(m, majorities, nullptr)) {
+        cls = v1::DETERMINISTIC;
+      } else if (m.windows_slow >= config_.persistent_windows) {
+        cls = v1::PERSISTENT;
+      } else {
+        cls = v1::TRANSIENT;
+      }
+    } else if (leader) {
+      cls = v1::LEADER;
+    }
+    if (!m.closed || cls != m.cls) m.since_ms = start_ms;
+    m.cls = cls;
+    m.closed = true;
+
+    m.last = WindowPoint{
+        start_ms, bpt, median, score, baseline > 0 ? bpt / baseline : 1, o.samples_per_second, cls};
+    m.has_split = o.has_own;
+    m.data_wait_share = o.data_wait_share;
+    m.communication_share = o.communication_share;
+    m.has_latency = o.has_latency;
+    m.latency = o.latency;
+    m.latency_median = o.latency_median;
+    m.latency_score = o.latency_score;
+    m.history.push_back(m.last);
+    while (static_cast<int>(m.history.size()) > config_.history_windows) m.history.pop_front();
+    ++it;
+  }
+}
+
+Monitor::Majorities Monitor::HardwareMajorities(const Job& job) const {
+  // role -> node -> hardware, each node counted once per role.
+  std::map<std::string, std::map<std::string, std::string>> hardware;
+  for (const auto& [id, m] : job.members) {
+    if (m.node.empty()) continue;
+    auto nit = nodes_.find(m.node);
+    if (nit == nodes_.end()) continue;
+    auto lit = nit->second.labels.find(kHardwareLabel);
+    if (lit != nit->second.labels.end()) hardware[m.role][m.node] = lit->second;
+  }
+  Majorities majorities;
+  for (const auto& [role, per_node] : hardware) {
+    std::map<std::string, int> counts;
+    for (const auto& [node, value] : per_node) ++counts[value];
+    int best = 0;
+    bool unique = false;
+    std::string best_value;
+    for (const auto& [value, count] : counts) {
+      if (count > best) {
+        best = count;
+        best_value = value;
+        unique = true;
+      } else if (count == best) {
+        unique = false;
+      }
+    }
+    if (unique) majorities[role] = best_value;  // a tie has no majority
+  }
+  return majorities;
+}
+
+bool Monitor::LabelDeterministic(const Member& member, const Majorities& majorities,
+                                 google::protobuf::Map<std::string, double>* evidence) const {
+  if (member.node.empty()) return false;
+  auto nit = nodes_.find(member.node);
+  if (nit == nodes_.end()) return false;
+  const std::map<std::string, std::string>& labels = nit->second.labels;
+  bool slower = false;
+  if (auto it = labels.find(kDeviceSpeedLabel); it != labels.end()) {
+    double speed = 0;
+    if (absl::SimpleAtod(it->second, &speed) && std::isfinite(speed)) {
+      if (evidence != nullptr) (*evidence)["device_speed"] = speed;
+      slower = slower || speed < 1;
+    }
+  }
+  if (auto it = labels.find(kHardwareLabel); it != labels.end()) {
+    auto mit = majorities.find(member.role);
+    const bool minority = mit != majorities.end() && it->second != mit->second;
+    if (evidence != nullptr) (*evidence)["hardware_minority"] = minority ? 1 : 0;
+    slower = slower || minority;
+  }
+  return slower;
+}
+
+void Monitor::Attribute(const Member& member, const Majorities& majorities, int64_t now_ms,
+                        v1::WorkerHealth& health) const {
+  google::protobuf::Map<std::string, double>& ev = *health.mutable_evidence();
+  const CauseThresholds& th = config_.causes;
+  const bool hardware =
+      LabelDeterministic(member, majorities, &ev) && member.cls == v1::DETERMINISTIC;
+
+  const v1::NodeSample* sample = nullptr;
+  if (auto nit = nodes_.find(member.node);
+      !member.node.empty() && nit != nodes_.end() && nit->second.sample.time_unix_ms() > 0) {
+    const int64_t age_ms = now_ms - nit->second.sample.time_unix_ms();
+    ev["node_sample_age_seconds"] = static_cast<double>(age_ms) / 1000;
+    if (age_ms <= config_.node_sample_max_age_ms) sample = &nit->second.sample;
+  }
+
+  bool throttled = false, gpu = false, memory = false, io = false, network = false;
+  bool contention = false;
+  if (sample != nullptr) {
+    if (sample->cgroups_size() > 0) {
+      double max_throttled = 0;
+      for (const auto& cg : sample->cgroups()) {
+        max_throttled = std::max(max_throttled, NonNegative(cg.throttled_fraction()));
+      }
+      ev["cgroup_throttled_fraction"] = max_throttled;
+      throttled = max_throttled > th.cgroup_throttled_fraction;
+    }
+    if (sample->gpus_size() > 0) {
+      bool thermal = false, power = false;
+      for (const auto& g : sample->gpus()) {
+        thermal = thermal || g.thermal_throttling();
+        power = power || g.power_throttling();
+      }
+      ev["gpu_thermal_throttling"] = thermal ? 1 : 0;
+      ev["gpu_power_throttling"] = power ? 1 : 0;
+      gpu = thermal || power;
+    }
+    if (sample->has_pressure()) {
+      const v1::PressureSample& p = sample->pressure();
+      ev["memory_some_avg10"] = p.memory_some_avg10();
+      ev["io_some_avg10"] = p.io_some_avg10();
+      ev["cpu_some_avg10"] = p.cpu_some_avg10();
+      memory = p.memory_some_avg10() > th.memory_some_avg10;
+      io = p.io_some_avg10() > th.io_some_avg10;
+      contention = p.cpu_some_avg10() > th.cpu_some_avg10;
+    }
+    if (sample->has_memory() && sample->memory().total_bytes() > 0) {
+      const double available = static_cast<double>(sample->memory().available_bytes()) /
+                               static_cast<double>(sample->memory().total_bytes());
+      ev["memory_available_fraction"] = available;
+      memory = memory || available < th.memory_available_fraction;
+    }
+    if (sample->net_size() > 0) {
+      double drops = 0, errors = 0;
+      for (const auto& n : sample->net()) {
+        if (n.name() == "lo") continue;
+        drops += NonNegative(n.rx_drops_per_second()) + NonNegative(n.tx_drops_per_second());
+        errors += NonNegative(n.errors_per_second());
+      }
+      ev["net_drops_per_second"] = drops;
+      ev["net_errors_per_second"] = errors;
+      network = drops > 0 || errors > 0;
+    }
+    if (sample->has_cpu()) {
+      ev["cpu_utilization"] = sample->cpu().utilization();
+      contention = contention || sample->cpu().utilization() > th.cpu_utilization;
+    }
+  }
+  bool data = false;
+  if (member.has_split) {
+    ev["communication_share"] = member.communication_share;
+    ev["data_wait_share"] = member.data_wait_share;
+    network = network || member.communication_share > th.step_share;
+    data = member.data_wait_share > th.step_share;
+  }
+  if (member.has_latency) {
+    ev["ps_latency_seconds"] = member.latency;
+    ev["ps_latency_median_seconds"] = member.latency_median;
+    ev["ps_latency_score"] = member.latency_score;
+  }
+
+  // Strongest first; see the file comment for why this order.
+  const std::pair<bool, v1::Cause> order[] = {
+      {hardware, v1::HARDWARE},         {throttled, v1::CPU_THROTTLING}, {gpu, v1::GPU_THROTTLING},
+      {memory, v1::MEMORY_PRESSURE},    {io, v1::IO_PRESSURE},           {network, v1::NETWORK},
+      {contention, v1::CPU_CONTENTION}, {data, v1::DATA_LOADING},
+  };
+  v1::Cause cause = v1::CAUSE_UNKNOWN;
+  for (const auto& [fired, c] : order) {
+    if (fired) {
+      cause = c;
+      break;
+    }
+  }
+  health.set_cause(cause);
+}
+
+v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t now_ms) const {
+  v1::GetJobHealthResponse response;
+  response.set_job(job_name);
+  response.set_time_unix_ms(now_ms);
+  auto jit = jobs_.find(job_name);
+  if (jit == jobs_.end()) return response;
+  const Job& job = jit->second;
+  response.set_window(job.windows_closed);
+  response.set_job_slowdown(job.job_slowdown);
+  const Majorities majorities = HardwareMajorities(job);
+  for (const auto& [id, m] : job.members) {  // std::map: sorted by id
+    if (!m.closed) continue;
+    v1::WorkerHealth& h = *response.add_workers();
+    h.set_job(job_name);
+    h.set_worker_id(id);
+    h.set_role(m.role);
+    h.set_node(m.node);
+    h.set_score(m.last.score);
+    h.set_self_score(m.last.self_score);
+    h.set_class_(m.cls);
+    h.set_since_unix_ms(m.since_ms);
+    h.set_windows_slow(m.windows_slow);
+    h.set_bpt_seconds(m.last.bpt_seconds);
+    h.set_median_bpt_seconds(m.last.median_bpt_seconds);
+    h.set_samples_per_second(m.last.samples_per_second);
+    if (IsStraggler(m.cls)) Attribute(m, majorities, now_ms, h);
+    if (m.windows_missing > 0) (*h.mutable_evidence())["windows_missing"] = m.windows_missing;
+  }
+  return response;
+}
+
+std::vector<std::string> Monitor::Jobs() const {
+  std::vector<std::string> names;
+  names.reserve(jobs_.size());
+  for (const auto& [name, job] : jobs_) names.push_back(name);
+  return names;
+}
+
+std::vector<WindowPoint> Monitor::History(const std::string& job,
+                                          const std::string& worker_id) const {
+  auto jit = jobs_.find(job);
+  if (jit == jobs_.end()) return {};
+  auto mit = jit->second.members.find(worker_id);
+  if (mit == jit->second.members.end()) return {};
+  return {mit->second.history.begin(), mit->second.history.end()};
+}
+
+}  // namespace antdt::monitor
