@@ -58,6 +58,31 @@ struct ActiveLease {
   int64_t deadline_ms = 0;
 };
 
+// Leases ended recently, the newest kept: stale-token answers without a store
+// read, including for leases whose end is not durable yet. Older ones are read
+// from the store.
+class RecentLeases {
+ public:
+  static constexpr size_t kCapacity = 65'536;
+  void Put(const LeaseRow& row) {
+    auto [it, fresh] = rows_.insert_or_assign(row.token, row);
+    if (fresh) order_.push_back(row.token);
+    while (order_.size() > kCapacity) {
+      rows_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  std::optional<LeaseRow> Find(uint64_t token) const {
+    auto it = rows_.find(token);
+    if (it == rows_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  std::unordered_map<uint64_t, LeaseRow> rows_;
+  std::deque<uint64_t> order_;
+};
+
 struct WorkerStats {
   int64_t incarnation = -1;  // newest seen; older ones are refused
   int64_t records_committed = 0;
@@ -75,7 +100,7 @@ struct Ledger::Dataset {
   int64_t done = 0;
   int64_t doing = 0;
   std::unordered_map<uint64_t, ActiveLease> leases;  // active
-  std::unordered_map<uint64_t, LeaseRow> ended;      // ended in this process
+  RecentLeases ended;                                // ended in this process
   std::unordered_map<std::string, WorkerStats> workers;
 
   bool finished() const { return row.epoch >= spec.epochs(); }
@@ -120,7 +145,6 @@ struct Ledger::Dataset {
     shards.assign(finished() ? 0 : shard_count, ShardSlot{});
     done = 0;
     doing = 0;
-    ended.clear();
     if (!finished()) RebuildTodo();
   }
   void RecordCommit(const std::string& worker, int64_t delta, int64_t now, int64_t window) {
@@ -339,7 +363,7 @@ struct Ops {
     row.state = state;
     ShardSlot& slot = ds.shards[row.index];
     row.committed = slot.committed;
-    ds.ended[token] = row;
+    ds.ended.Put(row);
     batch.push_back(row);
     --ds.doing;
     slot.token = 0;
@@ -417,6 +441,17 @@ void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed, v1::
 // A token with no lease row: either never issued (NOT_FOUND), or issued and
 // its row pruned with an epoch older than the previous one, or issued on
 // another dataset: the caller's lease is gone either way.
+absl::StatusOr<std::optional<LeaseRow>> Ledger::EndedLease(const Dataset& ds,
+                                                           uint64_t token) const {
+  std::optional<LeaseRow> row = ds.ended.Find(token);
+  if (!row) {
+    ASSIGN_OR_RETURN(row, store_->ReadLease(token));
+    if (row && row->dataset_id != ds.row.id) row.reset();
+  }
+  if (!row) return UnknownToken(ds, token);
+  return row;
+}
+
 absl::Status Ledger::UnknownToken(const Dataset& ds, uint64_t token) const {
   if (token < next_token_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -606,14 +641,8 @@ absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
       resp.set_committed(slot.committed);
       seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
     } else {
-      auto e = ds.ended.find(req.token());
-      if (e != ds.ended.end()) ended = e->second;
       seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
-      if (!ended) {
-        ASSIGN_OR_RETURN(ended, store_->ReadLease(req.token()));
-        if (ended && ended->dataset_id != ds.row.id) ended.reset();
-      }
-      if (!ended) return UnknownToken(ds, req.token());
+      ASSIGN_OR_RETURN(ended, EndedLease(ds, req.token()));
     }
   }
   RETURN_IF_ERROR(store_->WaitDurable(seq));
@@ -654,14 +683,8 @@ absl::StatusOr<v1::CompleteShardResponse> Ledger::CompleteShard(
       ops.EndLease(ds, req.token(), LeaseState::kCompleted);
       seq = store_->Append(std::move(batch));
     } else {
-      auto e = ds.ended.find(req.token());
-      if (e != ds.ended.end()) ended = e->second;
       seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
-      if (!ended) {
-        ASSIGN_OR_RETURN(ended, store_->ReadLease(req.token()));
-        if (ended && ended->dataset_id != ds.row.id) ended.reset();
-      }
-      if (!ended) return UnknownToken(ds, req.token());
+      ASSIGN_OR_RETURN(ended, EndedLease(ds, req.token()));
     }
   }
   RETURN_IF_ERROR(store_->WaitDurable(seq));
@@ -796,7 +819,7 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
       LeaseRow row = lease.row;
       row.state = LeaseState::kFenced;
       row.committed = ds.shards[row.index].committed;
-      ds.ended[token] = row;
+      ds.ended.Put(row);
       batch.push_back(row);
     }
     resp.set_fenced_leases(static_cast<int32_t>(ds.leases.size()));

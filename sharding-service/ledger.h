@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -74,6 +75,9 @@ class Ledger {
   Ledger(Store* store, const Clock* clock, LedgerOptions options);
   absl::Status Recover();
   absl::Status UnknownToken(const Dataset& ds, uint64_t token) const;
+  // An ended lease of `ds` (recent ones from memory, older from the store);
+  // FAILED_PRECONDITION or NOT_FOUND when there is no row for the token.
+  absl::StatusOr<std::optional<LeaseRow>> EndedLease(const Dataset& ds, uint64_t token) const;
 
   Store* const store_;
   const Clock* const clock_;
