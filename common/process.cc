@@ -21,6 +21,11 @@ Process::Process(std::vector<std::string> argv, const std::string& log_path,
   pid_ = fork();
   if (pid_ < 0) std::abort();
   if (pid_ == 0) {
+    // The parent may block termination signals for its own sigwait; the child
+    // starts with none blocked (a blocked mask survives exec).
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
