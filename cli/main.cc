@@ -13,6 +13,8 @@
 
 namespace antdt::cli {
 int MonitorCommand(int argc, char** argv);
+int RunCommand(int argc, char** argv);
+int BenchCommand(int argc, char** argv);
 }  // namespace antdt::cli
 
 namespace {
@@ -20,6 +22,13 @@ namespace {
 constexpr const char* kUsage = R"(usage: antdt COMMAND [flags]
 
 commands:
+  run     run an AntDTJob on this machine: sharding service, one agent per
+          emulated node, Monitor and Controller, parameter servers and workers.
+          antdt run JOB.yaml [--report DIR] [--work-dir DIR] [--policy NAME]
+                             [--scenario FILE] [--no-slowdown]
+  bench   antdt bench stragglers --job JOB.yaml [--scenario FILE]
+                --policies antdt-nd,none,backup-workers,lb-bsp --out DIR
+          runs the job under each policy and once with no slowdown.
   demo    run the sharding demo: worker processes consume a dataset through
           the sharding service while one is SIGKILLed mid-epoch and restarted;
           prints whether every record was committed exactly once.
@@ -108,6 +117,11 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "demo") return Demo(argc - 1, argv + 1);
+  if (cmd == "run" || cmd == "bench") {
+    antdt::BlockTerminationSignals();
+    return cmd == "run" ? antdt::cli::RunCommand(argc - 1, argv + 1)
+                        : antdt::cli::BenchCommand(argc - 1, argv + 1);
+  }
   if (cmd == "monitor") {
     antdt::BlockTerminationSignals();
     return antdt::cli::MonitorCommand(argc - 1, argv + 1);

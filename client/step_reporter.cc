@@ -16,9 +16,11 @@ StepReporter::StepReporter(StepReporterOptions options) : options_(std::move(opt
       grpc::CreateCustomChannel(options_.agent_address, grpc::InsecureChannelCredentials(), args));
 }
 
+StepReporter::~StepReporter() { (void)Flush(); }
+
 absl::Status StepReporter::Report(const StepTiming& t) {
-  v1::ReportStepRequest req;
-  v1::StepReport* s = req.mutable_step();
+  buffer_.emplace_back();
+  v1::StepReport* s = &buffer_.back();
   s->set_job(options_.job);
   s->set_worker_id(options_.worker_id);
   s->set_role(options_.role);
@@ -33,6 +35,23 @@ absl::Status StepReporter::Report(const StepTiming& t) {
                           std::chrono::system_clock::now().time_since_epoch())
                           .count());
   for (const auto& [ps, latency] : t.ps_latency_seconds) (*s->mutable_ps_latency_seconds())[ps] = latency;
+  if (buffer_.size() > options_.max_buffered_steps) {
+    buffer_.erase(buffer_.begin());
+    ++dropped_;
+  }
+  if (std::chrono::steady_clock::now() - last_flush_ <
+      std::chrono::milliseconds(options_.flush_interval_ms)) {
+    return absl::OkStatus();
+  }
+  return Flush();
+}
+
+absl::Status StepReporter::Flush() {
+  if (buffer_.empty()) return absl::OkStatus();
+  last_flush_ = std::chrono::steady_clock::now();
+  v1::ReportStepRequest req;
+  for (v1::StepReport& s : buffer_) *req.add_steps() = std::move(s);
+  buffer_.clear();
   req.set_applied_directive_version(
       pending_ ? std::max(applied_version_, pending_->version()) : applied_version_);
   grpc::ClientContext ctx;
@@ -42,6 +61,7 @@ absl::Status StepReporter::Report(const StepTiming& t) {
   absl::Status status = FromGrpcStatus(stub_->ReportStep(&ctx, req, &resp));
   if (!status.ok()) {
     ++failures_;
+    dropped_ += req.steps_size();
     return status;
   }
   for (const v1::Directive& d : resp.directives()) {

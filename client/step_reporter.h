@@ -12,11 +12,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "antdt/v1/agent.grpc.pb.h"
@@ -29,11 +31,19 @@ struct StepReporterOptions {
   std::string worker_id;
   std::string role = "worker";
   int64_t timeout_ms = 200;
+  // Steps are sent in batches, at most one call per interval (0: every
+  // step). The Monitor works on windows of seconds, and one call a second
+  // keeps the agent's cost per worker small.
+  int64_t flush_interval_ms = 1000;
+  size_t max_buffered_steps = 10'000;  // the oldest are dropped beyond this
 };
 
 struct StepTiming {
   int64_t step = 0;
   int64_t samples = 0;
+  // The worker's own processing time for the step (data, compute), without
+  // the wait for slower peers at a synchronisation barrier: in synchronous
+  // training that wait makes every worker's wall-clock step time the same.
   double bpt_seconds = 0;
   double data_wait_seconds = 0;
   double compute_seconds = 0;
@@ -45,11 +55,17 @@ class StepReporter {
  public:
   explicit StepReporter(StepReporterOptions options);
 
+  // Buffers the step and sends the buffer when the flush interval has passed;
+  // the status is that of the send, OK when only buffered.
   absl::Status Report(const StepTiming& timing);
+  // Sends what is buffered now (e.g. before the worker exits).
+  absl::Status Flush();
   // The newest directive not yet taken, if any; taking it marks it applied.
   std::optional<v1::Directive> TakeDirective();
 
+  ~StepReporter();
   int64_t failures() const { return failures_; }
+  int64_t dropped() const { return dropped_; }
   int64_t applied_version() const { return applied_version_; }
 
  private:
@@ -58,6 +74,9 @@ class StepReporter {
   int64_t applied_version_ = 0;
   std::optional<v1::Directive> pending_;
   int64_t failures_ = 0;
+  int64_t dropped_ = 0;
+  std::vector<v1::StepReport> buffer_;
+  std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace antdt::client

@@ -7,6 +7,16 @@
 namespace antdt {
 namespace {
 
+std::mutex& LogMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+FILE*& LogSink() {
+  static FILE* sink = nullptr;
+  return sink;
+}
+
 bool NeedsQuotes(const std::string& v) {
   if (v.empty()) return true;
   for (char c : v) {
@@ -40,10 +50,19 @@ void LogEvent(std::string_view event, std::initializer_list<LogField> fields) {
     }
   }
   line += '\n';
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  std::fputs(line.c_str(), stderr);
-  std::fflush(stderr);
+  std::lock_guard<std::mutex> lock(LogMutex());
+  FILE* out = LogSink() != nullptr ? LogSink() : stderr;
+  std::fputs(line.c_str(), out);
+  std::fflush(out);
+}
+
+bool SetLogFile(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) return false;
+  std::lock_guard<std::mutex> lock(LogMutex());
+  if (LogSink() != nullptr) std::fclose(LogSink());
+  LogSink() = f;
+  return true;
 }
 
 }  // namespace antdt

@@ -22,4 +22,8 @@ struct LogField {
 
 void LogEvent(std::string_view event, std::initializer_list<LogField> fields = {});
 
+// Sends log lines to `path` (appended) instead of stderr; for a command that
+// draws a progress bar on the terminal. Returns false when it cannot open it.
+bool SetLogFile(const std::string& path);
+
 }  // namespace antdt

@@ -237,16 +237,41 @@ AgentServiceImpl::AgentServiceImpl(std::string node, Outbox* outbox,
 
 grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext*, const v1::ReportStepRequest* req,
                                           v1::ReportStepResponse* resp) {
-  if (absl::Status s = ValidateStep(req->step()); !s.ok()) return ToGrpcStatus(s);
-  v1::AgentMessage msg;
-  v1::StepReport* step = msg.mutable_step();
-  *step = req->step();
-  step->set_node(node_);
-  if (step->time_unix_ms() == 0) {
-    step->set_time_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count());
+  // The steps of this call: `step` (when set) then `steps`, all of one worker.
+  std::vector<const v1::StepReport*> steps;
+  if (req->has_step()) steps.push_back(&req->step());
+  for (const v1::StepReport& s : req->steps()) steps.push_back(&s);
+  if (steps.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: missing");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (absl::Status s = ValidateStep(*steps[i]); !s.ok()) return ToGrpcStatus(s);
+    if (steps[i]->job() != steps[0]->job() || steps[i]->worker_id() != steps[0]->worker_id()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "steps: every step of one call must be of the same job and worker");
+    }
   }
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  v1::AgentMessage msg;
+  for (const v1::StepReport* in : steps) {
+    v1::StepReport* step =
+        steps.size() == 1 ? msg.mutable_step() : msg.mutable_steps()->add_steps();
+    *step = *in;
+    step->set_node(node_);
+    if (step->time_unix_ms() == 0) step->set_time_unix_ms(now_ms);
+    Account(*step);
+  }
+  const v1::StepReport& first = *steps[0];
+  for (const v1::Directive& d :
+       directives_->Newer(first.job(), first.worker_id(), req->applied_directive_version())) {
+    *resp->add_directives() = d;
+  }
+  outbox_->Push(std::move(msg));
+  return grpc::Status::OK;
+}
+
+void AgentServiceImpl::Account(const v1::StepReport& report) {
+  const v1::StepReport* step = &report;
   const std::map<std::string, std::string> labels = {
       {"job", step->job()}, {"worker", step->worker_id()}, {"role", step->role()}};
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
@@ -261,12 +286,6 @@ grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext*, const v1::Report
     if (!fresh) it->second = 0.8 * it->second + 0.2 * inst;
     samples_per_second_.Add(labels).Set(it->second);
   }
-  for (const v1::Directive& d :
-       directives_->Newer(step->job(), step->worker_id(), req->applied_directive_version())) {
-    *resp->add_directives() = d;
-  }
-  outbox_->Push(std::move(msg));
-  return grpc::Status::OK;
 }
 
 // ---- MonitorLink ----------------------------------------------------------------
@@ -365,7 +384,10 @@ bool MonitorLink::Session() {
   while (ok && !stop_) {
     std::optional<v1::AgentMessage> next = outbox_->Peek(100);
     if (!next) continue;
-    if (!stream->Write(*next)) break;
+    // Several queued: let gRPC coalesce them into fewer frames and syscalls.
+    grpc::WriteOptions options;
+    if (outbox_->size() > 1) options.set_buffer_hint();
+    if (!stream->Write(*next, options)) break;
     outbox_->Pop();
   }
   ctx.TryCancel();

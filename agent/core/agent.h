@@ -55,6 +55,7 @@ class AgentServiceImpl final : public v1::Agent::Service {
                           v1::ReportStepResponse* resp) override;
 
  private:
+  void Account(const v1::StepReport& step);  // step metrics
   const std::string node_;
   Outbox* const outbox_;
   const DirectiveTable* const directives_;

@@ -120,6 +120,45 @@ TEST(AgentService, StampsTheNodeQueuesTheStepAndReturnsDirectives) {
   EXPECT_EQ(box.size(), 2u);  // the refused report was not queued
 }
 
+TEST(AgentService, TakesABatchOfStepsOfOneWorker) {
+  Outbox box(10);
+  DirectiveTable table;
+  prometheus::Registry registry;
+  AgentServiceImpl service("node-a", &box, &table, registry);
+  v1::ReportStepRequest req;
+  for (int i = 0; i < 3; ++i) {
+    v1::StepReport* s = req.add_steps();
+    s->set_job("j");
+    s->set_worker_id("w");
+    s->set_role("worker");
+    s->set_step(i);
+    s->set_bpt_seconds(0.1);
+    s->set_samples(10);
+  }
+  v1::ReportStepResponse resp;
+  grpc::ServerContext ctx;
+  ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
+  auto queued = box.Peek(0);
+  ASSERT_TRUE(queued);
+  ASSERT_EQ(queued->steps().steps_size(), 3);
+  EXPECT_EQ(queued->steps().steps(2).node(), "node-a");
+  const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(text.find("antdt_worker_steps_total{job=\"j\",role=\"worker\",worker=\"w\"} 3"),
+            std::string::npos)
+      << text;
+  // One call carries one worker's steps; anything else is refused whole.
+  req.mutable_steps(1)->set_worker_id("other");
+  EXPECT_EQ(service.ReportStep(&ctx, &req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  req.Clear();
+  EXPECT_EQ(service.ReportStep(&ctx, &req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(box.size(), 1u);
+  // The Outbox counts every step of a dropped batch.
+  Outbox small(1);
+  small.Push(*queued);
+  small.Push(*queued);
+  EXPECT_EQ(small.dropped_step_reports(), 3);
+}
+
 TEST(NodeCollector, ExportsSignalsAndScores) {
   NodeView view;
   v1::NodeSample s;

@@ -11,6 +11,8 @@ void Outbox::Push(v1::AgentMessage message) {
     while (queue_.size() >= capacity_ && !queue_.empty()) {
       if (queue_.front().has_step()) {
         ++dropped_steps_;
+      } else if (queue_.front().has_steps()) {
+        dropped_steps_ += queue_.front().steps().steps_size();
       } else if (queue_.front().has_node_sample()) {
         ++dropped_samples_;
       }

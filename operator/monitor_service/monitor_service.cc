@@ -99,6 +99,9 @@ grpc::Status MonitorServiceImpl::Stream(
       case v1::AgentMessage::kStep:
         monitor_.Ingest(msg.step());
         break;
+      case v1::AgentMessage::kSteps:
+        for (const v1::StepReport& step : msg.steps().steps()) monitor_.Ingest(step);
+        break;
       case v1::AgentMessage::kDropped:
         dropped_[session->node] = msg.dropped();
         break;

@@ -1,0 +1,257 @@
+// The demo trainer's pure parts: the synthetic data, the gradient, and the
+// parameter server's step aggregation (threads, no gRPC).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "common/testing/testing.h"
+#include "examples/trainer/model.h"
+#include "examples/trainer/ps.h"
+
+namespace antdt::trainer {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::vector<Example> Examples(int64_t first, int64_t count, int64_t features) {
+  std::vector<Example> out;
+  for (int64_t id = first; id < first + count; ++id)
+    out.push_back(SyntheticExample(id, features, 7));
+  return out;
+}
+
+TEST(SyntheticExampleTest, DeterministicBoundedAndNoisy) {
+  const Example a = SyntheticExample(42, 8, 7);
+  const Example b = SyntheticExample(42, 8, 7);
+  EXPECT_EQ(a.x, b.x);
+  EXPECT_EQ(a.y, b.y);
+  EXPECT_NE(SyntheticExample(43, 8, 7).x, a.x);
+  EXPECT_NE(SyntheticExample(42, 8, 8).x, a.x);
+  int positives = 0;
+  const int n = 20'000;
+  for (const Example& e : Examples(0, n, 8)) {
+    for (float x : e.x) {
+      ASSERT_GE(x, -1.0f);
+      ASSERT_LE(x, 1.0f);
+    }
+    positives += e.y == 1.0f;
+  }
+  // No bias: about half the labels are positive.
+  EXPECT_NEAR(static_cast<double>(positives) / n, 0.5, 0.05);
+}
+
+TEST(GradientTest, MatchesNumericalDerivative) {
+  const std::vector<Example> examples = Examples(0, 50, 6);
+  const std::vector<float> params = {0.3f, -0.2f, 0.5f, 0.0f, -0.7f, 0.1f};
+  const GradientSum g = Gradient(params, examples);
+  ASSERT_EQ(g.gradient.size(), params.size());
+  EXPECT_NEAR(Gradient(std::vector<float>(6, 0.0f), examples).loss, 50 * std::log(2.0), 1e-9);
+  for (size_t j = 0; j < params.size(); ++j) {
+    const float h = 1e-2f;
+    std::vector<float> up = params, down = params;
+    up[j] += h;
+    down[j] -= h;
+    const double numeric = (Gradient(up, examples).loss - Gradient(down, examples).loss) / (2 * h);
+    EXPECT_NEAR(g.gradient[j], numeric, 1e-3 * std::max(1.0, std::abs(numeric))) << "feature " << j;
+  }
+}
+
+TEST(PsSliceTest, ContiguousInOrder) {
+  EXPECT_EQ(PsSlice(10, 0, 3).begin, 0);
+  EXPECT_EQ(PsSlice(10, 0, 3).size, 4);
+  EXPECT_EQ(PsSlice(10, 1, 3).begin, 4);
+  EXPECT_EQ(PsSlice(10, 1, 3).size, 3);
+  EXPECT_EQ(PsSlice(10, 2, 3).begin, 7);
+  EXPECT_EQ(PsSlice(10, 2, 3).size, 3);
+}
+
+PsOptions Options(int workers, int backup, int64_t features = 1,
+                  milliseconds timeout = milliseconds(30'000)) {
+  PsOptions o;
+  o.features = features;
+  o.workers = workers;
+  o.backup = backup;
+  o.learning_rate = 1.0;
+  o.step_timeout = timeout;
+  return o;
+}
+
+// Pushes on its own thread; the result once the step completed.
+class AsyncPush {
+ public:
+  AsyncPush(ParameterShard& ps, std::string worker, int64_t step, int64_t samples, float grad)
+      : thread_([&ps, worker, step, samples, grad, this] {
+          auto r = ps.Push(worker, step, samples, {grad}, 0.5 * samples);
+          ASSERT_TRUE(r.ok()) << r.status();
+          result_ = *r;
+        }) {}
+  PushResult Get() {
+    thread_.join();
+    return result_;
+  }
+
+ private:
+  PushResult result_;
+  std::thread thread_;
+};
+
+TEST(ParameterShardTest, ValidatesOptions) {
+  EXPECT_FALSE(ParameterShard::Validate(Options(3, 3)).ok());
+  EXPECT_FALSE(ParameterShard::Validate(Options(0, 0)).ok());
+  EXPECT_FALSE(ParameterShard::Validate(Options(2, 0, 0)).ok());
+  EXPECT_TRUE(ParameterShard::Validate(Options(3, 2)).ok());
+}
+
+TEST(ParameterShardTest, WaitsForEveryWorker) {
+  ParameterShard ps(Options(2, 0));
+  AsyncPush first(ps, "w0", 0, 1, 1.0f);
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 1; }, milliseconds(5000)));
+  EXPECT_EQ(ps.Stats().step, 0);  // still waiting for w1
+  auto second = ps.Push("w1", 0, 1, {3.0f}, 0.5);
+  ASSERT_TRUE(second.ok());
+  const PushResult r = first.Get();
+  EXPECT_EQ(r.step, 1);
+  EXPECT_EQ(second->step, 1);
+  EXPECT_EQ(r.contributions, 2);
+  EXPECT_TRUE(r.accepted);
+  EXPECT_FLOAT_EQ(r.parameters[0], -2.0f);  // (1 + 3) / 2 samples
+  EXPECT_EQ(r.parameters, second->parameters);
+  EXPECT_TRUE(second->completed);
+  EXPECT_FALSE(r.completed);
+}
+
+TEST(ParameterShardTest, WeightsBySamples) {
+  ParameterShard ps(Options(2, 0));
+  AsyncPush first(ps, "w0", 0, 1, 1.0f);  // mean gradient 1 over 1 sample
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 1; }, milliseconds(5000)));
+  auto second = ps.Push("w1", 0, 10, {30.0f}, 5.0);  // mean gradient 3 over 10
+  ASSERT_TRUE(second.ok());
+  first.Get();
+  EXPECT_FLOAT_EQ(second->parameters[0], -31.0f / 11.0f);  // not -(1 + 3) / 2
+  EXPECT_DOUBLE_EQ(second->mean_loss, 0.5);
+  EXPECT_EQ(ps.Stats().samples, 11);
+  EXPECT_DOUBLE_EQ(ps.Stats().first_mean_loss, 0.5);
+}
+
+TEST(ParameterShardTest, BackupDropsTheSlowest) {
+  ParameterShard ps(Options(3, 1));
+  AsyncPush first(ps, "w0", 0, 1, 1.0f);
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 1; }, milliseconds(5000)));
+  auto second = ps.Push("w1", 0, 1, {3.0f}, 0.5);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(first.Get().step, 1);
+  EXPECT_EQ(second->contributions, 2);
+  EXPECT_FLOAT_EQ(second->parameters[0], -2.0f);
+  // The slowest worker's gradient for the finished step is answered at once
+  // with the current parameters and dropped.
+  auto late = ps.Push("w2", 0, 1, {100.0f}, 0.5);
+  ASSERT_TRUE(late.ok());
+  EXPECT_FALSE(late->accepted);
+  EXPECT_EQ(late->step, 1);
+  EXPECT_FLOAT_EQ(late->parameters[0], -2.0f);
+  EXPECT_EQ(ps.Stats().dropped, 1);
+}
+
+TEST(ParameterShardTest, StepTimeoutCompletesWithWhatItHas) {
+  ParameterShard ps(Options(3, 0, 1, milliseconds(200)));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = ps.Push("w0", 0, 2, {4.0f}, 1.0);  // w1 and w2 never come
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(r.ok());
+  EXPECT_GE(waited, milliseconds(200));
+  EXPECT_EQ(r->step, 1);
+  EXPECT_EQ(r->contributions, 1);
+  EXPECT_TRUE(r->accepted);
+  EXPECT_TRUE(r->completed);
+  EXPECT_FLOAT_EQ(r->parameters[0], -2.0f);
+}
+
+TEST(ParameterShardTest, StepsStopWaitingForWorkersThatLeft) {
+  ParameterShard ps(Options(3, 0, 1, std::chrono::milliseconds(60'000)));
+  std::thread pusher([&] {
+    auto r = ps.Push("w0", 0, 2, {4.0f}, 1.0);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->step, 1);
+    EXPECT_EQ(r->contributions, 1);
+  });
+  EXPECT_EQ(ps.Leave("w1"), 2);
+  EXPECT_EQ(ps.Leave("w2"), 1);  // w0's step completes now, not after the timeout
+  pusher.join();
+  EXPECT_EQ(ps.Stats().step, 1);
+  // A push rejoins: with w1 back, a step waits for two again.
+  std::thread second([&] { ASSERT_TRUE(ps.Push("w1", 1, 1, {1.0f}, 0.5).ok()); });
+  while (ps.Stats().pending < 1) std::this_thread::yield();  // w1 is in, waiting
+  auto r = ps.Push("w0", 1, 1, {1.0f}, 0.5);
+  second.join();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->contributions, 2);
+}
+
+TEST(ParameterShardTest, StaleAndDuplicateGradientsAreDropped) {
+  ParameterShard ps(Options(1, 0));
+  ASSERT_TRUE(ps.Push("w0", 0, 1, {1.0f}, 0.5).ok());
+  ASSERT_TRUE(ps.Push("w0", 1, 1, {1.0f}, 0.5).ok());
+  auto stale = ps.Push("w0", 0, 1, {50.0f}, 0.5);
+  ASSERT_TRUE(stale.ok());
+  EXPECT_FALSE(stale->accepted);
+  EXPECT_EQ(stale->step, 2);
+  EXPECT_FLOAT_EQ(stale->parameters[0], -2.0f);
+  EXPECT_EQ(ps.Stats().dropped, 1);
+  EXPECT_EQ(ps.Pull().step, 2);
+  EXPECT_FALSE(ps.Push("w0", 2, 1, {1.0f, 2.0f}, 0.5).ok());  // wrong slice size
+
+  // A second push from the same worker in a step (a retry, or a restarted
+  // worker) is not averaged twice: it waits for the step like the first.
+  ParameterShard two(Options(2, 0));
+  AsyncPush first(two, "w0", 0, 1, 1.0f);
+  ASSERT_TRUE(
+      antdt::testing::WaitFor([&] { return two.Stats().pending == 1; }, milliseconds(5000)));
+  AsyncPush again(two, "w0", 0, 1, 1.0f);
+  ASSERT_TRUE(
+      antdt::testing::WaitFor([&] { return two.Stats().dropped == 1; }, milliseconds(5000)));
+  EXPECT_EQ(two.Stats().step, 0);
+  ASSERT_TRUE(two.Push("w1", 0, 1, {3.0f}, 0.5).ok());
+  EXPECT_FALSE(again.Get().accepted);
+  EXPECT_FLOAT_EQ(first.Get().parameters[0], -2.0f);
+}
+
+TEST(ParameterShardTest, ShutdownReleasesBlockedPushes) {
+  ParameterShard ps(Options(2, 0));
+  AsyncPush first(ps, "w0", 0, 1, 1.0f);
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 1; }, milliseconds(5000)));
+  ps.Shutdown();
+  EXPECT_EQ(first.Get().step, 0);
+}
+
+TEST(TrainingTest, LossGoesDownOverTwoHundredSteps) {
+  const int64_t features = 16;
+  PsOptions o = Options(1, 0, features);
+  o.learning_rate = 0.5;
+  ParameterShard ps(o);
+  std::vector<float> params = ps.Pull().parameters;
+  double first = 0, last = 0;
+  for (int64_t step = 0; step < 200; ++step) {
+    const GradientSum g = Gradient(params, Examples(step * 32, 32, features));
+    auto r = ps.Push("w0", step, 32, g.gradient, g.loss);
+    ASSERT_TRUE(r.ok());
+    params = r->parameters;
+    if (step == 0) first = r->mean_loss;
+    last = r->mean_loss;
+  }
+  EXPECT_NEAR(first, std::log(2.0), 1e-6);  // the untrained model
+  EXPECT_LT(last, 0.75 * first);
+  // Held-out records: the model learned the true direction, not the noise.
+  const std::vector<Example> held_out = Examples(1'000'000, 2'000, features);
+  int correct = 0;
+  for (const Example& e : held_out) {
+    double z = 0;
+    for (int64_t j = 0; j < features; ++j)
+      z += params[static_cast<size_t>(j)] * e.x[static_cast<size_t>(j)];
+    correct += (z > 0) == (e.y == 1.0f);
+  }
+  EXPECT_GT(correct, 0.8 * static_cast<double>(held_out.size()));
+}
+
+}  // namespace
+}  // namespace antdt::trainer

@@ -1,0 +1,479 @@
+// antdt-trainer-worker: one worker of the demo trainer. Takes records from
+// shards of the sharding service, forms local batches (a batch may span
+// shards), computes the logistic-loss gradient on the synthetic examples of
+// those records, sleeps the emulated device time, pushes the gradient slices
+// to every parameter server in parallel and gets the new parameters, then
+// commits the batch's records under the journal protocol of
+// examples/demo/journal.h. Steps go to the node agent when --agent is given;
+// an AdjustBatch directive changes the local batch size.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "antdt/v1/trainer.grpc.pb.h"
+#include "client/sharding_client.h"
+#include "client/step_reporter.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "examples/demo/journal.h"
+#include "examples/trainer/model.h"
+
+namespace antdt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage = R"(usage: antdt-trainer-worker [flags]
+  --sharding ADDRESS            the sharding service
+  --job J --dataset D           the dataset to train on
+  --worker-id W                 this worker's name
+  --incarnation I               higher after each restart              [0]
+  --journal PATH                the journal of acknowledged commits
+  --ps ADDR1,ADDR2,...          parameter servers; PS k owns the k-th
+                                contiguous slice of the features
+  --features N                  model size
+  --agent ADDRESS               node agent to report steps to          [off]
+  --local-batch B               records per step (AdjustBatch changes it) [32]
+  --device-us-per-sample U      emulated device time per sample at speed 1 [0]
+  --speed-file PATH             the node's relative speed, re-read each step [1]
+  --commit-every-steps K        commit the records every K steps       [1]
+  --log-every-steps N           one log line per N steps               [50]
+  --seed S                      the synthetic dataset                  [1]
+)";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "antdt-trainer-worker: %s\n", message.c_str());
+  return 2;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A lease whose remaining records [acked, taken) went into batches and are not
+// yet committed.
+struct OpenLease {
+  client::ShardLease lease;
+  int64_t taken = 0;
+  int64_t acked = 0;
+  bool done = false;  // completed or lost
+  bool exhausted() const { return taken == lease.remaining(); }
+};
+
+// One AcquireShard call that does not wait: a shard, or nullopt when none is
+// free right now (or on any error: the caller then trains a short batch and
+// comes back through the SDK's retrying Acquire; a lease whose answer was lost
+// goes back to the queue when it expires).
+std::optional<client::ShardLease> TryAcquire(v1::ShardingService::Stub& stub,
+                                             const client::ShardingClientOptions& o,
+                                             bool* end_of_data = nullptr) {
+  v1::AcquireShardRequest req;
+  req.mutable_dataset()->set_job(o.job);
+  req.mutable_dataset()->set_name(o.dataset);
+  req.set_worker_id(o.worker_id);
+  req.set_incarnation(o.incarnation);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.call_timeout_ms));
+  v1::AcquireShardResponse resp;
+  const bool ok = stub.AcquireShard(&ctx, req, &resp).ok();
+  if (end_of_data != nullptr) {
+    *end_of_data = ok && resp.result() == v1::AcquireShardResponse::END_OF_DATA;
+  }
+  if (!ok || resp.result() != v1::AcquireShardResponse::SHARD) return std::nullopt;
+  client::ShardLease lease;
+  lease.shard = resp.shard();
+  lease.token = resp.lease().token();
+  lease.committed = resp.shard().committed();
+  return lease;
+}
+
+// Commits what batches took from each open lease (CompleteShard once a lease
+// is exhausted, else ReportProgress), journaling around each call exactly as
+// antdt-demo-worker does; forgets the leases completed or lost.
+absl::Status Commit(client::ShardingClient& client, demo::Journal& journal,
+                    std::vector<OpenLease>& open, int64_t* committed) {
+  for (OpenLease& o : open) {
+    if (o.taken == o.acked && !o.exhausted()) continue;
+    std::vector<int64_t> ids;
+    for (int64_t j = o.acked; j < o.taken; ++j) ids.push_back(o.lease.RecordAt(j));
+    const bool last = o.exhausted();
+    const int64_t done = o.lease.shard.committed() + o.taken;
+    journal.Pending(last ? 'C' : 'R', o.lease.token, done, o.lease.epoch(), ids);
+    absl::Status s = last ? client.Complete(o.lease) : client.ReportProgress(o.lease, done);
+    if (s.ok()) {
+      journal.Acked(o.lease.token, done);
+      *committed += o.taken - o.acked;
+      o.acked = o.taken;
+      o.done = last;
+    } else if (s.code() == absl::StatusCode::kFailedPrecondition) {
+      journal.Refused(o.lease.token, done);  // the lease is gone; its remainder went back
+      o.done = true;
+    } else {
+      return s;
+    }
+  }
+  open.erase(std::remove_if(open.begin(), open.end(), [](const OpenLease& o) { return o.done; }),
+             open.end());
+  return absl::OkStatus();
+}
+
+// The node's relative speed from a file holding one number; `fallback` when
+// it is missing or not a number > 0 (the runner may be rewriting it).
+double ReadSpeed(const std::string& path, double fallback) {
+  std::ifstream in(path);
+  double speed = 0;
+  if (in >> speed && speed > 0) return speed;
+  return fallback;
+}
+
+// The parameter servers, each owning a contiguous slice of the parameters.
+class ParameterServers {
+ public:
+  ParameterServers(const std::vector<std::string>& addresses, int64_t features,
+                   std::string worker_id)
+      : worker_id_(std::move(worker_id)), params_(static_cast<size_t>(features), 0.0f) {
+    const int count = static_cast<int>(addresses.size());
+    for (int k = 0; k < count; ++k) {
+      servers_.push_back(
+          {v1::ParameterServer::NewStub(grpc::CreateChannel(addresses[static_cast<size_t>(k)],
+                                                            grpc::InsecureChannelCredentials())),
+           trainer::PsSlice(features, k, count), 0});
+    }
+  }
+
+  // Tells every server this worker is done, so steps stop waiting for it.
+  void Leave() {
+    for (Server& ps : servers_) {
+      v1::LeaveRequest req;
+      req.set_worker_id(worker_id_);
+      v1::LeaveResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      (void)ps.stub->Leave(&ctx, req, &resp);
+    }
+  }
+
+  absl::Status Pull() {
+    for (Server& ps : servers_) {
+      v1::PullRequest req;
+      req.set_worker_id(worker_id_);
+      v1::PullResponse resp;
+      RETURN_IF_ERROR(
+          WithRetry([&](grpc::ClientContext* ctx) { return ps.stub->Pull(ctx, req, &resp); }));
+      RETURN_IF_ERROR(Take(ps, resp.step(), resp.parameters()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Pushes each server its slice of `g` in parallel and takes the new
+  // parameters; `latency` gets each server's round trip under "ps-K".
+  absl::Status Push(const trainer::GradientSum& g, int64_t samples,
+                    std::map<std::string, double>* latency) {
+    std::vector<absl::Status> status(servers_.size());
+    std::vector<double> seconds(servers_.size());
+    std::vector<std::thread> threads;
+    for (size_t k = 0; k < servers_.size(); ++k) {
+      threads.emplace_back([&, k] {
+        Server& ps = servers_[k];
+        const auto t0 = Clock::now();
+        v1::PushGradientRequest req;
+        req.set_worker_id(worker_id_);
+        req.set_step(ps.step);
+        req.set_samples(samples);
+        req.set_loss_sum(g.loss);
+        req.mutable_gradient()->Add(g.gradient.begin() + ps.slice.begin,
+                                    g.gradient.begin() + ps.slice.begin + ps.slice.size);
+        v1::PushGradientResponse resp;
+        status[k] = WithRetry(
+            [&](grpc::ClientContext* ctx) { return ps.stub->PushGradient(ctx, req, &resp); });
+        if (status[k].ok()) status[k] = Take(ps, resp.step(), resp.parameters());
+        if (status[k].ok() && k == 0) mean_loss_ = resp.mean_loss();
+        seconds[k] = Seconds(Clock::now() - t0);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (size_t k = 0; k < servers_.size(); ++k) {
+      RETURN_IF_ERROR(status[k]);
+      (*latency)[absl::StrCat("ps-", k)] = seconds[k];
+    }
+    return absl::OkStatus();
+  }
+
+  const std::vector<float>& params() const { return params_; }
+  int64_t step() const { return servers_.front().step; }
+  double mean_loss() const { return mean_loss_; }  // PS 0's, of its last finished step
+
+ private:
+  struct Server {
+    std::unique_ptr<v1::ParameterServer::Stub> stub;
+    trainer::Slice slice;
+    int64_t step = 0;
+  };
+
+  absl::Status Take(Server& ps, int64_t step,
+                    const google::protobuf::RepeatedField<float>& values) {
+    if (values.size() != ps.slice.size) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a parameter server answered ", values.size(), " parameters, its slice has ",
+                       ps.slice.size, " (check --features and the order of --ps)"));
+    }
+    std::copy(values.begin(), values.end(), params_.begin() + ps.slice.begin);
+    ps.step = step;
+    return absl::OkStatus();
+  }
+
+  // Retries a call the server may answer once it is back (a minute at most).
+  template <typename Call>
+  static absl::Status WithRetry(Call call) {
+    const auto give_up = Clock::now() + std::chrono::minutes(1);
+    int64_t backoff_ms = 50;
+    for (;;) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      absl::Status s = FromGrpcStatus(call(&ctx));
+      if (s.ok() || !client::IsRetryable(s) || Clock::now() > give_up) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      backoff_ms = std::min<int64_t>(backoff_ms * 2, 2000);
+    }
+  }
+
+  const std::string worker_id_;
+  std::vector<Server> servers_;
+  std::vector<float> params_;  // slices are written by separate threads
+  double mean_loss_ = 0;
+};
+
+}  // namespace
+}  // namespace antdt
+
+int main(int argc, char** argv) {
+  using namespace antdt;
+  auto flags = ParseFlags(argc, argv,
+                          {"sharding", "job", "dataset", "worker-id", "incarnation", "journal",
+                           "ps", "features", "agent", "local-batch", "device-us-per-sample",
+                           "speed-file", "commit-every-steps", "log-every-steps", "seed"},
+                          {"help"});
+  if (!flags.ok()) {
+    std::fputs(kUsage, stderr);
+    return Fail(std::string(flags.status().message()));
+  }
+  if (flags->Has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (!flags->positional.empty()) return Fail("unexpected argument " + flags->positional[0]);
+  for (const char* required :
+       {"sharding", "job", "dataset", "worker-id", "journal", "ps", "features"}) {
+    if (!flags->Has(required)) return Fail(std::string("--") + required + ": required");
+  }
+  int64_t incarnation = 0, features = 0, batch = 32, commit_every = 1, log_every = 50;
+  uint64_t seed = 1;
+  double device_us = 0;
+  if (!absl::SimpleAtoi(flags->Get("incarnation", "0"), &incarnation) || incarnation < 0) {
+    return Fail("--incarnation: must be an integer >= 0");
+  }
+  const std::vector<std::string> ps_addresses =
+      absl::StrSplit(flags->Get("ps"), ',', absl::SkipEmpty());
+  if (ps_addresses.empty()) return Fail("--ps: must list at least one address");
+  if (!absl::SimpleAtoi(flags->Get("features"), &features) ||
+      features < static_cast<int64_t>(ps_addresses.size())) {
+    return Fail("--features: must be an integer >= the number of parameter servers");
+  }
+  if (!absl::SimpleAtoi(flags->Get("local-batch", "32"), &batch) || batch <= 0) {
+    return Fail("--local-batch: must be an integer > 0");
+  }
+  if (!absl::SimpleAtod(flags->Get("device-us-per-sample", "0"), &device_us) || device_us < 0) {
+    return Fail("--device-us-per-sample: must be a number >= 0");
+  }
+  if (!absl::SimpleAtoi(flags->Get("commit-every-steps", "1"), &commit_every) ||
+      commit_every <= 0) {
+    return Fail("--commit-every-steps: must be an integer > 0");
+  }
+  if (!absl::SimpleAtoi(flags->Get("log-every-steps", "50"), &log_every) || log_every <= 0) {
+    return Fail("--log-every-steps: must be an integer > 0");
+  }
+  if (!absl::SimpleAtoi(flags->Get("seed", "1"), &seed)) return Fail("--seed: must be an integer");
+  const std::string speed_file = flags->Get("speed-file");
+
+  client::ShardingClientOptions options;
+  options.job = flags->Get("job");
+  options.dataset = flags->Get("dataset");
+  options.worker_id = flags->Get("worker-id");
+  options.incarnation = incarnation;
+  options.retry_budget_ms = 120'000;
+  auto channel = client::CreateShardingChannel(flags->Get("sharding"));
+  client::ShardingClient sharding(channel, options);
+  auto sharding_stub = v1::ShardingService::NewStub(channel);
+  std::optional<client::StepReporter> reporter;
+  if (flags->Has("agent")) {
+    client::StepReporterOptions o;
+    o.agent_address = flags->Get("agent");
+    o.job = options.job;
+    o.worker_id = options.worker_id;
+    reporter.emplace(o);
+  }
+
+  const std::string journal_path = flags->Get("journal");
+  auto unresolved = demo::Journal::Unresolved(journal_path);
+  if (!unresolved.ok()) return Fail(std::string(unresolved.status().message()));
+  auto journal = demo::Journal::Open(journal_path);
+  if (!journal.ok()) return Fail(std::string(journal.status().message()));
+
+  // The previous process died between a commit call and its answer: ask again
+  // (the service answers idempotently for the same lease) before acquiring,
+  // since acquiring under the new incarnation releases the old leases.
+  for (const auto& p : *unresolved) {
+    client::ShardLease lease;
+    lease.token = p.token;
+    absl::Status s =
+        p.kind == 'C' ? sharding.Complete(lease) : sharding.ReportProgress(lease, p.done);
+    if (s.ok()) {
+      journal->Acked(p.token, p.done);
+    } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
+               s.code() == absl::StatusCode::kNotFound) {
+      journal->Refused(p.token, p.done);
+    } else {
+      return Fail("resolving a pending commit: " + std::string(s.message()));
+    }
+    LogEvent(
+        "pending_commit_resolved",
+        {{"worker", options.worker_id}, {"token", p.token}, {"acked", s.ok() ? "true" : "false"}});
+  }
+
+  ParameterServers ps(ps_addresses, features, options.worker_id);
+  if (auto s = ps.Pull(); !s.ok()) return Fail("pull: " + std::string(s.message()));
+  LogEvent("worker_started", {{"worker", options.worker_id},
+                              {"incarnation", incarnation},
+                              {"step", ps.step()},
+                              {"local_batch", batch}});
+
+  std::vector<OpenLease> open;
+  int64_t committed = 0, steps = 0, samples_total = 0;
+  double speed = 1;
+  for (bool end = false; !end;) {
+    bool idle = false;
+    const auto t0 = Clock::now();
+    std::vector<int64_t> records;
+    while (static_cast<int64_t>(records.size()) < batch) {
+      if (open.empty() || open.back().exhausted()) {
+        std::optional<client::ShardLease> next;
+        if (records.empty()) {
+          // Waiting for a shard: commit first, so that our own unfinished
+          // leases never keep the dataset from ending.
+          if (auto s = Commit(sharding, *journal, open, &committed); !s.ok()) {
+            return Fail("commit: " + std::string(s.message()));
+          }
+          // One call that does not wait: while every shard left is leased
+          // (an epoch's last shards, a lost lease waiting out its expiry),
+          // this worker takes part in the step with no samples instead of
+          // holding up everyone at the parameter servers' barrier.
+          bool end_of_data = false;
+          next = TryAcquire(*sharding_stub, options, &end_of_data);
+          if (end_of_data) {
+            end = true;
+            break;
+          }
+          if (!next) {
+            idle = true;
+            break;
+          }
+        } else {
+          next = TryAcquire(*sharding_stub, options);
+          if (!next) break;  // nothing free now: a short batch
+        }
+        open.push_back({std::move(*next)});
+        continue;
+      }
+      OpenLease& o = open.back();
+      const int64_t n =
+          std::min(batch - static_cast<int64_t>(records.size()), o.lease.remaining() - o.taken);
+      for (int64_t i = 0; i < n; ++i) records.push_back(o.lease.RecordAt(o.taken + i));
+      o.taken += n;
+    }
+    if (records.empty() && !idle) break;  // the end of the data, everything committed
+    if (records.empty()) {
+      // Nothing to do right now: an empty contribution keeps the step going.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::map<std::string, double> latency;
+      trainer::GradientSum empty;
+      empty.gradient.assign(static_cast<size_t>(features), 0.0f);
+      if (auto s = ps.Push(empty, 0, &latency); !s.ok()) {
+        return Fail("push: " + std::string(s.message()));
+      }
+      continue;
+    }
+    const auto t_data = Clock::now();
+
+    std::vector<trainer::Example> examples;
+    examples.reserve(records.size());
+    for (int64_t id : records) examples.push_back(trainer::SyntheticExample(id, features, seed));
+    const trainer::GradientSum g = trainer::Gradient(ps.params(), examples);
+    if (!speed_file.empty()) speed = ReadSpeed(speed_file, speed);
+    const double sleep_us = device_us * static_cast<double>(records.size()) / speed;
+    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(sleep_us));
+    const auto t_compute = Clock::now();
+
+    client::StepTiming timing;
+    timing.step = ps.step();
+    const auto samples = static_cast<int64_t>(records.size());
+    if (auto s = ps.Push(g, samples, &timing.ps_latency_seconds); !s.ok()) {
+      return Fail("push: " + std::string(s.message()));
+    }
+    const auto t_push = Clock::now();
+    ++steps;
+    samples_total += samples;
+    if (steps % commit_every == 0) {
+      if (auto s = Commit(sharding, *journal, open, &committed); !s.ok()) {
+        return Fail("commit: " + std::string(s.message()));
+      }
+    }
+    const auto t_end = Clock::now();
+
+    timing.samples = samples;
+    // The worker's own time for the step: data, compute and commit, not the
+    // wait at the parameter servers' barrier, which in synchronous training is
+    // every worker's wait for the slowest and would make everyone look alike.
+    timing.bpt_seconds = Seconds(t_compute - t0) + Seconds(t_end - t_push);
+    timing.data_wait_seconds = Seconds(t_data - t0);
+    timing.compute_seconds = Seconds(t_compute - t_data);
+    timing.communication_seconds = Seconds(t_push - t_compute);
+    if (reporter) {
+      (void)reporter->Report(timing);  // a failure is counted by the reporter, never fatal
+      if (auto d = reporter->TakeDirective();
+          d && d->has_adjust_batch() && d->adjust_batch().local_batch_size() > 0) {
+        batch = d->adjust_batch().local_batch_size();
+        LogEvent("directive_applied", {{"worker", options.worker_id},
+                                       {"version", d->version()},
+                                       {"local_batch", batch},
+                                       {"reason", d->reason()}});
+      }
+    }
+    if (steps % log_every == 0) {
+      LogEvent("step", {{"worker", options.worker_id},
+                        {"step", ps.step()},
+                        {"mean_loss", ps.mean_loss()},
+                        {"batch_loss", g.loss / static_cast<double>(samples)},
+                        {"samples", samples},
+                        {"speed", speed},
+                        {"bpt_seconds", timing.bpt_seconds},
+                        {"communication_seconds", timing.communication_seconds}});
+    }
+  }
+  ps.Leave();
+  LogEvent("worker_done", {{"worker", options.worker_id},
+                           {"incarnation", incarnation},
+                           {"steps", steps},
+                           {"samples", samples_total},
+                           {"records_committed", committed},
+                           {"step", ps.step()},
+                           {"mean_loss", ps.mean_loss()}});
+  return 0;
+}

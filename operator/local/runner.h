@@ -1,0 +1,71 @@
+// The local runner: the whole AntDT control plane with a process backend, so
+// `antdt run job.yaml` runs a job on one machine. It starts the job's sharding
+// service, one agent per emulated node, the Monitor (in process), the
+// parameter servers and the workers; it plays the straggler scenario by
+// rewriting each node's speed file; it runs the Controller's policy every half
+// window and executes its plans (ADJUST_BS through the agents, KILL_RESTART by
+// killing and respawning a worker on a spare node). At the end it checks the
+// workers' journals for exactly-once and writes a report.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "examples/demo/journal.h"
+#include "operator/manifest/manifest.h"
+
+namespace antdt::local {
+
+struct RunOptions {
+  std::string bin_dir;           // where the AntDT binaries are
+  std::string work_dir;          // per-run state, logs, journals
+  std::string policy_override;   // non-empty: run under this policy instead
+  bool no_slowdown = false;      // drop the scenario's slowdowns (the ideal run)
+  int64_t timeout_ms = 900'000;
+  std::function<void(const std::string&)> on_status;  // progress line, ~4 per second
+  std::function<void(const std::string&)> on_event;   // one line per event
+  const bool* interrupted = nullptr;  // set by a signal handler: stop everything
+};
+
+struct ActionRecord {
+  double at_seconds = 0;  // since the job started
+  std::string action;     // "ADJUST_BS" | "KILL_RESTART" | "BACKUP_WORKERS"
+  std::string worker;
+  std::string description;  // one line, key=value, with the evidence
+  std::string rule;
+  std::string reason;
+};
+
+struct ThroughputPoint {
+  double at_seconds = 0;
+  std::string worker;
+  double samples_per_second = 0;
+  double score = 0;
+  std::string klass;
+};
+
+struct RunResult {
+  std::string job;
+  std::string policy;
+  double jct_seconds = 0;
+  int64_t records_committed = 0;
+  demo::Verification verification;
+  std::vector<ActionRecord> actions;
+  std::vector<ThroughputPoint> timeline;
+  double first_loss = -1;
+  double final_loss = -1;
+  int64_t steps = 0;
+};
+
+absl::StatusOr<RunResult> RunJob(const manifest::Job& job, const manifest::Scenario& scenario,
+                                 const RunOptions& options);
+
+// report.json and a self-contained report.html (SVG timeline of each worker's
+// throughput with the actions marked) into `dir`.
+absl::Status WriteReport(const RunResult& result, const std::string& dir);
+std::string ReportText(const RunResult& result);
+
+}  // namespace antdt::local

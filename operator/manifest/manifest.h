@@ -1,0 +1,134 @@
+// The AntDTJob manifest (group antdt.io, version v1alpha1, kind AntDTJob): the
+// one schema read by `antdt run` (the local runner) and, as the CRD's spec, by
+// the operator. Parsing is pure: text in, struct or an error naming the field
+// path out ("spec.workers.replicas: must be >= 1, got -2"). Unknown fields are
+// rejected, durations are strings like "30s", "500ms", "2m".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace antdt::manifest {
+
+struct DatasetSpec {
+  int64_t records = 0;     // spec.dataset.records (> 0)
+  int64_t shard_size = 0;  // spec.dataset.shardSize (> 0)
+  int32_t epochs = 1;      // spec.dataset.epochs (> 0)
+  bool shuffle = false;    // spec.dataset.shuffle
+  uint64_t seed = 0;       // spec.dataset.seed
+};
+
+struct ModelSpec {                  // the demo trainer's model
+  int32_t features = 16;            // spec.model.features (1..4096)
+  double learning_rate = 0.1;       // spec.model.learningRate (> 0)
+  int64_t global_batch_size = 256;  // spec.model.globalBatchSize (>= workers)
+};
+
+struct ReplicaSpec {
+  int32_t replicas = 0;       // spec.{workers,parameterServers}.replicas (>= 0; workers >= 1)
+  std::string image;          // spec.*.template.spec.containers[0].image (Kubernetes only)
+  std::string template_yaml;  // the pod template as given, re-emitted by the operator
+};
+
+struct Rule {               // spec.stragglerPolicy.rules[i]
+  std::string signal;       // "score" | "self_score" | "class"
+  double threshold = 0;     // for score signals
+  std::string klass;        // for "class": "transient" | "persistent" | "deterministic"
+  int32_t windows = 1;      // persistence: consecutive windows
+  std::string action;       // "ADJUST_BS" | "KILL_RESTART"
+  int64_t cooldown_ms = 0;  // 0: the policy's
+  int32_t budget = 0;       // 0: the policy's
+};
+
+struct StragglerPolicySpec {
+  std::string name = "antdt-nd";  // antdt-nd | antdt-dd | custom | none | backup-workers | lb-bsp
+  int64_t cooldown_ms = 60'000;   // spec.stragglerPolicy.cooldown
+  int32_t max_actions = 10;       // spec.stragglerPolicy.maxActions
+  double min_saving_ratio = 1.0;  // spec.stragglerPolicy.minSavingRatio
+  int32_t backup_workers = 1;     // spec.stragglerPolicy.backupWorkers
+  std::vector<Rule> rules;        // required (non-empty) for custom, rejected otherwise
+};
+
+struct MonitorSpec {           // spec.monitor
+  int64_t window_ms = 10'000;  // window
+  double straggler_threshold = 1.3;
+  double recover_threshold = 1.15;
+  int32_t persistent_windows = 3;
+  int32_t warmup_windows = 2;
+};
+
+struct CheckpointSpec {     // spec.checkpoint
+  std::string path;         // where model and shard state go
+  int64_t every_steps = 0;  // 0: no periodic checkpoints
+};
+
+struct RunPolicySpec {  // spec.runPolicy
+  int32_t backoff_limit = 3;
+  int64_t ttl_seconds_after_finished = -1;  // -1 (field absent): keep; given: >= 0
+};
+
+struct LocalSpec {       // spec.local: only `antdt run` reads it
+  std::string scenario;  // straggler scenario file, relative to the manifest
+  // spec.local.deviceTimePerSample, a duration like "200us" or "1.5ms": emulated
+  // compute per sample at speed 1.
+  int64_t device_time_per_sample_us = 200;
+};
+
+struct Job {
+  std::string name;                           // metadata.name (DNS-1123 label)
+  std::string namespace_ = "default";         // metadata.namespace
+  std::map<std::string, std::string> labels;  // metadata.labels
+  DatasetSpec dataset;
+  ModelSpec model;
+  ReplicaSpec workers;
+  ReplicaSpec parameter_servers;
+  StragglerPolicySpec straggler_policy;
+  MonitorSpec monitor;
+  CheckpointSpec checkpoint;
+  RunPolicySpec run_policy;
+  LocalSpec local;
+};
+
+// Parses a whole manifest document (exactly one YAML document). Besides the
+// fields above, the metadata fields the API server sets (uid, resourceVersion,
+// generation, creationTimestamp, managedFields, ...), metadata.annotations and
+// a top-level `status` are accepted and ignored, so the operator can parse an
+// object read back from the cluster. `null` values read as absent.
+absl::StatusOr<Job> ParseJob(const std::string& yaml);
+
+// A straggler scenario for the local runner and the simulator: emulated nodes
+// with their speeds, spares, and slowdowns over time.
+struct Slowdown {
+  std::string node;         // slowdowns[i].node (must name a node)
+  std::string kind;         // "deterministic" | "transient" | "persistent"
+  double factor = 1;        // > 1: that many times slower
+  int64_t start_ms = 0;     // slowdowns[i].start (deterministic: 0)
+  int64_t duration_ms = 0;  // transient: > 0; others: until the end
+};
+
+struct NodeSpec {
+  std::string name;
+  double speed = 1.0;  // nodes[i].speed: relative device speed (> 0; 1.5 = a leader)
+  bool spare = false;  // nodes[i].spare: idle, can take a restarted worker
+  std::map<std::string, std::string> labels;
+};
+
+struct Scenario {
+  std::string name;
+  std::vector<NodeSpec> nodes;
+  std::vector<Slowdown> slowdowns;
+  // The speed of `node` at `t_ms` after the job started (speed / factor of
+  // every slowdown active then). Deterministic slowdowns apply at every t,
+  // persistent ones from start_ms on, transient ones in [start_ms,
+  // start_ms + duration_ms). A node the scenario does not list has speed 1.
+  double SpeedAt(const std::string& node, int64_t t_ms) const;
+};
+
+absl::StatusOr<Scenario> ParseScenario(const std::string& yaml);
+
+}  // namespace antdt::manifest

@@ -1,0 +1,142 @@
+// `antdt run` end to end: a short job with a persistent straggler is run on
+// this machine; the straggler is restarted on the spare node, every record is
+// committed exactly once, and the report names the action and why.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/testing/testing.h"
+
+namespace antdt {
+namespace {
+
+using antdt::testing::BinPath;
+using antdt::testing::Process;
+using antdt::testing::TempDir;
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void Write(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+constexpr const char* kJob = R"(apiVersion: antdt.io/v1alpha1
+kind: AntDTJob
+metadata:
+  name: e2e
+spec:
+  dataset:
+    records: 96000
+    shardSize: 400
+    epochs: 1
+    shuffle: true
+    seed: 3
+  model:
+    features: 16
+    learningRate: 0.2
+    globalBatchSize: 256
+  workers:
+    replicas: 4
+  parameterServers:
+    replicas: 1
+  stragglerPolicy:
+    name: antdt-nd
+    cooldown: 4s
+    maxActions: 6
+    minSavingRatio: 0.1
+  monitor:
+    window: 1s
+    persistentWindows: 3
+  local:
+    scenario: scenario.yaml
+    deviceTimePerSample: 1ms
+)";
+
+constexpr const char* kScenario = R"(name: e2e
+nodes:
+  - name: node-0
+  - name: node-1
+  - name: node-2
+  - name: node-3
+  - name: spare-0
+    spare: true
+slowdowns:
+  - node: node-2
+    kind: persistent
+    factor: 4
+    start: 3s
+)";
+
+TEST(LocalRunner, RestartsAPersistentStragglerOnTheSpareNodeWithNoRecordLostOrDoubled) {
+  TempDir dir;
+  Write(dir.File("job.yaml"), kJob);
+  Write(dir.File("scenario.yaml"), kScenario);
+  Process run({BinPath("antdt"), "run", dir.File("job.yaml"), "--report", dir.File("report"),
+               "--work-dir", dir.File("work"), "--quiet"},
+              dir.File("run.log"));
+  auto status = run.Wait(std::chrono::seconds(280));
+  ASSERT_TRUE(status) << "antdt run did not finish:\n" << Read(dir.File("run.log"));
+  const std::string out = Read(dir.File("run.log"));
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  EXPECT_NE(out.find("RESULT: every record committed exactly once"), std::string::npos) << out;
+  const std::string report = Read(dir.File("report/report.json"));
+  EXPECT_NE(report.find("\"exactly_once\": true"), std::string::npos) << report;
+  EXPECT_NE(report.find("\"records_committed\": 96000"), std::string::npos) << report;
+  // The straggler on node-2 (worker-2) was restarted, and the report says why.
+  const size_t kill = report.find("\"action\": \"KILL_RESTART\", \"worker\": \"worker-2\"");
+  ASSERT_NE(kill, std::string::npos) << report;
+  const std::string entry = report.substr(kill, report.find('}', kill) - kill);
+  EXPECT_NE(entry.find("to_node=spare-0"), std::string::npos) << entry;
+  EXPECT_NE(entry.find("from_node=node-2"), std::string::npos) << entry;
+  // Why: the rule, and the evidence that it is about 4x slower than its peers
+  // and that the restart saves more than it costs.
+  EXPECT_NE(entry.find("\"rule\": \"antdt-nd:"), std::string::npos) << entry;
+  const size_t slow = entry.find("capacity_slowdown=");
+  ASSERT_NE(slow, std::string::npos) << entry;
+  EXPECT_GT(std::stod(entry.substr(slow + 18)), 2.5) << entry;
+  EXPECT_NE(entry.find("saved_seconds="), std::string::npos) << entry;
+  EXPECT_NE(entry.find("cost_seconds="), std::string::npos) << entry;
+  const std::string html = Read(dir.File("report/report.html"));
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("KILL_RESTART"), std::string::npos);
+  // Nothing is left running: every process the runner started was stopped
+  // ("wor[k]" so that the shell running pgrep does not match itself).
+  EXPECT_NE(std::system(("pgrep -f '" + dir.path() + "/wor[k]' > /dev/null").c_str()), 0);
+}
+
+TEST(LocalRunner, BadManifestsStopBeforeAnythingStarts) {
+  struct Case {
+    std::string from;
+    std::string to;
+    std::string path;
+  } cases[] = {
+      {"  workers:\n    replicas: 4", "  workers:\n    replcas: 4", "spec.workers.replcas"},
+      {"  workers:\n    replicas: 4", "  workers:\n    replicas: -2", "spec.workers.replicas"},
+      {"name: antdt-nd", "name: fastest", "spec.stragglerPolicy.name"},
+      {"window: 1s", "window: 10", "spec.monitor.window"},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    std::string job = kJob;
+    job.replace(job.find(c.from), c.from.size(), c.to);
+    Write(dir.File("job.yaml"), job);
+    Write(dir.File("scenario.yaml"), kScenario);
+    Process run({BinPath("antdt"), "run", dir.File("job.yaml"), "--work-dir", dir.File("work")},
+                dir.File("run.log"));
+    auto status = run.Wait(std::chrono::seconds(20));
+    ASSERT_TRUE(status);
+    EXPECT_EQ(WEXITSTATUS(*status), 2) << c.path;
+    EXPECT_NE(Read(dir.File("run.log")).find(c.path), std::string::npos)
+        << c.path << "\n" << Read(dir.File("run.log"));
+    EXPECT_FALSE(std::filesystem::exists(dir.File("work"))) << "something started for " << c.path;
+  }
+}
+
+}  // namespace
+}  // namespace antdt
