@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 
 namespace antdt::demo {
 
@@ -72,6 +73,31 @@ absl::StatusOr<std::vector<Journal::PendingCall>> Journal::Unresolved(const std:
   }
   if (last) out.push_back(*last);
   return out;
+}
+
+absl::StatusOr<Journal> Journal::OpenAndResolve(const std::string& path,
+                                                client::ShardingClient& client) {
+  auto unresolved = Unresolved(path);
+  if (!unresolved.ok()) return unresolved.status();
+  auto journal = Open(path);
+  if (!journal.ok()) return journal.status();
+  for (const PendingCall& p : *unresolved) {
+    client::ShardLease lease;
+    lease.token = p.token;
+    absl::Status s = p.kind == 'C' ? client.Complete(lease) : client.ReportProgress(lease, p.done);
+    if (s.ok()) {
+      journal->Acked(p.token, p.done);
+    } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
+               s.code() == absl::StatusCode::kNotFound) {
+      journal->Refused(p.token, p.done);
+    } else {
+      return absl::Status(s.code(), absl::StrCat("resolving a pending commit: ", s.message()));
+    }
+    LogEvent("pending_commit_resolved", {{"worker", client.options().worker_id},
+                                         {"token", p.token},
+                                         {"acked", s.ok() ? "true" : "false"}});
+  }
+  return journal;
 }
 
 bool Verification::exactly_once() const {

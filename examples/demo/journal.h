@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/sharding_client.h"
 
 namespace antdt::demo {
 
@@ -37,6 +38,14 @@ class Journal {
   };
   // The last P line without an answer, if the previous process died there.
   static absl::StatusOr<std::vector<PendingCall>> Unresolved(const std::string& path);
+
+  // Opens the journal of a (re)starting worker: when the previous process
+  // died between a commit call and its answer, the call is made again (the
+  // service answers idempotently for the same lease) and its answer
+  // journaled. Do this before acquiring: acquiring under a new incarnation
+  // releases the old leases.
+  static absl::StatusOr<Journal> OpenAndResolve(const std::string& path,
+                                                client::ShardingClient& client);
 
  private:
   explicit Journal(int fd) : fd_(fd) {}

@@ -50,31 +50,8 @@ int main(int argc, char** argv) {
   client::ShardingClient client(
       client::CreateShardingChannel(flags->Get("address")), options);
 
-  const std::string journal_path = flags->Get("journal");
-  auto unresolved = demo::Journal::Unresolved(journal_path);
-  if (!unresolved.ok()) return Fail(std::string(unresolved.status().message()));
-  auto journal = demo::Journal::Open(journal_path);
+  auto journal = demo::Journal::OpenAndResolve(flags->Get("journal"), client);
   if (!journal.ok()) return Fail(std::string(journal.status().message()));
-
-  // The previous process died between a commit call and its answer: ask again
-  // (the service answers idempotently for the same lease) before acquiring,
-  // since acquiring under the new incarnation releases the old leases.
-  for (const auto& p : *unresolved) {
-    client::ShardLease lease;
-    lease.token = p.token;
-    absl::Status s = p.kind == 'C' ? client.Complete(lease) : client.ReportProgress(lease, p.done);
-    if (s.ok()) {
-      journal->Acked(p.token, p.done);
-    } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
-               s.code() == absl::StatusCode::kNotFound) {
-      journal->Refused(p.token, p.done);
-    } else {
-      return Fail("resolving a pending commit: " + std::string(s.message()));
-    }
-    LogEvent("pending_commit_resolved", {{"worker", options.worker_id},
-                                         {"token", p.token},
-                                         {"acked", s.ok() ? "true" : "false"}});
-  }
 
   int64_t records = 0;
   for (;;) {

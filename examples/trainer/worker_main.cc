@@ -259,7 +259,8 @@ int main(int argc, char** argv) {
   auto flags = ParseFlags(argc, argv,
                           {"sharding", "job", "dataset", "worker-id", "incarnation", "journal",
                            "ps", "features", "agent", "local-batch", "device-us-per-sample",
-                           "speed-file", "commit-every-steps", "log-every-steps", "seed"},
+                           "speed-file", "commit-every-steps", "log-every-steps", "seed",
+                           "report-interval"},
                           {"help"});
   if (!flags.ok()) {
     std::fputs(kUsage, stderr);
@@ -318,35 +319,16 @@ int main(int argc, char** argv) {
     o.agent_address = flags->Get("agent");
     o.job = options.job;
     o.worker_id = options.worker_id;
+    if (flags->Has("report-interval")) {
+      auto ms = ParseDurationMs(flags->Get("report-interval"), "--report-interval");
+      if (!ms.ok()) return Fail(std::string(ms.status().message()));
+      o.flush_interval_ms = *ms;
+    }
     reporter.emplace(o);
   }
 
-  const std::string journal_path = flags->Get("journal");
-  auto unresolved = demo::Journal::Unresolved(journal_path);
-  if (!unresolved.ok()) return Fail(std::string(unresolved.status().message()));
-  auto journal = demo::Journal::Open(journal_path);
+  auto journal = demo::Journal::OpenAndResolve(flags->Get("journal"), sharding);
   if (!journal.ok()) return Fail(std::string(journal.status().message()));
-
-  // The previous process died between a commit call and its answer: ask again
-  // (the service answers idempotently for the same lease) before acquiring,
-  // since acquiring under the new incarnation releases the old leases.
-  for (const auto& p : *unresolved) {
-    client::ShardLease lease;
-    lease.token = p.token;
-    absl::Status s =
-        p.kind == 'C' ? sharding.Complete(lease) : sharding.ReportProgress(lease, p.done);
-    if (s.ok()) {
-      journal->Acked(p.token, p.done);
-    } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
-               s.code() == absl::StatusCode::kNotFound) {
-      journal->Refused(p.token, p.done);
-    } else {
-      return Fail("resolving a pending commit: " + std::string(s.message()));
-    }
-    LogEvent(
-        "pending_commit_resolved",
-        {{"worker", options.worker_id}, {"token", p.token}, {"acked", s.ok() ? "true" : "false"}});
-  }
 
   ParameterServers ps(ps_addresses, features, options.worker_id);
   if (auto s = ps.Pull(); !s.ok()) return Fail("pull: " + std::string(s.message()));

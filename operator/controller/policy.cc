@@ -32,6 +32,7 @@ constexpr char kNdTransientAdjust[] = "antdt-nd:transient-adjust";
 constexpr char kNdDeterministicAdjust[] = "antdt-nd:deterministic-adjust";
 constexpr char kNdLeaderAdjust[] = "antdt-nd:leader-adjust";
 constexpr char kNdRebalance[] = "antdt-nd:rebalance";
+constexpr char kNdRestartShare[] = "antdt-nd:restart-share";
 constexpr char kDdProportional[] = "antdt-dd:proportional";
 constexpr char kLbBspProportional[] = "lb-bsp:proportional";
 constexpr char kCustomRebalance[] = "custom:rebalance";
@@ -144,7 +145,16 @@ struct Member {
   int windows_slow() const { return health != nullptr ? health->windows_slow() : 0; }
   int64_t batch() const { return state->local_batch_size; }
   // Samples per median step time at its current batch.
-  double capacity() const { return static_cast<double>(batch()) / score(); }
+  // Measured directly when the Monitor has the window's own throughput
+  // (samples over the worker's own processing time), so that a batch changed
+  // during or after the window does not skew it; else from batch and score.
+  double capacity() const {
+    if (health != nullptr && health->samples_per_second() > 0 &&
+        health->median_bpt_seconds() > 0) {
+      return health->samples_per_second() * health->median_bpt_seconds();
+    }
+    return static_cast<double>(batch()) / score();
+  }
 };
 
 int32_t Accumulation(const WorkerState& w, int64_t batch) {
@@ -313,7 +323,12 @@ class Planner {
       if (!restart_rule.empty()) {
         std::string why;
         if (TryRestart(m, restart_rule, what, &why)) {
-          frozen.insert(m.id());
+          // On a healthy node it is a median worker again: its share back at
+          // once, not after a LEADER window and a cool-down.
+          fresh_.insert(m.id());
+          subjects[m.id()] = {kNdRestartShare,
+                              absl::StrCat(what, ", restarted on a healthy node: a median "
+                                                 "worker's share again")};
           continue;
         }
         if (straggler) {
@@ -694,9 +709,16 @@ class Planner {
     }
     std::vector<int64_t> targets;
     int64_t total = 0;
+    // A freshly restarted worker weighs as much as the median of the others.
+    std::vector<double> others;
+    for (const Member* m : parts) {
+      if (!subjects.count(m->id())) others.push_back(static_cast<double>(m->batch()));
+    }
+    const double median_batch = others.empty() ? 0 : Median(others);
     const bool ok = Targets(
         parts,
         [&](const Member& m) {
+          if (fresh_.count(m.id()) && median_batch > 0) return median_batch;
           return subjects.count(m.id()) ? m.capacity() : static_cast<double>(m.batch());
         },
         &targets, &total);
@@ -783,6 +805,7 @@ class Planner {
   std::map<std::string, const Decision*> last_own_;  // member id -> its last own decision
   std::map<std::string, const Rule*> rules_;         // custom rules by name
   std::set<std::string> chosen_nodes_;               // restart targets in this plan
+  std::set<std::string> fresh_;                      // workers restarted in this plan
   int used_ = 0;                                     // job interventions, history + plan
   std::map<std::string, int> used_by_rule_;
   int64_t last_round_ms_ = kNever;  // the last ADJUST_BS round in history

@@ -437,6 +437,16 @@ TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->rule, "antdt-nd:compensated-restart");
   EXPECT_NEAR(d->evidence.at("capacity_slowdown"), 2.0, 0.05);
+  // On its healthy node it gets a median worker's share back in the same
+  // plan, the others giving up what they took; the global batch is kept.
+  const std::map<std::string, int64_t> after = Batches(o, p);
+  EXPECT_EQ(after.at("w-3"), 64) << Dump(p);
+  EXPECT_EQ(Sum(after), 512);
+  bool share = false;
+  for (const Decision& x : p.decisions) {
+    share |= x.rule == "antdt-nd:restart-share" && x.subject == "w-3";
+  }
+  EXPECT_TRUE(share) << Dump(p);
 
   // Still inside the shrink's cool-down: nothing.
   o.history[0].at_ms = kNow - 30'000;

@@ -139,7 +139,6 @@ class Runner {
 };
 
 absl::Status Runner::StartAgents() {
-  fs::create_directories(dir_ + "/nodes");
   for (const manifest::NodeSpec& n : scenario_.nodes) {
     std::vector<std::string> argv = {o_.bin_dir + "/antdt-agent", "--node", n.name, "--listen",
                                      "127.0.0.1:0", "--monitor", monitor_address_, "--interval",
@@ -181,7 +180,7 @@ void Runner::SpawnWorker(Worker& w) {
           absl::StrJoin(ps, ","), "--features", std::to_string(job_.model.features), "--agent",
           agents_[w.node].address, "--local-batch", std::to_string(w.local_batch),
           "--device-us-per-sample", std::to_string(job_.local.device_time_per_sample_us),
-          "--speed-file", dir_ + "/nodes/" + w.node + ".speed"},
+          "--speed-file", dir_ + "/nodes/" + w.node + ".speed", "--report-interval", "250ms"},
       dir_ + "/" + w.id + ".log");
 }
 
@@ -202,8 +201,9 @@ void Runner::WriteSpeeds() {
   for (const manifest::NodeSpec& n : scenario_.nodes) {
     const std::string speed = absl::StrFormat("%.4f", scenario_.SpeedAt(n.name, NowMs()));
     if (speeds_written_[n.name] == speed) continue;
-    (void)WriteFileAtomically(dir_ + "/nodes/" + n.name + ".speed", speed + "\n");
-    speeds_written_[n.name] = speed;
+    if (WriteFileAtomically(dir_ + "/nodes/" + n.name + ".speed", speed + "\n").ok()) {
+      speeds_written_[n.name] = speed;
+    }
   }
 }
 
@@ -256,7 +256,12 @@ absl::Status Runner::Execute(const controller::Decision& d) {
     rec.action = "BACKUP_WORKERS";
     rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
   }
-  Event(absl::StrCat(rec.action, " ", rec.description));
+  rec.subject = d.subject;
+  // One line per decision about a worker; batch changes that only keep the
+  // global batch constant are summed up by Control().
+  if (!(rec.action == "ADJUST_BS" && d.subject.empty())) {
+    Event(absl::StrFormat("%.1fs %s %s: %s", rec.at_seconds, rec.action, rec.worker, d.reason));
+  }
   result_.actions.push_back(rec);
   history_.push_back(d);
   return absl::OkStatus();
@@ -325,7 +330,16 @@ absl::Status Runner::Control() {
     spec.rules.push_back(cr);
   }
   controller::Plan plan = controller::Decide(obs, spec);
-  for (const controller::Decision& d : plan.decisions) RETURN_IF_ERROR(Execute(d));
+  std::vector<std::string> rebalanced;
+  for (const controller::Decision& d : plan.decisions) {
+    RETURN_IF_ERROR(Execute(d));
+    if (const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action); a && d.subject.empty()) {
+      rebalanced.push_back(absl::StrCat(a->worker, "->", a->local_batch_size));
+    }
+  }
+  if (!rebalanced.empty()) {
+    Event(absl::StrCat("    global batch kept: ", absl::StrJoin(rebalanced, " ")));
+  }
   return absl::OkStatus();
 }
 
@@ -349,7 +363,7 @@ absl::StatusOr<RunResult> Runner::Run() {
   if (o_.no_slowdown) scenario_.slowdowns.clear();
   dir_ = o_.work_dir;
   fs::remove_all(dir_);
-  fs::create_directories(dir_);
+  fs::create_directories(dir_ + "/nodes");
   SetLogFile(dir_ + "/antdt-run.log");  // the terminal is the progress bar's
   result_.job = job_.name;
   result_.policy = o_.no_slowdown ? "no-slowdown" : policy_name_;
@@ -387,8 +401,8 @@ absl::StatusOr<RunResult> Runner::Run() {
 
   monitor::MonitorConfig mc;
   mc.window_ms = job_.monitor.window_ms;
-  // Lateness covers the SDK's one-second batches of step reports.
-  mc.allowed_lateness_ms = std::max<int64_t>(1500, job_.monitor.window_ms / 4);
+  // Lateness covers the workers' batches of step reports (every 250 ms here).
+  mc.allowed_lateness_ms = std::max<int64_t>(500, job_.monitor.window_ms / 4);
   mc.straggler_threshold = job_.monitor.straggler_threshold;
   mc.recover_threshold = job_.monitor.recover_threshold;
   mc.persistent_windows = job_.monitor.persistent_windows;
@@ -558,9 +572,11 @@ std::string ReportText(const RunResult& r) {
   if (r.actions.empty()) {
     absl::StrAppend(&out, "actions: none\n");
   } else {
-    absl::StrAppend(&out, "actions:\n");
+    absl::StrAppend(&out, "actions (batch changes that only keep the global batch are in the report):\n");
     for (const ActionRecord& a : r.actions) {
-      absl::StrAppendFormat(&out, "  %6.1fs %-14s %s\n", a.at_seconds, a.action, a.description);
+      if (a.action == "ADJUST_BS" && a.subject.empty()) continue;
+      absl::StrAppendFormat(&out, "  %6.1fs %-14s %-10s %s\n", a.at_seconds, a.action, a.worker,
+                            a.reason);
     }
   }
   absl::StrAppend(&out, r.verification.Summary());

@@ -37,6 +37,7 @@ struct ActionRecord {
   std::string description;  // one line, key=value, with the evidence
   std::string rule;
   std::string reason;
+  std::string subject;  // empty: a batch change that keeps the global batch
 };
 
 struct ThroughputPoint {
