@@ -147,6 +147,10 @@ SqliteStore::~SqliteStore() {
   }
   pending_cv_.notify_all();
   if (writer_thread_.joinable()) writer_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    WakeWaiters(UINT64_MAX);  // anyone left sees the store stopping
+  }
   if (stmts_) {
     for (sqlite3_stmt* s : stmts_->all()) sqlite3_finalize(s);
   }
@@ -218,9 +222,23 @@ uint64_t SqliteStore::Commits() const {
 
 absl::Status SqliteStore::WaitDurable(uint64_t seq) {
   std::unique_lock<std::mutex> lock(mu_);
-  durable_cv_.wait(lock, [&] { return durable_seq_ >= seq || stop_; });
+  if (durable_seq_ < seq && !stop_) {
+    // Each waiter sleeps on its own condition and is woken only once its
+    // batch is on disk (no herd of every waiter at every commit).
+    Waiter waiter;
+    waiters_.emplace(seq, &waiter);
+    waiter.cv.wait(lock, [&] { return waiter.done; });
+  }
   if (durable_seq_ < seq) return absl::UnavailableError("store is shutting down");
   return absl::OkStatus();
+}
+
+void SqliteStore::WakeWaiters(uint64_t upto) {
+  for (auto it = waiters_.begin(); it != waiters_.end() && it->first <= upto;) {
+    it->second->done = true;
+    it->second->cv.notify_one();
+    it = waiters_.erase(it);
+  }
 }
 
 void SqliteStore::Apply(const Mutation& m) {
@@ -306,8 +324,8 @@ void SqliteStore::WriterLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       durable_seq_ = upto;
       ++commits_;
+      WakeWaiters(upto);
     }
-    durable_cv_.notify_all();
   }
 }
 

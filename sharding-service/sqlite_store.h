@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,7 +50,12 @@ class SqliteStore final : public Store {
 
   mutable std::mutex mu_;
   std::condition_variable pending_cv_;
-  std::condition_variable durable_cv_;
+  struct Waiter {
+    std::condition_variable cv;
+    bool done = false;
+  };
+  void WakeWaiters(uint64_t upto);  // with mu_ held
+  std::multimap<uint64_t, Waiter*> waiters_;  // by the sequence number awaited
   std::vector<Mutation> pending_;
   uint64_t appended_seq_ = 0;
   uint64_t durable_seq_ = 0;

@@ -462,11 +462,33 @@ TEST(ParseJob, ExamplePaperMix) {
   EXPECT_EQ(job->workers.replicas, 8);
   EXPECT_EQ(job->parameter_servers.replicas, 2);
   EXPECT_EQ(job->straggler_policy.name, "antdt-nd");
-  EXPECT_EQ(job->monitor.window_ms, 2'000);
+  EXPECT_EQ(job->monitor.window_ms, 1'000);
+  EXPECT_EQ(job->straggler_policy.cooldown_ms, 4'000);
+  EXPECT_EQ(job->model.global_batch_size, 512);
+  EXPECT_EQ(job->local.device_time_per_sample_us, 1'000);
   absl::StatusOr<Scenario> scenario =
       ParseScenario(Read(SourceFile("examples/jobs/" + job->local.scenario)));
   ASSERT_TRUE(scenario.ok()) << scenario.status();
   EXPECT_EQ(scenario->name, "paper-mix");
+}
+
+TEST(ParseJob, ExampleHeterogeneousAndItsBound) {
+  const std::string path = SourceFile("examples/jobs/heterogeneous.yaml");
+  absl::StatusOr<Job> job = ParseJob(Read(path));
+  ASSERT_TRUE(job.ok()) << path << ": " << job.status();
+  EXPECT_EQ(job->straggler_policy.name, "antdt-dd");
+  absl::StatusOr<Scenario> real =
+      ParseScenario(Read(SourceFile("examples/jobs/" + job->local.scenario)));
+  absl::StatusOr<Scenario> bound =
+      ParseScenario(Read(SourceFile("examples/scenarios/heterogeneous-bound.yaml")));
+  ASSERT_TRUE(real.ok()) << real.status();
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  // The bound spreads the same total speed evenly over the same nodes.
+  double total_real = 0, total_bound = 0;
+  for (const NodeSpec& n : real->nodes) total_real += n.speed;
+  for (const NodeSpec& n : bound->nodes) total_bound += n.speed;
+  EXPECT_EQ(real->nodes.size(), bound->nodes.size());
+  EXPECT_NEAR(total_real, total_bound, 1e-9);
 }
 
 TEST(ParseScenario, ExampleQuickstart) {
