@@ -2,6 +2,7 @@
 // this machine; the straggler is restarted on the spare node, every record is
 // committed exactly once, and the report names the action and why.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -108,6 +109,30 @@ TEST(LocalRunner, RestartsAPersistentStragglerOnTheSpareNodeWithNoRecordLostOrDo
   // Nothing is left running: every process the runner started was stopped
   // ("wor[k]" so that the shell running pgrep does not match itself).
   EXPECT_NE(std::system(("pgrep -f '" + dir.path() + "/wor[k]' > /dev/null").c_str()), 0);
+}
+
+TEST(LocalRunner, CtrlCStopsEveryChild) {
+  TempDir dir;
+  Write(dir.File("job.yaml"), kJob);
+  Write(dir.File("scenario.yaml"), kScenario);
+  Process run({BinPath("antdt"), "run", dir.File("job.yaml"), "--work-dir", dir.File("work"),
+               "--quiet"},
+              dir.File("run.log"));
+  // Wait until the job is really running: workers have committed records.
+  ASSERT_TRUE(antdt::testing::WaitFor(
+      [&] { return std::filesystem::exists(dir.File("work/worker-3.journal")) &&
+                   std::filesystem::file_size(dir.File("work/worker-3.journal")) > 0; },
+      std::chrono::seconds(60)))
+      << Read(dir.File("run.log"));
+  const std::string pattern = "pgrep -f '" + dir.path() + "/wor[k]' > /dev/null";
+  ASSERT_EQ(std::system(pattern.c_str()), 0) << "no child process seen running";
+  run.Signal(SIGINT);
+  auto status = run.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 130);
+  EXPECT_NE(Read(dir.File("run.log")).find("interrupted"), std::string::npos);
+  EXPECT_NE(std::system(pattern.c_str()), 0) << "a child outlived antdt run";
 }
 
 TEST(LocalRunner, BadManifestsStopBeforeAnythingStarts) {

@@ -516,6 +516,7 @@ absl::StatusOr<RunResult> Runner::Run() {
     v1::StatsRequest req;
     v1::ParameterServerStats stats;
     if (stub->Stats(&ctx, req, &stats).ok()) {
+      result_.first_loss = stats.first_mean_loss();
       result_.final_loss = stats.mean_loss();
       result_.steps = stats.step();
     }
@@ -567,8 +568,8 @@ absl::StatusOr<RunResult> RunJob(const manifest::Job& job, const manifest::Scena
 
 std::string ReportText(const RunResult& r) {
   std::string out = absl::StrFormat(
-      "job %s under policy %s: %.1f s, %d records committed, %d steps, final loss %.4f\n", r.job,
-      r.policy, r.jct_seconds, r.records_committed, r.steps, r.final_loss);
+      "job %s under policy %s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n",
+      r.job, r.policy, r.jct_seconds, r.records_committed, r.steps, r.first_loss, r.final_loss);
   if (r.actions.empty()) {
     absl::StrAppend(&out, "actions: none\n");
   } else {
@@ -590,9 +591,9 @@ absl::Status WriteReport(const RunResult& r, const std::string& dir) {
   std::string json = absl::StrFormat(
       "{\n  \"job\": \"%s\",\n  \"policy\": \"%s\",\n  \"jct_seconds\": %.3f,\n"
       "  \"records_committed\": %d,\n  \"exactly_once\": %s,\n  \"steps\": %d,\n"
-      "  \"final_loss\": %.6f,\n  \"actions\": [",
+      "  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n  \"actions\": [",
       JsonEscape(r.job), JsonEscape(r.policy), r.jct_seconds, r.records_committed,
-      r.verification.exactly_once() ? "true" : "false", r.steps, r.final_loss);
+      r.verification.exactly_once() ? "true" : "false", r.steps, r.first_loss, r.final_loss);
   for (size_t i = 0; i < r.actions.size(); ++i) {
     const ActionRecord& a = r.actions[i];
     absl::StrAppendFormat(&json,
@@ -659,12 +660,12 @@ absl::Status WriteReport(const RunResult& r, const std::string& dir) {
       HtmlEscape(r.job), "</title><style>body{font-family:sans-serif;margin:2em}"
       "td,th{padding:2px 8px;text-align:left}pre{background:#f4f4f4;padding:8px}</style></head>"
       "<body><h1>AntDT job ", HtmlEscape(r.job), "</h1>",
-      absl::StrFormat("<p>policy <b>%s</b>: %.1f s, %d records committed, %s, %d steps, final "
-                      "loss %.4f</p>",
+      absl::StrFormat("<p>policy <b>%s</b>: %.1f s, %d records committed, %s, %d steps, loss "
+                      "%.4f &rarr; %.4f</p>",
                       HtmlEscape(r.policy), r.jct_seconds, r.records_committed,
                       r.verification.exactly_once() ? "every record exactly once"
                                                     : "<b>records lost or committed twice</b>",
-                      r.steps, r.final_loss),
+                      r.steps, r.first_loss, r.final_loss),
       "<h2>Throughput of each worker</h2>", svg, "<h2>Actions</h2><table><tr><th>at</th>"
       "<th>action</th><th>worker</th><th>why</th></tr>");
   for (const ActionRecord& a : r.actions) {

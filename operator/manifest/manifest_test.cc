@@ -456,7 +456,7 @@ TEST(ParseJob, ExamplePaperMix) {
   absl::StatusOr<Job> job = ParseJob(Read(path));
   ASSERT_TRUE(job.ok()) << path << ": " << job.status();
   EXPECT_EQ(job->name, "paper-mix");
-  EXPECT_EQ(job->dataset.records, 200'000);
+  EXPECT_EQ(job->dataset.records, 400'000);
   EXPECT_EQ(job->dataset.shard_size, 250);
   EXPECT_EQ(job->dataset.epochs, 1);
   EXPECT_EQ(job->workers.replicas, 8);
