@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "absl/strings/numbers.h"
+#include <yaml-cpp/yaml.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace antdt {
@@ -87,6 +89,46 @@ absl::StatusOr<ParsedFlags> ParseFlags(int argc, const char* const* argv,
     out.values[name] = value;
   }
   return out;
+}
+
+absl::Status ForEachYamlField(
+    const std::string& yaml,
+    const std::function<absl::Status(const std::string& key, const std::string& value)>& set) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config: not valid YAML: ", e.what()));
+  }
+  if (root.IsNull()) return absl::OkStatus();
+  if (!root.IsMap()) return absl::InvalidArgumentError("config: must be a mapping");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    std::string value;
+    if (kv.second.IsScalar()) {
+      value = kv.second.as<std::string>();
+    } else if (kv.second.IsSequence()) {
+      for (const auto& item : kv.second) {
+        if (!item.IsScalar()) {
+          return absl::InvalidArgumentError(absl::StrCat(key, ": must be a list of strings"));
+        }
+        absl::StrAppend(&value, item.as<std::string>(), ",");
+      }
+    } else if (kv.second.IsMap()) {
+      for (const auto& item : kv.second) {
+        const std::string k = item.first.as<std::string>();
+        if (!item.second.IsScalar()) {
+          return absl::InvalidArgumentError(absl::StrCat(key, ".", k, ": must be a string"));
+        }
+        absl::StrAppend(&value, k, "=", item.second.as<std::string>(), ",");
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(key, ": must be a scalar"));
+    }
+    absl::Status s = set(key, value);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {

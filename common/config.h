@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,6 +34,14 @@ struct ParsedFlags {
 absl::StatusOr<ParsedFlags> ParseFlags(int argc, const char* const* argv,
                                        const std::vector<std::string>& known,
                                        const std::vector<std::string>& bool_flags = {});
+
+// Walks the top-level keys of a YAML config (a mapping) and calls
+// `set(key, value)` for each. Scalars come as they are; a list of scalars as
+// "a,b,"; a mapping of scalars as "k=v,k2=v2,". Errors name the key
+// ("labels.zone: must be a string", "config: not valid YAML: ...").
+absl::Status ForEachYamlField(
+    const std::string& yaml,
+    const std::function<absl::Status(const std::string& key, const std::string& value)>& set);
 
 // Writes `content` to `path` atomically (temporary file, then rename).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& content);

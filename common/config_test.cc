@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace antdt {
 namespace {
 
@@ -43,6 +45,38 @@ TEST(ParseFlags, ReadsBothFormsAndRejectsUnknown) {
   EXPECT_NE(r.status().message().find("--nope"), std::string::npos);
   const char* missing[] = {"bin", "--listen"};
   EXPECT_FALSE(ParseFlags(2, missing, {"listen"}).ok());
+}
+
+}  // namespace
+}  // namespace antdt
+
+namespace antdt {
+namespace {
+
+TEST(ForEachYamlField, FlattensListsAndMapsAndNamesBadKeys) {
+  std::map<std::string, std::string> got;
+  auto collect = [&](const std::string& k, const std::string& v) {
+    got[k] = v;
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(ForEachYamlField("a: 1\nb: [x, y]\nc: {k: v, z: w}\n", collect).ok());
+  EXPECT_EQ(got["a"], "1");
+  EXPECT_EQ(got["b"], "x,y,");
+  EXPECT_EQ(got["c"], "k=v,z=w,");
+  EXPECT_TRUE(ForEachYamlField("", collect).ok());
+  auto bad_map = ForEachYamlField("labels: {zone: [a]}\n", collect);
+  EXPECT_NE(bad_map.message().find("labels.zone"), std::string::npos) << bad_map;
+  auto bad_list = ForEachYamlField("cgroups: [[a]]\n", collect);
+  EXPECT_NE(bad_list.message().find("cgroups"), std::string::npos) << bad_list;
+  EXPECT_NE(ForEachYamlField("- a\n", collect).message().find("must be a mapping"),
+            std::string::npos);
+  EXPECT_NE(ForEachYamlField("a: [\n", collect).message().find("not valid YAML"),
+            std::string::npos);
+  // The setter's own error comes back as it is.
+  auto refused = ForEachYamlField("a: 1\n", [](const std::string& k, const std::string&) {
+    return absl::InvalidArgumentError(k + ": unknown field");
+  });
+  EXPECT_EQ(refused.message(), "a: unknown field");
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "sharding-service/config.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -36,21 +34,9 @@ absl::Status SetField(ServiceConfig& c, const std::string& key, const std::strin
 
 absl::StatusOr<ServiceConfig> ParseServiceConfig(const std::string& yaml) {
   ServiceConfig c;
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config: not valid YAML: ", e.what()));
-  }
-  if (root.IsNull()) return c;
-  if (!root.IsMap()) return absl::InvalidArgumentError("config: must be a mapping");
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    if (!kv.second.IsScalar()) {
-      return absl::InvalidArgumentError(absl::StrCat(key, ": must be a scalar"));
-    }
-    RETURN_IF_ERROR(SetField(c, key, kv.second.as<std::string>(), key));
-  }
+  RETURN_IF_ERROR(ForEachYamlField(yaml, [&](const std::string& key, const std::string& value) {
+    return SetField(c, key, value, key);
+  }));
   RETURN_IF_ERROR(ValidateServiceConfig(c));
   return c;
 }

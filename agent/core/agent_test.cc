@@ -194,3 +194,32 @@ TEST(NodeCollector, ExportsSignalsAndScores) {
 
 }  // namespace
 }  // namespace antdt::agent
+
+#include "agent/core/config.h"
+
+namespace antdt::agent {
+namespace {
+
+TEST(AgentConfig, ParsesListsMapsAndDurationsAndNamesBadFields) {
+  auto c = ParseAgentConfig(
+      "node: n1\ncgroups: [kubepods/a, kubepods/b]\nlabels: {antdt.io/hardware: h200}\n"
+      "interval: 500ms\nmonitor: 127.0.0.1:7071\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->node, "n1");
+  EXPECT_EQ(c->cgroups, (std::vector<std::string>{"kubepods/a", "kubepods/b"}));
+  EXPECT_EQ(c->labels.at("antdt.io/hardware"), "h200");
+  EXPECT_EQ(c->interval_ms, 500);
+  for (const auto& [yaml, field] : std::vector<std::pair<std::string, std::string>>{
+           {"interval: 10ms\n", "interval"},
+           {"monitor: nowhere\n", "monitor"},
+           {"buffer: -3\n", "buffer"},
+           {"bogus: 1\n", "bogus"},
+           {"labels: {zone: [a]}\n", "labels.zone"}}) {
+    auto r = ParseAgentConfig(yaml);
+    ASSERT_FALSE(r.ok()) << yaml;
+    EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace antdt::agent

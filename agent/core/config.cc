@@ -1,7 +1,5 @@
 #include "agent/core/config.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -69,37 +67,9 @@ absl::Status SetField(AgentConfig& c, std::string key, const std::string& value,
 
 absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml) {
   AgentConfig c;
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config: not valid YAML: ", e.what()));
-  }
-  if (root.IsNull()) return c;
-  if (!root.IsMap()) return absl::InvalidArgumentError("config: must be a mapping");
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    std::string value;
-    if (kv.second.IsSequence() && (key == "cgroups")) {
-      for (const auto& item : kv.second) {
-        if (!item.IsScalar()) return absl::InvalidArgumentError("cgroups: must be a list of paths");
-        value += item.as<std::string>() + ",";
-      }
-    } else if (kv.second.IsMap() && key == "labels") {
-      for (const auto& item : kv.second) {
-        if (!item.second.IsScalar()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("labels.", item.first.as<std::string>(), ": must be a string"));
-        }
-        value += item.first.as<std::string>() + "=" + item.second.as<std::string>() + ",";
-      }
-    } else if (kv.second.IsScalar()) {
-      value = kv.second.as<std::string>();
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(key, ": must be a scalar"));
-    }
-    RETURN_IF_ERROR(SetField(c, key, value, key));
-  }
+  RETURN_IF_ERROR(ForEachYamlField(yaml, [&](const std::string& key, const std::string& value) {
+    return SetField(c, key, value, key);
+  }));
   RETURN_IF_ERROR(ValidateAgentConfig(c));
   return c;
 }
