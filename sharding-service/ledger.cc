@@ -13,6 +13,7 @@ namespace antdt::sharding {
 namespace {
 
 constexpr int64_t kMaxShards = 50'000'000;
+constexpr int32_t kLeaseEpochsKept = 8;
 
 uint64_t SplitMix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
@@ -348,7 +349,12 @@ struct Ops {
     ds.row.epoch += 1;
     batch.push_back(DeleteShards{ds.row.id});
     batch.push_back(ds.row);
-    batch.push_back(DeleteLeasesBefore{ds.row.id, ds.row.epoch - 1});
+    // Lease rows answer a late retry of a commit (a worker that was cut off
+    // while its lease expired and the job moved on) with what the lease
+    // committed; they are kept for kLeaseEpochsKept epochs.
+    if (ds.row.epoch > kLeaseEpochsKept) {
+      batch.push_back(DeleteLeasesBefore{ds.row.id, ds.row.epoch - kLeaseEpochsKept});
+    }
     ds.StartEpoch();
     LogEvent(ds.finished() ? "dataset_finished" : "epoch_started",
              {{"dataset", Key(ds.row.job, ds.row.name)}, {"epoch", ds.row.epoch}});
@@ -456,7 +462,8 @@ absl::Status Ledger::UnknownToken(const Dataset& ds, uint64_t token) const {
   if (token < next_token_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "token: lease ", token, " is no longer held on dataset ", Key(ds.row.job, ds.row.name),
-        " (it ended in an earlier epoch, or belongs to another dataset)"));
+        " (it belongs to another dataset, or ended more than ", kLeaseEpochsKept,
+        " epochs ago and what it committed is no longer known)"));
   }
   return absl::NotFoundError(absl::StrCat("token: no lease ", token, " was ever issued"));
 }

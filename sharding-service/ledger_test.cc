@@ -170,14 +170,33 @@ TEST_F(LedgerTest, CompleteIsIdempotentForTheSameLease) {
   EXPECT_EQ(Complete(999).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(LedgerTest, ALeaseFromLongAgoIsLostNotUnknown) {
+TEST_F(LedgerTest, LeaseHistoryIsPrunedAfterEightEpochs) {
+  Create(Spec(10, 10, /*epochs=*/12));
+  auto old = Acquire("w");
+  ASSERT_TRUE(Complete(old.lease().token()).ok());
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(Complete(Acquire("w").lease().token()).ok());
+  EXPECT_EQ(Progress().epoch(), 10);
+  Reopen();  // the answer now has to come from the store
+  auto r = Complete(old.lease().token());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("no longer known"), std::string::npos) << r.status();
+  EXPECT_EQ(Complete(999'999).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LedgerTest, ALateRetryEpochsLaterStillGetsTheTruth) {
+  // A worker commits 4 records; the answer is lost, its lease expires, and the
+  // others finish three epochs before its retry arrives (after a restart, so
+  // the answer comes from the store). The commit happened: the retry is OK.
   Create(Spec(20, 10, /*epochs=*/4));
   auto old = Acquire("slow");
-  clock_.Advance(10'001);  // expires; others finish three epochs meanwhile
+  ASSERT_TRUE(Report(old.lease().token(), 4).ok());
+  clock_.Advance(10'001);
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(Complete(Acquire("fast").lease().token()).ok());
   EXPECT_EQ(Progress().epoch(), 3);
-  auto r = Report(old.lease().token(), 1);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  Reopen();
+  EXPECT_TRUE(Report(old.lease().token(), 4).ok());
+  auto beyond = Report(old.lease().token(), 5);
+  EXPECT_EQ(beyond.status().code(), absl::StatusCode::kFailedPrecondition) << beyond.status();
   EXPECT_EQ(Complete(old.lease().token()).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
