@@ -72,17 +72,9 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  AgentConfig config;
-  if (flags->Has("config")) {
-    auto text = ReadFile(flags->Get("config"));
-    if (!text.ok()) return Fail(absl::InvalidArgumentError("--config: " + std::string(text.status().message())));
-    auto parsed = ParseAgentConfig(*text);
-    if (!parsed.ok()) return Fail(parsed.status());
-    config = *parsed;
-  }
-  auto applied = ApplyAgentFlags(config, *flags);
-  if (!applied.ok()) return Fail(applied.status());
-  config = *applied;
+  auto loaded = LoadConfig<AgentConfig>(*flags, ParseAgentConfig, ApplyAgentFlags);
+  if (!loaded.ok()) return Fail(loaded.status());
+  AgentConfig config = *loaded;
   if (config.node.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);

@@ -23,14 +23,13 @@ int MonitorCommand(int argc, char** argv) {
   if (!flags.ok()) return fail(flags.status());
   const std::string listen = flags->Get("listen", "127.0.0.1:7071");
   if (auto s = ValidateHostPort(listen, "--listen"); !s.ok()) return fail(s);
-  monitor::MonitorConfig config;
-  if (flags->Has("config")) {
-    auto text = ReadFile(flags->Get("config"));
-    if (!text.ok()) return fail(absl::InvalidArgumentError("--config: " + std::string(text.status().message())));
-    auto parsed = monitor::ParseMonitorConfig(*text);
-    if (!parsed.ok()) return fail(parsed.status());
-    config = *parsed;
-  }
+  auto loaded = LoadConfig<monitor::MonitorConfig>(
+      *flags, monitor::ParseMonitorConfig,
+      [](monitor::MonitorConfig c, const ParsedFlags&) -> absl::StatusOr<monitor::MonitorConfig> {
+        return c;  // the Monitor's thresholds come from the file alone
+      });
+  if (!loaded.ok()) return fail(loaded.status());
+  const monitor::MonitorConfig config = *loaded;
   auto tick = ParseDurationMs(flags->Get("tick", "200ms"), "--tick");
   if (!tick.ok()) return fail(tick.status());
   auto created = monitor::Monitor::Create(config);

@@ -43,8 +43,26 @@ absl::Status ForEachYamlField(
     const std::string& yaml,
     const std::function<absl::Status(const std::string& key, const std::string& value)>& set);
 
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// A server's config: defaults, then the YAML of --config (when given), then
+// the other flags. `parse` reads YAML text; `apply` lays flags over a config.
+template <typename Config, typename Parse, typename Apply>
+absl::StatusOr<Config> LoadConfig(const ParsedFlags& flags, Parse parse, Apply apply) {
+  Config config;
+  if (flags.Has("config")) {
+    absl::StatusOr<std::string> text = ReadFile(flags.Get("config"));
+    if (!text.ok()) {
+      return absl::InvalidArgumentError("--config: " + std::string(text.status().message()));
+    }
+    absl::StatusOr<Config> parsed = parse(*text);
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
+  }
+  return apply(std::move(config), flags);
+}
+
 // Writes `content` to `path` atomically (temporary file, then rename).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& content);
-absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 }  // namespace antdt

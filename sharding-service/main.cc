@@ -57,17 +57,9 @@ int main(int argc, char** argv) {
   if (!flags->positional.empty()) {
     return Fail(absl::InvalidArgumentError("unexpected argument " + flags->positional[0]));
   }
-  ServiceConfig config;
-  if (flags->Has("config")) {
-    auto text = ReadFile(flags->Get("config"));
-    if (!text.ok()) return Fail(absl::InvalidArgumentError("--config: " + std::string(text.status().message())));
-    auto parsed = ParseServiceConfig(*text);
-    if (!parsed.ok()) return Fail(parsed.status());
-    config = *parsed;
-  }
-  auto applied = ApplyServiceFlags(config, *flags);
-  if (!applied.ok()) return Fail(applied.status());
-  config = *applied;
+  auto loaded = LoadConfig<ServiceConfig>(*flags, ParseServiceConfig, ApplyServiceFlags);
+  if (!loaded.ok()) return Fail(loaded.status());
+  const ServiceConfig config = *loaded;
 
   auto store = SqliteStore::Open(config.state_dir, config.sync_full ? SqliteStore::Sync::kFull
                                                                     : SqliteStore::Sync::kNormal);
