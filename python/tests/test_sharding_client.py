@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -20,6 +18,7 @@ from typing import Callable, Dict, List, Optional
 import grpc
 
 from antdt.sharding import FileSlice, LeaseLostError, ShardingClient, ShardingError
+from server_process import ServerProcess
 
 JOB = "job"
 RECORDS = 500
@@ -36,59 +35,20 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
         time.sleep(0.01)
 
 
-class Service:
+class Service(ServerProcess):
     """The service binary in a subprocess, on a state dir that outlives restarts."""
 
     def __init__(self, workdir: str) -> None:
-        bin_dir = os.environ.get("ANTDT_BIN_DIR")
-        if not bin_dir:
-            raise unittest.SkipTest("ANTDT_BIN_DIR is not set")
-        self.binary = os.path.join(bin_dir, "antdt-sharding-service")
-        if not os.access(self.binary, os.X_OK):
-            raise unittest.SkipTest(f"{self.binary} is not built")
-        self.workdir = workdir
+        super().__init__("antdt-sharding-service", workdir)
         self.state_dir = os.path.join(workdir, "state")
-        self.ready_file = os.path.join(workdir, "ready")
-        self.log_path = os.path.join(workdir, "service.log")
-        self.proc: Optional[subprocess.Popen] = None
         self.address = ""
 
     def start(self, listen: str = "127.0.0.1:0", timeout_s: float = 30.0) -> str:
         """Starts the service and waits for its ready file; returns HOST:PORT."""
-        if os.path.exists(self.ready_file):
-            os.remove(self.ready_file)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, "--listen", listen, "--state-dir", self.state_dir,
-                 "--ready-file", self.ready_file, "--lease-ttl", "2s"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if os.path.exists(self.ready_file):
-                with open(self.ready_file) as f:
-                    first = f.readline().strip()
-                if first:
-                    self.address = first
-                    return first
-            if self.proc.poll() is not None:
-                raise AssertionError(f"service exited with {self.proc.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"service not ready after {timeout_s} s:\n{self.log()}")
-            time.sleep(0.01)
-
-    def kill(self) -> None:
-        """SIGKILLs the service (a crash) and reaps it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
-        self.proc = None
-
-    def log(self) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()[-4000:]
-        except OSError:
-            return ""
+        lines = self.spawn(["--listen", listen, "--state-dir", self.state_dir,
+                            "--lease-ttl", "2s"], timeout_s)
+        self.address = lines[0]
+        return self.address
 
 
 class Commits:

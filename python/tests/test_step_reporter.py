@@ -11,9 +11,7 @@ import math
 import os
 import re
 import shutil
-import signal
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -28,6 +26,7 @@ import grpc
 from antdt import StepReporter
 from antdt.steps import ENV_AGENT_ADDRESS
 from antdt.v1 import agent_pb2, agent_pb2_grpc, monitor_pb2
+from server_process import ServerProcess
 
 JOB = "j"
 WORKER = "py-0"
@@ -35,63 +34,24 @@ WORKER = "py-0"
 TIMEOUT_S = 5.0
 
 
-class Agent:
+class Agent(ServerProcess):
     """antdt-agent in a subprocess, serving TCP, a unix socket and /metrics."""
 
     def __init__(self, workdir: str) -> None:
-        bin_dir = os.environ.get("ANTDT_BIN_DIR")
-        if not bin_dir:
-            raise unittest.SkipTest("ANTDT_BIN_DIR is not set")
-        self.binary = os.path.join(bin_dir, "antdt-agent")
-        if not os.access(self.binary, os.X_OK):
-            raise unittest.SkipTest(f"{self.binary} is not built")
-        self.workdir = workdir
-        self.ready_file = os.path.join(workdir, "ready")
-        self.log_path = os.path.join(workdir, "agent.log")
-        self.proc: Optional[subprocess.Popen] = None
+        super().__init__("antdt-agent", workdir)
         self.tcp = self.socket = self.metrics = ""
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Starts the agent and waits for its ready file."""
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, "--node", "n1", "--listen", "127.0.0.1:0",
-                 "--socket", os.path.join(self.workdir, "agent.sock"),
-                 "--ready-file", self.ready_file, "--metrics-listen", "127.0.0.1:0",
-                 "--interval", "200ms"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while not os.path.exists(self.ready_file):  # written atomically, once serving
-            if self.proc.poll() is not None:
-                raise AssertionError(f"agent exited with {self.proc.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"agent not ready after {timeout_s} s:\n{self.log()}")
-            time.sleep(0.01)
-        with open(self.ready_file) as f:
-            lines = [line.strip() for line in f if line.strip()]
+        lines = self.spawn(
+            ["--node", "n1", "--listen", "127.0.0.1:0",
+             "--socket", os.path.join(self.workdir, "agent.sock"),
+             "--metrics-listen", "127.0.0.1:0", "--interval", "200ms"], timeout_s)
         self.tcp = lines[0]
         fields = dict(line.split("=", 1) for line in lines[1:])
         self.socket = fields["socket"]
         self.metrics = fields["metrics"]
         assert self.socket.startswith("unix:"), self.socket
-
-    def stop(self) -> None:
-        """SIGTERMs the agent (SIGKILL if it lingers) and reaps it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc = None
-
-    def log(self) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()[-4000:]
-        except OSError:
-            return ""
 
     def scrape(self) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
         """The agent's /metrics as {(name, sorted labels): value}."""
