@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -15,6 +16,10 @@
 namespace antdt::demo {
 
 absl::StatusOr<Journal> Journal::Open(const std::string& path) {
+  // Its directory may be a fresh volume (a pod's checkpoint path).
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InvalidArgumentError(absl::StrCat("journal: cannot open ", path));
   return Journal(fd);

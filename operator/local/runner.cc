@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "common/status.h"
+#include "operator/bridge/bridge.h"
 #include "operator/controller/policy.h"
 #include "operator/monitor_service/monitor_service.h"
 
@@ -311,24 +312,7 @@ absl::Status Runner::Control() {
   // windows to see the worker again.
   obs.restart_cost_seconds = 1.0 + static_cast<double>(job_.monitor.window_ms) / 1000.0;
   obs.history = history_;
-  controller::PolicySpec spec;
-  spec.name = policy_name_;
-  spec.cooldown_ms = job_.straggler_policy.cooldown_ms;
-  spec.max_actions = job_.straggler_policy.max_actions;
-  spec.min_saving_ratio = job_.straggler_policy.min_saving_ratio;
-  spec.backup_workers = job_.straggler_policy.backup_workers;
-  spec.interval_ms = control_every_ms_;
-  for (const manifest::Rule& r : job_.straggler_policy.rules) {
-    controller::Rule cr;
-    cr.signal = r.signal;
-    cr.threshold = r.threshold;
-    for (char c : r.klass) cr.straggler_class += static_cast<char>(std::toupper(c));
-    cr.windows = r.windows;
-    cr.action = r.action;
-    if (r.cooldown_ms > 0) cr.cooldown_ms = r.cooldown_ms;
-    if (r.budget > 0) cr.budget = r.budget;
-    spec.rules.push_back(cr);
-  }
+  const controller::PolicySpec spec = bridge::PolicySpecFor(job_, policy_name_, control_every_ms_);
   controller::Plan plan = controller::Decide(obs, spec);
   std::vector<std::string> rebalanced;
   for (const controller::Decision& d : plan.decisions) {
@@ -359,7 +343,7 @@ void Runner::Teardown() {
 
 absl::StatusOr<RunResult> Runner::Run() {
   policy_name_ = o_.policy_override.empty() ? job_.straggler_policy.name : o_.policy_override;
-  control_every_ms_ = std::max<int64_t>(job_.monitor.window_ms / 2, 500);
+  control_every_ms_ = bridge::ControlIntervalMs(job_.monitor);
   if (o_.no_slowdown) scenario_.slowdowns.clear();
   dir_ = o_.work_dir;
   fs::remove_all(dir_);
@@ -399,14 +383,7 @@ absl::StatusOr<RunResult> Runner::Run() {
   ds.set_seed(job_.dataset.seed);
   RETURN_IF_ERROR(driver_->CreateDataset(ds).status());
 
-  monitor::MonitorConfig mc;
-  mc.window_ms = job_.monitor.window_ms;
-  // Lateness covers the workers' batches of step reports (every 250 ms here).
-  mc.allowed_lateness_ms = std::max<int64_t>(500, job_.monitor.window_ms / 4);
-  mc.straggler_threshold = job_.monitor.straggler_threshold;
-  mc.recover_threshold = job_.monitor.recover_threshold;
-  mc.persistent_windows = job_.monitor.persistent_windows;
-  mc.warmup_windows = job_.monitor.warmup_windows;
+  const monitor::MonitorConfig mc = bridge::MonitorConfigFor(job_.monitor);
   ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(mc));
   monitor_ = std::make_unique<monitor::MonitorServiceImpl>(std::move(m), &RealClock::Get());
   grpc::ServerBuilder builder;
@@ -428,7 +405,7 @@ absl::StatusOr<RunResult> Runner::Run() {
     Worker& w = workers_[i];
     w.id = absl::StrCat("worker-", i);
     w.node = placement[i]->name;
-    w.local_batch = job_.model.global_batch_size / n + (i < job_.model.global_batch_size % n ? 1 : 0);
+    w.local_batch = bridge::InitialLocalBatch(job_.model.global_batch_size, n, i);
     SpawnWorker(w);
   }
   Event(absl::StrFormat("%d workers, %d parameter servers, %d nodes; policy %s", n,

@@ -1,0 +1,51 @@
+#include "operator/bridge/bridge.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace antdt::bridge {
+
+controller::PolicySpec PolicySpecFor(const manifest::Job& job, const std::string& policy_name,
+                                     int64_t interval_ms) {
+  controller::PolicySpec spec;
+  spec.name = policy_name;
+  spec.cooldown_ms = job.straggler_policy.cooldown_ms;
+  spec.max_actions = job.straggler_policy.max_actions;
+  spec.min_saving_ratio = job.straggler_policy.min_saving_ratio;
+  spec.backup_workers = job.straggler_policy.backup_workers;
+  spec.interval_ms = interval_ms;
+  for (const manifest::Rule& r : job.straggler_policy.rules) {
+    controller::Rule cr;
+    cr.signal = r.signal;
+    cr.threshold = r.threshold;
+    for (char c : r.klass) cr.straggler_class += static_cast<char>(std::toupper(c));
+    cr.windows = r.windows;
+    cr.action = r.action;
+    if (r.cooldown_ms > 0) cr.cooldown_ms = r.cooldown_ms;
+    if (r.budget > 0) cr.budget = r.budget;
+    spec.rules.push_back(cr);
+  }
+  return spec;
+}
+
+monitor::MonitorConfig MonitorConfigFor(const manifest::MonitorSpec& spec) {
+  monitor::MonitorConfig mc;
+  mc.window_ms = spec.window_ms;
+  mc.allowed_lateness_ms = std::max<int64_t>(500, spec.window_ms / 4);
+  mc.straggler_threshold = spec.straggler_threshold;
+  mc.recover_threshold = spec.recover_threshold;
+  mc.persistent_windows = spec.persistent_windows;
+  mc.warmup_windows = spec.warmup_windows;
+  return mc;
+}
+
+int64_t ControlIntervalMs(const manifest::MonitorSpec& spec) {
+  return std::max<int64_t>(spec.window_ms / 2, 500);
+}
+
+int64_t InitialLocalBatch(int64_t global_batch, int32_t workers, int32_t i) {
+  if (workers <= 0) return 0;
+  return global_batch / workers + (i < global_batch % workers ? 1 : 0);
+}
+
+}  // namespace antdt::bridge

@@ -1,0 +1,31 @@
+// The manifest's straggler policy and monitor settings as the Controller and
+// the Monitor take them. One translation, shared by the local runner and the
+// Kubernetes operator, so a job behaves the same under both.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "operator/controller/policy.h"
+#include "operator/manifest/manifest.h"
+#include "operator/monitor/monitor.h"
+
+namespace antdt::bridge {
+
+// spec.stragglerPolicy as a controller::PolicySpec under `policy_name` (the
+// job's own or an override), deciding every `interval_ms`.
+controller::PolicySpec PolicySpecFor(const manifest::Job& job, const std::string& policy_name,
+                                     int64_t interval_ms);
+
+// spec.monitor as a monitor::MonitorConfig. The allowed lateness covers the
+// workers' batched step reports (every 250 ms in the examples).
+monitor::MonitorConfig MonitorConfigFor(const manifest::MonitorSpec& spec);
+
+// How often the Controller decides: half a window, at least 500 ms.
+int64_t ControlIntervalMs(const manifest::MonitorSpec& spec);
+
+// The initial local batch of worker i of n: the global batch split evenly,
+// remainders to the lowest ids.
+int64_t InitialLocalBatch(int64_t global_batch, int32_t workers, int32_t i);
+
+}  // namespace antdt::bridge

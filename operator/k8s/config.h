@@ -1,0 +1,37 @@
+// antdt-operator's configuration: defaults, then --config YAML, then flags
+// (the same keys; errors name the key or the flag).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/config.h"
+
+namespace antdt::k8s {
+
+struct OperatorConfig {
+  std::string kubeconfig;               // "" : in-cluster, then $KUBECONFIG, then ~/.kube/config
+  std::string watch_namespace;          // "" all namespaces
+  std::string listen = "0.0.0.0:9401";  // the Monitor's gRPC endpoint for agents
+  std::string metrics_listen;           // /metrics, /healthz, /readyz
+  std::string ready_file;
+  bool leader_elect = true;
+  std::string leader_election_namespace;  // "" : the kubeconfig's namespace
+  std::string leader_election_id = "antdt-operator";
+  int64_t lease_duration_ms = 15'000;
+  int64_t renew_deadline_ms = 10'000;
+  int64_t retry_period_ms = 2'000;
+  std::string identity;  // "" : hostname_pid
+  std::string image = "antdt/antdt:0.1.0";
+  int32_t sharding_port = 50051;
+  int32_t ps_port = 50052;
+  int32_t agent_port = 9400;
+  int64_t monitor_window_ms = 10'000;  // the Monitor's window for every job
+};
+
+absl::StatusOr<OperatorConfig> ParseOperatorConfig(const std::string& yaml);
+absl::StatusOr<OperatorConfig> ApplyOperatorFlags(OperatorConfig base, const ParsedFlags& flags);
+absl::Status ValidateOperatorConfig(const OperatorConfig& c);
+
+}  // namespace antdt::k8s

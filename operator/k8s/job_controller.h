@@ -1,0 +1,95 @@
+// The AntDTJob controller of `antdt-operator`: informers on AntDTJobs, their
+// pods and services, and the cluster's nodes feed a rate-limited work queue of
+// job keys; one worker syncs a key at a time. A sync gathers what the
+// reconciler cannot see in the API (the sharding service's progress, the
+// Monitor's view, the Controller's decisions), asks the pure reconciler for a
+// plan, and carries it out: the status first (the commit point of every
+// decision), then the children, then the directives to agents and the Events.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "operator/controller/policy.h"
+#include "operator/kube/api.h"
+#include "operator/monitor_service/monitor_service.h"
+#include "operator/reconciler/reconciler.h"
+#include "operator/runtime/event_recorder.h"
+#include "operator/runtime/informer.h"
+#include "operator/runtime/workqueue.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace antdt::k8s {
+
+struct JobControllerOptions {
+  std::string watch_namespace;  // "" all namespaces
+  reconciler::Settings settings;
+  std::string identity;           // this replica, for Events
+  int64_t rpc_timeout_ms = 2000;  // calls to the job's sharding service and servers
+};
+
+class JobController {
+ public:
+  JobController(kube::Api* api, monitor::MonitorServiceImpl* monitor, JobControllerOptions options,
+                prometheus::Registry* registry);
+  ~JobController();
+
+  // Starts the informers and the worker; returns once the caches synced or
+  // `sync_timeout_ms` passed (false).
+  bool Start(int64_t sync_timeout_ms);
+  void Stop();
+
+  // Runs one sync of `key` ("ns/name") now, on the calling thread (tests).
+  absl::Status SyncForTest(const std::string& key);
+
+ private:
+  struct JobRuntime;
+  absl::Status Sync(const std::string& key, int64_t* requeue_after_ms);
+  void Worker();
+  void EnqueueOwner(const kube::Json& child);
+  JobRuntime& RuntimeFor(const kube::Json& job);
+  void Observe(const kube::Json& job, const manifest::Job& spec,
+               const std::vector<kube::Json>& pods, JobRuntime& rt, reconciler::Observed* obs);
+  std::vector<reconciler::Action> Decide(const kube::Json& job, const manifest::Job& spec,
+                                         const std::vector<kube::Json>& pods, JobRuntime& rt,
+                                         int64_t now_ms, std::vector<controller::Decision>* taken);
+  absl::Status Apply(const kube::Json& job, const manifest::Job* spec, const reconciler::Plan& plan,
+                     const std::vector<reconciler::Action>& actions,
+                     const std::vector<kube::Json>& pods);
+  void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods);
+
+  kube::Api* const api_;
+  monitor::MonitorServiceImpl* const monitor_;
+  const JobControllerOptions options_;
+
+  std::unique_ptr<kube::Informer> jobs_;
+  std::unique_ptr<kube::Informer> pods_;
+  std::unique_ptr<kube::Informer> services_;
+  std::unique_ptr<kube::Informer> nodes_;
+  std::unique_ptr<kube::WorkQueue> queue_;
+  std::unique_ptr<kube::EventRecorder> recorder_;
+  std::thread worker_;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<JobRuntime>> runtimes_;  // by job uid
+
+  prometheus::Family<prometheus::Counter>* reconcile_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* reconcile_errors_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* reconcile_time_ = nullptr;
+  prometheus::Family<prometheus::Counter>* actions_total_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* jobs_gauge_ = nullptr;
+};
+
+}  // namespace antdt::k8s

@@ -1,0 +1,178 @@
+// The reconciler of one AntDTJob: a pure function from what the operator
+// observed (the job as stored, its pods and services, the sharding service's
+// progress, the Monitor's view, the Controller's new decisions, the time) to
+// what it must write (the job's new status, then pod and service creations and
+// deletions in order). No I/O, no clock reads, no threads: the operator's glue
+// observes, calls Reconcile, writes `status` first (guarded by the job's
+// resourceVersion) and applies `writes` only if that succeeded, so the status
+// is the commit point of every decision and a pass that is interrupted or
+// repeated converges to the same writes.
+//
+// Level-triggered: every durable fact (each worker's desired incarnation, its
+// excluded nodes and local batch size, the failure count, the last actions)
+// lives in the job's status; everything else is recomputed from the objects.
+//
+// Children of job J in namespace N (all labelled antdt.io/job=J, owned by J):
+//   Service J-sharding (headless)  + pod J-sharding   antdt-sharding-service
+//   Service J-ps (headless)        + pods J-ps-<k>    antdt-ps (or the PS template)
+//   pods J-worker-<i>-<incarnation>                   the workers' template
+// A worker restart gets a new pod name, so it never collides with the
+// terminating pod of the previous incarnation; the new pod is created only once
+// every other pod of that worker is gone.
+//
+// Conditions (status.conditions, metav1.Condition, observedGeneration set):
+//   Created             True once every child has existed (stays True).
+//   Running             True while the sharding service, every parameter server
+//                       and every unfinished worker's pod is Running.
+//   StragglersDetected  True while the Monitor classifies a worker as a
+//                       Transient, Persistent or Deterministic straggler
+//                       (Leaders are listed in status.stragglers, not counted).
+//   Mitigating          True while a restarted worker's new pod is not Running
+//                       yet (RestartingWorker), or while some worker's local
+//                       batch differs from its even share (BatchSizesAdjusted).
+//   Succeeded           True once every worker's pod Succeeded.
+//   Failed              True on an invalid spec (InvalidSpec; cleared when the
+//                       spec is fixed) or when worker failures exceed
+//                       spec.runPolicy.backoffLimit (BackoffLimitExceeded).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "operator/manifest/manifest.h"
+
+namespace antdt::reconciler {
+
+using Json = nlohmann::json;
+
+struct Settings {
+  std::string image = "antdt/antdt:0.1.0";  // sharding and default PS pods
+  int32_t sharding_port = 50051;
+  int32_t ps_port = 50052;
+  int32_t agent_port = 9400;  // the node agent's hostPort
+  int32_t metrics_port = 9090;
+  std::string manager = "antdt-operator";  // app.kubernetes.io/managed-by
+};
+
+// One straggler (or leader) as the Monitor currently classifies it.
+struct Straggler {
+  std::string worker, node, pod;
+  std::string klass;  // Transient | Persistent | Deterministic | Leader
+  std::string cause;
+  double score = 0;
+  int64_t since_ms = 0;
+};
+
+// The sharding service's view of the dataset.
+struct Progress {
+  int64_t records_committed = 0, records_total = 0;
+  int32_t epoch = 0, epochs = 0;
+  double eta_seconds = -1;  // < 0: unknown
+  bool done = false;
+};
+
+// A Controller decision to carry out in this pass.
+struct Action {
+  std::string kind;    // KILL_RESTART | ADJUST_BS
+  std::string worker;  // "worker-3"
+  std::string from_node, to_node;
+  int32_t local_batch_size = 0;  // ADJUST_BS
+  std::string rule, reason, evidence;
+  int64_t at_ms = 0;  // 0: now
+};
+
+struct Observed {
+  Json job;  // the AntDTJob as stored (metadata incl. uid/generation, spec, status)
+  // ParseJob of it; an error sets Failed=True reason InvalidSpec, no children.
+  absl::StatusOr<manifest::Job> spec;
+  // Objects labelled antdt.io/job=<name> in the job's namespace, including
+  // terminating ones (metadata.deletionTimestamp set).
+  std::vector<Json> pods, services;
+  std::optional<Progress> progress;   // from the sharding service, when known
+  bool dataset_ready = false;         // the glue created the dataset on the sharding service
+  std::vector<Straggler> stragglers;  // current view of the Monitor
+  std::vector<Action> actions;        // new Controller decisions to carry out in this pass
+  int64_t now_ms = 0;                 // wall clock, for timestamps
+};
+
+struct Write {
+  enum class Kind { kCreate, kDelete, kLeaveParameterServers, kDeleteJob } kind;
+  std::string resource;               // "pods" | "services" (kCreate, kDelete)
+  Json object;                        // kCreate
+  std::string name;                   // kDelete, kDeleteJob
+  std::string uid;                    // kDelete, kDeleteJob: precondition
+  int64_t grace_period_seconds = -1;  // kDelete; -1: the default
+  std::string worker;                 // kLeaveParameterServers: "worker-3"
+  std::string reason;                 // for logs
+};
+
+struct Event {
+  std::string type;    // Normal | Warning
+  std::string reason;  // CamelCase
+  std::string message;
+};
+
+struct Plan {
+  std::optional<Json> status;  // the new status, only when it differs from job.status
+  std::vector<Write> writes;   // in order, applied after the status was written
+  std::vector<Event> events;
+  int64_t requeue_after_ms = 0;  // 0: only on the next watch event
+};
+
+Plan Reconcile(const Observed& o, const Settings& s);
+
+// The durable record of one worker (an entry of status.workerInstances).
+struct WorkerInstance {
+  std::string id;           // "worker-<index>"
+  int32_t index = 0;        // parsed from id
+  int64_t incarnation = 0;  // the desired pod is <job>-worker-<index>-<incarnation>
+  std::string node;         // where the desired pod runs, or the Controller's choice before
+  std::string pod;          // the desired pod's name
+  int32_t local_batch_size = 0;
+  std::vector<std::string> excluded_nodes;  // never scheduled there again
+};
+
+Json ToJson(const WorkerInstance& w);
+WorkerInstance WorkerInstanceFromJson(const Json& j);
+
+// Child names.
+std::string ShardingName(const std::string& job);  // pod and Service
+std::string PsServiceName(const std::string& job);
+std::string PsPodName(const std::string& job, int32_t k);
+std::string WorkerPodName(const std::string& job, int32_t index, int64_t incarnation);
+
+// The number of parameter servers the job runs (replicas 0 means one, as the
+// local runner does) and the feature slice of server k.
+int32_t ParameterServerCount(const manifest::Job& spec);
+int32_t ParameterServerFeatures(const manifest::Job& spec, int32_t k);
+// Worker i's share of the global batch, as the local runner apportions it.
+int32_t InitialLocalBatch(const manifest::Job& spec, int32_t index);
+
+// Renderers (pure; `job` is the AntDTJob as stored, for its uid and templates).
+Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Settings& s);
+Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_t k,
+                              const Settings& s);
+Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerInstance& instance,
+                     const Settings& s);
+std::vector<Json> RenderServices(const Json& job, const manifest::Job& spec, const Settings& s);
+
+// metav1 SetStatusCondition on a JSON array of conditions: adds the condition
+// if missing (lastTransitionTime = now), changes lastTransitionTime only when
+// status changes, always updates reason, message and observedGeneration.
+// Returns whether anything changed.
+bool SetCondition(Json& conditions, const std::string& type, const std::string& status,
+                  const std::string& reason, const std::string& message,
+                  int64_t observed_generation, int64_t now_ms);
+// The condition of that type in a status, or nullptr.
+const Json* FindCondition(const Json& status, const std::string& type);
+
+// "2026-11-29T21:00:00Z" (RFC 3339, whole seconds, UTC).
+std::string Rfc3339(int64_t unix_ms);
+// The inverse; nullopt when `text` is not such a time.
+std::optional<int64_t> ParseRfc3339(const std::string& text);
+
+}  // namespace antdt::reconciler

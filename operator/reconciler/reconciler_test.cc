@@ -1,0 +1,917 @@
+#include "operator/reconciler/reconciler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/testing/testing.h"
+
+namespace antdt::reconciler {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+constexpr int64_t kT0 = 1795986000000;  // 2026-11-29T21:00:00Z
+constexpr char kJob[] = "quickstart-k8s";
+constexpr char kJobUid[] = "0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10";
+
+// ---- YAML to JSON, as the API server would store the manifest ----
+
+Json ToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      Json out = Json::object();
+      for (const auto& kv : node) out[kv.first.as<std::string>()] = ToJson(kv.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      Json out = Json::array();
+      for (const auto& item : node) out.push_back(ToJson(item));
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      if (node.Tag() == "!") return text;  // quoted
+      if (text == "true") return true;
+      if (text == "false") return false;
+      if (text == "~" || text == "null") return nullptr;
+      int64_t i = 0;
+      if (absl::SimpleAtoi(text, &i)) return i;
+      double d = 0;
+      if (text.find_first_not_of("0123456789.-+eE") == std::string::npos &&
+          absl::SimpleAtod(text, &d)) {
+        return d;
+      }
+      return text;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Json QuickstartJob() {
+  Json job = ToJson(YAML::Load(ReadText(testing::SourcePath("examples/k8s/quickstart.yaml"))));
+  job["metadata"]["namespace"] = "default";
+  job["metadata"]["uid"] = kJobUid;
+  job["metadata"]["generation"] = 1;
+  job["metadata"]["resourceVersion"] = "100";
+  job["metadata"]["creationTimestamp"] = "2026-11-29T20:59:59Z";
+  return job;
+}
+
+manifest::Job MustParse(const Json& job) {
+  auto spec = manifest::ParseJob(job.dump());
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+// ---- A fake cluster that applies plans as the operator's glue does ----
+
+struct Cluster {
+  Json job = QuickstartJob();
+  std::vector<Json> pods, services;
+  std::vector<std::string> left;  // kLeaveParameterServers, in order
+  std::vector<std::string> created_pods;
+  bool job_deleted = false;
+  bool dataset_ready = false;
+  int64_t now = kT0;
+  int next_uid = 0;
+
+  Observed Observe(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) const {
+    Observed o;
+    o.job = job;
+    o.spec = manifest::ParseJob(job.dump());
+    o.pods = pods;
+    o.services = services;
+    o.dataset_ready = dataset_ready;
+    o.actions = std::move(actions);
+    o.stragglers = std::move(stragglers);
+    o.now_ms = now;
+    return o;
+  }
+
+  Json* FindPod(const std::string& name) {
+    for (Json& p : pods) {
+      if (p["metadata"]["name"] == name) return &p;
+    }
+    return nullptr;
+  }
+
+  // Status first (through a JSON round trip, as the API server stores it),
+  // then the writes in order.
+  void Apply(const Plan& plan) {
+    if (plan.status) job["status"] = Json::parse(plan.status->dump());
+    for (const Write& w : plan.writes) {
+      switch (w.kind) {
+        case Write::Kind::kCreate: {
+          Json obj = w.object;
+          const std::string name = obj["metadata"]["name"];
+          obj["metadata"]["uid"] = absl::StrCat("uid-", ++next_uid);
+          if (w.resource == "services") {
+            for (const Json& s : services) ASSERT_NE(s["metadata"]["name"], name);
+            services.push_back(obj);
+            break;
+          }
+          ASSERT_EQ(FindPod(name), nullptr) << "created " << name << " twice";
+          const Json& labels = obj["metadata"]["labels"];
+          if (labels["antdt.io/role"] == "worker") {
+            for (const Json& p : pods) {
+              ASSERT_NE(p["metadata"]["labels"].value("antdt.io/worker-id", ""),
+                        labels["antdt.io/worker-id"])
+                  << "created " << name << " while " << p["metadata"]["name"] << " exists";
+            }
+          }
+          obj["status"] = {{"phase", "Pending"}};
+          pods.push_back(obj);
+          created_pods.push_back(name);
+          break;
+        }
+        case Write::Kind::kDelete: {
+          Json* pod = FindPod(w.name);
+          ASSERT_NE(pod, nullptr) << w.name;
+          ASSERT_EQ((*pod)["metadata"]["uid"], w.uid);
+          ASSERT_FALSE((*pod)["metadata"].contains("deletionTimestamp"));
+          (*pod)["metadata"]["deletionTimestamp"] = Rfc3339(now);
+          break;
+        }
+        case Write::Kind::kLeaveParameterServers:
+          left.push_back(w.worker);
+          break;
+        case Write::Kind::kDeleteJob:
+          ASSERT_EQ(w.uid, kJobUid);
+          job_deleted = true;
+          break;
+      }
+    }
+  }
+
+  Plan Pass(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) {
+    Plan plan = Reconcile(Observe(std::move(actions), std::move(stragglers)), Settings{});
+    Apply(plan);
+    return plan;
+  }
+
+  // Terminating pods disappear (the kubelet confirmed).
+  void RemoveTerminating() {
+    std::vector<Json> keep;
+    for (Json& p : pods) {
+      if (!p["metadata"].contains("deletionTimestamp")) keep.push_back(p);
+    }
+    pods = keep;
+  }
+
+  void SetPhase(const std::string& name, const std::string& phase) {
+    Json* pod = FindPod(name);
+    ASSERT_NE(pod, nullptr) << name;
+    (*pod)["status"]["phase"] = phase;
+  }
+
+  // Every pod scheduled (worker i on node-i, servers on node-9) and Running.
+  void RunAll() {
+    for (Json& p : pods) {
+      if (p["metadata"].contains("deletionTimestamp")) continue;
+      const std::string id = p["metadata"]["labels"].value("antdt.io/worker-id", "");
+      p["spec"]["nodeName"] = id.empty() ? "node-9" : "node-" + id.substr(7);
+      p["status"]["phase"] = "Running";
+    }
+  }
+
+  // A job whose pods all run and whose status has settled.
+  void Settle() {
+    dataset_ready = true;
+    for (int i = 0; i < 6; ++i) {
+      Pass();
+      RunAll();
+    }
+    Plan plan = Pass();
+    ASSERT_THAT(plan.writes, IsEmpty());
+    ASSERT_FALSE(plan.status.has_value()) << plan.status->dump(2);
+  }
+
+  const Json& Status() const { return job["status"]; }
+};
+
+const Json& Condition(const Json& status, const std::string& type) {
+  const Json* c = FindCondition(status, type);
+  static const Json kNull;
+  EXPECT_NE(c, nullptr) << type;
+  return c == nullptr ? kNull : *c;
+}
+
+std::vector<std::string> Describe(const std::vector<Write>& writes) {
+  std::vector<std::string> out;
+  for (const Write& w : writes) {
+    switch (w.kind) {
+      case Write::Kind::kCreate:
+        out.push_back(absl::StrCat("create ", w.resource, " ",
+                                   w.object["metadata"]["name"].get<std::string>()));
+        break;
+      case Write::Kind::kDelete:
+        out.push_back(absl::StrCat("delete ", w.resource, " ", w.name, " uid=", w.uid,
+                                   " grace=", w.grace_period_seconds));
+        break;
+      case Write::Kind::kLeaveParameterServers:
+        out.push_back("leave " + w.worker);
+        break;
+      case Write::Kind::kDeleteJob:
+        out.push_back("delete job " + w.name);
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> EventReasons(const Plan& plan) {
+  std::vector<std::string> out;
+  for (const Event& e : plan.events) out.push_back(e.type + " " + e.reason);
+  return out;
+}
+
+std::string Env(const Json& pod, const std::string& name) {
+  for (const Json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == name) return e.value("value", "<fieldRef>");
+  }
+  return "<unset>";
+}
+
+// ---- Golden files ----
+
+void ExpectGolden(const Json& actual, const std::string& file) {
+  const std::string path = testing::SourcePath("operator/reconciler/testdata/" + file);
+  const std::string text = actual.dump(2) + "\n";  // nlohmann::json sorts keys
+  const char* update = std::getenv("ANTDT_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") {
+    std::ofstream(path) << text;
+    return;
+  }
+  const std::string expected = ReadText(path);
+  ASSERT_FALSE(expected.empty()) << path << " is missing; run with ANTDT_UPDATE_GOLDEN=1";
+  EXPECT_EQ(Json::parse(expected), actual)
+      << "differs from " << path << " (ANTDT_UPDATE_GOLDEN=1 regenerates it):\n"
+      << text;
+}
+
+TEST(ExampleTest, ParsesAsAnAntDTJob) {
+  auto spec = manifest::ParseJob(ReadText(testing::SourcePath("examples/k8s/quickstart.yaml")));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, kJob);
+  EXPECT_EQ(spec->workers.replicas, 4);
+  EXPECT_EQ(spec->parameter_servers.replicas, 1);
+  EXPECT_EQ(spec->dataset.records, 20000);
+  EXPECT_EQ(spec->dataset.shard_size, 200);
+  EXPECT_EQ(spec->dataset.epochs, 2);
+  EXPECT_EQ(spec->straggler_policy.name, "antdt-nd");
+  EXPECT_EQ(spec->monitor.window_ms, 2000);
+  EXPECT_EQ(spec->checkpoint.path, "/var/lib/antdt/quickstart-k8s");
+  EXPECT_EQ(spec->workers.image, "antdt/antdt:0.1.0");
+}
+
+TEST(GoldenTest, ShardingPod) {
+  const Json job = QuickstartJob();
+  ExpectGolden(RenderShardingPod(job, MustParse(job), Settings{}), "sharding-pod.json");
+}
+
+TEST(GoldenTest, ParameterServerPod) {
+  const Json job = QuickstartJob();
+  ExpectGolden(RenderParameterServerPod(job, MustParse(job), 0, Settings{}), "ps-pod.json");
+}
+
+TEST(GoldenTest, WorkerPodWithExcludedNodesAndTemplateAffinity) {
+  Json job = QuickstartJob();
+  // The user's template already requires Linux nodes in one of two zones.
+  job["spec"]["workers"]["template"]["spec"]["affinity"] = Json::parse(R"({
+    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+      {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]},
+      {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}]}
+    ]}}})");
+  job["spec"]["workers"]["template"]["metadata"] = {
+      {"labels", {{"team", "ranking"}, {"antdt.io/role", "user-value-is-overridden"}}},
+      {"annotations", {{"example.com/owner", "ranking"}}}};
+  WorkerInstance w;
+  w.id = "worker-2";
+  w.index = 2;
+  w.incarnation = 1;
+  w.node = "node-5";
+  w.local_batch_size = 48;
+  w.excluded_nodes = {"node-2", "node-7"};
+  ExpectGolden(RenderWorkerPod(job, MustParse(job), w, Settings{}), "worker-pod.json");
+}
+
+TEST(GoldenTest, Services) {
+  const Json job = QuickstartJob();
+  const std::vector<Json> services = RenderServices(job, MustParse(job), Settings{});
+  ExpectGolden(Json(services), "services.json");
+}
+
+TEST(RenderTest, WorkerEnvironmentAndAffinity) {
+  const Json job = QuickstartJob();
+  WorkerInstance w;
+  w.id = "worker-3";
+  w.index = 3;
+  w.incarnation = 2;
+  w.local_batch_size = 70;
+  w.excluded_nodes = {"node-3"};
+  const Json pod = RenderWorkerPod(job, MustParse(job), w, Settings{});
+  EXPECT_EQ(pod["metadata"]["name"], "quickstart-k8s-worker-3-2");
+  EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/incarnation"], "2");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(Env(pod, "ANTDT_SHARDING_ADDR"), "quickstart-k8s-sharding.default.svc:50051");
+  EXPECT_EQ(Env(pod, "ANTDT_PS_ADDRS"), "quickstart-k8s-ps-0.quickstart-k8s-ps.default.svc:50052");
+  EXPECT_EQ(Env(pod, "ANTDT_AGENT_ADDR"), "$(HOST_IP):9400");
+  EXPECT_EQ(Env(pod, "ANTDT_LOCAL_BATCH"), "70");
+  EXPECT_EQ(Env(pod, "ANTDT_INCARNATION"), "2");
+  EXPECT_EQ(Env(pod, "ANTDT_CHECKPOINT_PATH"), "/var/lib/antdt/quickstart-k8s");
+  EXPECT_EQ(pod["spec"]["containers"][0]["env"][0]["name"], "POD_IP");
+  // The template had no affinity: one new term.
+  const Json& terms = pod["spec"]["affinity"]["nodeAffinity"]
+                         ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+  ASSERT_EQ(terms.size(), 1u);
+  EXPECT_EQ(
+      terms[0]["matchExpressions"][0],
+      Json::parse(R"({"key":"kubernetes.io/hostname","operator":"NotIn","values":["node-3"]})"));
+  EXPECT_FALSE(pod["spec"]["affinity"]["nodeAffinity"].contains(
+      "preferredDuringSchedulingIgnoredDuringExecution"));
+}
+
+TEST(RenderTest, ParameterServersSplitTheFeaturesAsTheRunnerDoes) {
+  Json job = QuickstartJob();
+  job["spec"]["parameterServers"]["replicas"] = 3;
+  job["spec"]["model"] = {{"features", 16}};
+  const manifest::Job spec = MustParse(job);
+  EXPECT_EQ(ParameterServerCount(spec), 3);
+  EXPECT_EQ(ParameterServerFeatures(spec, 0), 6);
+  EXPECT_EQ(ParameterServerFeatures(spec, 1), 5);
+  EXPECT_EQ(ParameterServerFeatures(spec, 2), 5);
+  const Json pod = RenderParameterServerPod(job, spec, 1, Settings{});
+  EXPECT_EQ(pod["spec"]["hostname"], "quickstart-k8s-ps-1");
+  EXPECT_EQ(pod["spec"]["subdomain"], "quickstart-k8s-ps");
+  EXPECT_EQ(Env(pod, "ANTDT_PS_FEATURES"), "5");
+  EXPECT_THAT(pod["spec"]["containers"][0]["args"].get<std::vector<std::string>>(),
+              ::testing::Contains("ps-1"));
+
+  job["spec"]["parameterServers"]["replicas"] = 0;
+  EXPECT_EQ(ParameterServerCount(MustParse(job)), 1);  // as the local runner
+}
+
+TEST(RenderTest, ShardingPodWithoutCheckpointPathKeepsStateInAnEmptyDir) {
+  Json job = QuickstartJob();
+  job["spec"].erase("checkpoint");
+  const Json pod = RenderShardingPod(job, MustParse(job), Settings{});
+  const auto args = pod["spec"]["containers"][0]["args"].get<std::vector<std::string>>();
+  EXPECT_THAT(args, ::testing::Contains("/var/lib/antdt/sharding"));
+  EXPECT_EQ(pod["spec"]["volumes"][0]["emptyDir"], Json::object());
+}
+
+TEST(RenderTest, ShardingPodMountsTheWorkersCheckpointVolume) {
+  Json job = QuickstartJob();
+  Json& tspec = job["spec"]["workers"]["template"]["spec"];
+  tspec["volumes"] = Json::parse(R"([{"name":"ckpt","persistentVolumeClaim":{"claimName":"c"}}])");
+  tspec["containers"][0]["volumeMounts"] =
+      Json::parse(R"([{"name":"ckpt","mountPath":"/var/lib/antdt"}])");
+  const Json pod = RenderShardingPod(job, MustParse(job), Settings{});
+  EXPECT_EQ(pod["spec"]["volumes"], tspec["volumes"]);
+  EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"], tspec["containers"][0]["volumeMounts"]);
+}
+
+// ---- Conditions ----
+
+TEST(SetConditionTest, KeepsTransitionTimeUnlessStatusChanges) {
+  Json conditions = Json::array();
+  EXPECT_TRUE(SetCondition(conditions, "Running", "False", "Pending", "0/4", 1, kT0));
+  EXPECT_EQ(conditions[0]["lastTransitionTime"], "2026-11-29T21:00:00Z");
+  EXPECT_FALSE(SetCondition(conditions, "Running", "False", "Pending", "0/4", 1, kT0 + 5000));
+  EXPECT_TRUE(SetCondition(conditions, "Running", "False", "Pending", "2/4", 2, kT0 + 5000));
+  EXPECT_EQ(conditions[0]["lastTransitionTime"], "2026-11-29T21:00:00Z");
+  EXPECT_EQ(conditions[0]["message"], "2/4");
+  EXPECT_EQ(conditions[0]["observedGeneration"], 2);
+  EXPECT_TRUE(SetCondition(conditions, "Running", "True", "AllPodsRunning", "4/4", 2, kT0 + 9000));
+  EXPECT_EQ(conditions[0]["lastTransitionTime"], "2026-11-29T21:00:09Z");
+  EXPECT_EQ(conditions.size(), 1u);
+}
+
+TEST(TimeTest, Rfc3339RoundTrips) {
+  EXPECT_EQ(Rfc3339(kT0 + 999), "2026-11-29T21:00:00Z");
+  EXPECT_EQ(ParseRfc3339("2026-11-29T21:00:00Z"), kT0);
+  EXPECT_EQ(ParseRfc3339("yesterday"), std::nullopt);
+}
+
+// ---- Reconcile ----
+
+TEST(ReconcileTest, FirstPassCreatesServicesAndShardingPodAndSetsAllConditions) {
+  Cluster c;
+  const Plan plan = Reconcile(c.Observe(), Settings{});
+  EXPECT_THAT(Describe(plan.writes), ElementsAre("create services quickstart-k8s-sharding",
+                                                 "create services quickstart-k8s-ps",
+                                                 "create pods quickstart-k8s-sharding"));
+  ASSERT_TRUE(plan.status.has_value());
+  const Json& st = *plan.status;
+  EXPECT_EQ(st["observedGeneration"], 1);
+  std::vector<std::string> types;
+  for (const Json& cond : st["conditions"]) {
+    types.push_back(cond["type"]);
+    EXPECT_EQ(cond["observedGeneration"], 1);
+    EXPECT_EQ(cond["lastTransitionTime"], "2026-11-29T21:00:00Z");
+    EXPECT_FALSE(cond["reason"].get<std::string>().empty());
+  }
+  EXPECT_THAT(types, ElementsAre("Created", "Running", "StragglersDetected", "Mitigating",
+                                 "Succeeded", "Failed"));
+  EXPECT_EQ(Condition(st, "Created")["status"], "False");
+  EXPECT_EQ(Condition(st, "Created")["reason"], "WaitingForDataset");
+  EXPECT_EQ(Condition(st, "Running")["reason"], "WaitingForDataset");
+  EXPECT_EQ(st["startTime"], "2026-11-29T21:00:00Z");
+  EXPECT_EQ(st["workers"]["summary"], "0/4");
+  EXPECT_EQ(st["progress"]["recordsTotal"], 40000);
+  EXPECT_EQ(st["progress"]["percent"], 0);
+  ASSERT_EQ(st["workerInstances"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(st["workerInstances"][i]["id"], absl::StrCat("worker-", i));
+    EXPECT_EQ(st["workerInstances"][i]["incarnation"], 0);
+    EXPECT_EQ(st["workerInstances"][i]["localBatchSize"], 64);  // 256 / 4
+    EXPECT_EQ(st["workerInstances"][i]["pod"], absl::StrCat("quickstart-k8s-worker-", i, "-0"));
+  }
+  EXPECT_EQ(st["datasetCreated"], false);
+  EXPECT_EQ(plan.requeue_after_ms, 2000);
+
+  // Services and pods carry the labels and the owner reference.
+  const Json& pod = plan.writes[2].object;
+  EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/role"], "sharding");
+  EXPECT_EQ(pod["metadata"]["labels"]["app.kubernetes.io/managed-by"], "antdt-operator");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], kJobUid);
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["controller"], true);
+}
+
+TEST(ReconcileTest, DatasetReadyCreatesParameterServersAndWorkers) {
+  Cluster c;
+  c.Pass();
+  EXPECT_THAT(Reconcile(c.Observe(), Settings{}).writes, IsEmpty());  // waiting for the dataset
+  c.dataset_ready = true;
+  const Plan plan = c.Pass();
+  EXPECT_THAT(
+      Describe(plan.writes),
+      ElementsAre("create pods quickstart-k8s-ps-0", "create pods quickstart-k8s-worker-0-0",
+                  "create pods quickstart-k8s-worker-1-0", "create pods quickstart-k8s-worker-2-0",
+                  "create pods quickstart-k8s-worker-3-0"));
+  EXPECT_EQ(c.Status()["datasetCreated"], true);
+  EXPECT_EQ(Env(plan.writes[1].object, "ANTDT_LOCAL_BATCH"), "64");
+}
+
+TEST(ReconcileTest, IsIdempotent) {
+  Cluster c;
+  c.dataset_ready = true;
+  EXPECT_EQ(c.Pass().writes.size(), 8u);  // 2 services, the sharding pod, 1 PS, 4 workers
+  Plan plan = c.Pass();  // everything exists now: Created turns True, nothing to write
+  EXPECT_THAT(plan.writes, IsEmpty());
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ(Condition(*plan.status, "Created")["status"], "True");
+  plan = c.Pass();
+  EXPECT_THAT(plan.writes, IsEmpty());
+  EXPECT_FALSE(plan.status.has_value()) << plan.status->dump(2);
+
+  c.RunAll();
+  c.now += 4000;
+  plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ(Condition(*plan.status, "Running")["status"], "True");
+  EXPECT_EQ(Condition(*plan.status, "Running")["message"], "4/4 workers running");
+  EXPECT_EQ((*plan.status)["workers"]["summary"], "4/4");
+  EXPECT_EQ((*plan.status)["parameterServers"]["summary"], "1/1");
+  c.now += 4000;
+  plan = c.Pass();
+  EXPECT_THAT(plan.writes, IsEmpty());
+  EXPECT_FALSE(plan.status.has_value());
+  EXPECT_THAT(plan.events, IsEmpty());
+  EXPECT_EQ(plan.requeue_after_ms, 2000);
+}
+
+TEST(ReconcileTest, ConditionsKeepTransitionTimeWhenUnchanged) {
+  Cluster c;
+  c.Pass();
+  const Json before = Condition(c.Status(), "Running");
+  c.now += 60000;
+  c.dataset_ready = true;
+  c.Pass();  // Running stays False, with another reason and message
+  const Json& after = Condition(c.Status(), "Running");
+  EXPECT_EQ(after["status"], "False");
+  EXPECT_NE(after["reason"], before["reason"]);
+  EXPECT_EQ(after["lastTransitionTime"], before["lastTransitionTime"]);
+  EXPECT_EQ(Condition(c.Status(), "Failed")["lastTransitionTime"], "2026-11-29T21:00:00Z");
+  c.RunAll();
+  c.Pass();
+  EXPECT_EQ(Condition(c.Status(), "Running")["lastTransitionTime"], "2026-11-29T21:01:00Z");
+}
+
+TEST(ReconcileTest, ProgressFromTheShardingService) {
+  Cluster c;
+  c.Settle();
+  Observed o = c.Observe();
+  o.progress = Progress{10000, 40000, 0, 2, 12.6, false};
+  Plan plan = Reconcile(o, Settings{});
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ((*plan.status)["progress"],
+            Json::parse(R"({"recordsCommitted":10000,"recordsTotal":40000,"epoch":0,"epochs":2,
+                            "percent":25,"etaSeconds":13})"));
+  c.Apply(plan);
+  o = c.Observe();
+  o.progress = Progress{10000, 40000, 0, 2, 12.9, false};  // rounds to the same second
+  EXPECT_FALSE(Reconcile(o, Settings{}).status.has_value());
+  // Without a fresh reading the last one stays.
+  EXPECT_FALSE(Reconcile(c.Observe(), Settings{}).status.has_value());
+}
+
+Action KillRestart(const std::string& worker, const std::string& from, const std::string& to) {
+  Action a;
+  a.kind = "KILL_RESTART";
+  a.worker = worker;
+  a.from_node = from;
+  a.to_node = to;
+  a.rule = "antdt-nd:persistent-restart";
+  a.reason = "PERSISTENT straggler (score 2.4, 4 slow windows), restarted on a healthy node";
+  a.evidence = "score=2.4 windows_slow=4 saved_seconds=31";
+  a.at_ms = kT0 + 30000;
+  return a;
+}
+
+TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
+  Cluster c;
+  c.Settle();
+  const std::string old_uid = c.FindPod("quickstart-k8s-worker-2-0")->at("metadata").at("uid");
+  Plan plan = Reconcile(c.Observe({KillRestart("worker-2", "node-2", "node-5")}), Settings{});
+
+  ASSERT_TRUE(plan.status.has_value());
+  const Json& st = *plan.status;
+  const Json& w2 = st["workerInstances"][2];
+  EXPECT_EQ(w2["incarnation"], 1);
+  EXPECT_EQ(w2["pod"], "quickstart-k8s-worker-2-1");
+  EXPECT_EQ(w2["excludedNodes"], Json::array({"node-2"}));
+  EXPECT_EQ(w2["node"], "node-5");
+  EXPECT_EQ(st["workers"]["restarts"], 1);
+  ASSERT_EQ(st["lastActions"].size(), 1u);
+  EXPECT_EQ(st["lastActions"][0],
+            Json::parse(R"({"time":"2026-11-29T21:00:30Z","action":"KILL_RESTART",
+              "worker":"worker-2","fromNode":"node-2","toNode":"node-5",
+              "rule":"antdt-nd:persistent-restart",
+              "reason":"PERSISTENT straggler (score 2.4, 4 slow windows), restarted on a healthy node",
+              "evidence":"score=2.4 windows_slow=4 saved_seconds=31"})"));
+  EXPECT_EQ(Condition(st, "Mitigating")["status"], "True");
+  EXPECT_EQ(Condition(st, "Mitigating")["reason"], "RestartingWorker");
+  // The old pod goes at once; the new one waits for it.
+  EXPECT_THAT(Describe(plan.writes),
+              ElementsAre("delete pods quickstart-k8s-worker-2-0 uid=" + old_uid + " grace=0"));
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_EQ(plan.events[0].type, "Warning");
+  EXPECT_EQ(plan.events[0].reason, "StragglerRestarted");
+  for (const char* part :
+       {"worker-2", "quickstart-k8s-worker-2-0", "node-2", "node-5", "antdt-nd:persistent-restart",
+        "PERSISTENT straggler", "saved_seconds=31"}) {
+    EXPECT_THAT(plan.events[0].message, HasSubstr(part));
+  }
+  c.Apply(plan);
+
+  // Terminating: nothing is created.
+  c.now += 1000;
+  plan = c.Pass();
+  EXPECT_THAT(plan.writes, IsEmpty());
+  EXPECT_THAT(c.left, IsEmpty());
+
+  // Gone: the parameter servers stop waiting for it, then the new pod.
+  c.RemoveTerminating();
+  plan = c.Pass();
+  EXPECT_THAT(Describe(plan.writes),
+              ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2-1"));
+  const Json& pod = plan.writes[1].object;
+  EXPECT_EQ(Env(pod, "ANTDT_INCARNATION"), "1");
+  EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/incarnation"], "1");
+  const Json& affinity = pod["spec"]["affinity"]["nodeAffinity"];
+  EXPECT_EQ(
+      affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+              ["matchExpressions"][0],
+      Json::parse(R"({"key":"kubernetes.io/hostname","operator":"NotIn","values":["node-2"]})"));
+  EXPECT_EQ(affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
+                    ["matchExpressions"][0]["values"],
+            Json::array({"node-5"}));
+
+  // Running on node-5: the mitigation is over.
+  c.RunAll();
+  c.FindPod("quickstart-k8s-worker-2-1")->at("spec")["nodeName"] = "node-5";
+  c.Pass();
+  EXPECT_EQ(Condition(c.Status(), "Mitigating")["status"], "False");
+  EXPECT_EQ(c.Status()["workerInstances"][2]["node"], "node-5");
+  EXPECT_FALSE(Reconcile(c.Observe(), Settings{}).status.has_value());
+}
+
+TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {
+  Cluster c;
+  c.Settle();
+  Cluster fresh = c;  // the same cluster, seen by an operator that restarts
+  const Plan first =
+      Reconcile(c.Observe({KillRestart("worker-2", "node-2", "node-5")}), Settings{});
+  ASSERT_TRUE(first.status.has_value());
+  // Only the status was written before the crash: incarnation 1 in status,
+  // only incarnation 0 in pods, and no action to replay.
+  fresh.job["status"] = *first.status;
+  const Plan after = Reconcile(fresh.Observe(), Settings{});
+  EXPECT_EQ(Describe(after.writes), Describe(first.writes));
+  EXPECT_FALSE(after.status.has_value());
+  fresh.Apply(after);
+  fresh.RemoveTerminating();
+  EXPECT_THAT(Describe(fresh.Pass().writes),
+              ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2-1"));
+}
+
+TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
+  Cluster c;
+  c.Settle();
+  // Three restarts of the same worker before any old pod is gone.
+  for (int i = 0; i < 3; ++i) {
+    c.now += 1000;
+    const Plan plan = c.Pass({KillRestart("worker-1", absl::StrCat("node-", 1 + 10 * i), "")});
+    for (const Write& w : plan.writes) EXPECT_NE(w.kind, Write::Kind::kCreate);
+    c.SetPhase("quickstart-k8s-worker-1-0", "Failed");  // terminating pods may fail too
+  }
+  EXPECT_EQ(c.Status()["workerInstances"][1]["incarnation"], 3);
+  EXPECT_EQ(c.Status()["workerInstances"][1]["excludedNodes"],
+            Json::array({"node-1", "node-11", "node-21"}));
+  EXPECT_EQ(c.Status()["workers"]["failed"], 0);  // not a failure: we deleted it
+  c.RemoveTerminating();
+  const Plan plan = c.Pass();
+  EXPECT_THAT(Describe(plan.writes),
+              ElementsAre("leave worker-1", "create pods quickstart-k8s-worker-1-3"));
+  c.created_pods.clear();
+  for (int i = 0; i < 3; ++i) c.Pass();  // Apply asserts on every create
+  EXPECT_THAT(c.created_pods, IsEmpty());
+}
+
+TEST(ReconcileTest, FailedWorkerWithinBackoffLimitIsRestarted) {
+  Cluster c;
+  c.Settle();
+  c.SetPhase("quickstart-k8s-worker-1-0", "Failed");
+  c.FindPod("quickstart-k8s-worker-1-0")->at("status")["containerStatuses"] =
+      Json::parse(R"([{"name":"trainer","state":{"terminated":{"exitCode":2,"reason":"Error"}}}])");
+  Plan plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ((*plan.status)["workers"]["failed"], 1);
+  EXPECT_EQ((*plan.status)["workers"]["restarts"], 1);
+  EXPECT_EQ((*plan.status)["workerInstances"][1]["incarnation"], 1);
+  EXPECT_EQ((*plan.status)["workerInstances"][1]["excludedNodes"], Json::array());
+  EXPECT_EQ(Condition(*plan.status, "Failed")["status"], "False");
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning WorkerFailed"));
+  EXPECT_THAT(plan.events[0].message, HasSubstr("exit code 2"));
+  EXPECT_THAT(Describe(plan.writes),
+              ElementsAre(HasSubstr("delete pods quickstart-k8s-worker-1-0")));
+  c.RemoveTerminating();
+  plan = c.Pass();
+  EXPECT_THAT(Describe(plan.writes),
+              ElementsAre("leave worker-1", "create pods quickstart-k8s-worker-1-1"));
+  const Json& affinity = plan.writes[1].object["spec"];
+  EXPECT_FALSE(affinity.contains("affinity"));    // no node excluded, none preferred
+  EXPECT_EQ(c.Status()["workers"]["failed"], 1);  // counted once
+}
+
+TEST(ReconcileTest, FailuresOverBackoffLimitFailTheJob) {
+  Cluster c;
+  c.job["spec"]["runPolicy"] = {{"backoffLimit", 1}};
+  c.Settle();
+  c.SetPhase("quickstart-k8s-worker-0-0", "Failed");
+  c.Pass();
+  c.RemoveTerminating();
+  c.Pass();
+  c.RunAll();
+  c.Pass();
+  c.SetPhase("quickstart-k8s-worker-3-0", "Failed");
+  c.now += 10000;
+  const Plan plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  const Json& failed = Condition(*plan.status, "Failed");
+  EXPECT_EQ(failed["status"], "True");
+  EXPECT_EQ(failed["reason"], "BackoffLimitExceeded");
+  EXPECT_THAT(failed["message"].get<std::string>(), HasSubstr("worker-3"));
+  EXPECT_EQ((*plan.status)["workers"]["failed"], 2);
+  EXPECT_EQ((*plan.status)["completionTime"], "2026-11-29T21:00:10Z");
+  EXPECT_EQ(Condition(*plan.status, "Running")["status"], "False");
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning BackoffLimitExceeded"));
+  // Every pod still running is deleted; the failed one stays for its logs.
+  EXPECT_THAT(
+      Describe(plan.writes),
+      ElementsAre(HasSubstr("quickstart-k8s-ps-0"), HasSubstr("quickstart-k8s-sharding"),
+                  HasSubstr("quickstart-k8s-worker-0-1"), HasSubstr("quickstart-k8s-worker-1-0"),
+                  HasSubstr("quickstart-k8s-worker-2-0")));
+  EXPECT_EQ(plan.requeue_after_ms, 0);
+  // Terminal: later passes write nothing, emit nothing.
+  c.now += 10000;
+  const Plan later = c.Pass();
+  EXPECT_THAT(later.writes, IsEmpty());
+  EXPECT_THAT(later.events, IsEmpty());
+}
+
+TEST(ReconcileTest, SuccessStopsTheServers) {
+  Cluster c;
+  c.Settle();
+  for (int i = 0; i < 4; ++i)
+    c.SetPhase(absl::StrCat("quickstart-k8s-worker-", i, "-0"), "Succeeded");
+  c.now += 90000;
+  Observed o = c.Observe();
+  o.progress = Progress{40000, 40000, 2, 2, 0, true};
+  const Plan plan = Reconcile(o, Settings{});
+  c.Apply(plan);
+  ASSERT_TRUE(plan.status.has_value());
+  const Json& st = *plan.status;
+  EXPECT_EQ(Condition(st, "Succeeded")["status"], "True");
+  EXPECT_EQ(Condition(st, "Succeeded")["reason"], "AllWorkersSucceeded");
+  EXPECT_EQ(Condition(st, "Running")["status"], "False");
+  EXPECT_EQ(st["completionTime"], "2026-11-29T21:01:30Z");
+  EXPECT_EQ(st["progress"]["percent"], 100);
+  EXPECT_EQ(st["workers"]["succeeded"], 4);
+  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods quickstart-k8s-ps-0"),
+                                                 HasSubstr("delete pods quickstart-k8s-sharding")));
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal JobSucceeded"));
+  EXPECT_EQ(plan.requeue_after_ms, 0);
+  c.RemoveTerminating();
+  Plan later = c.Pass();
+  EXPECT_THAT(later.writes, IsEmpty());
+  EXPECT_THAT(later.events, IsEmpty());
+  later = c.Pass();
+  EXPECT_FALSE(later.status.has_value());
+  EXPECT_FALSE(c.job_deleted);  // no TTL
+}
+
+TEST(ReconcileTest, TtlAfterFinishedDeletesTheJob) {
+  Cluster c;
+  c.job["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 60}};
+  c.Settle();
+  for (int i = 0; i < 4; ++i)
+    c.SetPhase(absl::StrCat("quickstart-k8s-worker-", i, "-0"), "Succeeded");
+  const int64_t done = c.now;
+  Plan plan = c.Pass();
+  EXPECT_EQ(plan.requeue_after_ms, 60000);
+  c.now = done + 10000;
+  plan = c.Pass();
+  EXPECT_EQ(plan.requeue_after_ms, 50000);
+  EXPECT_FALSE(c.job_deleted);
+  c.now = done + 60000;
+  plan = c.Pass();
+  EXPECT_THAT(Describe(plan.writes), ElementsAre("delete job quickstart-k8s"));
+  EXPECT_TRUE(c.job_deleted);
+}
+
+TEST(ReconcileTest, InvalidSpecFailsWithoutChildren) {
+  Cluster c;
+  c.job["spec"]["workers"]["replicas"] = -2;
+  Plan plan = c.Pass();
+  EXPECT_THAT(plan.writes, IsEmpty());
+  ASSERT_TRUE(plan.status.has_value());
+  const Json& failed = Condition(*plan.status, "Failed");
+  EXPECT_EQ(failed["status"], "True");
+  EXPECT_EQ(failed["reason"], "InvalidSpec");
+  EXPECT_THAT(failed["message"].get<std::string>(), HasSubstr("spec.workers.replicas"));
+  EXPECT_EQ(plan.status->at("conditions").size(), 6u);
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning InvalidSpec"));
+  EXPECT_EQ(plan.requeue_after_ms, 0);
+  plan = c.Pass();
+  EXPECT_FALSE(plan.status.has_value());
+  EXPECT_THAT(plan.events, IsEmpty());
+
+  // Fixed (a new generation): the job starts.
+  c.job["spec"]["workers"]["replicas"] = 4;
+  c.job["metadata"]["generation"] = 2;
+  plan = c.Pass();
+  EXPECT_EQ(Condition(c.Status(), "Failed")["status"], "False");
+  EXPECT_EQ(Condition(c.Status(), "Failed")["observedGeneration"], 2);
+  EXPECT_EQ(c.Status()["observedGeneration"], 2);
+  EXPECT_THAT(Describe(plan.writes), Not(IsEmpty()));
+}
+
+TEST(ReconcileTest, StragglersInStatusAndCondition) {
+  Cluster c;
+  c.Settle();
+  const std::vector<Straggler> view = {
+      {"worker-2", "node-2", "quickstart-k8s-worker-2-0", "Persistent",
+       "cpu contention from co-located pods", 2.3456, kT0 + 12000},
+      {"worker-0", "node-0", "quickstart-k8s-worker-0-0", "Leader", "faster device", 0.61, kT0}};
+  Plan plan = c.Pass({}, view);
+  ASSERT_TRUE(plan.status.has_value());
+  const Json& st = *plan.status;
+  EXPECT_EQ(st["stragglerCount"], 1);
+  ASSERT_EQ(st["stragglers"].size(), 2u);
+  EXPECT_EQ(st["stragglers"][0],
+            Json::parse(R"({"worker":"worker-2","node":"node-2","pod":"quickstart-k8s-worker-2-0",
+                            "class":"Persistent","cause":"cpu contention from co-located pods",
+                            "score":2.35,"since":"2026-11-29T21:00:12Z"})"));
+  const Json& cond = Condition(st, "StragglersDetected");
+  EXPECT_EQ(cond["status"], "True");
+  const std::string message = cond["message"];
+  for (const char* part : {"worker-2", "node-2", "Persistent", "cpu contention"}) {
+    EXPECT_THAT(message, HasSubstr(part));
+  }
+  EXPECT_THAT(message, Not(HasSubstr("worker-0")));
+  EXPECT_FALSE(c.Pass({}, view).status.has_value());
+  plan = c.Pass();
+  EXPECT_EQ(Condition(c.Status(), "StragglersDetected")["status"], "False");
+  EXPECT_EQ(Condition(c.Status(), "StragglersDetected")["reason"], "NoStragglers");
+}
+
+TEST(ReconcileTest, AdjustBatchSize) {
+  struct Case {
+    std::string name;
+    std::string rule, reason;
+    std::vector<Straggler> stragglers;
+    bool event;
+  };
+  const std::vector<Case> cases = {
+      {"straggler's own adjustment",
+       "antdt-nd:transient-adjust",
+       "TRANSIENT straggler (score 1.6, 1 slow window): local batch 64 -> 40",
+       {},
+       true},
+      {"worker the Monitor lists",
+       "custom:slow",
+       "score 1.9 over 1.5",
+       {{"worker-2", "node-2", "", "Transient", "cpu", 1.9, kT0}},
+       true},
+      {"rebalance around someone else",
+       "antdt-nd:rebalance",
+       "keeps the global batch 256 around worker-3: local batch 64 -> 70",
+       {},
+       false},
+  };
+  for (const Case& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    Cluster c;
+    c.Settle();
+    Action a;
+    a.kind = "ADJUST_BS";
+    a.worker = "worker-2";
+    a.local_batch_size = 40;
+    a.rule = tc.rule;
+    a.reason = tc.reason;
+    const Plan plan = c.Pass({a}, tc.stragglers);
+    EXPECT_THAT(plan.writes, IsEmpty());
+    EXPECT_EQ(c.Status()["workerInstances"][2]["localBatchSize"], 40);
+    EXPECT_EQ(c.Status()["lastActions"].back()["action"], "ADJUST_BS");
+    EXPECT_EQ(Condition(c.Status(), "Mitigating")["reason"], "BatchSizesAdjusted");
+    if (tc.event) {
+      EXPECT_THAT(EventReasons(plan), ElementsAre("Normal BatchSizeAdjusted"));
+    } else {
+      EXPECT_THAT(plan.events, IsEmpty());
+    }
+  }
+}
+
+TEST(ReconcileTest, LastActionsKeepsTheLatestTwenty) {
+  Cluster c;
+  c.Settle();
+  for (int i = 0; i < 25; ++i) {
+    Action a;
+    a.kind = "ADJUST_BS";
+    a.worker = "worker-0";
+    a.local_batch_size = 10 + i;
+    a.rule = "antdt-nd:rebalance";
+    c.Pass({a});
+  }
+  ASSERT_EQ(c.Status()["lastActions"].size(), 20u);
+  EXPECT_EQ(c.Status()["workerInstances"][0]["localBatchSize"], 34);
+}
+
+TEST(ReconcileTest, RestartedWorkerGetsItsAdjustedBatch) {
+  Cluster c;
+  c.Settle();
+  Action adjust;
+  adjust.kind = "ADJUST_BS";
+  adjust.worker = "worker-2";
+  adjust.local_batch_size = 40;
+  c.Pass({adjust, KillRestart("worker-2", "node-2", "")});
+  c.RemoveTerminating();
+  const Plan plan = c.Pass();
+  ASSERT_EQ(plan.writes.size(), 2u);
+  EXPECT_EQ(Env(plan.writes[1].object, "ANTDT_LOCAL_BATCH"), "40");
+}
+
+TEST(ReconcileTest, JobBeingDeletedIsLeftToTheGarbageCollector) {
+  Cluster c;
+  c.Settle();
+  c.job["metadata"]["deletionTimestamp"] = "2026-11-29T21:05:00Z";
+  const Plan plan = Reconcile(c.Observe(), Settings{});
+  EXPECT_THAT(plan.writes, IsEmpty());
+  EXPECT_FALSE(plan.status.has_value());
+}
+
+}  // namespace
+}  // namespace antdt::reconciler

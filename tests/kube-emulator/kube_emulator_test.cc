@@ -1,0 +1,782 @@
+// Starts the antdt-kube-emulator binary and checks the API-server semantics the
+// operator and kubelet rely on (reference: shared kubernetes-api.md §1-§2).
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/testing/testing.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace antdt::kubeemu {
+namespace {
+
+using json = nlohmann::json;
+using antdt::testing::BinPath;
+using antdt::testing::Process;
+using antdt::testing::TempDir;
+using antdt::testing::WaitFor;
+using antdt::testing::WaitForReadyFile;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using namespace std::chrono_literals;
+
+struct Reply {
+  int code = 0;
+  std::string body;
+  std::string retry_after;
+  json Json() const { return json::parse(body, nullptr, false); }
+};
+
+tcp::socket Connect(net::io_context& ioc, const std::string& address) {
+  size_t colon = address.rfind(':');
+  tcp::socket socket(ioc);
+  socket.connect(tcp::endpoint(net::ip::make_address(address.substr(0, colon)),
+                               static_cast<unsigned short>(std::stoi(address.substr(colon + 1)))));
+  return socket;
+}
+
+Reply Call(const std::string& address, const std::string& method, const std::string& target,
+           const std::string& body = "", const std::string& content_type = "application/json",
+           const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  net::io_context ioc;
+  tcp::socket socket = Connect(ioc, address);
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  req.set(http::field::host, address);
+  req.set(http::field::user_agent, "kube-emulator-test");
+  if (!body.empty()) req.set(http::field::content_type, content_type);
+  for (const auto& [k, v] : headers) req.set(k, v);
+  req.body() = body;
+  req.prepare_payload();
+  http::write(socket, req);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(socket, buffer, res);
+  Reply r;
+  r.code = static_cast<int>(res.result_int());
+  r.body = res.body();
+  r.retry_after = std::string(res[http::field::retry_after]);
+  return r;
+}
+
+// A watch stream read on its own thread into a queue of events.
+class WatchStream {
+ public:
+  WatchStream(const std::string& address, const std::string& target) : socket_(ioc_) {
+    socket_ = Connect(ioc_, address);
+    http::request<http::empty_body> req{http::verb::get, target, 11};
+    req.set(http::field::host, address);
+    http::write(socket_, req);
+    reader_ = std::thread([this] { Read(); });
+  }
+  ~WatchStream() {
+    ::shutdown(socket_.native_handle(), SHUT_RDWR);
+    reader_.join();
+  }
+
+  // The next event, or nullopt when the stream ended or `timeout` passed.
+  std::optional<json> Next(std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [this] { return !events_.empty() || ended_ || aborted_; });
+    if (events_.empty()) return std::nullopt;
+    json e = events_.front();
+    events_.pop_front();
+    return e;
+  }
+  // The next event that is not a BOOKMARK.
+  std::optional<json> NextChange(std::chrono::milliseconds timeout = 10s) {
+    for (;;) {
+      auto e = Next(timeout);
+      if (!e || (*e)["type"] != "BOOKMARK") return e;
+    }
+  }
+  bool WaitEnd(std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return ended_ || aborted_; });
+  }
+  bool ended() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ended_;
+  }
+  bool aborted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborted_;
+  }
+  int status() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, 10s, [this] { return status_ != 0 || aborted_; });
+    return status_;
+  }
+
+ private:
+  void Read() {
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    beast::error_code ec;
+    http::read_header(socket_, buffer, parser, ec);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ec) status_ = static_cast<int>(parser.get().result_int());
+      cv_.notify_all();
+    }
+    size_t consumed = 0;
+    while (!ec && !parser.is_done()) {
+      http::read_some(socket_, buffer, parser, ec);
+      std::string& body = parser.get().body();
+      std::lock_guard<std::mutex> lock(mu_);
+      size_t nl;
+      while ((nl = body.find('\n', consumed)) != std::string::npos) {
+        events_.push_back(json::parse(body.substr(consumed, nl - consumed)));
+        consumed = nl + 1;
+      }
+      cv_.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (parser.is_done()) {
+      ended_ = true;
+    } else {
+      aborted_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  net::io_context ioc_;
+  tcp::socket socket_;
+  std::thread reader_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<json> events_;
+  int status_ = 0;
+  bool ended_ = false;
+  bool aborted_ = false;
+};
+
+const char kCrd[] = R"({
+  "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+  "metadata": {"name": "widgets.test.antdt.io"},
+  "spec": {
+    "group": "test.antdt.io", "scope": "Namespaced",
+    "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "shortNames": ["wd"]},
+    "versions": [{
+      "name": "v1", "served": true, "storage": true,
+      "subresources": {"status": {}},
+      "additionalPrinterColumns": [
+        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.workers.replicas"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}],
+      "schema": {"openAPIV3Schema": {
+        "type": "object",
+        "properties": {
+          "spec": {"type": "object", "properties": {
+            "size": {"type": "integer"},
+            "nodeName": {"type": "string"},
+            "workers": {"type": "object", "properties": {
+              "replicas": {"type": "integer", "minimum": 0}}}}},
+          "status": {"type": "object", "properties": {
+            "phase": {"type": "string"}, "count": {"type": "integer"}}}}}}
+    }]
+  }
+})";
+
+class EmulatorTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    process_ =
+        new Process({BinPath("antdt-kube-emulator"), "--listen", "127.0.0.1:0", "--ready-file",
+                     dir_->File("ready"), "--bookmark-interval", "200ms", "--history", "50"},
+                    dir_->File("emulator.log"));
+    auto address = WaitForReadyFile(dir_->File("ready"), 30s);
+    ASSERT_TRUE(address.has_value()) << "emulator did not start";
+    address_ = *address;
+    Reply crd =
+        Call(address_, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", kCrd);
+    ASSERT_EQ(crd.code, 201) << crd.body;
+  }
+  static void TearDownTestSuite() {
+    process_->Signal(SIGTERM);
+    auto status = process_->Wait(10s);
+    EXPECT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << "emulator did not stop cleanly on SIGTERM";
+    delete process_;
+    delete dir_;
+  }
+
+  static std::string Widgets(const std::string& ns) {
+    return "/apis/test.antdt.io/v1/namespaces/" + ns + "/widgets";
+  }
+  static json Widget(const std::string& name, int size) {
+    return {{"apiVersion", "test.antdt.io/v1"},
+            {"kind", "Widget"},
+            {"metadata", {{"name", name}}},
+            {"spec", {{"size", size}}}};
+  }
+  static std::string Rv(const json& obj) { return obj["metadata"]["resourceVersion"]; }
+  static Reply Fault(const json& body) {
+    return Call(address_, "POST", "/emulator/v1/faults", body.dump());
+  }
+
+  static TempDir* dir_;
+  static Process* process_;
+  static std::string address_;
+};
+TempDir* EmulatorTest::dir_ = nullptr;
+Process* EmulatorTest::process_ = nullptr;
+std::string EmulatorTest::address_;
+
+TEST_F(EmulatorTest, DiscoveryShowsTheCrdAndItIsEstablished) {
+  Reply version = Call(address_, "GET", "/version");
+  EXPECT_EQ(version.Json()["minor"], "30");
+  Reply group = Call(address_, "GET", "/apis/test.antdt.io/v1");
+  ASSERT_EQ(group.code, 200);
+  bool found = false, status_sub = false;
+  json resources = group.Json()["resources"];
+  for (const json& r : resources) {
+    if (r["name"] == "widgets") found = r["kind"] == "Widget" && r["namespaced"] == true;
+    if (r["name"] == "widgets/status") status_sub = true;
+  }
+  EXPECT_TRUE(found && status_sub) << group.body;
+  json crd = Call(address_, "GET",
+                  "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.test.antdt.io")
+                 .Json();
+  bool established = false;
+  for (const json& c : crd["status"]["conditions"]) {
+    if (c["type"] == "Established") established = c["status"] == "True";
+  }
+  EXPECT_TRUE(established) << crd.dump();
+  EXPECT_EQ(crd["status"]["storedVersions"], json::array({"v1"}));
+}
+
+TEST_F(EmulatorTest, CreateGetUpdateFollowResourceVersionAndGenerationRules) {
+  Reply created = Call(address_, "POST", Widgets("crud"), Widget("a", 1).dump());
+  ASSERT_EQ(created.code, 201) << created.body;
+  json a = created.Json();
+  EXPECT_EQ(a["metadata"]["generation"], 1);
+  EXPECT_FALSE(a["metadata"]["uid"].get<std::string>().empty());
+  EXPECT_EQ(a["metadata"]["creationTimestamp"].get<std::string>().size(), 20u);
+  EXPECT_EQ(Call(address_, "POST", Widgets("crud"), Widget("a", 1).dump()).Json()["reason"],
+            "AlreadyExists");
+
+  // Spec change: generation and RV move.
+  json update = a;
+  update["spec"]["size"] = 2;
+  Reply put = Call(address_, "PUT", Widgets("crud") + "/a", update.dump());
+  ASSERT_EQ(put.code, 200) << put.body;
+  json a2 = put.Json();
+  EXPECT_EQ(a2["metadata"]["generation"], 2);
+  EXPECT_GT(std::stoll(Rv(a2)), std::stoll(Rv(a)));
+
+  // Stale RV: 409 Conflict with the apiserver's message.
+  Reply stale = Call(address_, "PUT", Widgets("crud") + "/a", update.dump());
+  EXPECT_EQ(stale.code, 409);
+  EXPECT_EQ(stale.Json()["reason"], "Conflict");
+  EXPECT_EQ(stale.Json()["message"],
+            "Operation cannot be fulfilled on widgets.test.antdt.io \"a\": the object has been "
+            "modified; please apply your changes to the latest version and try again");
+
+  // Custom resources need the RV on PUT.
+  json no_rv = a2;
+  no_rv["metadata"].erase("resourceVersion");
+  EXPECT_EQ(Call(address_, "PUT", Widgets("crud") + "/a", no_rv.dump()).code, 422);
+
+  // Status write: generation unchanged.
+  json status = a2;
+  status["status"] = {{"phase", "Ready"}};
+  Reply st = Call(address_, "PUT", Widgets("crud") + "/a/status", status.dump());
+  ASSERT_EQ(st.code, 200) << st.body;
+  EXPECT_EQ(st.Json()["metadata"]["generation"], 2);
+  EXPECT_EQ(st.Json()["status"]["phase"], "Ready");
+
+  // Schema validation: 422 naming the field.
+  json bad = Widget("bad", 1);
+  bad["spec"]["workers"]["replicas"] = -2;
+  Reply invalid = Call(address_, "POST", Widgets("crud"), bad.dump());
+  EXPECT_EQ(invalid.code, 422) << invalid.body;
+  EXPECT_EQ(invalid.Json()["reason"], "Invalid");
+  EXPECT_EQ(invalid.Json()["details"]["causes"][0]["field"], "spec.workers.replicas");
+  EXPECT_EQ(invalid.Json()["message"].get<std::string>().rfind(
+                "Widget.test.antdt.io \"bad\" is invalid: spec.workers.replicas: ", 0),
+            0u)
+      << invalid.body;
+
+  // Bad names, namespace mismatch, missing objects.
+  EXPECT_EQ(Call(address_, "POST", Widgets("crud"), Widget("Bad_Name", 1).dump()).code, 422);
+  json other_ns = Widget("b", 1);
+  other_ns["metadata"]["namespace"] = "elsewhere";
+  EXPECT_EQ(Call(address_, "POST", Widgets("crud"), other_ns.dump()).code, 400);
+  EXPECT_EQ(Call(address_, "GET", Widgets("crud") + "/missing").Json()["reason"], "NotFound");
+  EXPECT_EQ(
+      Call(address_, "PATCH", Widgets("crud") + "/missing", "{}", "application/merge-patch+json")
+          .code,
+      404);
+
+  // generateName.
+  json gen = Widget("", 1);
+  gen["metadata"] = {{"generateName", "w-"}};
+  Reply generated = Call(address_, "POST", Widgets("crud"), gen.dump());
+  ASSERT_EQ(generated.code, 201);
+  EXPECT_EQ(generated.Json()["metadata"]["name"].get<std::string>().size(), 7u);
+}
+
+TEST_F(EmulatorTest, PatchTypesAndPreconditions) {
+  ASSERT_EQ(Call(address_, "POST", Widgets("patch"), Widget("p", 1).dump()).code, 201);
+  Reply merge = Call(address_, "PATCH", Widgets("patch") + "/p", R"({"spec":{"size":5}})",
+                     "application/merge-patch+json; charset=utf-8");
+  ASSERT_EQ(merge.code, 200) << merge.body;
+  EXPECT_EQ(merge.Json()["spec"]["size"], 5);
+  EXPECT_EQ(merge.Json()["metadata"]["generation"], 2);
+  Reply jp =
+      Call(address_, "PATCH", Widgets("patch") + "/p",
+           R"([{"op":"replace","path":"/spec/size","value":6}])", "application/json-patch+json");
+  ASSERT_EQ(jp.code, 200) << jp.body;
+  EXPECT_EQ(jp.Json()["spec"]["size"], 6);
+  EXPECT_EQ(Call(address_, "PATCH", Widgets("patch") + "/p", R"({"spec":{"size":7}})",
+                 "application/strategic-merge-patch+json")
+                .code,
+            415);
+  // An RV inside the patch is a precondition.
+  Reply stale = Call(address_, "PATCH", Widgets("patch") + "/p",
+                     R"({"metadata":{"resourceVersion":"1"},"spec":{"size":8}})",
+                     "application/merge-patch+json");
+  EXPECT_EQ(stale.code, 409);
+  // Apply: fieldManager required; creates when absent.
+  EXPECT_EQ(Call(address_, "PATCH", Widgets("patch") + "/q", Widget("q", 1).dump(),
+                 "application/apply-patch+yaml")
+                .code,
+            400);
+  Reply applied = Call(address_, "PATCH", Widgets("patch") + "/q?fieldManager=test",
+                       "apiVersion: test.antdt.io/v1\nkind: Widget\nmetadata:\n  name: q\n"
+                       "spec:\n  size: 3\n",
+                       "application/apply-patch+yaml");
+  EXPECT_EQ(applied.code, 201) << applied.body;
+  EXPECT_EQ(applied.Json()["spec"]["size"], 3);
+  // dryRun=All does not persist.
+  Reply dry = Call(address_, "PATCH", Widgets("patch") + "/q?dryRun=All", R"({"spec":{"size":9}})",
+                   "application/merge-patch+json");
+  EXPECT_EQ(dry.code, 200);
+  EXPECT_EQ(Call(address_, "GET", Widgets("patch") + "/q").Json()["spec"]["size"], 3);
+}
+
+TEST_F(EmulatorTest, NoOpWriteBumpsNothingAndEmitsNoEvent) {
+  json w = Call(address_, "POST", Widgets("noop"), Widget("n", 1).dump()).Json();
+  WatchStream watch(address_, Widgets("noop") + "?watch=1&resourceVersion=" + Rv(w));
+  ASSERT_EQ(watch.status(), 200);
+  Reply same = Call(address_, "PUT", Widgets("noop") + "/n", w.dump());
+  ASSERT_EQ(same.code, 200);
+  EXPECT_EQ(Rv(same.Json()), Rv(w));
+  Reply same_patch = Call(address_, "PATCH", Widgets("noop") + "/n", R"({"spec":{"size":1}})",
+                          "application/merge-patch+json");
+  EXPECT_EQ(Rv(same_patch.Json()), Rv(w));
+  Reply change = Call(address_, "PATCH", Widgets("noop") + "/n", R"({"spec":{"size":2}})",
+                      "application/merge-patch+json");
+  auto e = watch.NextChange();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["type"], "MODIFIED");
+  EXPECT_EQ((*e)["object"]["spec"]["size"], 2) << "the no-op writes produced an event";
+  EXPECT_EQ(Rv((*e)["object"]), Rv(change.Json()));
+}
+
+TEST_F(EmulatorTest, WatchSyntheticAddedReplayAndBookmarks) {
+  json a = Call(address_, "POST", Widgets("replay"), Widget("a", 1).dump()).Json();
+  Call(address_, "POST", Widgets("replay"), Widget("b", 1).dump());
+  {
+    WatchStream watch(address_, Widgets("replay") + "?watch=true");
+    auto first = watch.NextChange();
+    auto second = watch.NextChange();
+    ASSERT_TRUE(first && second);
+    EXPECT_EQ((*first)["type"], "ADDED");
+    EXPECT_EQ((*first)["object"]["metadata"]["name"], "a");
+    EXPECT_EQ((*second)["object"]["metadata"]["name"], "b");
+  }
+  Call(address_, "PATCH", Widgets("replay") + "/a", R"({"spec":{"size":2}})",
+       "application/merge-patch+json");
+  Call(address_, "DELETE", Widgets("replay") + "/b");
+  WatchStream watch(
+      address_, Widgets("replay") + "?watch=1&allowWatchBookmarks=true&resourceVersion=" + Rv(a));
+  auto added_b = watch.NextChange();
+  auto modified = watch.NextChange();
+  auto deleted = watch.NextChange();
+  ASSERT_TRUE(added_b && modified && deleted);
+  EXPECT_EQ((*added_b)["type"], "ADDED");
+  EXPECT_EQ((*modified)["type"], "MODIFIED");
+  EXPECT_EQ((*modified)["object"]["spec"]["size"], 2);
+  EXPECT_EQ((*deleted)["type"], "DELETED");
+  EXPECT_EQ((*deleted)["object"]["metadata"]["name"], "b");
+  EXPECT_GT(std::stoll(Rv((*deleted)["object"])), std::stoll(Rv((*modified)["object"])));
+  bool bookmark = false;
+  for (int i = 0; i < 5 && !bookmark; ++i) {
+    auto e = watch.Next();
+    ASSERT_TRUE(e.has_value());
+    bookmark = (*e)["type"] == "BOOKMARK";
+    if (bookmark) {
+      EXPECT_EQ((*e)["object"]["kind"], "Widget");
+      EXPECT_FALSE(Rv((*e)["object"]).empty());
+    }
+  }
+  EXPECT_TRUE(bookmark);
+}
+
+TEST_F(EmulatorTest, WatchTimeoutEndsCleanly) {
+  WatchStream watch(address_, Widgets("timeout") + "?watch=1&timeoutSeconds=1");
+  EXPECT_TRUE(watch.WaitEnd(20s));
+  EXPECT_TRUE(watch.ended());
+}
+
+TEST_F(EmulatorTest, ExpiredWatchesAndCompactedHistoryGive410) {
+  json w = Call(address_, "POST", Widgets("expire"), Widget("e", 1).dump()).Json();
+  std::string old_rv = Rv(w);
+  WatchStream live(address_, Widgets("expire") + "?watch=1&resourceVersion=" + old_rv);
+  ASSERT_EQ(live.status(), 200);
+  Call(address_, "PATCH", Widgets("expire") + "/e", R"({"spec":{"size":2}})",
+       "application/merge-patch+json");
+  auto modified = live.NextChange();
+  ASSERT_TRUE(modified.has_value());
+  EXPECT_EQ((*modified)["type"], "MODIFIED");
+  ASSERT_EQ(Fault({{"expireWatches", true}}).code, 200);
+  auto error = live.NextChange();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ((*error)["type"], "ERROR");
+  EXPECT_EQ((*error)["object"]["code"], 410);
+  EXPECT_EQ((*error)["object"]["reason"], "Expired");
+  EXPECT_TRUE(live.WaitEnd());
+  EXPECT_TRUE(live.ended());
+
+  // A watch from before the compaction: 200, then one ERROR 410, then the end.
+  WatchStream again(address_, Widgets("expire") + "?watch=1&resourceVersion=" + old_rv);
+  EXPECT_EQ(again.status(), 200);
+  auto e = again.Next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["type"], "ERROR");
+  EXPECT_EQ((*e)["object"]["code"], 410);
+  EXPECT_EQ(
+      (*e)["object"]["message"].get<std::string>().rfind("too old resource version: " + old_rv, 0),
+      0u);
+  EXPECT_TRUE(again.WaitEnd());
+  EXPECT_FALSE(again.Next(100ms).has_value());
+  // An exact list at an old RV: HTTP 410.
+  Reply list =
+      Call(address_, "GET",
+           Widgets("expire") + "?resourceVersion=" + old_rv + "&resourceVersionMatch=Exact");
+  EXPECT_EQ(list.code, 410);
+  EXPECT_EQ(list.Json()["reason"], "Expired");
+}
+
+TEST_F(EmulatorTest, DroppedWatchEndsWithoutTerminatingChunk) {
+  WatchStream watch(address_, Widgets("drop") + "?watch=1");
+  ASSERT_EQ(watch.status(), 200);
+  ASSERT_TRUE(
+      WaitFor([] { return !Call(address_, "GET", "/emulator/v1/watches").Json().empty(); }, 10s));
+  ASSERT_EQ(Fault({{"dropWatches", true}}).code, 200);
+  EXPECT_TRUE(watch.WaitEnd());
+  EXPECT_TRUE(watch.aborted());
+}
+
+TEST_F(EmulatorTest, SelectorTransitionsAreAddedAndDeleted) {
+  const std::string cms = "/api/v1/namespaces/select/configmaps";
+  WatchStream watch(address_, cms + "?watch=1&labelSelector=app%3Dx");
+  ASSERT_EQ(watch.status(), 200);
+  ASSERT_EQ(Call(address_, "POST", cms, R"({"metadata":{"name":"c"},"data":{"k":"v"}})").code, 201);
+  Call(address_, "PATCH", cms + "/c", R"({"metadata":{"labels":{"app":"x"}}})",
+       "application/merge-patch+json");
+  Call(address_, "PATCH", cms + "/c", R"({"data":{"k":"w"}})", "application/merge-patch+json");
+  Call(address_, "PATCH", cms + "/c", R"({"metadata":{"labels":{"app":"y"}}})",
+       "application/strategic-merge-patch+json");
+  auto added = watch.NextChange();
+  auto modified = watch.NextChange();
+  auto deleted = watch.NextChange();
+  ASSERT_TRUE(added && modified && deleted);
+  EXPECT_EQ((*added)["type"], "ADDED");
+  EXPECT_EQ((*modified)["type"], "MODIFIED");
+  EXPECT_EQ((*deleted)["type"], "DELETED");
+  EXPECT_EQ((*deleted)["object"]["metadata"]["labels"]["app"], "y");
+
+  // Set-based selectors and lists.
+  Call(address_, "POST", cms, R"({"metadata":{"name":"d","labels":{"tier":"db"}}})");
+  auto names = [&](const std::string& selector) {
+    std::vector<std::string> out;
+    json items = Call(address_, "GET", cms + "?labelSelector=" + selector).Json()["items"];
+    for (const json& i : items) {
+      out.push_back(i["metadata"]["name"]);
+    }
+    return out;
+  };
+  EXPECT_EQ(names("tier%20in%20(db,web)"), std::vector<std::string>{"d"});
+  EXPECT_EQ(names("tier%20notin%20(db)"), std::vector<std::string>{"c"});
+  EXPECT_EQ(names("!tier"), std::vector<std::string>{"c"});
+  EXPECT_EQ(names("app!%3Dy"), std::vector<std::string>{"d"});
+  json list = Call(address_, "GET", cms + "?fieldSelector=metadata.name%3Dd").Json();
+  ASSERT_EQ(list["items"].size(), 1u);
+  EXPECT_EQ(list["kind"], "ConfigMapList");
+  EXPECT_FALSE(list["metadata"]["resourceVersion"].get<std::string>().empty());
+}
+
+TEST_F(EmulatorTest, StatusSubresourceIsolation) {
+  json w = Call(address_, "POST", Widgets("status"), Widget("s", 1).dump()).Json();
+  json with_status = w;
+  with_status["status"] = {{"phase", "Running"}};
+  json after = Call(address_, "PUT", Widgets("status") + "/s", with_status.dump()).Json();
+  EXPECT_FALSE(after.contains("status")) << "main resource PUT changed status";
+  EXPECT_EQ(Rv(after), Rv(w)) << "an ignored status change is a no-op";
+  json status_write = after;
+  status_write["status"] = {{"phase", "Running"}};
+  status_write["spec"]["size"] = 99;
+  json st = Call(address_, "PUT", Widgets("status") + "/s/status", status_write.dump()).Json();
+  EXPECT_EQ(st["status"]["phase"], "Running");
+  EXPECT_EQ(st["spec"]["size"], 1) << "/status PUT changed spec";
+  EXPECT_EQ(st["metadata"]["generation"], 1);
+  Reply patch = Call(address_, "PATCH", Widgets("status") + "/s/status",
+                     R"({"status":{"count":3}})", "application/merge-patch+json");
+  EXPECT_EQ(patch.Json()["status"]["count"], 3);
+  EXPECT_EQ(patch.Json()["status"]["phase"], "Running");
+}
+
+TEST_F(EmulatorTest, FinalizersHoldDeletionUntilRemoved) {
+  json w = Widget("f", 1);
+  w["metadata"]["finalizers"] = {"antdt.io/cleanup"};
+  json created = Call(address_, "POST", Widgets("fin"), w.dump()).Json();
+  WatchStream watch(address_, Widgets("fin") + "?watch=1&resourceVersion=" + Rv(created));
+  Reply del = Call(address_, "DELETE", Widgets("fin") + "/f");
+  ASSERT_EQ(del.code, 200);
+  json deleting = del.Json();
+  EXPECT_EQ(deleting["kind"], "Widget");
+  EXPECT_TRUE(deleting["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(deleting["metadata"]["generation"], 2);
+  // A second DELETE is idempotent.
+  json again = Call(address_, "DELETE", Widgets("fin") + "/f").Json();
+  EXPECT_EQ(again["metadata"]["deletionTimestamp"], deleting["metadata"]["deletionTimestamp"]);
+  // No new finalizers while deleting.
+  Reply add = Call(address_, "PATCH", Widgets("fin") + "/f",
+                   R"({"metadata":{"finalizers":["antdt.io/cleanup","antdt.io/other"]}})",
+                   "application/merge-patch+json");
+  EXPECT_EQ(add.code, 422) << add.body;
+  // Removing the last finalizer deletes the object.
+  Reply remove = Call(address_, "PATCH", Widgets("fin") + "/f",
+                      R"({"metadata":{"finalizers":null}})", "application/merge-patch+json");
+  EXPECT_EQ(remove.code, 200) << remove.body;
+  EXPECT_EQ(Call(address_, "GET", Widgets("fin") + "/f").code, 404);
+  auto modified = watch.NextChange();
+  auto gone = watch.NextChange();
+  ASSERT_TRUE(modified && gone);
+  EXPECT_EQ((*modified)["type"], "MODIFIED");
+  EXPECT_EQ((*gone)["type"], "DELETED");
+  EXPECT_FALSE(watch.NextChange(500ms).has_value());
+  // Preconditions.
+  json p = Call(address_, "POST", Widgets("fin"), Widget("pre", 1).dump()).Json();
+  Reply wrong =
+      Call(address_, "DELETE", Widgets("fin") + "/pre",
+           R"({"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"nope"}})");
+  EXPECT_EQ(wrong.code, 409);
+  Reply right = Call(address_, "DELETE", Widgets("fin") + "/pre",
+                     json{{"preconditions", {{"uid", p["metadata"]["uid"]}}}}.dump());
+  EXPECT_EQ(right.code, 200);
+  EXPECT_EQ(right.Json()["status"], "Success");
+}
+
+TEST_F(EmulatorTest, PodBindingAndGracefulDeletion) {
+  const std::string pods = "/api/v1/namespaces/pods/pods";
+  Reply created =
+      Call(address_, "POST", pods,
+           R"({"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}})");
+  ASSERT_EQ(created.code, 201) << created.body;
+  EXPECT_EQ(created.Json()["status"]["phase"], "Pending");
+  const std::string binding = R"({"kind":"Binding","apiVersion":"v1","metadata":{"name":"p"},
+                                  "target":{"kind":"Node","name":"node-1"}})";
+  EXPECT_EQ(Call(address_, "POST", pods + "/p/binding", binding).code, 201);
+  EXPECT_EQ(Call(address_, "POST", pods + "/p/binding", binding).code, 409);
+  json pod = Call(address_, "GET", pods + "/p").Json();
+  EXPECT_EQ(pod["spec"]["nodeName"], "node-1");
+  json on_node = Call(address_, "GET", pods + "?fieldSelector=spec.nodeName%3Dnode-1").Json();
+  EXPECT_EQ(on_node["items"].size(), 1u);
+  EXPECT_EQ(
+      Call(address_, "GET", pods + "?fieldSelector=spec.nodeName%3Dnode-2").Json()["items"].size(),
+      0u);
+  // Status isolation on pods.
+  json st = pod;
+  st["status"]["phase"] = "Running";
+  st["spec"]["nodeName"] = "elsewhere";
+  json after = Call(address_, "PUT", pods + "/p/status", st.dump()).Json();
+  EXPECT_EQ(after["status"]["phase"], "Running");
+  EXPECT_EQ(after["spec"]["nodeName"], "node-1");
+  // Bound pod: DELETE only marks it; the kubelet's grace-0 DELETE removes it.
+  Reply del = Call(address_, "DELETE", pods + "/p");
+  ASSERT_EQ(del.code, 200);
+  EXPECT_EQ(del.Json()["metadata"]["deletionGracePeriodSeconds"], 30);
+  EXPECT_EQ(Call(address_, "GET", pods + "/p").code, 200);
+  Reply force = Call(address_, "DELETE", pods + "/p", R"({"gracePeriodSeconds":0})");
+  EXPECT_EQ(force.code, 200);
+  EXPECT_EQ(Call(address_, "GET", pods + "/p").code, 404);
+  // Unbound pod: removed at once.
+  Call(address_, "POST", pods, R"({"metadata":{"name":"u"},"spec":{}})");
+  EXPECT_EQ(Call(address_, "DELETE", pods + "/u").Json()["status"], "Success");
+  EXPECT_EQ(Call(address_, "GET", pods + "/u").code, 404);
+}
+
+TEST_F(EmulatorTest, OwnedObjectsAreGarbageCollected) {
+  json owner = Call(address_, "POST", Widgets("gc"), Widget("owner", 1).dump()).Json();
+  json cm = {{"metadata",
+              {{"name", "child"},
+               {"ownerReferences",
+                {{{"apiVersion", "test.antdt.io/v1"},
+                  {"kind", "Widget"},
+                  {"name", "owner"},
+                  {"uid", owner["metadata"]["uid"]},
+                  {"controller", true}}}}}}};
+  const std::string cms = "/api/v1/namespaces/gc/configmaps";
+  ASSERT_EQ(Call(address_, "POST", cms, cm.dump()).code, 201);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(Call(address_, "GET", cms + "/child").code, 200) << "GC deleted a live owner's child";
+  ASSERT_EQ(Call(address_, "DELETE", Widgets("gc") + "/owner").code, 200);
+  EXPECT_TRUE(WaitFor([&] { return Call(address_, "GET", cms + "/child").code == 404; }, 20s));
+}
+
+TEST_F(EmulatorTest, DeletingTheCrdDeletesItsResources) {
+  std::string crd = kCrd;
+  json def = json::parse(crd);
+  def["metadata"]["name"] = "gadgets.test.antdt.io";
+  def["spec"]["names"] = {{"kind", "Gadget"}, {"plural", "gadgets"}};
+  ASSERT_EQ(
+      Call(address_, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", def.dump())
+          .code,
+      201);
+  const std::string gadgets = "/apis/test.antdt.io/v1/namespaces/crd/gadgets";
+  ASSERT_EQ(Call(address_, "POST", gadgets, R"({"metadata":{"name":"g"},"spec":{}})").code, 201);
+  ASSERT_EQ(Call(address_, "DELETE",
+                 "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.test.antdt.io")
+                .code,
+            200);
+  EXPECT_EQ(Call(address_, "GET", gadgets).code, 404);
+  EXPECT_EQ(Call(address_, "GET", Widgets("crd")).code, 200) << "the other CRD went too";
+}
+
+TEST_F(EmulatorTest, TableOutputUsesPrinterColumns) {
+  json w = Widget("t", 1);
+  w["spec"]["workers"]["replicas"] = 4;
+  Call(address_, "POST", Widgets("table"), w.dump());
+  Reply table = Call(address_, "GET", Widgets("table"), "", "",
+                     {{"Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}});
+  json t = table.Json();
+  EXPECT_EQ(t["kind"], "Table") << table.body;
+  ASSERT_EQ(t["rows"].size(), 1u);
+  EXPECT_EQ(t["columnDefinitions"][1]["name"], "Replicas");
+  EXPECT_EQ(t["rows"][0]["cells"][0], "t");
+}
+
+TEST_F(EmulatorTest, InjectedFaults) {
+  json w = Call(address_, "POST", Widgets("faults"), Widget("x", 1).dump()).Json();
+  ASSERT_EQ(Fault({{"inject",
+                    {{"code", 429}, {"count", 1}, {"verbs", {"PUT"}}, {"retryAfterSeconds", 2}}}})
+                .code,
+            200);
+  Reply throttled = Call(address_, "PUT", Widgets("faults") + "/x", w.dump());
+  EXPECT_EQ(throttled.code, 429);
+  EXPECT_EQ(throttled.retry_after, "2");
+  EXPECT_EQ(throttled.Json()["reason"], "TooManyRequests");
+  EXPECT_EQ(throttled.Json()["details"]["retryAfterSeconds"], 2);
+  EXPECT_EQ(Call(address_, "PUT", Widgets("faults") + "/x", w.dump()).code, 200);
+
+  ASSERT_EQ(Fault({{"inject",
+                    {{"code", 409}, {"count", 2}, {"verbs", {"PATCH"}}, {"pathContains", "/x"}}}})
+                .code,
+            200);
+  for (int i = 0; i < 2; ++i) {
+    Reply conflict = Call(address_, "PATCH", Widgets("faults") + "/x", R"({"spec":{"size":4}})",
+                          "application/merge-patch+json");
+    EXPECT_EQ(conflict.code, 409);
+    EXPECT_EQ(conflict.Json()["reason"], "Conflict");
+  }
+  EXPECT_EQ(Call(address_, "PATCH", Widgets("faults") + "/x", R"({"spec":{"size":4}})",
+                 "application/merge-patch+json")
+                .code,
+            200);
+  ASSERT_EQ(Fault({{"inject", {{"code", 503}, {"count", 1}, {"verbs", {"LIST"}}}}}).code, 200);
+  EXPECT_EQ(Call(address_, "GET", Widgets("faults")).code, 503);
+  EXPECT_EQ(Call(address_, "DELETE", "/emulator/v1/faults").code, 200);
+
+  json requests = Call(address_, "GET", "/emulator/v1/requests").Json();
+  ASSERT_TRUE(requests.is_array());
+  bool saw_merge_patch = false;
+  for (const json& r : requests) {
+    if (r["method"] == "PATCH" && r["contentType"] == "application/merge-patch+json") {
+      saw_merge_patch = true;
+    }
+  }
+  EXPECT_TRUE(saw_merge_patch);
+}
+
+TEST_F(EmulatorTest, SendInitialEventsIsRejected) {
+  Reply r = Call(address_, "GET", Widgets("x") + "?watch=1&sendInitialEvents=true");
+  EXPECT_EQ(r.code, 422);
+}
+
+TEST(EmulatorAuthTest, BearerTokenFromARotatingFile) {
+  TempDir dir;
+  { std::ofstream(dir.File("token")) << "first\n"; }
+  Process process({BinPath("antdt-kube-emulator"), "--listen", "127.0.0.1:0", "--ready-file",
+                   dir.File("ready"), "--token-file", dir.File("token"), "--no-gc"},
+                  dir.File("emulator.log"));
+  auto address = WaitForReadyFile(dir.File("ready"), 30s);
+  ASSERT_TRUE(address.has_value());
+  EXPECT_EQ(Call(*address, "GET", "/version").code, 200);
+  EXPECT_EQ(Call(*address, "GET", "/api/v1/namespaces").code, 401);
+  EXPECT_EQ(
+      Call(*address, "GET", "/api/v1/namespaces", "", "", {{"Authorization", "Bearer first"}}).code,
+      200);
+  { std::ofstream(dir.File("token")) << "second\n"; }
+  EXPECT_EQ(
+      Call(*address, "GET", "/api/v1/namespaces", "", "", {{"Authorization", "Bearer first"}}).code,
+      401);
+  EXPECT_EQ(
+      Call(*address, "GET", "/api/v1/namespaces", "", "", {{"Authorization", "Bearer second"}})
+          .code,
+      200);
+}
+
+TEST(EmulatorTlsTest, ServesHttpsWithTheGivenCertificate) {
+  TempDir dir;
+  std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      dir.File("key.pem") + " -out " + dir.File("cert.pem") + " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "no openssl command to make a certificate";
+  Process process(
+      {BinPath("antdt-kube-emulator"), "--listen", "127.0.0.1:0", "--ready-file", dir.File("ready"),
+       "--tls-cert", dir.File("cert.pem"), "--tls-key", dir.File("key.pem")},
+      dir.File("emulator.log"));
+  auto address = WaitForReadyFile(dir.File("ready"), 30s);
+  ASSERT_TRUE(address.has_value());
+  net::io_context ioc;
+  net::ssl::context ctx(net::ssl::context::tls_client);
+  ctx.load_verify_file(dir.File("cert.pem"));
+  ctx.set_verify_mode(net::ssl::verify_peer);
+  tcp::socket socket = Connect(ioc, *address);
+  net::ssl::stream<tcp::socket&> stream(socket, ctx);
+  stream.handshake(net::ssl::stream_base::client);
+  http::request<http::empty_body> req{http::verb::get, "/api/v1/namespaces/default", 11};
+  req.set(http::field::host, *address);
+  http::write(stream, req);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(stream, buffer, res);
+  EXPECT_EQ(res.result_int(), 200u);
+  EXPECT_EQ(json::parse(res.body())["metadata"]["name"], "default");
+}
+
+}  // namespace
+}  // namespace antdt::kubeemu

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The real kubectl against the emulator: apply the AntDTJob CRD and a job, get
+# (printer columns), -o yaml, re-apply (generation), get -w, validation errors,
+# delete. Usage: kubectl_test.sh <antdt-kube-emulator binary> <source dir>
+set -euo pipefail
+
+EMULATOR=${1:?emulator binary}
+SRC=${2:?source dir}
+KUBECTL=${KUBECTL:-/usr/bin/kubectl}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/kube-emulator-kubectl.XXXXXX")
+EMU_PID=""
+WATCH_PID=""
+cleanup() {
+  [[ -n "$WATCH_PID" ]] && kill "$WATCH_PID" 2>/dev/null || true
+  if [[ -n "$EMU_PID" ]]; then
+    kill "$EMU_PID" 2>/dev/null || true
+    wait "$EMU_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- emulator log (tail) ---" >&2
+  tail -40 "$WORK/emulator.log" >&2 || true
+  exit 1
+}
+
+"$EMULATOR" --listen 127.0.0.1:0 --ready-file "$WORK/ready" 2>"$WORK/emulator.log" &
+EMU_PID=$!
+for _ in $(seq 1 300); do [[ -s "$WORK/ready" ]] && break; sleep 0.1; done
+[[ -s "$WORK/ready" ]] || fail "emulator did not write its ready file"
+ADDRESS=$(head -1 "$WORK/ready")
+
+cat >"$WORK/kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: emulator
+  cluster: {server: "http://$ADDRESS"}
+contexts:
+- name: emulator
+  context: {cluster: emulator, user: tester, namespace: default}
+users:
+- name: tester
+  user: {}
+current-context: emulator
+KUBECONFIG
+export KUBECONFIG="$WORK/kubeconfig"
+k() { timeout 60 "$KUBECTL" --cache-dir "$WORK/cache" --request-timeout=30s "$@"; }
+
+echo "== apply the CRD"
+k apply --validate=false -f "$SRC/crds/antdt.io_antdtjobs.yaml" || fail "apply CRD"
+k wait --for=condition=established --timeout=30s crd/antdtjobs.antdt.io || fail "wait established"
+
+echo "== apply the quickstart job"
+k apply --validate=false -f "$SRC/examples/jobs/quickstart.yaml" || fail "apply job"
+OUT=$(k get adt) || fail "get adt"
+echo "$OUT"
+HEADER=$(echo "$OUT" | head -1)
+for column in NAME READY WORKERS PROGRESS STRAGGLERS AGE; do
+  [[ "$HEADER" == *"$column"* ]] || fail "kubectl get adt: no $column column in: $HEADER"
+done
+echo "$OUT" | grep -q '^quickstart ' || fail "kubectl get adt: no quickstart row"
+
+YAML=$(k get adt quickstart -o yaml) || fail "get -o yaml"
+for field in "uid:" "resourceVersion:" "generation: 1" "creationTimestamp:"; do
+  [[ "$YAML" == *"$field"* ]] || fail "-o yaml lacks $field"
+done
+
+echo "== get -w sees a change made meanwhile"
+timeout 20 "$KUBECTL" --cache-dir "$WORK/cache" get adt -w >"$WORK/watch.out" 2>&1 &
+WATCH_PID=$!
+for _ in $(seq 1 200); do
+  grep -q '^quickstart ' "$WORK/watch.out" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q '^quickstart ' "$WORK/watch.out" || fail "kubectl get -w printed no initial row"
+
+echo "== re-apply with a change bumps the generation"
+sed 's/replicas: 4/replicas: 6/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart6.yaml"
+k apply --validate=false -f "$WORK/quickstart6.yaml" | grep -q configured || fail "re-apply"
+GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
+[[ "$GEN" == 2 ]] || fail "generation after re-apply is $GEN, want 2"
+k patch adt quickstart --subresource=status --type=merge \
+  -p '{"status":{"workers":{"summary":"3/6"}}}' >/dev/null || fail "status patch"
+GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
+[[ "$GEN" == 2 ]] || fail "generation after a status patch is $GEN, want 2"
+
+for _ in $(seq 1 200); do
+  grep -q '3/6' "$WORK/watch.out" && break
+  sleep 0.1
+done
+cat "$WORK/watch.out"
+grep -q '3/6' "$WORK/watch.out" || fail "kubectl get -w did not print the status change"
+kill "$WATCH_PID" 2>/dev/null || true
+WATCH_PID=""
+
+echo "== an invalid job is rejected naming the field"
+sed 's/replicas: 4/replicas: -2/; s/name: quickstart/name: broken/' \
+  "$SRC/examples/jobs/quickstart.yaml" >"$WORK/broken.yaml"
+if ERR=$(k apply --validate=false -f "$WORK/broken.yaml" 2>&1); then
+  fail "an invalid job was accepted: $ERR"
+fi
+echo "$ERR"
+[[ "$ERR" == *"spec.workers.replicas"* ]] || fail "error does not name spec.workers.replicas: $ERR"
+[[ "$ERR" == *'is invalid'* ]] || fail "error is not an Invalid: $ERR"
+
+echo "== server-side apply and delete"
+k apply --server-side --validate=false -f "$WORK/quickstart6.yaml" >/dev/null || fail "server-side apply"
+k get configmaps -A >/dev/null || fail "get configmaps"
+k delete adt quickstart || fail "delete"
+if k get adt quickstart >/dev/null 2>&1; then fail "quickstart still exists after delete"; fi
+k delete -f "$SRC/crds/antdt.io_antdtjobs.yaml" || fail "delete CRD"
+echo "PASS"

@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""Debian's python3-kubernetes (22.6) against antdt-kube-emulator: typed lists and
+creates, CRDs and custom objects, Watch().stream MODIFIED events, and the 410
+ApiException after a compaction. Run with /usr/bin/python3."""
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gizmos.pytest.antdt.io"},
+    "spec": {
+        "group": "pytest.antdt.io",
+        "scope": "Namespaced",
+        "names": {"kind": "Gizmo", "plural": "gizmos", "singular": "gizmo"},
+        "versions": [{
+            "name": "v1", "served": True, "storage": True,
+            "subresources": {"status": {}},
+            "schema": {"openAPIV3Schema": {
+                "type": "object",
+                "properties": {
+                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                    "status": {"type": "object", "properties": {"phase": {"type": "string"}}},
+                }}},
+        }],
+    },
+}
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        binary = os.path.join(os.environ.get("ANTDT_BIN_DIR", "build/bin"), "antdt-kube-emulator")
+        cls.dir = tempfile.TemporaryDirectory()
+        ready = os.path.join(cls.dir.name, "ready")
+        cls.log = open(os.path.join(cls.dir.name, "emulator.log"), "w")
+        cls.proc = subprocess.Popen(
+            [binary, "--listen", "127.0.0.1:0", "--ready-file", ready, "--history", "20"],
+            stderr=cls.log)
+        deadline = time.time() + 30
+        while time.time() < deadline and not (os.path.exists(ready) and os.path.getsize(ready)):
+            time.sleep(0.05)
+        with open(ready) as f:
+            cls.address = f.readline().strip()
+        config = client.Configuration()
+        config.host = "http://" + cls.address
+        cls.api = client.ApiClient(config)
+        cls.core = client.CoreV1Api(cls.api)
+        cls.custom = client.CustomObjectsApi(cls.api)
+        cls.ext = client.ApiextensionsV1Api(cls.api)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.api.close()
+        cls.proc.terminate()
+        try:
+            cls.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            cls.proc.kill()
+            cls.proc.wait()
+        cls.log.close()
+        cls.dir.cleanup()
+
+    def control(self, body):
+        req = urllib.request.Request("http://%s/emulator/v1/faults" % self.address,
+                                     data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            self.assertEqual(resp.status, 200)
+
+    def test_typed_list_create_and_watch_configmaps(self):
+        ns = "py-typed"
+        cm = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="settings", labels={"app": "py"}),
+                                data={"k": "v"})
+        created = self.core.create_namespaced_config_map(ns, cm)
+        self.assertEqual(created.metadata.name, "settings")
+        self.assertTrue(created.metadata.uid)
+        listed = self.core.list_namespaced_config_map(ns, label_selector="app=py")
+        self.assertEqual([c.metadata.name for c in listed.items], ["settings"])
+        namespaces = [n.metadata.name for n in self.core.list_namespace().items]
+        self.assertIn(ns, namespaces)  # auto-created on first use
+
+        def change():
+            time.sleep(0.5)
+            self.core.patch_namespaced_config_map("settings", ns, {"data": {"k": "w"}})
+
+        threading.Thread(target=change).start()
+        seen = []
+        w = watch.Watch()
+        for event in w.stream(self.core.list_namespaced_config_map, ns,
+                              resource_version=listed.metadata.resource_version,
+                              timeout_seconds=20):
+            seen.append((event["type"], event["object"].data.get("k")))
+            if event["type"] == "MODIFIED":
+                w.stop()
+        self.assertIn(("MODIFIED", "w"), seen)
+
+    def test_crd_and_custom_objects(self):
+        crd = self.ext.create_custom_resource_definition(CRD)
+        self.assertEqual(crd.metadata.name, "gizmos.pytest.antdt.io")
+        got = self.ext.read_custom_resource_definition("gizmos.pytest.antdt.io")
+        established = [c.status for c in got.status.conditions if c.type == "Established"]
+        self.assertEqual(established, ["True"])
+
+        ns = "py-custom"
+        args = ("pytest.antdt.io", "v1", ns, "gizmos")
+        obj = self.custom.create_namespaced_custom_object(*args, {
+            "apiVersion": "pytest.antdt.io/v1", "kind": "Gizmo",
+            "metadata": {"name": "g1"}, "spec": {"size": 1, "unknown": "pruned"}})
+        self.assertEqual(obj["metadata"]["generation"], 1)
+        self.assertNotIn("unknown", obj["spec"])
+        listed = self.custom.list_namespaced_custom_object(*args)
+        rv = listed["metadata"]["resourceVersion"]
+        self.assertEqual([i["metadata"]["name"] for i in listed["items"]], ["g1"])
+
+        def change():
+            time.sleep(0.5)
+            self.custom.patch_namespaced_custom_object(*args, "g1", {"spec": {"size": 2}})
+
+        threading.Thread(target=change).start()
+        w = watch.Watch()
+        modified = None
+        for event in w.stream(self.custom.list_namespaced_custom_object, *args,
+                              resource_version=rv, timeout_seconds=20):
+            if event["type"] == "MODIFIED":
+                modified = event["object"]
+                w.stop()
+        self.assertIsNotNone(modified)
+        self.assertEqual(modified["spec"]["size"], 2)
+        self.assertEqual(modified["metadata"]["generation"], 2)
+
+        # Status subresource: the spec part of a status patch is ignored.
+        patched = self.custom.patch_namespaced_custom_object_status(
+            *args, "g1", {"status": {"phase": "Running"}, "spec": {"size": 9}})
+        self.assertEqual(patched["status"]["phase"], "Running")
+        self.assertEqual(patched["spec"]["size"], 2)
+
+        self.custom.delete_namespaced_custom_object(*args, "g1")
+        with self.assertRaises(ApiException) as ctx:
+            self.custom.get_namespaced_custom_object(*args, "g1")
+        self.assertEqual(ctx.exception.status, 404)
+
+    def test_watch_from_compacted_resource_version_raises_410(self):
+        ns = "py-expired"
+        self.core.create_namespaced_config_map(
+            ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="a")))
+        old_rv = self.core.list_namespaced_config_map(ns).metadata.resource_version
+        for i in range(3):
+            self.core.patch_namespaced_config_map("a", ns, {"data": {"i": str(i)}})
+        self.control({"compact": True})
+        w = watch.Watch()
+        with self.assertRaises(ApiException) as ctx:
+            for _ in w.stream(self.core.list_namespaced_config_map, ns,
+                              resource_version=old_rv, timeout_seconds=20):
+                pass
+        self.assertEqual(ctx.exception.status, 410)
+        self.assertIn("Expired", str(ctx.exception.reason))
+
+        # Without timeout_seconds the client retries once, then raises.
+        w = watch.Watch()
+        with self.assertRaises(ApiException) as ctx:
+            for _ in w.stream(self.core.list_namespaced_config_map, ns, resource_version=old_rv):
+                pass
+        self.assertEqual(ctx.exception.status, 410)
+
+    def test_conflict_on_stale_replace(self):
+        ns = "py-conflict"
+        cm = self.core.create_namespaced_config_map(
+            ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c"), data={"a": "1"}))
+        cm.data = {"a": "2"}
+        self.core.replace_namespaced_config_map("c", ns, cm)
+        cm.data = {"a": "3"}
+        with self.assertRaises(ApiException) as ctx:
+            self.core.replace_namespaced_config_map("c", ns, cm)
+        self.assertEqual(ctx.exception.status, 409)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

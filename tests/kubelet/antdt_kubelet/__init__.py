@@ -1,0 +1,1 @@
+"""The test kubelet and scheduler for AntDT's Kubernetes end-to-end tests."""

@@ -1,0 +1,281 @@
+"""Pure functions over pod, service and node objects (plain dicts as the API serves them).
+
+Nothing here does I/O, reads the clock or touches processes, so every rule is unit-tested directly:
+$(VAR) expansion, env and fieldRef resolution, image-to-binary resolution, the cluster-DNS rewrite
+and the scheduling predicate.
+"""
+
+import os
+import re
+
+
+class SpecError(Exception):
+    """The pod cannot run as written. `reason` is the container Waiting reason to report."""
+
+    def __init__(self, reason, message):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+# ---------------------------------------------------------------------------------------------
+# $(VAR) expansion, as in kubernetes third_party/forked/golang/expansion/expand.go
+
+
+def expand(text, variables):
+    """Expands $(NAME) from `variables`; `$$` is a literal `$`; unknown or malformed references stay
+    as written ("$(UNKNOWN)", "$(unclosed", "$x")."""
+    out = []
+    checkpoint = 0
+    cursor = 0
+    while cursor < len(text):
+        if text[cursor] == "$" and cursor + 1 < len(text):
+            out.append(text[checkpoint:cursor])
+            nxt = text[cursor + 1]
+            advance = 1
+            if nxt == "$":
+                out.append("$")
+            elif nxt == "(":
+                close = text.find(")", cursor + 2)
+                if close < 0:
+                    out.append("$(")
+                else:
+                    name = text[cursor + 2:close]
+                    out.append(variables[name] if name in variables else "$(" + name + ")")
+                    advance = close - cursor
+            else:
+                out.append("$" + nxt)
+            cursor += advance
+            checkpoint = cursor + 1
+        cursor += 1
+    out.append(text[checkpoint:])
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+
+
+_LABEL_REF = re.compile(r"^metadata\.(labels|annotations)\['([^']*)'\]$")
+
+
+def field_ref(pod, path):
+    """The value of a downward-API fieldRef.fieldPath (the paths Kubernetes allows for env)."""
+    meta = pod.get("metadata", {})
+    spec = pod.get("spec", {})
+    status = pod.get("status", {})
+    simple = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+        "status.podIP": status.get("podIP", ""),
+        "status.hostIP": status.get("hostIP", ""),
+        "status.podIPs": ",".join(p.get("ip", "") for p in status.get("podIPs") or []),
+        "status.hostIPs": ",".join(p.get("ip", "") for p in status.get("hostIPs") or []),
+    }
+    if path in simple:
+        return simple[path]
+    m = _LABEL_REF.match(path)
+    if m:
+        return (meta.get(m.group(1)) or {}).get(m.group(2), "")
+    raise SpecError("CreateContainerConfigError", "unsupported fieldRef.fieldPath %r" % path)
+
+
+def pod_hostname(pod):
+    return (pod["spec"].get("hostname") or pod["metadata"]["name"])[:63]
+
+
+def container_env(pod, container, base):
+    """The container's environment as an ordered list of (name, value).
+
+    `base` (name -> value) holds what the runtime adds (HOSTNAME, KUBERNETES_SERVICE_*...): it comes
+    first and, like Kubernetes' service variables, may be referenced by $(VAR) but is overridden by
+    the container's own env."""
+    result = dict(base)
+    defined = {}
+    for var in container.get("env") or []:
+        name = var["name"]
+        if var.get("valueFrom"):
+            source = var["valueFrom"]
+            if source.get("fieldRef"):
+                value = field_ref(pod, source["fieldRef"].get("fieldPath", ""))
+            else:
+                kinds = ",".join(sorted(source))
+                raise SpecError("CreateContainerConfigError",
+                                "env %s: valueFrom.%s is not supported by the test kubelet" % (name, kinds))
+        else:
+            lookup = dict(base)
+            lookup.update(defined)
+            value = expand(var.get("value") or "", lookup)
+        defined[name] = value
+        result[name] = value
+    return list(result.items())
+
+
+def container_argv(container, env):
+    """command + args with $(VAR) expanded from the final environment."""
+    variables = dict(env)
+    return [expand(a, variables) for a in (container.get("command") or []) + (container.get("args") or [])]
+
+
+# ---------------------------------------------------------------------------------------------
+# Images
+
+
+_IMAGES = {"antdt/antdt", "docker.io/antdt/antdt", "ghcr.io/antdt/antdt"}
+
+
+def image_repository(image):
+    """`ghcr.io/antdt/antdt:v1@sha256:...` -> `ghcr.io/antdt/antdt`."""
+    name = image.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def resolve_binary(container, bin_dir):
+    """The executable for the container: the project image runs `<bin_dir>/<command[0]>`."""
+    image = container.get("image", "")
+    if image_repository(image) not in _IMAGES:
+        raise SpecError("ErrImagePull",
+                        "image %r: the test kubelet runs only antdt/antdt or ghcr.io/antdt/antdt" % image)
+    command = container.get("command") or []
+    if not command:
+        raise SpecError("ErrImagePull", "image %r: spec.containers[0].command must name an AntDT binary" % image)
+    first = command[0]
+    root = os.path.realpath(bin_dir)
+    if "/" not in first:
+        path = os.path.join(root, first)
+    elif os.path.isabs(first) and os.path.dirname(os.path.realpath(first)) == root:
+        path = os.path.realpath(first)
+    else:
+        raise SpecError("ErrImagePull", "command %r: must be a binary name from %s" % (first, bin_dir))
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise SpecError("ErrImagePull", "command %r: no executable %s in the image" % (first, path))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster DNS: <svc>.<ns>.svc[.cluster.local] and <hostname>.<subdomain>.<ns>.svc[.cluster.local]
+
+_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+HOST_RE = re.compile(r"(?<![A-Za-z0-9.-])((?:%s\.){2,3})svc(?:\.cluster\.local)?(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
+                     % _LABEL)
+
+
+def selector_matches(selector, labels):
+    """A Service's spec.selector (equality map) against pod labels; an empty selector selects nothing."""
+    return bool(selector) and all((labels or {}).get(k) == v for k, v in selector.items())
+
+
+def _endpoint_pods(pods, namespace):
+    """Pods that can back DNS answers: alive, with an IP (readiness is not required)."""
+    for pod in pods:
+        if (pod["metadata"].get("namespace") == namespace and not pod["metadata"].get("deletionTimestamp")
+                and pod.get("status", {}).get("podIP")
+                and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")):
+            yield pod
+
+
+def resolve_host(host, pods, services):
+    """The pod IP a cluster DNS name resolves to, or None while it does not resolve.
+
+    A service name answers with its lowest-named selected pod; `hostname.subdomain.ns` needs the
+    headless Service `subdomain` selecting the pod with that spec.hostname and spec.subdomain."""
+    labels = host.split(".")
+    labels = labels[:labels.index("svc")]
+    namespace = labels[-1]
+    service_name = labels[-2]
+    service = next((s for s in services if s["metadata"].get("namespace") == namespace
+                    and s["metadata"]["name"] == service_name), None)
+    if service is None:
+        return None
+    selector = service.get("spec", {}).get("selector") or {}
+    candidates = [p for p in _endpoint_pods(pods, namespace)
+                  if selector_matches(selector, p["metadata"].get("labels"))]
+    if len(labels) == 3:
+        candidates = [p for p in candidates if p["spec"].get("hostname") == labels[0]
+                      and p["spec"].get("subdomain") == service_name]
+    candidates.sort(key=lambda p: p["metadata"]["name"])
+    return candidates[0]["status"]["podIP"] if candidates else None
+
+
+def rewrite_hosts(text, pods, services):
+    """`text` with every cluster DNS name replaced by its IP, and the names that did not resolve."""
+    unresolved = []
+
+    def replace(match):
+        ip = resolve_host(match.group(0), pods, services)
+        if ip is None:
+            unresolved.append(match.group(0))
+            return match.group(0)
+        return ip
+
+    return HOST_RE.sub(replace, text), unresolved
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling
+
+
+def _requirement_matches(req, value_of):
+    key, op, values = req.get("key"), req.get("operator"), req.get("values") or []
+    value = value_of(key)
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            a, b = int(value), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def _term_matches(term, node):
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False  # an empty term matches no node
+    labels = node.get("labels") or {}
+    node_fields = {"metadata.name": node["name"]}
+    return (all(_requirement_matches(r, labels.get) for r in expressions)
+            and all(_requirement_matches(r, node_fields.get) for r in fields))
+
+
+def node_fits(pod, node):
+    """spec.nodeSelector and required node affinity (terms ORed, expressions ANDed).
+    `node` is {"name": ..., "labels": {...}}."""
+    spec = pod.get("spec", {})
+    labels = node.get("labels") or {}
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if required is not None:
+        return any(_term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])
+    return True
+
+
+def pick_node(pod, nodes, load):
+    """The feasible node with the fewest pods (`load`: name -> count), ties by name; None if none fits."""
+    feasible = [n for n in nodes if node_fits(pod, n)]
+    if not feasible:
+        return None
+    return min(feasible, key=lambda n: (load.get(n["name"], 0), n["name"]))["name"]
+
+
+def wants_default_scheduler(pod):
+    spec = pod.get("spec", {})
+    return (not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") in ("", "default-scheduler")
+            and not pod["metadata"].get("deletionTimestamp")
+            and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"))

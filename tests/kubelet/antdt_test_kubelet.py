@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""antdt-test-kubelet: a kubelet and trivial scheduler for AntDT's Kubernetes end-to-end tests.
+
+Registers Nodes in an API server (the emulator, or any), binds unscheduled pods to them, and runs
+the pods bound to them as local processes from --bin-dir. See README.md."""
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from antdt_kubelet import nodes as nodes_lib  # noqa: E402
+from antdt_kubelet.api import Api, Informer, describe, log  # noqa: E402
+from antdt_kubelet.kubelet import Kubelet  # noqa: E402
+from antdt_kubelet.scheduler import Scheduler  # noqa: E402
+
+_NODE_CHECK_S = 10
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="antdt_test_kubelet.py", description=__doc__)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--server", help="API server URL, e.g. http://127.0.0.1:6443")
+    target.add_argument("--kubeconfig", help="kubeconfig file")
+    p.add_argument("--nodes", required=True, help="YAML list of {name, labels, hostIP}")
+    p.add_argument("--bin-dir", required=True, help="AntDT binaries (build/bin)")
+    p.add_argument("--work-dir", required=True, help="pod sandboxes and logs")
+    p.add_argument("--ip-base", default="127.1.0", help="pod IPs 127.X.Y.10.., node IPs 127.X.(Y+1).1..")
+    p.add_argument("--agent-monitor", help="HOST:PORT: run antdt-agent per node, streaming there")
+    p.add_argument("--speed-dir", help="containers get ANTDT_NODE_SPEED_FILE=<dir>/<node>.speed")
+    p.add_argument("--ready-file", help="written with 'ok' once nodes are registered and watches run")
+    p.add_argument("--user-agent", default="antdt-test-kubelet")
+    p.add_argument("--namespace", help="watch one namespace (default: all)")
+    args = p.parse_args(argv)
+    args.bin_dir = os.path.abspath(args.bin_dir)
+    args.work_dir = os.path.abspath(args.work_dir)
+    parts = args.ip_base.split(".")
+    if len(parts) != 3 or parts[0] != "127" or not all(x.isdigit() and int(x) < 255 for x in parts[1:]) \
+            or int(parts[2]) >= 254:
+        p.error("--ip-base: must look like 127.X.Y with X < 255 and Y < 254")
+    return args
+
+
+def main(argv):
+    args = parse_args(argv)
+    stop = threading.Event()
+    wake = threading.Event()
+
+    def on_signal(signum, _frame):
+        log("signal", signal=signal.Signals(signum).name)
+        stop.set()
+        wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    os.makedirs(args.work_dir, exist_ok=True)
+    api = Api(server=args.server, kubeconfig=args.kubeconfig, user_agent=args.user_agent)
+    nodes = nodes_lib.load_nodes(args.nodes, args.ip_base)
+    while not stop.is_set():
+        try:
+            for node in nodes:
+                nodes_lib.ensure_node(api, node)
+            break
+        except Exception as e:  # noqa: BLE001 - the API server may still be starting
+            log("node_register_failed", error=describe(e))
+            stop.wait(1)
+
+    prefix = "/api/v1/namespaces/%s/" % args.namespace if args.namespace else "/api/v1/"
+    pods = Informer(api, prefix + "pods", wake.set, "pods")
+    services = Informer(api, prefix + "services", wake.set, "services")
+    pods.start()
+    services.start()
+    while not stop.is_set() and not (pods.synced.is_set() and services.synced.is_set()):
+        stop.wait(0.1)
+
+    agents = nodes_lib.Agents(nodes, args.bin_dir, args.work_dir, args.agent_monitor) if args.agent_monitor else None
+    scheduler = Scheduler(api, nodes)
+    kubelet = Kubelet(api, nodes, args.bin_dir, args.work_dir, args.ip_base, args.speed_dir)
+    if args.ready_file and not stop.is_set():
+        with open(args.ready_file + ".tmp", "w") as f:
+            f.write("ok\n")
+        os.replace(args.ready_file + ".tmp", args.ready_file)
+        log("ready", nodes=",".join(n["name"] for n in nodes), server=api.host)
+
+    next_node_check = time.monotonic() + _NODE_CHECK_S
+    while not stop.is_set():
+        wake.wait(0.2)
+        wake.clear()
+        if stop.is_set():
+            break
+        pod_list = pods.items()
+        scheduler.sync(pod_list)
+        kubelet.sync(pod_list, services.items())
+        if agents:
+            agents.sync()
+        if time.monotonic() >= next_node_check:
+            nodes_lib.keep_nodes_ready(api, nodes)
+            next_node_check = time.monotonic() + _NODE_CHECK_S
+
+    pods.stop()
+    services.stop()
+    kubelet.shutdown()
+    if agents:
+        agents.shutdown()
+    log("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
