@@ -39,6 +39,18 @@ monitor::MonitorConfig MonitorConfigFor(const manifest::MonitorSpec& spec) {
   return mc;
 }
 
+v1::DatasetSpec DatasetSpecFor(const manifest::Job& job) {
+  v1::DatasetSpec ds;
+  ds.set_job(job.name);
+  ds.set_name("train");
+  ds.set_record_count(job.dataset.records);
+  ds.set_shard_size(job.dataset.shard_size);
+  ds.set_epochs(job.dataset.epochs);
+  ds.set_shuffle(job.dataset.shuffle);
+  ds.set_seed(job.dataset.seed);
+  return ds;
+}
+
 int64_t ControlIntervalMs(const manifest::MonitorSpec& spec) {
   return std::max<int64_t>(spec.window_ms / 2, 500);
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "antdt/v1/sharding.pb.h"
 #include "operator/controller/policy.h"
 #include "operator/manifest/manifest.h"
 #include "operator/monitor/monitor.h"
@@ -20,6 +21,9 @@ controller::PolicySpec PolicySpecFor(const manifest::Job& job, const std::string
 // spec.monitor as a monitor::MonitorConfig. The allowed lateness covers the
 // workers' batched step reports (every 250 ms in the examples).
 monitor::MonitorConfig MonitorConfigFor(const manifest::MonitorSpec& spec);
+
+// The job's dataset as the sharding service takes it (dataset name "train").
+v1::DatasetSpec DatasetSpecFor(const manifest::Job& job);
 
 // How often the Controller decides: half a window, at least 500 ms.
 int64_t ControlIntervalMs(const manifest::MonitorSpec& spec);

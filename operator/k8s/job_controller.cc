@@ -276,14 +276,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
   if (Field(job, {"status", "datasetCreated"}) == Json(true)) rt.dataset_ready = true;
   if (rt.driver) {
     if (!rt.dataset_ready) {
-      v1::DatasetSpec ds;
-      ds.set_job(spec.name);
-      ds.set_name("train");
-      ds.set_record_count(spec.dataset.records);
-      ds.set_shard_size(spec.dataset.shard_size);
-      ds.set_epochs(spec.dataset.epochs);
-      ds.set_shuffle(spec.dataset.shuffle);
-      ds.set_seed(spec.dataset.seed);
+      const v1::DatasetSpec ds = bridge::DatasetSpecFor(spec);
       auto created = rt.driver->CreateDataset(ds);
       if (created.ok()) {
         rt.dataset_ready = true;

@@ -5,8 +5,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -82,12 +82,18 @@ struct Worker {
 
 const char* ClassName(v1::StragglerClass c) {
   switch (c) {
-    case v1::HEALTHY: return "healthy";
-    case v1::LEADER: return "leader";
-    case v1::DETERMINISTIC: return "deterministic";
-    case v1::TRANSIENT: return "transient";
-    case v1::PERSISTENT: return "persistent";
-    default: return "-";
+    case v1::HEALTHY:
+      return "healthy";
+    case v1::LEADER:
+      return "leader";
+    case v1::DETERMINISTIC:
+      return "deterministic";
+    case v1::TRANSIENT:
+      return "transient";
+    case v1::PERSISTENT:
+      return "persistent";
+    default:
+      return "-";
   }
 }
 
@@ -100,7 +106,8 @@ class Runner {
 
  private:
   void Event(const std::string& line) {
-    LogEvent("runner", {{"job", job_.name}, {"t", static_cast<double>(NowMs()) / 1000.0}, {"message", line}});
+    LogEvent("runner",
+             {{"job", job_.name}, {"t", static_cast<double>(NowMs()) / 1000.0}, {"message", line}});
     if (o_.on_event) o_.on_event(line);
   }
   int64_t NowMs() const {
@@ -141,8 +148,14 @@ class Runner {
 
 absl::Status Runner::StartAgents() {
   for (const manifest::NodeSpec& n : scenario_.nodes) {
-    std::vector<std::string> argv = {o_.bin_dir + "/antdt-agent", "--node", n.name, "--listen",
-                                     "127.0.0.1:0", "--monitor", monitor_address_, "--interval",
+    std::vector<std::string> argv = {o_.bin_dir + "/antdt-agent",
+                                     "--node",
+                                     n.name,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--monitor",
+                                     monitor_address_,
+                                     "--interval",
                                      "1s"};
     std::vector<std::string> labels;
     for (const auto& [k, v] : n.labels) labels.push_back(k + "=" + v);
@@ -156,14 +169,25 @@ absl::Status Runner::StartAgents() {
 absl::Status Runner::StartParameterServers() {
   const int32_t p = std::max(1, job_.parameter_servers.replicas);
   const int32_t f = job_.model.features;
-  const int32_t backup = policy_name_ == "backup-workers" ? job_.straggler_policy.backup_workers : 0;
+  const int32_t backup =
+      policy_name_ == "backup-workers" ? job_.straggler_policy.backup_workers : 0;
   for (int32_t k = 0; k < p; ++k) {
     const int32_t slice = f / p + (k < f % p ? 1 : 0);
-    std::vector<std::string> argv = {
-        o_.bin_dir + "/antdt-ps", "--listen", "127.0.0.1:0", "--id", absl::StrCat("ps-", k),
-        "--features", std::to_string(slice), "--workers", std::to_string(job_.workers.replicas),
-        "--backup", std::to_string(backup), "--learning-rate",
-        absl::StrCat(job_.model.learning_rate), "--step-timeout", "30s"};
+    std::vector<std::string> argv = {o_.bin_dir + "/antdt-ps",
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--id",
+                                     absl::StrCat("ps-", k),
+                                     "--features",
+                                     std::to_string(slice),
+                                     "--workers",
+                                     std::to_string(job_.workers.replicas),
+                                     "--backup",
+                                     std::to_string(backup),
+                                     "--learning-rate",
+                                     absl::StrCat(job_.model.learning_rate),
+                                     "--step-timeout",
+                                     "30s"};
     ASSIGN_OR_RETURN(Server s, StartServer(argv, dir_, absl::StrCat("ps-", k)));
     ps_.push_back(std::move(s));
   }
@@ -174,14 +198,33 @@ void Runner::SpawnWorker(Worker& w) {
   std::vector<std::string> ps;
   for (const Server& s : ps_) ps.push_back(s.address);
   w.proc = std::make_unique<Process>(
-      std::vector<std::string>{
-          o_.bin_dir + "/antdt-trainer-worker", "--sharding", sharding_.address, "--job",
-          job_.name, "--dataset", "train", "--worker-id", w.id, "--incarnation",
-          std::to_string(w.incarnation), "--journal", dir_ + "/" + w.id + ".journal", "--ps",
-          absl::StrJoin(ps, ","), "--features", std::to_string(job_.model.features), "--agent",
-          agents_[w.node].address, "--local-batch", std::to_string(w.local_batch),
-          "--device-us-per-sample", std::to_string(job_.local.device_time_per_sample_us),
-          "--speed-file", dir_ + "/nodes/" + w.node + ".speed", "--report-interval", "250ms"},
+      std::vector<std::string>{o_.bin_dir + "/antdt-trainer-worker",
+                               "--sharding",
+                               sharding_.address,
+                               "--job",
+                               job_.name,
+                               "--dataset",
+                               "train",
+                               "--worker-id",
+                               w.id,
+                               "--incarnation",
+                               std::to_string(w.incarnation),
+                               "--journal",
+                               dir_ + "/" + w.id + ".journal",
+                               "--ps",
+                               absl::StrJoin(ps, ","),
+                               "--features",
+                               std::to_string(job_.model.features),
+                               "--agent",
+                               agents_[w.node].address,
+                               "--local-batch",
+                               std::to_string(w.local_batch),
+                               "--device-us-per-sample",
+                               std::to_string(job_.local.device_time_per_sample_us),
+                               "--speed-file",
+                               dir_ + "/nodes/" + w.node + ".speed",
+                               "--report-interval",
+                               "250ms"},
       dir_ + "/" + w.id + ".log");
 }
 
@@ -276,8 +319,8 @@ absl::Status Runner::Control() {
   if (!monitor_->GetJobHealth(&ctx, &req, &health).ok()) return absl::OkStatus();  // no reports yet
   const double t = static_cast<double>(NowMs()) / 1000.0;
   for (const v1::WorkerHealth& h : health.workers()) {
-    result_.timeline.push_back({t, h.worker_id(), h.samples_per_second(), h.score(),
-                                ClassName(h.class_())});
+    result_.timeline.push_back(
+        {t, h.worker_id(), h.samples_per_second(), h.score(), ClassName(h.class_())});
   }
   controller::Observed obs;
   obs.now_ms = NowMs();
@@ -317,7 +360,8 @@ absl::Status Runner::Control() {
   std::vector<std::string> rebalanced;
   for (const controller::Decision& d : plan.decisions) {
     RETURN_IF_ERROR(Execute(d));
-    if (const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action); a && d.subject.empty()) {
+    if (const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action);
+        a && d.subject.empty()) {
       rebalanced.push_back(absl::StrCat(a->worker, "->", a->local_batch_size));
     }
   }
@@ -337,7 +381,8 @@ void Runner::Teardown() {
   for (Server& s : ps_) Stop(s);
   for (auto& [node, a] : agents_) Stop(a);
   if (monitor_) monitor_->Stop();
-  if (monitor_server_) monitor_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (monitor_server_)
+    monitor_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   Stop(sharding_);
 }
 
@@ -358,9 +403,9 @@ absl::StatusOr<RunResult> Runner::Run() {
     if (!n.spare) placement.push_back(&n);
   }
   if (static_cast<int32_t>(placement.size()) < job_.workers.replicas) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.workers.replicas: ", job_.workers.replicas, " workers but the scenario has ",
-        placement.size(), " non-spare nodes"));
+    return absl::InvalidArgumentError(absl::StrCat("spec.workers.replicas: ", job_.workers.replicas,
+                                                   " workers but the scenario has ",
+                                                   placement.size(), " non-spare nodes"));
   }
 
   ASSIGN_OR_RETURN(sharding_, StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen",
@@ -373,14 +418,7 @@ absl::StatusOr<RunResult> Runner::Run() {
   copts.worker_id = "antdt-run";
   driver_ = std::make_unique<client::ShardingClient>(
       client::CreateShardingChannel(sharding_.address), copts);
-  v1::DatasetSpec ds;
-  ds.set_job(job_.name);
-  ds.set_name("train");
-  ds.set_record_count(job_.dataset.records);
-  ds.set_shard_size(job_.dataset.shard_size);
-  ds.set_epochs(job_.dataset.epochs);
-  ds.set_shuffle(job_.dataset.shuffle);
-  ds.set_seed(job_.dataset.seed);
+  const v1::DatasetSpec ds = bridge::DatasetSpecFor(job_);
   RETURN_IF_ERROR(driver_->CreateDataset(ds).status());
 
   const monitor::MonitorConfig mc = bridge::MonitorConfigFor(job_.monitor);
@@ -444,8 +482,8 @@ absl::StatusOr<RunResult> Runner::Run() {
         if (++w.failures > job_.run_policy.backoff_limit) {
           std::string log = Tail(dir_ + "/" + w.id + ".log");
           Teardown();
-          return absl::InternalError(absl::StrCat(w.id, " failed ", w.failures,
-                                                  " times (runPolicy.backoffLimit): ", log));
+          return absl::InternalError(
+              absl::StrCat(w.id, " failed ", w.failures, " times (runPolicy.backoffLimit): ", log));
         }
         Event(absl::StrCat(w.id, " exited (status ", *status, "); restarting"));
         LeaveParameterServers(w.id);
@@ -467,12 +505,15 @@ absl::StatusOr<RunResult> Runner::Run() {
       int stragglers = 0;
       if (!result_.timeline.empty()) {
         const double last = result_.timeline.back().at_seconds;
-        for (auto it = result_.timeline.rbegin(); it != result_.timeline.rend() && it->at_seconds == last; ++it) {
-          if (it->klass == "transient" || it->klass == "persistent" || it->klass == "deterministic") ++stragglers;
+        for (auto it = result_.timeline.rbegin();
+             it != result_.timeline.rend() && it->at_seconds == last; ++it) {
+          if (it->klass == "transient" || it->klass == "persistent" || it->klass == "deterministic")
+            ++stragglers;
         }
       }
       if (p.ok()) {
-        const double frac = static_cast<double>(p->records_committed_total()) / static_cast<double>(total);
+        const double frac =
+            static_cast<double>(p->records_committed_total()) / static_cast<double>(total);
         const int width = 24;
         const int filled = static_cast<int>(frac * width);
         o_.on_status(absl::StrFormat(
@@ -485,7 +526,8 @@ absl::StatusOr<RunResult> Runner::Run() {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   result_.jct_seconds = static_cast<double>(NowMs()) / 1000.0;
-  if (auto p = driver_->Progress(); p.ok()) result_.records_committed = p->records_committed_total();
+  if (auto p = driver_->Progress(); p.ok())
+    result_.records_committed = p->records_committed_total();
   if (!ps_.empty()) {
     auto stub = v1::ParameterServer::NewStub(
         grpc::CreateChannel(ps_[0].address, grpc::InsecureChannelCredentials()));
@@ -526,11 +568,16 @@ std::string JsonEscape(const std::string& s) {
 std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -545,12 +592,13 @@ absl::StatusOr<RunResult> RunJob(const manifest::Job& job, const manifest::Scena
 
 std::string ReportText(const RunResult& r) {
   std::string out = absl::StrFormat(
-      "job %s under policy %s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n",
-      r.job, r.policy, r.jct_seconds, r.records_committed, r.steps, r.first_loss, r.final_loss);
+      "job %s under policy %s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n", r.job,
+      r.policy, r.jct_seconds, r.records_committed, r.steps, r.first_loss, r.final_loss);
   if (r.actions.empty()) {
     absl::StrAppend(&out, "actions: none\n");
   } else {
-    absl::StrAppend(&out, "actions (batch changes that only keep the global batch are in the report):\n");
+    absl::StrAppend(&out,
+                    "actions (batch changes that only keep the global batch are in the report):\n");
     for (const ActionRecord& a : r.actions) {
       if (a.action == "ADJUST_BS" && a.subject.empty()) continue;
       absl::StrAppendFormat(&out, "  %6.1fs %-14s %-10s %s\n", a.at_seconds, a.action, a.worker,
@@ -610,8 +658,8 @@ absl::Status WriteReport(const RunResult& r, const std::string& dir) {
       "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#333\"/>\n"
       "<text x=\"%.0f\" y=\"%.0f\">time (s), 0 to %.0f</text>\n"
       "<text x=\"4\" y=\"%.0f\">samples/s (max %.0f)</text>\n",
-      w, h, left, h - bottom, w - right, h - bottom, left, top, left, h - bottom, left,
-      h - 10, tmax, top - 6, ymax);
+      w, h, left, h - bottom, w - right, h - bottom, left, top, left, h - bottom, left, h - 10,
+      tmax, top - 6, ymax);
   int ci = 0;
   for (const auto& [worker, pts] : series) {
     std::string points;
@@ -633,17 +681,19 @@ absl::Status WriteReport(const RunResult& r, const std::string& dir) {
   }
   svg += "</svg>\n";
   std::string html = absl::StrCat(
-      "<!doctype html><html><head><meta charset=\"utf-8\"><title>AntDT report: ",
-      HtmlEscape(r.job), "</title><style>body{font-family:sans-serif;margin:2em}"
+      "<!doctype html><html><head><meta charset=\"utf-8\"><title>AntDT report: ", HtmlEscape(r.job),
+      "</title><style>body{font-family:sans-serif;margin:2em}"
       "td,th{padding:2px 8px;text-align:left}pre{background:#f4f4f4;padding:8px}</style></head>"
-      "<body><h1>AntDT job ", HtmlEscape(r.job), "</h1>",
+      "<body><h1>AntDT job ",
+      HtmlEscape(r.job), "</h1>",
       absl::StrFormat("<p>policy <b>%s</b>: %.1f s, %d records committed, %s, %d steps, loss "
                       "%.4f &rarr; %.4f</p>",
                       HtmlEscape(r.policy), r.jct_seconds, r.records_committed,
                       r.verification.exactly_once() ? "every record exactly once"
                                                     : "<b>records lost or committed twice</b>",
                       r.steps, r.first_loss, r.final_loss),
-      "<h2>Throughput of each worker</h2>", svg, "<h2>Actions</h2><table><tr><th>at</th>"
+      "<h2>Throughput of each worker</h2>", svg,
+      "<h2>Actions</h2><table><tr><th>at</th>"
       "<th>action</th><th>worker</th><th>why</th></tr>");
   for (const ActionRecord& a : r.actions) {
     absl::StrAppendFormat(&html, "<tr><td>%.1f s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
