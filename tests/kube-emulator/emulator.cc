@@ -763,13 +763,18 @@ void Emulator::Impl::Handle(const HttpRequest& req, ResponseWriter& writer) {
   } catch (const std::exception& e) {
     response = Error(500, "InternalError", std::string("Internal error occurred: ") + e.what());
   }
-  int code = response ? response->code : 200;
-  if (response) writer.Send(*response);
-  if (!response && t_recorded) {  // a watch, recorded when its stream started
-    t_recorded = false;
+  if (!response) {
+    if (t_recorded) {  // a watch, recorded when its stream started
+      t_recorded = false;
+    } else {
+      Record(req, verb, 200, started);
+    }
     return;
   }
-  Record(req, verb, code, started);
+  // Recorded before the answer leaves, so a client that has its answer finds
+  // its request in the log.
+  Record(req, verb, response->code, started);
+  writer.Send(*response);
 }
 
 // Logs a request to stderr and appends it to the request log.
