@@ -1,5 +1,7 @@
 #include "common/config.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -8,8 +10,6 @@
 #include <sstream>
 
 #include "absl/strings/numbers.h"
-#include <yaml-cpp/yaml.h>
-
 #include "absl/strings/str_cat.h"
 
 namespace antdt {
@@ -41,9 +41,8 @@ absl::StatusOr<int64_t> ParseDurationMs(const std::string& text, const std::stri
 
 absl::Status ValidateHostPort(const std::string& text, const std::string& field) {
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": must be HOST:PORT, e.g. 127.0.0.1:0 (", why, "), got \"", text,
-                     "\""));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": must be HOST:PORT, e.g. 127.0.0.1:0 (",
+                                                   why, "), got \"", text, "\""));
   };
   size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0) return bad("no host");
@@ -83,12 +82,37 @@ absl::StatusOr<ParsedFlags> ParseFlags(int argc, const char* const* argv,
       continue;
     }
     if (!has_value) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("--", name, ": needs a value"));
+      if (i + 1 >= argc)
+        return absl::InvalidArgumentError(absl::StrCat("--", name, ": needs a value"));
       value = argv[++i];
     }
     out.values[name] = value;
   }
   return out;
+}
+
+std::optional<ParsedFlags> ParseCommandLine(int argc, const char* const* argv,
+                                            const std::string& program, const char* usage,
+                                            const std::vector<std::string>& known, int* exit_code) {
+  absl::StatusOr<ParsedFlags> flags = ParseFlags(argc, argv, known, {"help"});
+  *exit_code = 2;
+  if (!flags.ok()) {
+    std::fputs(usage, stderr);
+    std::fprintf(stderr, "%s: %s\n", program.c_str(),
+                 std::string(flags.status().message()).c_str());
+    return std::nullopt;
+  }
+  if (flags->Has("help")) {
+    std::fputs(usage, stdout);
+    *exit_code = 0;
+    return std::nullopt;
+  }
+  if (!flags->positional.empty()) {
+    std::fprintf(stderr, "%s: unexpected argument %s\n", program.c_str(),
+                 flags->positional[0].c_str());
+    return std::nullopt;
+  }
+  return *std::move(flags);
 }
 
 absl::Status ForEachYamlField(

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,15 @@ struct ParsedFlags {
 absl::StatusOr<ParsedFlags> ParseFlags(int argc, const char* const* argv,
                                        const std::vector<std::string>& known,
                                        const std::vector<std::string>& bool_flags = {});
+
+// A binary's command line, by the convention every AntDT binary shares:
+// ParseFlags with --help; on a bad flag the usage and "program: error" on
+// stderr (exit 2), on --help the usage on stdout (exit 0), a positional
+// argument is "program: unexpected argument X" (exit 2). Returns the flags,
+// or nullopt with `*exit_code` set to what main() returns.
+std::optional<ParsedFlags> ParseCommandLine(int argc, const char* const* argv,
+                                            const std::string& program, const char* usage,
+                                            const std::vector<std::string>& known, int* exit_code);
 
 // Walks the top-level keys of a YAML config (a mapping) and calls
 // `set(key, value)` for each. Scalars come as they are; a list of scalars as

@@ -42,27 +42,18 @@ int main(int argc, char** argv) {
   using namespace antdt;
   using namespace antdt::sharding;
   BlockTerminationSignals();
-  auto flags = ParseFlags(argc, argv,
-                          {"listen", "metrics-listen", "state-dir", "ready-file", "config",
-                           "lease-ttl", "sync"},
-                          {"help"});
-  if (!flags.ok()) {
-    std::fputs(kUsage, stderr);
-    return Fail(flags.status());
-  }
-  if (flags->Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (!flags->positional.empty()) {
-    return Fail(absl::InvalidArgumentError("unexpected argument " + flags->positional[0]));
-  }
+  int exit_code = 0;
+  const std::optional<ParsedFlags> flags = ParseCommandLine(
+      argc, argv, "antdt-sharding-service", kUsage,
+      {"listen", "metrics-listen", "state-dir", "ready-file", "config", "lease-ttl", "sync"},
+      &exit_code);
+  if (!flags) return exit_code;
   auto loaded = LoadConfig<ServiceConfig>(*flags, ParseServiceConfig, ApplyServiceFlags);
   if (!loaded.ok()) return Fail(loaded.status());
   const ServiceConfig config = *loaded;
 
-  auto store = SqliteStore::Open(config.state_dir, config.sync_full ? SqliteStore::Sync::kFull
-                                                                    : SqliteStore::Sync::kNormal);
+  auto store = SqliteStore::Open(
+      config.state_dir, config.sync_full ? SqliteStore::Sync::kFull : SqliteStore::Sync::kNormal);
   if (!store.ok()) return Fail(store.status());
   auto t0 = std::chrono::steady_clock::now();
   LedgerOptions options;
@@ -109,7 +100,8 @@ int main(int argc, char** argv) {
     while (!reaper_cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping; })) {
       lock.unlock();
       auto expired = (*ledger)->ExpireLeases();
-      if (!expired.ok()) LogEvent("reaper_error", {{"error", std::string(expired.status().message())}});
+      if (!expired.ok())
+        LogEvent("reaper_error", {{"error", std::string(expired.status().message())}});
       lock.lock();
     }
   });

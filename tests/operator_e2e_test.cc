@@ -35,34 +35,6 @@ using testing::SourcePath;
 using testing::TempDir;
 namespace fs = std::filesystem;
 
-Json YamlToJson(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: {
-      Json j = Json::object();
-      for (const auto& kv : n) j[kv.first.Scalar()] = YamlToJson(kv.second);
-      return j;
-    }
-    case YAML::NodeType::Sequence: {
-      Json j = Json::array();
-      for (const auto& v : n) j.push_back(YamlToJson(v));
-      return j;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted
-      if (s == "true") return true;
-      if (s == "false") return false;
-      int64_t i;
-      if (absl::SimpleAtoi(s, &i)) return i;
-      double d;
-      if (!s.empty() && (std::isdigit(s[0]) || s[0] == '-') && absl::SimpleAtod(s, &d)) return d;
-      return s;
-    }
-    default:
-      return nullptr;
-  }
-}
-
 std::string Str(const Json& j, std::initializer_list<const char*> path) {
   const Json* cur = &j;
   for (const char* k : path) {
@@ -221,7 +193,7 @@ class Cluster {
 
   // The example job, smaller, its checkpoint path in the test's directory.
   Json ExampleJob(const std::string& name, int64_t records, int workers) {
-    Json job = YamlToJson(YAML::LoadFile(SourcePath("examples/k8s/quickstart.yaml")));
+    Json job = kube::YamlToJson(YAML::LoadFile(SourcePath("examples/k8s/quickstart.yaml")));
     job["metadata"]["name"] = name;
     job["metadata"]["namespace"] = "default";
     job["spec"]["dataset"]["records"] = records;

@@ -106,20 +106,13 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
 int main(int argc, char** argv) {
   using namespace antdt;
   BlockTerminationSignals();
-  auto flags =
-      ParseFlags(argc, argv,
-                 {"listen", "ready-file", "id", "features", "workers", "backup", "learning-rate",
-                  "step-timeout", "emulated-us-per-step", "log-every-steps"},
-                 {"help"});
-  if (!flags.ok()) {
-    std::fputs(kUsage, stderr);
-    return Fail(std::string(flags.status().message()));
-  }
-  if (flags->Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (!flags->positional.empty()) return Fail("unexpected argument " + flags->positional[0]);
+  int exit_code = 0;
+  const std::optional<ParsedFlags> flags =
+      ParseCommandLine(argc, argv, "antdt-ps", kUsage,
+                       {"listen", "ready-file", "id", "features", "workers", "backup",
+                        "learning-rate", "step-timeout", "emulated-us-per-step", "log-every-steps"},
+                       &exit_code);
+  if (!flags) return exit_code;
   for (const char* required : {"features", "workers"}) {
     if (!flags->Has(required)) return Fail(std::string("--") + required + ": required");
   }

@@ -256,21 +256,14 @@ class ParameterServers {
 
 int main(int argc, char** argv) {
   using namespace antdt;
-  auto flags = ParseFlags(argc, argv,
-                          {"sharding", "job", "dataset", "worker-id", "incarnation", "journal",
-                           "ps", "features", "agent", "local-batch", "device-us-per-sample",
-                           "speed-file", "commit-every-steps", "log-every-steps", "seed",
-                           "report-interval"},
-                          {"help"});
-  if (!flags.ok()) {
-    std::fputs(kUsage, stderr);
-    return Fail(std::string(flags.status().message()));
-  }
-  if (flags->Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (!flags->positional.empty()) return Fail("unexpected argument " + flags->positional[0]);
+  int exit_code = 0;
+  const std::optional<ParsedFlags> flags =
+      ParseCommandLine(argc, argv, "antdt-trainer-worker", kUsage,
+                       {"sharding", "job", "dataset", "worker-id", "incarnation", "journal", "ps",
+                        "features", "agent", "local-batch", "device-us-per-sample", "speed-file",
+                        "commit-every-steps", "log-every-steps", "seed", "report-interval"},
+                       &exit_code);
+  if (!flags) return exit_code;
   for (const char* required :
        {"sharding", "job", "dataset", "worker-id", "journal", "ps", "features"}) {
     if (!flags->Has(required)) return Fail(std::string("--") + required + ": required");

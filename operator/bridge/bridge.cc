@@ -55,9 +55,21 @@ int64_t ControlIntervalMs(const manifest::MonitorSpec& spec) {
   return std::max<int64_t>(spec.window_ms / 2, 500);
 }
 
-int64_t InitialLocalBatch(int64_t global_batch, int32_t workers, int32_t i) {
-  if (workers <= 0) return 0;
-  return global_batch / workers + (i < global_batch % workers ? 1 : 0);
+int64_t InitialLocalBatch(const manifest::Job& job, int32_t i) {
+  const int64_t n = job.workers.replicas;
+  const int64_t g = job.model.global_batch_size;
+  if (n <= 0) return 0;
+  return g / n + (i < g % n ? 1 : 0);
+}
+
+int32_t ParameterServerCount(const manifest::Job& job) {
+  return std::max(1, job.parameter_servers.replicas);
+}
+
+int32_t ParameterServerFeatures(const manifest::Job& job, int32_t k) {
+  const int32_t p = ParameterServerCount(job);
+  const int32_t f = job.model.features;
+  return f / p + (k < f % p ? 1 : 0);
 }
 
 }  // namespace antdt::bridge

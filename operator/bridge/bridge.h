@@ -28,8 +28,13 @@ v1::DatasetSpec DatasetSpecFor(const manifest::Job& job);
 // How often the Controller decides: half a window, at least 500 ms.
 int64_t ControlIntervalMs(const manifest::MonitorSpec& spec);
 
-// The initial local batch of worker i of n: the global batch split evenly,
-// remainders to the lowest ids.
-int64_t InitialLocalBatch(int64_t global_batch, int32_t workers, int32_t i);
+// The initial local batch of worker i: the global batch split evenly over
+// spec.workers.replicas, remainders to the lowest ids.
+int64_t InitialLocalBatch(const manifest::Job& job, int32_t i);
+
+// How many parameter servers the job runs (replicas 0 means one) and the
+// feature slice of server k (features split evenly, remainders first).
+int32_t ParameterServerCount(const manifest::Job& job);
+int32_t ParameterServerFeatures(const manifest::Job& job, int32_t k);
 
 }  // namespace antdt::bridge

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/time.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "client/sharding_client.h"
 #include "common/log.h"
@@ -21,52 +20,14 @@ using kube::Json;
 
 constexpr char kController[] = "antdtjob";
 
-std::string Str(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
+// The node a pod was bound to, and its address.
+std::string NodeOf(const Json& pod) { return kube::StringAt(pod, {"spec", "nodeName"}); }
+std::string PodIp(const Json& pod) { return kube::StringAt(pod, {"status", "podIP"}); }
+std::string NameOf(const Json& object) { return kube::StringAt(object, {"metadata", "name"}); }
 
-const Json& Field(const Json& j, std::initializer_list<const char*> path) {
-  static const Json kNull;
-  const Json* cur = &j;
-  for (const char* k : path) {
-    if (!cur->is_object()) return kNull;
-    auto it = cur->find(k);
-    if (it == cur->end()) return kNull;
-    cur = &*it;
-  }
-  return *cur;
-}
-
-std::string Label(const Json& obj, const char* key) {
-  const Json& v = Field(obj, {"metadata", "labels", key});
-  return v.is_string() ? v.get<std::string>() : std::string();
-}
-
-bool Terminating(const Json& pod) {
-  return !Field(pod, {"metadata", "deletionTimestamp"}).is_null();
-}
-
-std::string Phase(const Json& pod) {
-  const Json& v = Field(pod, {"status", "phase"});
-  return v.is_string() ? v.get<std::string>() : std::string();
-}
-
-std::string PodIp(const Json& pod) {
-  const Json& v = Field(pod, {"status", "podIP"});
-  return v.is_string() ? v.get<std::string>() : std::string();
-}
-
-std::string NodeOf(const Json& pod) {
-  const Json& v = Field(pod, {"spec", "nodeName"});
-  return v.is_string() ? v.get<std::string>() : std::string();
-}
-
-int64_t ParseTimeMs(const std::string& rfc3339) {
-  absl::Time t;
-  std::string err;
-  if (!absl::ParseTime(absl::RFC3339_full, rfc3339, &t, &err)) return 0;
-  return absl::ToUnixMillis(t);
+bool ConditionTrue(const Json& job, const std::string& type) {
+  const Json* c = reconciler::FindCondition(kube::At(job, {"status"}), type);
+  return c != nullptr && kube::StringAt(*c, {"status"}) == "True";
 }
 
 std::string ClassName(v1::StragglerClass c) {
@@ -162,11 +123,12 @@ JobController::JobController(kube::Api* api, monitor::MonitorServiceImpl* monito
 JobController::~JobController() { Stop(); }
 
 void JobController::EnqueueOwner(const Json& child) {
-  const Json& refs = Field(child, {"metadata", "ownerReferences"});
+  const Json& refs = kube::At(child, {"metadata", "ownerReferences"});
   if (!refs.is_array()) return;
   for (const Json& ref : refs) {
-    if (Str(ref, "kind") == "AntDTJob" && ref.value("controller", false)) {
-      queue_->Add(Str(child["metadata"], "namespace") + "/" + Str(ref, "name"));
+    if (kube::StringAt(ref, {"kind"}) == "AntDTJob" && ref.value("controller", false)) {
+      queue_->Add(kube::StringAt(child, {"metadata", "namespace"}) + "/" +
+                  kube::StringAt(ref, {"name"}));
     }
   }
 }
@@ -233,7 +195,7 @@ void JobController::Worker() {
 JobController::JobRuntime& JobController::RuntimeFor(const Json& job) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string key = kube::KeyOf(job);
-  const std::string uid = Str(job["metadata"], "uid");
+  const std::string uid = kube::StringAt(job, {"metadata", "uid"});
   auto& rt = runtimes_[key];
   if (!rt || rt->uid != uid) {
     rt = std::make_unique<JobRuntime>();
@@ -248,14 +210,14 @@ absl::Status JobController::SyncForTest(const std::string& key) {
 }
 
 void JobController::Observe(const Json& job, const manifest::Job& spec,
-                            const std::vector<Json>& pods, JobRuntime& rt,
-                            reconciler::Observed* obs) {
+                            const std::vector<Json>& pods, const v1::GetJobHealthResponse* health,
+                            JobRuntime& rt, reconciler::Observed* obs) {
   const auto& s = options_.settings;
   // The sharding service: its running pod's address.
   std::string address;
   for (const Json& p : pods) {
-    if (Label(p, "antdt.io/role") == "sharding" && Phase(p) == "Running" && !Terminating(p) &&
-        !PodIp(p).empty()) {
+    if (kube::Label(p, "antdt.io/role") == "sharding" && kube::PodPhase(p) == "Running" &&
+        !kube::Terminating(p) && !PodIp(p).empty()) {
       address = absl::StrCat(PodIp(p), ":", s.sharding_port);
     }
   }
@@ -273,7 +235,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
           std::make_unique<client::ShardingClient>(client::CreateShardingChannel(address), co);
     }
   }
-  if (Field(job, {"status", "datasetCreated"}) == Json(true)) rt.dataset_ready = true;
+  if (kube::At(job, {"status", "datasetCreated"}) == Json(true)) rt.dataset_ready = true;
   if (rt.driver) {
     if (!rt.dataset_ready) {
       const v1::DatasetSpec ds = bridge::DatasetSpecFor(spec);
@@ -304,20 +266,16 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
   obs->dataset_ready = rt.dataset_ready;
 
   // The Monitor's view of the job's members.
-  v1::GetJobHealthRequest req;
-  req.set_job(spec.name);
-  v1::GetJobHealthResponse health;
-  grpc::ServerContext ctx;
-  if (monitor_ != nullptr && monitor_->GetJobHealth(&ctx, &req, &health).ok()) {
-    for (const v1::WorkerHealth& h : health.workers()) {
+  if (health != nullptr) {
+    for (const v1::WorkerHealth& h : health->workers()) {
       const std::string klass = ClassName(h.class_());
       if (klass.empty() || klass == "Leader") continue;
       reconciler::Straggler st;
       st.worker = h.worker_id();
       st.node = h.node();
       for (const Json& p : pods) {
-        if (Label(p, "antdt.io/worker-id") == h.worker_id() && !Terminating(p)) {
-          st.pod = Str(p["metadata"], "name");
+        if (kube::Label(p, "antdt.io/worker-id") == h.worker_id() && !kube::Terminating(p)) {
+          st.pod = NameOf(p);
         }
       }
       st.klass = klass;
@@ -330,21 +288,14 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
 }
 
 std::vector<reconciler::Action> JobController::Decide(const Json& job, const manifest::Job& spec,
-                                                      const std::vector<Json>& pods, JobRuntime& rt,
-                                                      int64_t now_ms,
+                                                      const std::vector<Json>& pods,
+                                                      const v1::GetJobHealthResponse* health,
+                                                      JobRuntime& rt, int64_t now_ms,
                                                       std::vector<controller::Decision>* taken) {
   std::vector<reconciler::Action> actions;
-  if (monitor_ == nullptr || !rt.dataset_ready) return actions;
-  const Json& conditions = Field(job, {"status", "conditions"});
-  bool running = false;
-  bool finished = false;
-  if (conditions.is_array()) {
-    for (const Json& c : conditions) {
-      const bool is_true = Str(c, "status") == "True";
-      if (Str(c, "type") == "Running" && is_true) running = true;
-      if ((Str(c, "type") == "Succeeded" || Str(c, "type") == "Failed") && is_true) finished = true;
-    }
-  }
+  if (!rt.dataset_ready) return actions;
+  const bool running = ConditionTrue(job, "Running");
+  const bool finished = ConditionTrue(job, "Succeeded") || ConditionTrue(job, "Failed");
   if (!running || finished || now_ms < rt.next_control_ms) return actions;
   const int64_t interval = bridge::ControlIntervalMs(spec.monitor);
   rt.next_control_ms = now_ms + interval;
@@ -352,16 +303,17 @@ std::vector<reconciler::Action> JobController::Decide(const Json& job, const man
   // Decisions already taken, from the job's status after an operator restart.
   if (!rt.history_seeded) {
     rt.history_seeded = true;
-    const Json& last = Field(job, {"status", "lastActions"});
+    const Json& last = kube::At(job, {"status", "lastActions"});
     if (last.is_array()) {
       for (const Json& a : last) {
-        if (Str(a, "action") != "KILL_RESTART") continue;
+        if (kube::StringAt(a, {"action"}) != "KILL_RESTART") continue;
         controller::Decision d;
-        d.at_ms = ParseTimeMs(Str(a, "time"));
-        d.action = controller::KillRestart{Str(a, "worker"), Str(a, "fromNode"), Str(a, "toNode"),
-                                           d.at_ms + spec.straggler_policy.cooldown_ms};
-        d.subject = Str(a, "worker");
-        d.rule = Str(a, "rule");
+        d.at_ms = reconciler::ParseRfc3339(kube::StringAt(a, {"time"})).value_or(0);
+        d.action = controller::KillRestart{
+            kube::StringAt(a, {"worker"}), kube::StringAt(a, {"fromNode"}),
+            kube::StringAt(a, {"toNode"}), d.at_ms + spec.straggler_policy.cooldown_ms};
+        d.subject = kube::StringAt(a, {"worker"});
+        d.rule = kube::StringAt(a, {"rule"});
         d.policy = spec.straggler_policy.name;
         rt.history.push_back(d);
       }
@@ -371,28 +323,27 @@ std::vector<reconciler::Action> JobController::Decide(const Json& job, const man
   controller::Observed obs;
   obs.now_ms = now_ms;
   obs.job = spec.name;
-  v1::GetJobHealthRequest req;
-  req.set_job(spec.name);
-  grpc::ServerContext ctx;
-  if (!monitor_->GetJobHealth(&ctx, &req, &obs.health).ok()) return actions;
+  if (health == nullptr) return actions;  // no reports yet
+  obs.health = *health;
   std::map<std::string, bool> busy;
-  const Json& instances = Field(job, {"status", "workerInstances"});
+  const Json& instances = kube::At(job, {"status", "workerInstances"});
   if (!instances.is_array()) return actions;
   for (const Json& inst : instances) {
     controller::WorkerState ws;
-    ws.id = Str(inst, "id");
+    ws.id = kube::StringAt(inst, {"id"});
     ws.role = "worker";
     ws.local_batch_size = inst.value("localBatchSize", int64_t{0});
     ws.incarnation = inst.value("incarnation", 0);
     ws.alive = false;
-    const std::string desired = Str(inst, "pod");
+    const std::string desired = kube::StringAt(inst, {"pod"});
     for (const Json& p : pods) {
-      if (Label(p, "antdt.io/worker-id") != ws.id || Terminating(p)) continue;
-      if (Str(p["metadata"], "name") == desired && Phase(p) == "Running") {
+      if (kube::Label(p, "antdt.io/worker-id") != ws.id || kube::Terminating(p)) continue;
+      if (NameOf(p) == desired && kube::PodPhase(p) == "Running") {
         ws.alive = true;
         ws.node = NodeOf(p);
       }
-      if (!NodeOf(p).empty() && (Phase(p) == "Running" || Phase(p) == "Pending")) {
+      if (!NodeOf(p).empty() &&
+          (kube::PodPhase(p) == "Running" || kube::PodPhase(p) == "Pending")) {
         busy[NodeOf(p)] = true;
       }
     }
@@ -405,8 +356,8 @@ std::vector<reconciler::Action> JobController::Decide(const Json& job, const man
   }
   for (const Json& n : nodes_->List()) {
     controller::NodeState ns;
-    ns.name = Str(n["metadata"], "name");
-    ns.spare = !busy[ns.name] && Field(n, {"spec", "unschedulable"}) != Json(true);
+    ns.name = NameOf(n);
+    ns.spare = !busy[ns.name] && kube::At(n, {"spec", "unschedulable"}) != Json(true);
     obs.nodes.push_back(ns);
   }
   obs.global_batch_size = spec.model.global_batch_size;
@@ -446,7 +397,8 @@ std::vector<reconciler::Action> JobController::Decide(const Json& job, const man
 void JobController::LeaveParameterServers(const std::string& worker,
                                           const std::vector<Json>& pods) {
   for (const Json& p : pods) {
-    if (Label(p, "antdt.io/role") != "ps" || PodIp(p).empty() || Terminating(p)) continue;
+    if (kube::Label(p, "antdt.io/role") != "ps" || PodIp(p).empty() || kube::Terminating(p))
+      continue;
     auto stub = v1::ParameterServer::NewStub(
         grpc::CreateChannel(absl::StrCat(PodIp(p), ":", options_.settings.ps_port),
                             grpc::InsecureChannelCredentials()));
@@ -464,7 +416,7 @@ absl::Status JobController::Apply(const Json& job, const manifest::Job* spec,
                                   const reconciler::Plan& plan,
                                   const std::vector<reconciler::Action>& actions,
                                   const std::vector<Json>& pods) {
-  const std::string ns = Str(job["metadata"], "namespace");
+  const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
   const std::string key = kube::KeyOf(job);
   if (plan.status) {
     Json updated = job;
@@ -483,7 +435,7 @@ absl::Status JobController::Apply(const Json& job, const manifest::Job* spec,
           LogEvent("operator", {{"event", "created"},
                                 {"job", key},
                                 {"resource", w.resource},
-                                {"name", Str(w.object["metadata"], "name")},
+                                {"name", NameOf(w.object)},
                                 {"reason", w.reason}});
         }
         break;
@@ -507,9 +459,8 @@ absl::Status JobController::Apply(const Json& job, const manifest::Job* spec,
       case reconciler::Write::Kind::kDeleteJob: {
         kube::DeleteOptions d;
         d.propagation_policy = "Background";
-        d.precondition_uid = Str(job["metadata"], "uid");
-        absl::Status s =
-            api_->Delete(kube::AntDTJobsResource(), ns, Str(job["metadata"], "name"), d);
+        d.precondition_uid = kube::StringAt(job, {"metadata", "uid"});
+        absl::Status s = api_->Delete(kube::AntDTJobsResource(), ns, NameOf(job), d);
         if (!s.ok() && !kube::IsNotFound(s)) return s;
         break;
       }
@@ -521,7 +472,8 @@ absl::Status JobController::Apply(const Json& job, const manifest::Job* spec,
     if (a.kind != "ADJUST_BS" || spec == nullptr) continue;
     std::string node;
     for (const Json& p : pods) {
-      if (Label(p, "antdt.io/worker-id") == a.worker && !Terminating(p) && Phase(p) == "Running") {
+      if (kube::Label(p, "antdt.io/worker-id") == a.worker && !kube::Terminating(p) &&
+          kube::PodPhase(p) == "Running") {
         node = NodeOf(p);
       }
     }
@@ -547,14 +499,14 @@ absl::Status JobController::Apply(const Json& job, const manifest::Job* spec,
 
 absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_ms) {
   std::optional<Json> found = jobs_->Get(key);
-  if (!found || !Field(*found, {"metadata", "deletionTimestamp"}).is_null()) {
+  if (!found || !kube::At(*found, {"metadata", "deletionTimestamp"}).is_null()) {
     std::lock_guard<std::mutex> lock(mu_);
     runtimes_.erase(key);  // its children go with it (owner references)
     return absl::OkStatus();
   }
   const Json& job = *found;
-  const std::string ns = Str(job["metadata"], "namespace");
-  const std::string name = Str(job["metadata"], "name");
+  const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
+  const std::string name = NameOf(job);
   const int64_t now_ms = RealClock::Get().NowMillis();
 
   reconciler::Observed obs;
@@ -567,8 +519,18 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   std::vector<controller::Decision> taken;
   JobRuntime& rt = RuntimeFor(job);
   if (obs.spec.ok()) {
-    Observe(job, *obs.spec, obs.pods, rt, &obs);
-    actions = Decide(job, *obs.spec, obs.pods, rt, now_ms, &taken);
+    // The Monitor's view, read once for the status and the policy.
+    std::optional<v1::GetJobHealthResponse> health;
+    if (monitor_ != nullptr) {
+      v1::GetJobHealthRequest req;
+      req.set_job(obs.spec->name);
+      grpc::ServerContext ctx;
+      health.emplace();
+      if (!monitor_->GetJobHealth(&ctx, &req, &*health).ok()) health.reset();  // no reports yet
+    }
+    const v1::GetJobHealthResponse* h = health ? &*health : nullptr;
+    Observe(job, *obs.spec, obs.pods, h, rt, &obs);
+    actions = Decide(job, *obs.spec, obs.pods, h, rt, now_ms, &taken);
     obs.actions = actions;
   }
   const reconciler::Plan plan = reconciler::Reconcile(obs, options_.settings);

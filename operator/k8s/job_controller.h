@@ -60,9 +60,11 @@ class JobController {
   void EnqueueOwner(const kube::Json& child);
   JobRuntime& RuntimeFor(const kube::Json& job);
   void Observe(const kube::Json& job, const manifest::Job& spec,
-               const std::vector<kube::Json>& pods, JobRuntime& rt, reconciler::Observed* obs);
+               const std::vector<kube::Json>& pods, const v1::GetJobHealthResponse* health,
+               JobRuntime& rt, reconciler::Observed* obs);
   std::vector<reconciler::Action> Decide(const kube::Json& job, const manifest::Job& spec,
-                                         const std::vector<kube::Json>& pods, JobRuntime& rt,
+                                         const std::vector<kube::Json>& pods,
+                                         const v1::GetJobHealthResponse* health, JobRuntime& rt,
                                          int64_t now_ms, std::vector<controller::Decision>* taken);
   absl::Status Apply(const kube::Json& job, const manifest::Job* spec, const reconciler::Plan& plan,
                      const std::vector<reconciler::Action>& actions,

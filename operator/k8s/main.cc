@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/server.h"
+#include "operator/bridge/bridge.h"
 #include "operator/k8s/config.h"
 #include "operator/k8s/job_controller.h"
 #include "operator/kube/client.h"
@@ -23,7 +24,6 @@
 #include "operator/monitor_service/monitor_service.h"
 #include "operator/runtime/leader_election.h"
 #include "prometheus/counter.h"
-#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 
 namespace {
@@ -61,22 +61,15 @@ std::string DefaultIdentity() {
 int main(int argc, char** argv) {
   using namespace antdt;
   BlockTerminationSignals();
-  auto flags =
-      ParseFlags(argc, argv,
-                 {"kubeconfig", "namespace", "listen", "metrics-listen", "ready-file", "config",
-                  "leader-elect", "leader-election-namespace", "leader-election-id",
-                  "lease-duration", "renew-deadline", "retry-period", "identity", "image",
-                  "sharding-port", "ps-port", "agent-port", "monitor-window"},
-                 {"help"});
-  if (!flags.ok()) {
-    std::fputs(kUsage, stderr);
-    return Fail(std::string(flags.status().message()));
-  }
-  if (flags->Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (!flags->positional.empty()) return Fail("unexpected argument " + flags->positional[0]);
+  int exit_code = 0;
+  const std::optional<ParsedFlags> flags =
+      ParseCommandLine(argc, argv, "antdt-operator", kUsage,
+                       {"kubeconfig", "namespace", "listen", "metrics-listen", "ready-file",
+                        "config", "leader-elect", "leader-election-namespace", "leader-election-id",
+                        "lease-duration", "renew-deadline", "retry-period", "identity", "image",
+                        "sharding-port", "ps-port", "agent-port", "monitor-window"},
+                       &exit_code);
+  if (!flags) return exit_code;
   auto loaded =
       LoadConfig<k8s::OperatorConfig>(*flags, k8s::ParseOperatorConfig, k8s::ApplyOperatorFlags);
   if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
@@ -98,11 +91,6 @@ int main(int argc, char** argv) {
                           .Name("antdt_operator_api_request_duration_seconds")
                           .Help("Kubernetes API request latency (watches: until headers)")
                           .Register(*registry);
-  auto& leader_gauge = prometheus::BuildGauge()
-                           .Name("leader_election_master_status")
-                           .Help("1 while this replica holds the lease")
-                           .Register(*registry);
-  auto& is_leader = leader_gauge.Add({{"name", config.leader_election_id}});
 
   kube::ClientOptions client_options;
   client_options.user_agent = "antdt-operator/" + config.identity;
@@ -118,10 +106,9 @@ int main(int argc, char** argv) {
   auto client = kube::Client::Create(*cluster, client_options);
   if (!client.ok()) return Fail(std::string(client.status().message()));
 
-  monitor::MonitorConfig mc;
-  mc.window_ms = config.monitor_window_ms;
-  mc.allowed_lateness_ms = std::max<int64_t>(500, config.monitor_window_ms / 4);
-  auto mon = monitor::Monitor::Create(mc);
+  manifest::MonitorSpec monitor_spec;  // the manifest's defaults, this window
+  monitor_spec.window_ms = config.monitor_window_ms;
+  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(monitor_spec));
   if (!mon.ok()) return Fail(std::string(mon.status().message()));
   monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
   auto monitor_collector = monitor_service.Collector();
@@ -174,7 +161,6 @@ int main(int argc, char** argv) {
   std::unique_ptr<kube::LeaderElector> elector;
   std::thread election;
   auto start_controller = [&] {
-    is_leader.Set(1);
     LogEvent("operator", {{"event", "leading"}, {"identity", config.identity}});
     if (!controller.Start(30'000)) {
       LogEvent("operator", {{"event", "cache_sync_timeout"}});
@@ -188,10 +174,10 @@ int main(int argc, char** argv) {
     le.lease_duration_ms = config.lease_duration_ms;
     le.renew_deadline_ms = config.renew_deadline_ms;
     le.retry_period_ms = config.retry_period_ms;
+    le.registry = registry.get();  // leader_election_master_status{name}
     elector = std::make_unique<kube::LeaderElector>(client->get(), le);
     election = std::thread([&] {
       absl::Status s = elector->Run(start_controller, [&] {
-        is_leader.Set(0);
         controller.Stop();  // a replica that lost the lease stops acting at once
       });
       if (!s.ok()) {

@@ -227,19 +227,4 @@ bool IsInvalid(const absl::Status& s) { return HttpCode(s) == 422; }
 
 bool IsTooManyRequests(const absl::Status& s) { return HttpCode(s) == 429; }
 
-std::string KeyOf(const Json& object) {
-  const Json empty = Json::object();
-  const Json& metadata =
-      object.is_object() && object.contains("metadata") ? object["metadata"] : empty;
-  std::string ns = StringField(metadata, "namespace");
-  std::string name = StringField(metadata, "name");
-  if (ns.empty()) return name;
-  return ns + "/" + name;
-}
-
-std::string ResourceVersionOf(const Json& object) {
-  if (!object.is_object() || !object.contains("metadata")) return "";
-  return StringField(object["metadata"], "resourceVersion");
-}
-
 }  // namespace antdt::kube

@@ -16,10 +16,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "operator/kube/object.h"
 
 namespace antdt::kube {
-
-using Json = nlohmann::json;
 
 // A resource kind as the REST paths name it.
 struct ResourceRef {
@@ -157,9 +156,5 @@ class Api {
   // A Cancel that also aborts this implementation's blocked reads.
   virtual std::unique_ptr<Cancel> NewCancel() { return std::make_unique<Cancel>(); }
 };
-
-// "namespace/name" (or "name" for cluster-scoped objects) of an object.
-std::string KeyOf(const Json& object);
-std::string ResourceVersionOf(const Json& object);
 
 }  // namespace antdt::kube

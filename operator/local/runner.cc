@@ -167,12 +167,11 @@ absl::Status Runner::StartAgents() {
 }
 
 absl::Status Runner::StartParameterServers() {
-  const int32_t p = std::max(1, job_.parameter_servers.replicas);
-  const int32_t f = job_.model.features;
+  const int32_t p = bridge::ParameterServerCount(job_);
   const int32_t backup =
       policy_name_ == "backup-workers" ? job_.straggler_policy.backup_workers : 0;
   for (int32_t k = 0; k < p; ++k) {
-    const int32_t slice = f / p + (k < f % p ? 1 : 0);
+    const int32_t slice = bridge::ParameterServerFeatures(job_, k);
     std::vector<std::string> argv = {o_.bin_dir + "/antdt-ps",
                                      "--listen",
                                      "127.0.0.1:0",
@@ -443,7 +442,7 @@ absl::StatusOr<RunResult> Runner::Run() {
     Worker& w = workers_[i];
     w.id = absl::StrCat("worker-", i);
     w.node = placement[i]->name;
-    w.local_batch = bridge::InitialLocalBatch(job_.model.global_batch_size, n, i);
+    w.local_batch = bridge::InitialLocalBatch(job_, i);
     SpawnWorker(w);
   }
   Event(absl::StrFormat("%d workers, %d parameter servers, %d nodes; policy %s", n,

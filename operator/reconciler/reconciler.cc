@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "operator/bridge/bridge.h"
+#include "operator/kube/object.h"
 
 namespace antdt::reconciler {
 namespace {
@@ -47,21 +49,16 @@ int64_t GetInt(const Json& j, const std::string& key, int64_t fallback) {
 
 std::string Name(const Json& obj) { return GetString(Get(obj, "metadata"), "name"); }
 std::string Uid(const Json& obj) { return GetString(Get(obj, "metadata"), "uid"); }
-std::string Label(const Json& obj, const std::string& key) {
-  return GetString(Get(Get(obj, "metadata"), "labels"), key);
-}
-bool Terminating(const Json& pod) {
-  return !Get(Get(pod, "metadata"), "deletionTimestamp").is_null();
-}
-std::string Phase(const Json& pod) { return GetString(Get(pod, "status"), "phase"); }
 bool Finished(const Json& pod) {
-  const std::string phase = Phase(pod);
+  const std::string phase = kube::PodPhase(pod);
   return phase == "Succeeded" || phase == "Failed";
 }
 bool IsRunning(const Json* pod) {
-  return pod != nullptr && !Terminating(*pod) && Phase(*pod) == "Running";
+  return pod != nullptr && !kube::Terminating(*pod) && kube::PodPhase(*pod) == "Running";
 }
-bool IsActive(const Json* pod) { return pod != nullptr && !Terminating(*pod) && !Finished(*pod); }
+bool IsActive(const Json* pod) {
+  return pod != nullptr && !kube::Terminating(*pod) && !Finished(*pod);
+}
 // Running, and Ready when the kubelet reports readiness.
 bool IsReady(const Json* pod) {
   if (!IsRunning(pod)) return false;
@@ -72,7 +69,7 @@ bool IsReady(const Json* pod) {
   }
   return true;
 }
-bool IsSucceeded(const Json* pod) { return pod != nullptr && Phase(*pod) == "Succeeded"; }
+bool IsSucceeded(const Json* pod) { return pod != nullptr && kube::PodPhase(*pod) == "Succeeded"; }
 
 // Why a pod failed, from its status: "exit code 1 (Error)", or the pod's reason.
 std::string FailureText(const Json& pod) {
@@ -133,7 +130,7 @@ std::string ShardingAddress(const manifest::Job& spec, const Settings& s) {
 
 std::string PsAddresses(const manifest::Job& spec, const Settings& s) {
   std::vector<std::string> out;
-  for (int32_t k = 0; k < ParameterServerCount(spec); ++k) {
+  for (int32_t k = 0; k < bridge::ParameterServerCount(spec); ++k) {
     out.push_back(absl::StrCat(PsPodName(spec.name, k), ".", PsServiceName(spec.name), ".",
                                spec.namespace_, ".svc:", s.ps_port));
   }
@@ -390,22 +387,6 @@ std::string WorkerPodName(const std::string& job, int32_t index, int64_t incarna
   return absl::StrCat(job, "-worker-", index, "-", incarnation);
 }
 
-int32_t ParameterServerCount(const manifest::Job& spec) {
-  return std::max(1, spec.parameter_servers.replicas);
-}
-
-int32_t ParameterServerFeatures(const manifest::Job& spec, int32_t k) {
-  const int32_t p = ParameterServerCount(spec);
-  const int32_t f = spec.model.features;
-  return f / p + (k < f % p ? 1 : 0);
-}
-
-int32_t InitialLocalBatch(const manifest::Job& spec, int32_t index) {
-  const int64_t n = spec.workers.replicas;
-  const int64_t g = spec.model.global_batch_size;
-  return static_cast<int32_t>(g / n + (index < g % n ? 1 : 0));
-}
-
 Json ToJson(const WorkerInstance& w) {
   return {
       {"id", w.id},   {"incarnation", w.incarnation},         {"node", w.node},
@@ -536,7 +517,7 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   const std::string name = PsPodName(spec.name, k);
   Json labels = Labels(spec, "ps", s);
   labels["antdt.io/replica-index"] = std::to_string(k);
-  const int32_t slice = ParameterServerFeatures(spec, k);
+  const int32_t slice = bridge::ParameterServerFeatures(spec, k);
   const int32_t backup =
       spec.straggler_policy.name == "backup-workers" ? spec.straggler_policy.backup_workers : 0;
   std::vector<Json> env = CommonEnv(spec, s);
@@ -609,7 +590,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
   const manifest::Job& spec = *o.spec;
   const std::string& job = spec.name;
   const int32_t n = spec.workers.replicas;
-  const int32_t p = ParameterServerCount(spec);
+  const int32_t p = bridge::ParameterServerCount(spec);
   const int64_t now = o.now_ms;
 
   // Durable records from the previous status.
@@ -629,7 +610,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
       w = it->second;
     } else {
       w.id = id;
-      w.local_batch_size = InitialLocalBatch(spec, i);
+      w.local_batch_size = static_cast<int32_t>(bridge::InitialLocalBatch(spec, i));
     }
     w.index = i;
     w.pod = WorkerPodName(job, i, w.incarnation);
@@ -656,8 +637,9 @@ Plan Reconcile(const Observed& o, const Settings& s) {
   std::map<std::string, std::vector<const Json*>> pods_of_worker;
   for (const Json& pod : o.pods) {
     pod_by_name[Name(pod)] = &pod;
-    if (Label(pod, "antdt.io/role") == "worker" && !Label(pod, "antdt.io/worker-id").empty()) {
-      pods_of_worker[Label(pod, "antdt.io/worker-id")].push_back(&pod);
+    if (kube::Label(pod, "antdt.io/role") == "worker" &&
+        !kube::Label(pod, "antdt.io/worker-id").empty()) {
+      pods_of_worker[kube::Label(pod, "antdt.io/worker-id")].push_back(&pod);
     }
   }
   std::set<std::string> service_names;
@@ -721,7 +703,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
     // Failed workers: restarted in place up to the backoff limit.
     for (WorkerInstance& w : instances) {
       const Json* pod = find_pod(w.pod);
-      if (pod == nullptr || Terminating(*pod) || Phase(*pod) != "Failed") continue;
+      if (pod == nullptr || kube::Terminating(*pod) || kube::PodPhase(*pod) != "Failed") continue;
       ++failures;
       const std::string node = GetString(Get(*pod, "spec"), "nodeName");
       const std::string what =
@@ -783,7 +765,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
       const Json* pod = find_pod(name);
       if (pod == nullptr) {
         AddWrite(plan, Create("pods", render(), "missing"));
-      } else if (!Terminating(*pod) && Phase(*pod) == "Failed") {
+      } else if (!kube::Terminating(*pod) && kube::PodPhase(*pod) == "Failed") {
         AddWrite(plan,
                  Delete(*pod, -1,
                         absl::StrCat("failed (", FailureText(*pod), "); created again once gone")));
@@ -800,7 +782,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
         for (const Json* pod : pods_of_worker[w.id]) {
           if (Name(*pod) == w.pod) continue;
           others = true;
-          if (!Terminating(*pod)) {
+          if (!kube::Terminating(*pod)) {
             AddWrite(plan,
                      Delete(*pod, 0, absl::StrCat("superseded by incarnation ", w.incarnation)));
           }
@@ -825,7 +807,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
     std::sort(sorted.begin(), sorted.end(),
               [](const Json* a, const Json* b) { return Name(*a) < Name(*b); });
     for (const Json* pod : sorted) {
-      if (Terminating(*pod) || Finished(*pod)) continue;
+      if (kube::Terminating(*pod) || Finished(*pod)) continue;
       AddWrite(plan, Delete(*pod, -1, succeeded ? "the job succeeded" : "the job failed"));
     }
   }
@@ -881,7 +863,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
     ps_running += IsRunning(pod) ? 1 : 0;
     ps_ready += IsReady(pod) ? 1 : 0;
     ps_succeeded += IsSucceeded(pod) ? 1 : 0;
-    ps_failed += pod != nullptr && Phase(*pod) == "Failed" ? 1 : 0;
+    ps_failed += pod != nullptr && kube::PodPhase(*pod) == "Failed" ? 1 : 0;
     if (pod != nullptr && Get(Get(*pod, "status"), "containerStatuses").is_array()) {
       for (const Json& c : (*pod)["status"]["containerStatuses"]) {
         ps_restarts += GetInt(c, "restartCount", 0);
@@ -903,9 +885,9 @@ Plan Reconcile(const Observed& o, const Settings& s) {
     } else if (!dataset_created) {
       set("Running", false, "WaitingForDataset",
           absl::StrCat("waiting for the sharding service (pod ", ShardingName(job), ": ",
-                       sharding == nullptr        ? "not created"
-                       : Phase(*sharding).empty() ? "Pending"
-                                                  : Phase(*sharding),
+                       sharding == nullptr                 ? "not created"
+                       : kube::PodPhase(*sharding).empty() ? "Pending"
+                                                           : kube::PodPhase(*sharding),
                        ") to hold the dataset"));
     } else {
       set("Running", false, "PodsNotRunning",
@@ -944,12 +926,12 @@ Plan Reconcile(const Observed& o, const Settings& s) {
     const Json* pod = find_pod(w.pod);
     if (w.incarnation > 0 && !IsRunning(pod) && !IsSucceeded(pod)) {
       restarting.push_back(absl::StrCat(w.id, " (pod ", w.pod, ": ",
-                                        pod == nullptr        ? "not created yet"
-                                        : Phase(*pod).empty() ? "Pending"
-                                                              : Phase(*pod),
+                                        pod == nullptr                 ? "not created yet"
+                                        : kube::PodPhase(*pod).empty() ? "Pending"
+                                                                       : kube::PodPhase(*pod),
                                         ")"));
     }
-    if (w.local_batch_size != InitialLocalBatch(spec, w.index)) {
+    if (w.local_batch_size != bridge::InitialLocalBatch(spec, w.index)) {
       adjusted.push_back(absl::StrCat(w.id, "=", w.local_batch_size));
     }
   }

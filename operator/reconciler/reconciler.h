@@ -145,12 +145,8 @@ std::string PsServiceName(const std::string& job);
 std::string PsPodName(const std::string& job, int32_t k);
 std::string WorkerPodName(const std::string& job, int32_t index, int64_t incarnation);
 
-// The number of parameter servers the job runs (replicas 0 means one, as the
-// local runner does) and the feature slice of server k.
-int32_t ParameterServerCount(const manifest::Job& spec);
-int32_t ParameterServerFeatures(const manifest::Job& spec, int32_t k);
-// Worker i's share of the global batch, as the local runner apportions it.
-int32_t InitialLocalBatch(const manifest::Job& spec, int32_t index);
+// How many parameter servers, their feature slices and the workers' initial
+// batches: operator/bridge (shared with the local runner).
 
 // Renderers (pure; `job` is the AntDTJob as stored, for its uid and templates).
 Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Settings& s);

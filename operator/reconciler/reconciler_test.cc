@@ -10,10 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/testing/testing.h"
+#include "operator/bridge/bridge.h"
+#include "operator/kube/object.h"
 
 namespace antdt::reconciler {
 namespace {
@@ -27,40 +28,6 @@ constexpr int64_t kT0 = 1795986000000;  // 2026-11-29T21:00:00Z
 constexpr char kJob[] = "quickstart-k8s";
 constexpr char kJobUid[] = "0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10";
 
-// ---- YAML to JSON, as the API server would store the manifest ----
-
-Json ToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: {
-      Json out = Json::object();
-      for (const auto& kv : node) out[kv.first.as<std::string>()] = ToJson(kv.second);
-      return out;
-    }
-    case YAML::NodeType::Sequence: {
-      Json out = Json::array();
-      for (const auto& item : node) out.push_back(ToJson(item));
-      return out;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& text = node.Scalar();
-      if (node.Tag() == "!") return text;  // quoted
-      if (text == "true") return true;
-      if (text == "false") return false;
-      if (text == "~" || text == "null") return nullptr;
-      int64_t i = 0;
-      if (absl::SimpleAtoi(text, &i)) return i;
-      double d = 0;
-      if (text.find_first_not_of("0123456789.-+eE") == std::string::npos &&
-          absl::SimpleAtod(text, &d)) {
-        return d;
-      }
-      return text;
-    }
-    default:
-      return nullptr;
-  }
-}
-
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -69,7 +36,8 @@ std::string ReadText(const std::string& path) {
 }
 
 Json QuickstartJob() {
-  Json job = ToJson(YAML::Load(ReadText(testing::SourcePath("examples/k8s/quickstart.yaml"))));
+  Json job =
+      kube::YamlToJson(YAML::Load(ReadText(testing::SourcePath("examples/k8s/quickstart.yaml"))));
   job["metadata"]["namespace"] = "default";
   job["metadata"]["uid"] = kJobUid;
   job["metadata"]["generation"] = 1;
@@ -357,10 +325,10 @@ TEST(RenderTest, ParameterServersSplitTheFeaturesAsTheRunnerDoes) {
   job["spec"]["parameterServers"]["replicas"] = 3;
   job["spec"]["model"] = {{"features", 16}};
   const manifest::Job spec = MustParse(job);
-  EXPECT_EQ(ParameterServerCount(spec), 3);
-  EXPECT_EQ(ParameterServerFeatures(spec, 0), 6);
-  EXPECT_EQ(ParameterServerFeatures(spec, 1), 5);
-  EXPECT_EQ(ParameterServerFeatures(spec, 2), 5);
+  EXPECT_EQ(bridge::ParameterServerCount(spec), 3);
+  EXPECT_EQ(bridge::ParameterServerFeatures(spec, 0), 6);
+  EXPECT_EQ(bridge::ParameterServerFeatures(spec, 1), 5);
+  EXPECT_EQ(bridge::ParameterServerFeatures(spec, 2), 5);
   const Json pod = RenderParameterServerPod(job, spec, 1, Settings{});
   EXPECT_EQ(pod["spec"]["hostname"], "quickstart-k8s-ps-1");
   EXPECT_EQ(pod["spec"]["subdomain"], "quickstart-k8s-ps");
@@ -369,7 +337,7 @@ TEST(RenderTest, ParameterServersSplitTheFeaturesAsTheRunnerDoes) {
               ::testing::Contains("ps-1"));
 
   job["spec"]["parameterServers"]["replicas"] = 0;
-  EXPECT_EQ(ParameterServerCount(MustParse(job)), 1);  // as the local runner
+  EXPECT_EQ(bridge::ParameterServerCount(MustParse(job)), 1);  // as the local runner
 }
 
 TEST(RenderTest, ShardingPodWithoutCheckpointPathKeepsStateInAnEmptyDir) {

@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "operator/kube/object.h"
 #include "tests/kube-emulator/schema/schema.h"
 #include "tests/kube-emulator/selectors.h"
 #include "yaml-cpp/yaml.h"
@@ -161,51 +162,13 @@ int64_t IntOr(const json& v, int64_t fallback) {
   return fallback;
 }
 
-// ---------------------------------------------------------------------------
-// YAML to JSON (apply-patch+yaml and YAML bodies).
-
-json YamlToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Sequence: {
-      json arr = json::array();
-      for (const YAML::Node& item : node) arr.push_back(YamlToJson(item));
-      return arr;
-    }
-    case YAML::NodeType::Map: {
-      json obj = json::object();
-      for (const auto& kv : node) obj[kv.first.as<std::string>()] = YamlToJson(kv.second);
-      return obj;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = node.Scalar();
-      if (node.Tag() == "!") return s;  // quoted
-      if (s == "null" || s == "~" || s == "Null" || s == "NULL") return nullptr;
-      if (s == "true" || s == "True" || s == "TRUE") return true;
-      if (s == "false" || s == "False" || s == "FALSE") return false;
-      int64_t i;
-      if (std::regex_match(s, std::regex("[-+]?[0-9]+")) && absl::SimpleAtoi(s, &i)) return i;
-      double d;
-      if (std::regex_match(
-              s, std::regex("[-+]?([0-9]*\\.[0-9]+|[0-9]+\\.?[0-9]*)([eE][-+]?[0-9]+)?")) &&
-          absl::SimpleAtod(s, &d)) {
-        return d;
-      }
-      return s;
-    }
-  }
-  return nullptr;
-}
-
 std::optional<json> ParseBody(const std::string& body, const std::string& content_type) {
   if (!absl::StrContains(content_type, "yaml")) {
     json parsed = json::parse(body, nullptr, false);
     if (!parsed.is_discarded()) return parsed;
   }
   try {
-    return YamlToJson(YAML::Load(body));
+    return kube::YamlToJson(YAML::Load(body));
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -1089,4 +1089,6 @@ json BindValue(const json& schema, const json& value) {
   return value;
 }
 
+bool ValuesEqual(const json& a, const json& b) { return Equal(a, b); }
+
 }  // namespace antdt::kubeemu::cel

@@ -53,4 +53,9 @@ EvalResult Evaluate(const Program& program, const nlohmann::json& self,
 // int64 (not uint64), integers under `type: number` become doubles.
 nlohmann::json BindValue(const nlohmann::json& schema, const nlohmann::json& value);
 
+// CEL equality of two JSON values: numbers by value across int, uint and
+// double (NaN equals nothing), lists element-wise, maps key-wise. Schema
+// validation uses it for `enum` too.
+bool ValuesEqual(const nlohmann::json& a, const nlohmann::json& b);
+
 }  // namespace antdt::kubeemu::cel

@@ -11,12 +11,12 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "common/testing/testing.h"
+#include "operator/kube/object.h"
 #include "operator/manifest/manifest.h"
 #include "tests/kube-emulator/schema/schema.h"
 
@@ -24,44 +24,6 @@ namespace antdt::kubeemu {
 namespace {
 
 using json = nlohmann::json;
-
-// YAML to JSON as kubectl sends it: plain scalars resolve by the YAML core
-// schema (null, bool, int, float, else string); quoted scalars are strings.
-json ToJson(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const YAML::Node& x : n) out.push_back(ToJson(x));
-      return out;
-    }
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& kv : n) out[kv.first.Scalar()] = ToJson(kv.second);
-      return out;
-    }
-    case YAML::NodeType::Scalar:
-      break;
-  }
-  const std::string& s = n.Scalar();
-  if (n.Tag() != "?") return s;  // quoted ("!") or explicitly tagged
-  static const std::regex kNull("^(~|null|Null|NULL)$");
-  static const std::regex kInt("^[-+]?[0-9]+$");
-  static const std::regex kFloat(R"(^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$)");
-  if (s.empty() || std::regex_match(s, kNull)) return nullptr;
-  if (s == "true" || s == "True" || s == "TRUE") return true;
-  if (s == "false" || s == "False" || s == "FALSE") return false;
-  if (std::regex_match(s, kInt)) {
-    errno = 0;
-    const long long v = std::strtoll(s.c_str(), nullptr, 10);
-    if (errno != ERANGE) return static_cast<int64_t>(v);
-    return std::strtod(s.c_str(), nullptr);
-  }
-  if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
-  return s;
-}
 
 // Emits `n` as flow YAML, keeping quoted scalars quoted (YAML::Dump does not).
 std::string Emit(const YAML::Node& n) {
@@ -97,7 +59,7 @@ std::string ReadSource(const std::string& relative) {
 }
 
 const json& Crd() {
-  static const json crd = ToJson(YAML::Load(ReadSource("crds/antdt.io_antdtjobs.yaml")));
+  static const json crd = kube::YamlToJson(YAML::Load(ReadSource("crds/antdt.io_antdtjobs.yaml")));
   return crd;
 }
 const json& Version() { return Crd()["spec"]["versions"][0]; }
@@ -145,7 +107,7 @@ TEST(CrdTest, IsAValidStructuralCrd) {
 }
 
 TEST(CrdTest, PrinterColumnsRenderAStatus) {
-  json job = ToJson(YAML::Load(ReadSource("examples/jobs/quickstart.yaml")));
+  json job = kube::YamlToJson(YAML::Load(ReadSource("examples/jobs/quickstart.yaml")));
   job["metadata"]["creationTimestamp"] = "2024-05-01T11:59:00Z";
   job["status"] = json::parse(R"({"observedGeneration": 1,
     "conditions": [{"type": "Created", "status": "True", "reason": "Created", "message": "",
@@ -194,7 +156,7 @@ TEST(AgreementTest, ExamplesPassBoth) {
     const std::string text = ReadSource("examples/jobs/" + entry.path().filename().string());
     EXPECT_TRUE(manifest::ParseJob(text).ok())
         << entry.path() << ": " << manifest::ParseJob(text).status();
-    json obj = ToJson(YAML::Load(text));
+    json obj = kube::YamlToJson(YAML::Load(text));
     const std::vector<Cause> causes = ValidateCustomResource(Schema(), obj, nullptr);
     EXPECT_TRUE(causes.empty()) << entry.path() << Fields(causes);
   }
@@ -422,7 +384,7 @@ TEST(AgreementTest, InvalidVariantsAreRejectedByBothAtTheSameField) {
     const absl::StatusOr<manifest::Job> job = manifest::ParseJob(text);
     ASSERT_FALSE(job.ok()) << text;
     EXPECT_EQ(ParserField(job.status()), v.field) << job.status();
-    json obj = ToJson(YAML::Load(text));
+    json obj = kube::YamlToJson(YAML::Load(text));
     const std::vector<Cause> causes = ValidateCustomResource(Schema(), obj, nullptr);
     std::vector<std::string> fields;
     for (const Cause& c : causes) fields.push_back(c.field);
@@ -486,7 +448,7 @@ TEST(AgreementTest, ValidVariantsPassBothWithTheSameEffectiveValues) {
     const std::string text = Build(v);
     const absl::StatusOr<manifest::Job> job = manifest::ParseJob(text);
     ASSERT_TRUE(job.ok()) << job.status() << "\n" << text;
-    json obj = ToJson(YAML::Load(text));
+    json obj = kube::YamlToJson(YAML::Load(text));
     const std::vector<Cause> causes = ValidateCustomResource(Schema(), obj, nullptr);
     EXPECT_TRUE(causes.empty()) << text << Fields(causes);
     // What the apiserver stores (defaults applied, status pruned from the spec
@@ -537,7 +499,7 @@ TEST(AgreementTest, UnknownFieldsArePrunedByKubernetesAndRejectedByTheParser) {
   const absl::StatusOr<manifest::Job> job = manifest::ParseJob(text);
   ASSERT_FALSE(job.ok());
   EXPECT_THAT(std::string(job.status().message()), ::testing::HasSubstr("unknown field"));
-  json obj = ToJson(YAML::Load(text));
+  json obj = kube::YamlToJson(YAML::Load(text));
   EXPECT_THAT(ValidateCustomResource(Schema(), obj, nullptr), ::testing::IsEmpty());
   EXPECT_FALSE(obj["spec"]["workers"].contains("gpus"));
   EXPECT_FALSE(obj["spec"].contains("priority"));

@@ -219,27 +219,6 @@ std::string TypeOf(const json& v) {
   }
 }
 
-bool JsonEqual(const json& a, const json& b) {
-  if (a.is_number() && b.is_number()) return AsDouble(a) == AsDouble(b);
-  if (a.type() != b.type()) return false;
-  if (a.is_array()) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (!JsonEqual(a[i], b[i])) return false;
-    }
-    return true;
-  }
-  if (a.is_object()) {
-    if (a.size() != b.size()) return false;
-    for (auto it = a.begin(); it != a.end(); ++it) {
-      auto jt = b.find(it.key());
-      if (jt == b.end() || !JsonEqual(*it, *jt)) return false;
-    }
-    return true;
-  }
-  return a == b;
-}
-
 int64_t CodePoints(const std::string& s) {
   int64_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;
@@ -401,7 +380,7 @@ class Validator {
       bool found = false;
       std::vector<std::string> allowed;
       for (const json& e : *it) {
-        found = found || JsonEqual(e, v);
+        found = found || cel::ValuesEqual(e, v);
         allowed.push_back(e.is_string() ? e.get<std::string>() : e.dump());
       }
       if (!found) AddBlocking(NotSupported(path, v, allowed));
@@ -546,7 +525,7 @@ class Validator {
           }
         }
         bool dup = false;
-        for (const json& other : seen) dup = dup || JsonEqual(other, key);
+        for (const json& other : seen) dup = dup || cel::ValuesEqual(other, key);
         if (dup) {
           causes.push_back(Duplicate(Index(path, i), "map[string]interface {}" + key.dump()));
         }
@@ -555,7 +534,7 @@ class Validator {
     } else if (list_type == "set") {
       for (size_t i = 0; i < v.size(); ++i) {
         for (size_t j = 0; j < i; ++j) {
-          if (JsonEqual(v[i], v[j])) {
+          if (cel::ValuesEqual(v[i], v[j])) {
             causes.push_back(Duplicate(Index(path, i), Repr(v[i])));
             break;
           }
@@ -737,7 +716,7 @@ const json* CorrelateItem(const json& s, const json& item, const json* old_list)
   const std::string list_type = Str(s, "x-kubernetes-list-type");
   if (list_type == "set") {
     for (const json& o : *old_list) {
-      if (JsonEqual(o, item)) return &o;
+      if (cel::ValuesEqual(o, item)) return &o;
     }
     return nullptr;
   }
@@ -750,7 +729,7 @@ const json* CorrelateItem(const json& s, const json& item, const json* old_list)
       if (!k.is_string()) continue;
       const std::string key = k.get<std::string>();
       const bool a = item.contains(key), b = o.contains(key);
-      same = same && a == b && (!a || JsonEqual(item[key], o[key]));
+      same = same && a == b && (!a || cel::ValuesEqual(item[key], o[key]));
     }
     if (same) return &o;
   }
@@ -1258,7 +1237,7 @@ std::vector<const json*> EvalJsonPath(const std::vector<PathStep>& steps, const 
               if (step.op.empty()) {
                 keep = f != nullptr;
               } else if (f != nullptr) {
-                const bool eq = JsonEqual(*f, step.literal);
+                const bool eq = cel::ValuesEqual(*f, step.literal);
                 keep = step.op == "==" ? eq : !eq;
               }
               if (keep) next.push_back(&x);
