@@ -308,7 +308,7 @@ std::vector<reconciler::Action> JobController::Decide(const Json& job, const man
       for (const Json& a : last) {
         if (kube::StringAt(a, {"action"}) != "KILL_RESTART") continue;
         controller::Decision d;
-        d.at_ms = reconciler::ParseRfc3339(kube::StringAt(a, {"time"})).value_or(0);
+        d.at_ms = kube::ParseTime(kube::StringAt(a, {"time"})).value_or(0);
         d.action = controller::KillRestart{
             kube::StringAt(a, {"worker"}), kube::StringAt(a, {"fromNode"}),
             kube::StringAt(a, {"toNode"}), d.at_ms + spec.straggler_policy.cooldown_ms};

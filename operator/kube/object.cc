@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <regex>
 
+#include "absl/time/time.h"
+
 namespace antdt::kube {
 
 const Json& At(const Json& object, std::initializer_list<const char*> path) {
@@ -44,6 +46,22 @@ std::string KeyOf(const Json& object) {
 
 std::string ResourceVersionOf(const Json& object) {
   return StringAt(object, {"metadata", "resourceVersion"});
+}
+
+std::string FormatTime(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
+}
+
+std::string FormatMicroTime(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::FromUnixMillis(unix_ms),
+                          absl::UTCTimeZone());
+}
+
+std::optional<int64_t> ParseTime(const std::string& text) {
+  absl::Time t;
+  std::string error;
+  if (!absl::ParseTime(absl::RFC3339_full, text, &t, &error)) return std::nullopt;
+  return absl::ToUnixMillis(t);
 }
 
 Json YamlToJson(const YAML::Node& node) {

@@ -5,8 +5,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdint>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 namespace antdt::kube {
@@ -26,6 +28,13 @@ std::string PodPhase(const Json& pod);                          // status.phase
 // "namespace/name" (or "name" for cluster-scoped objects) of an object.
 std::string KeyOf(const Json& object);
 std::string ResourceVersionOf(const Json& object);
+
+// metav1.Time, "2026-11-29T21:00:00Z" (whole seconds, UTC).
+std::string FormatTime(int64_t unix_ms);
+// metav1.MicroTime, "2026-11-29T21:00:00.123000Z" (Lease acquire/renew times).
+std::string FormatMicroTime(int64_t unix_ms);
+// Either form (any RFC 3339 time) in Unix milliseconds; nullopt when it is not one.
+std::optional<int64_t> ParseTime(const std::string& text);
 
 // YAML as kubectl sends it and the API server stores it: plain scalars
 // resolve by the YAML core schema (null, bool, int, float, else string);

@@ -285,7 +285,7 @@ bool NamesStraggler(const Action& a, const std::vector<Straggler>& stragglers) {
 }
 
 Json LastAction(const Action& a, int64_t now_ms) {
-  return {{"time", Rfc3339(a.at_ms != 0 ? a.at_ms : now_ms)},
+  return {{"time", kube::FormatTime(a.at_ms != 0 ? a.at_ms : now_ms)},
           {"action", a.kind},
           {"worker", a.worker},
           {"fromNode", a.from_node},
@@ -370,7 +370,7 @@ Plan InvalidSpecPlan(const Observed& o, const Json& old_status, int64_t generati
   set("Failed", "True", "InvalidSpec", message);
   status["conditions"] = conditions;
   status["observedGeneration"] = generation;
-  if (!status.contains("startTime")) status["startTime"] = Rfc3339(o.now_ms);
+  if (!status.contains("startTime")) status["startTime"] = kube::FormatTime(o.now_ms);
   if (!already) plan.events.push_back({"Warning", "InvalidSpec", message});
   if (status != old_status) plan.status = std::move(status);
   return plan;
@@ -413,17 +413,6 @@ WorkerInstance WorkerInstanceFromJson(const Json& j) {
   return w;
 }
 
-std::string Rfc3339(int64_t unix_ms) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
-}
-
-std::optional<int64_t> ParseRfc3339(const std::string& text) {
-  absl::Time t;
-  std::string error;
-  if (!absl::ParseTime(absl::RFC3339_full, text, &t, &error)) return std::nullopt;
-  return absl::ToUnixMillis(t);
-}
-
 const Json* FindCondition(const Json& status, const std::string& type) {
   const Json& conditions = Get(status, "conditions");
   if (!conditions.is_array()) return nullptr;
@@ -441,7 +430,7 @@ bool SetCondition(Json& conditions, const std::string& type, const std::string& 
     if (GetString(c, "type") != type) continue;
     const Json before = c;
     if (GetString(c, "status") != status || GetString(c, "lastTransitionTime").empty()) {
-      c["lastTransitionTime"] = Rfc3339(now_ms);
+      c["lastTransitionTime"] = kube::FormatTime(now_ms);
     }
     c["status"] = status;
     c["reason"] = reason;
@@ -454,7 +443,7 @@ bool SetCondition(Json& conditions, const std::string& type, const std::string& 
                         {"reason", reason},
                         {"message", message},
                         {"observedGeneration", observed_generation},
-                        {"lastTransitionTime", Rfc3339(now_ms)}});
+                        {"lastTransitionTime", kube::FormatTime(now_ms)}});
   return true;
 }
 
@@ -622,7 +611,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
   const bool dataset_created = o.dataset_ready || Get(old_status, "datasetCreated") == true;
   std::optional<int64_t> completion;
   if (!GetString(old_status, "completionTime").empty()) {
-    completion = ParseRfc3339(GetString(old_status, "completionTime"));
+    completion = kube::ParseTime(GetString(old_status, "completionTime"));
   }
   const Json* old_failed = FindCondition(old_status, "Failed");
   const bool was_succeeded = ConditionTrue(old_status, "Succeeded");
@@ -907,7 +896,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
                             {"class", st.klass},
                             {"cause", st.cause},
                             {"score", Round2(st.score)},
-                            {"since", Rfc3339(st.since_ms)}});
+                            {"since", kube::FormatTime(st.since_ms)}});
       if (IsStraggler(st)) {
         named.push_back(absl::StrCat(st.worker, " on ", st.node.empty() ? "?" : st.node, " (",
                                      st.klass, st.cause.empty() ? "" : ": " + st.cause, ")"));
@@ -996,9 +985,9 @@ Plan Reconcile(const Observed& o, const Settings& s) {
       {"workerInstances", instances_json},
       {"datasetCreated", dataset_created},
       {"startTime", GetString(old_status, "startTime").empty()
-                        ? Rfc3339(now)
+                        ? kube::FormatTime(now)
                         : GetString(old_status, "startTime")}};
-  if (completion) status["completionTime"] = Rfc3339(*completion);
+  if (completion) status["completionTime"] = kube::FormatTime(*completion);
   if (status != old_status) plan.status = std::move(status);
 
   // ---- When to look again ----

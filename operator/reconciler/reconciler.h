@@ -166,9 +166,4 @@ bool SetCondition(Json& conditions, const std::string& type, const std::string& 
 // The condition of that type in a status, or nullptr.
 const Json* FindCondition(const Json& status, const std::string& type);
 
-// "2026-11-29T21:00:00Z" (RFC 3339, whole seconds, UTC).
-std::string Rfc3339(int64_t unix_ms);
-// The inverse; nullopt when `text` is not such a time.
-std::optional<int64_t> ParseRfc3339(const std::string& text);
-
 }  // namespace antdt::reconciler

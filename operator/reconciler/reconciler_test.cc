@@ -118,7 +118,7 @@ struct Cluster {
           ASSERT_NE(pod, nullptr) << w.name;
           ASSERT_EQ((*pod)["metadata"]["uid"], w.uid);
           ASSERT_FALSE((*pod)["metadata"].contains("deletionTimestamp"));
-          (*pod)["metadata"]["deletionTimestamp"] = Rfc3339(now);
+          (*pod)["metadata"]["deletionTimestamp"] = kube::FormatTime(now);
           break;
         }
         case Write::Kind::kLeaveParameterServers:
@@ -377,9 +377,9 @@ TEST(SetConditionTest, KeepsTransitionTimeUnlessStatusChanges) {
 }
 
 TEST(TimeTest, Rfc3339RoundTrips) {
-  EXPECT_EQ(Rfc3339(kT0 + 999), "2026-11-29T21:00:00Z");
-  EXPECT_EQ(ParseRfc3339("2026-11-29T21:00:00Z"), kT0);
-  EXPECT_EQ(ParseRfc3339("yesterday"), std::nullopt);
+  EXPECT_EQ(kube::FormatTime(kT0 + 999), "2026-11-29T21:00:00Z");
+  EXPECT_EQ(kube::ParseTime("2026-11-29T21:00:00Z"), kT0);
+  EXPECT_EQ(kube::ParseTime("yesterday"), std::nullopt);
 }
 
 // ---- Reconcile ----

@@ -104,7 +104,7 @@ void EventRecorder::Write(const Pending& p) {
   std::string uid = Str(meta, "uid");
   if (uid.empty()) uid = Str(p.object, "kind") + "/" + KeyOf(p.object);
   const std::string cache_key = uid + '\x1f' + p.type + '\x1f' + p.reason + '\x1f' + p.message;
-  const std::string timestamp = internal::FormatTime(p.at_ms);
+  const std::string timestamp = FormatTime(p.at_ms);
 
   auto seen = seen_.find(cache_key);
   if (seen != seen_.end()) {

@@ -259,7 +259,7 @@ absl::StatusOr<Json> FakeApi::Create(const ResourceRef& r, const std::string& ns
   meta["uid"] = internal::RandomUuid();
   meta["resourceVersion"] = std::to_string(++rv_);
   meta["generation"] = 1;
-  meta["creationTimestamp"] = internal::FormatTime(Now());
+  meta["creationTimestamp"] = FormatTime(Now());
   meta.erase("deletionTimestamp");
   meta.erase("deletionGracePeriodSeconds");
   objects[key] = obj;
@@ -413,7 +413,7 @@ absl::Status FakeApi::Delete(const ResourceRef& r, const std::string& ns, const 
   if (!Finalizers(object).empty()) {
     if (meta.contains("deletionTimestamp")) return absl::OkStatus();  // idempotent
     Json old = object;
-    meta["deletionTimestamp"] = internal::FormatTime(Now());
+    meta["deletionTimestamp"] = FormatTime(Now());
     meta["deletionGracePeriodSeconds"] = 0;
     meta["generation"] = meta.value("generation", int64_t{0}) + 1;
     meta["resourceVersion"] = std::to_string(++rv_);

@@ -151,7 +151,7 @@ bool LeaderElector::TryAcquireOrRenew() {
   Record desired;
   desired.holder = config_.identity;
   desired.lease_duration_s = (config_.lease_duration_ms + 999) / 1000;
-  desired.acquire_time = internal::FormatMicroTime(now);
+  desired.acquire_time = FormatMicroTime(now);
   desired.renew_time = desired.acquire_time;
 
   // 1. Fast path: we hold a lease that is valid by our own observation.
@@ -234,7 +234,7 @@ void LeaderElector::Release() {
     }
     r.holder = "";
     r.lease_duration_s = 1;
-    r.acquire_time = internal::FormatMicroTime(now);
+    r.acquire_time = FormatMicroTime(now);
     r.renew_time = r.acquire_time;
     absl::Status s = UpdateLease(r);
     if (s.ok()) {

@@ -52,15 +52,6 @@ int64_t UnixNowMs() {
       .count();
 }
 
-std::string Rfc3339(int64_t unix_seconds) {
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 int64_t UnixNow() { return UnixNowMs() / 1000; }
 
 std::mt19937_64& Rng() {
@@ -553,7 +544,7 @@ void Emulator::Impl::EnsureNamespace(const std::string& ns) {
               {"metadata",
                {{"name", ns},
                 {"uid", NewUid()},
-                {"creationTimestamp", Rfc3339(UnixNow())},
+                {"creationTimestamp", kube::FormatTime(UnixNow() * 1000)},
                 {"labels", {{"kubernetes.io/metadata.name", ns}}}}},
               {"spec", {{"finalizers", {"kubernetes"}}}},
               {"status", {{"phase", "Active"}}}};
@@ -667,7 +658,7 @@ void Emulator::Impl::RegisterCrd(const json& crd) {
 }
 
 static void SetCrdStatus(json& crd, const json* old) {
-  std::string now = Rfc3339(UnixNow());
+  std::string now = kube::FormatTime(UnixNow() * 1000);
   auto transition = [&](const char* type) {
     if (old != nullptr && old->contains("status") && (*old)["status"].contains("conditions")) {
       for (const json& c : (*old)["status"]["conditions"]) {
@@ -1479,7 +1470,7 @@ HttpResponse Emulator::Impl::CreateLocked(const Target& t, json obj, bool dry_ru
   obj["apiVersion"] = res.ApiVersion(t.version);
   obj["kind"] = res.kind;
   md["uid"] = NewUid();
-  md["creationTimestamp"] = Rfc3339(UnixNow());
+  md["creationTimestamp"] = kube::FormatTime(UnixNow() * 1000);
   for (const char* f : {"resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
                         "selfLink", "managedFields"}) {
     md.erase(f);
@@ -1765,7 +1756,7 @@ HttpResponse Emulator::Impl::DeleteLocked(const ResourcePtr& res, const std::str
     int64_t g =
         grace ? *grace : IntOr(obj["spec"].value("terminationGracePeriodSeconds", json(30)), 30);
     if (deleting) return JsonResponse(200, obj);
-    md["deletionTimestamp"] = Rfc3339(UnixNow() + g);
+    md["deletionTimestamp"] = kube::FormatTime((UnixNow() + g) * 1000);
     md["deletionGracePeriodSeconds"] = g;
     if (!dry_run) CommitPut(*res, key, obj, "MODIFIED");
     return JsonResponse(200, *Find(*res, key));
@@ -1789,7 +1780,7 @@ HttpResponse Emulator::Impl::DeleteLocked(const ResourcePtr& res, const std::str
       }
       return JsonResponse(200, dry_run ? obj : *Find(*res, key));
     }
-    md["deletionTimestamp"] = Rfc3339(UnixNow());
+    md["deletionTimestamp"] = kube::FormatTime(UnixNow() * 1000);
     md["deletionGracePeriodSeconds"] = 0;
     if (res->has_generation) md["generation"] = IntOr(md.value("generation", json(0)), 0) + 1;
     if (dry_run) return JsonResponse(200, obj);

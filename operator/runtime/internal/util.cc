@@ -1,6 +1,5 @@
 #include "operator/runtime/internal/util.h"
 
-#include <ctime>
 #include <mutex>
 #include <random>
 
@@ -8,21 +7,6 @@
 
 namespace antdt::kube::internal {
 namespace {
-
-std::string Format(int64_t unix_ms, bool micro) {
-  std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
-  int64_t ms = unix_ms % 1000;
-  if (ms < 0) {
-    ms += 1000;
-    --seconds;
-  }
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  std::string out = absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
-                                    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-  if (micro) out += absl::StrFormat(".%06d", ms * 1000);
-  return out + "Z";
-}
 
 std::mt19937_64& Engine() {
   static std::mt19937_64 engine{std::random_device{}()};
@@ -34,9 +18,6 @@ std::mutex& EngineMutex() {
 }
 
 }  // namespace
-
-std::string FormatTime(int64_t unix_ms) { return Format(unix_ms, false); }
-std::string FormatMicroTime(int64_t unix_ms) { return Format(unix_ms, true); }
 
 double RandomUnit() {
   std::lock_guard<std::mutex> lock(EngineMutex());

@@ -1,5 +1,5 @@
 // Helpers shared by the runtime's classes: waits measured on an injected
-// Clock (so tests drive time with FakeClock), time formats and randomness.
+// Clock (so tests drive time with FakeClock) and randomness.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +27,6 @@ bool WaitUntil(absl::Mutex& mu, absl::CondVar& cv, const Clock* clock, int64_t d
   return true;
 }
 
-// "2024-01-01T00:00:00Z" (metav1.Time).
-std::string FormatTime(int64_t unix_ms);
-// "2024-01-01T00:00:00.123000Z" (metav1.MicroTime).
-std::string FormatMicroTime(int64_t unix_ms);
 // A uniformly distributed double in [0, 1), thread-safe.
 double RandomUnit();
 // A random UUID v4.
