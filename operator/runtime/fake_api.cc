@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status.h"
+#include "operator/kube/selectors.h"
 #include "operator/runtime/internal/util.h"
 
 namespace antdt::kube {
@@ -44,26 +45,6 @@ std::string StoreKey(const std::string& ns, const std::string& name) {
   return ns.empty() ? name : ns + "/" + name;
 }
 
-std::string StringAt(const Json& object, const std::string& dotted_path, bool* present) {
-  const Json* at = &object;
-  for (absl::string_view part : absl::StrSplit(dotted_path, '.')) {
-    if (!at->is_object()) {
-      *present = false;
-      return "";
-    }
-    auto it = at->find(std::string(part));
-    if (it == at->end()) {
-      *present = false;
-      return "";
-    }
-    at = &*it;
-  }
-  *present = true;
-  if (at->is_string()) return at->get<std::string>();
-  if (at->is_null()) return "";
-  return at->dump();
-}
-
 // Everything but metadata and status, to decide whether generation moves.
 Json SpecPart(const Json& object) {
   Json out = object;
@@ -87,52 +68,11 @@ std::set<std::string> Finalizers(const Json& object) {
 
 absl::StatusOr<bool> MatchesSelectors(const Json& object, const std::string& label_selector,
                                       const std::string& field_selector) {
-  const Json labels = object.contains("metadata") && object["metadata"].contains("labels") &&
-                              object["metadata"]["labels"].is_object()
-                          ? object["metadata"]["labels"]
-                          : Json::object();
-  for (absl::string_view raw : absl::StrSplit(label_selector, ',', absl::SkipWhitespace())) {
-    std::string term(absl::StripAsciiWhitespace(raw));
-    if (term.find(" in ") != std::string::npos || term.find(" notin ") != std::string::npos ||
-        term.find('(') != std::string::npos) {
-      return absl::InvalidArgumentError("unsupported label selector term: " + term);
-    }
-    size_t op;
-    if (!term.empty() && term[0] == '!') {
-      if (labels.contains(term.substr(1))) return false;
-    } else if ((op = term.find("!=")) != std::string::npos) {
-      std::string key(absl::StripAsciiWhitespace(term.substr(0, op)));
-      std::string value(absl::StripAsciiWhitespace(term.substr(op + 2)));
-      if (labels.contains(key) && labels[key] == value) return false;
-    } else if ((op = term.find('=')) != std::string::npos) {
-      size_t value_at = term.compare(op, 2, "==") == 0 ? op + 2 : op + 1;
-      std::string key(absl::StripAsciiWhitespace(term.substr(0, op)));
-      std::string value(absl::StripAsciiWhitespace(term.substr(value_at)));
-      if (!labels.contains(key) || labels[key] != value) return false;
-    } else if (!labels.contains(term)) {
-      return false;
-    }
-  }
-  for (absl::string_view raw : absl::StrSplit(field_selector, ',', absl::SkipWhitespace())) {
-    std::string term(absl::StripAsciiWhitespace(raw));
-    bool negate = false;
-    size_t op = term.find("!=");
-    size_t value_at;
-    if (op != std::string::npos) {
-      negate = true;
-      value_at = op + 2;
-    } else if ((op = term.find('=')) != std::string::npos) {
-      value_at = term.compare(op, 2, "==") == 0 ? op + 2 : op + 1;
-    } else {
-      return absl::InvalidArgumentError("unsupported field selector term: " + term);
-    }
-    std::string path(absl::StripAsciiWhitespace(term.substr(0, op)));
-    std::string want(absl::StripAsciiWhitespace(term.substr(value_at)));
-    bool present = false;
-    std::string have = StringAt(object, path, &present);
-    if ((have == want) == negate) return false;
-  }
-  return true;
+  absl::StatusOr<LabelSelector> labels = ParseLabelSelector(label_selector);
+  if (!labels.ok()) return labels.status();
+  absl::StatusOr<FieldSelector> fields = ParseFieldSelector(field_selector);
+  if (!fields.ok()) return fields.status();
+  return labels->Matches(At(object, {"metadata", "labels"})) && fields->Matches(object);
 }
 
 class FakeApi::FakeCancel : public Cancel {

@@ -16,7 +16,7 @@
 //   other kinds UpdateStatus and Patch(..., "status") act like Update/Patch;
 // - finalizers: Delete sets deletionTimestamp; the update removing the last
 //   finalizer deletes the object (watchers see only DELETED);
-// - label selectors (k=v, k==v, k!=v, k, !k) and field selectors (any dotted
+// - label selectors (=, ==, !=, in, notin, k, !k) and field selectors (any dotted
 //   path, = and !=; metadata.name, metadata.namespace, status.phase, ...);
 // - a bounded history of events; Watch delivers the events after the RV,
 //   synthetic ADDEDs for RV "" or "0", an ERROR 410 event when the RV is
@@ -153,8 +153,8 @@ class FakeApi : public Api {
   int64_t bookmark_epoch_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Label and field selectors as the fake (and tests) evaluate them.
-// Returns InvalidArgument for a selector it cannot parse.
+// Label and field selectors (operator/kube/selectors.h, as the emulator
+// evaluates them). Returns InvalidArgument for a selector that does not parse.
 absl::StatusOr<bool> MatchesSelectors(const Json& object, const std::string& label_selector,
                                       const std::string& field_selector);
 

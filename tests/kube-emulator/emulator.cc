@@ -25,8 +25,8 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "operator/kube/object.h"
+#include "operator/kube/selectors.h"
 #include "tests/kube-emulator/schema/schema.h"
-#include "tests/kube-emulator/selectors.h"
 #include "yaml-cpp/yaml.h"
 
 namespace antdt::kubeemu {
@@ -265,8 +265,8 @@ struct Target {
 struct Filter {
   std::string ns;
   std::string name;
-  LabelSelector labels;
-  FieldSelector fields;
+  kube::LabelSelector labels;
+  kube::FieldSelector fields;
   bool Matches(const json& obj) const {
     if (!ns.empty() && MetaStr(obj, "namespace") != ns) return false;
     if (!name.empty() && MetaStr(obj, "name") != name) return false;
@@ -1078,12 +1078,12 @@ std::optional<HttpResponse> ParseFilter(const Target& t, const HttpRequest& req,
     auto it = req.params.find(key);
     return it == req.params.end() ? std::string() : it->second;
   };
-  auto labels = ParseLabelSelector(param("labelSelector"));
+  auto labels = kube::ParseLabelSelector(param("labelSelector"));
   if (!labels.ok()) return BadRequest(std::string(labels.status().message()));
-  auto fields = ParseFieldSelector(param("fieldSelector"));
+  auto fields = kube::ParseFieldSelector(param("fieldSelector"));
   if (!fields.ok()) return BadRequest(std::string(fields.status().message()));
   if (t.res->custom) {
-    for (const Requirement& r : fields->requirements) {
+    for (const kube::Requirement& r : fields->requirements) {
       if (r.key != "metadata.name" && r.key != "metadata.namespace" &&
           t.res->selectable_fields.count(r.key) == 0) {
         return BadRequest("field label not supported: " + r.key);

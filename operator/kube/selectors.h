@@ -1,5 +1,5 @@
 // Label and field selectors of the Kubernetes list/watch API (pure parsing and
-// matching, no I/O).
+// matching, no I/O): the API-server emulator and FakeApi filter with them.
 #pragma once
 
 #include <string>
@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-namespace antdt::kubeemu {
+namespace antdt::kube {
 
 // One requirement: `key=v`, `key==v`, `key!=v`, `key in (a,b)`,
 // `key notin (a,b)`, `key` (exists) or `!key` (does not exist).
@@ -38,4 +38,4 @@ absl::StatusOr<FieldSelector> ParseFieldSelector(const std::string& text);
 // The string value of a dotted path ("" when absent; numbers and bools as text).
 std::string FieldValue(const nlohmann::json& object, const std::string& path);
 
-}  // namespace antdt::kubeemu
+}  // namespace antdt::kube

@@ -1,4 +1,4 @@
-#include "tests/kube-emulator/selectors.h"
+#include "operator/kube/selectors.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
-namespace antdt::kubeemu {
+namespace antdt::kube {
 namespace {
 
 using json = nlohmann::json;
@@ -181,4 +181,4 @@ bool FieldSelector::Matches(const json& object) const {
   return true;
 }
 
-}  // namespace antdt::kubeemu
+}  // namespace antdt::kube
