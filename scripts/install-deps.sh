@@ -12,6 +12,10 @@ PACKAGES=(
   python3 python3-grpcio python3-protobuf python3-kubernetes python3-yaml
   prometheus
 )
+# A kubectl for the tests that drive the API-server emulator with the real
+# client. Debian's is kubernetes-client (1.20); a kubectl already on the PATH
+# (any version from 1.20 to 1.33) is used as it is.
+if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -6,7 +6,24 @@ set -euo pipefail
 
 EMULATOR=${1:?emulator binary}
 SRC=${2:?source dir}
-KUBECTL=${KUBECTL:-/usr/bin/kubectl}
+# With KUBECTL unset: the kubectl on the PATH (on a fresh Debian 12 that is
+# kubernetes-client, 1.20) and, where it is a dispatcher with versioned clients
+# beside it (kubectl.1.27 ... kubectl.1.33), the oldest and the newest of those.
+if [[ -z "${KUBECTL:-}" ]]; then
+  default=$(command -v kubectl) ||
+    { echo "FAIL: no kubectl on the PATH (scripts/install-deps.sh installs kubernetes-client)" >&2; exit 1; }
+  clients=("$default")
+  mapfile -t versioned < <(ls "$(dirname "$(readlink -f "$default")")"/kubectl.1.* 2>/dev/null | sort -V)
+  if [[ ${#versioned[@]} -gt 0 ]]; then
+    clients+=("${versioned[0]}")
+    [[ ${#versioned[@]} -gt 1 ]] && clients+=("${versioned[-1]}")
+  fi
+  for client in "${clients[@]}"; do
+    echo "=== $client ($("$client" version --client 2>/dev/null | head -1))"
+    KUBECTL="$client" bash "$0" "$@" || exit 1
+  done
+  exit 0
+fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kube-emulator-kubectl.XXXXXX")
 EMU_PID=""
 WATCH_PID=""
@@ -83,8 +100,19 @@ sed 's/replicas: 4/replicas: 6/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/qu
 k apply --validate=false -f "$WORK/quickstart6.yaml" | grep -q configured || fail "re-apply"
 GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
 [[ "$GEN" == 2 ]] || fail "generation after re-apply is $GEN, want 2"
-k patch adt quickstart --subresource=status --type=merge \
-  -p '{"status":{"workers":{"summary":"3/6"}}}' >/dev/null || fail "status patch"
+# kubectl 1.24 and later patch the status subresource; older clients (Debian
+# 12's kubernetes-client is 1.20) PUT the whole object to it.
+if "$KUBECTL" patch --help | grep -q -- '--subresource'; then
+  k patch adt quickstart --subresource=status --type=merge \
+    -p '{"status":{"workers":{"summary":"3/6"}}}' >/dev/null || fail "status patch"
+else
+  RV=$(k get adt quickstart -o jsonpath='{.metadata.resourceVersion}') || fail "get resourceVersion"
+  echo '{"apiVersion":"antdt.io/v1alpha1","kind":"AntDTJob","metadata":{"name":"quickstart",'\
+'"namespace":"default","resourceVersion":"'"$RV"'"},"status":{"workers":{"summary":"3/6"}}}' \
+    >"$WORK/status.json"
+  k replace --validate=false --raw /apis/antdt.io/v1alpha1/namespaces/default/antdtjobs/quickstart/status \
+    -f "$WORK/status.json" >/dev/null || fail "status replace"
+fi
 GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
 [[ "$GEN" == 2 ]] || fail "generation after a status patch is $GEN, want 2"
 
