@@ -345,6 +345,26 @@ Write Delete(const Json& pod, int64_t grace, std::string reason) {
   return w;
 }
 
+// status.conditions as a pass sets them, each with the job's generation.
+class Conditions {
+ public:
+  Conditions(const Json& old_status, int64_t generation, int64_t now_ms)
+      : json_(Get(old_status, "conditions").is_array() ? Get(old_status, "conditions")
+                                                       : Json::array()),
+        generation_(generation),
+        now_ms_(now_ms) {}
+
+  void Set(const std::string& type, bool value, const std::string& reason,
+           const std::string& message) {
+    SetCondition(json_, type, value ? "True" : "False", reason, message, generation_, now_ms_);
+  }
+  const Json& json() const { return json_; }
+
+ private:
+  Json json_;
+  int64_t generation_, now_ms_;
+};
+
 // The plan for a spec that does not parse: Failed=True InvalidSpec, nothing
 // else touched.
 Plan InvalidSpecPlan(const Observed& o, const Json& old_status, int64_t generation) {
@@ -355,20 +375,16 @@ Plan InvalidSpecPlan(const Observed& o, const Json& old_status, int64_t generati
   const bool already = failed != nullptr && GetString(*failed, "reason") == "InvalidSpec" &&
                        GetString(*failed, "message") == message &&
                        GetString(*failed, "status") == "True";
-  Json conditions =
-      Get(status, "conditions").is_array() ? Get(status, "conditions") : Json::array();
-  auto set = [&](const char* type, const char* st, const char* reason, const std::string& msg) {
-    SetCondition(conditions, type, st, reason, msg, generation, o.now_ms);
-  };
-  const bool was_created = ConditionTrue(status, "Created");
-  if (!was_created)
-    set("Created", "False", "InvalidSpec", "nothing is created for an invalid spec");
-  set("Running", "False", "InvalidSpec", "the spec is invalid");
-  set("StragglersDetected", "False", "NoStragglers", "no stragglers");
-  set("Mitigating", "False", "NoMitigation", "no action in progress");
-  set("Succeeded", "False", "InvalidSpec", "the spec is invalid");
-  set("Failed", "True", "InvalidSpec", message);
-  status["conditions"] = conditions;
+  Conditions conditions(status, generation, o.now_ms);
+  if (!ConditionTrue(status, "Created")) {
+    conditions.Set("Created", false, "InvalidSpec", "nothing is created for an invalid spec");
+  }
+  conditions.Set("Running", false, "InvalidSpec", "the spec is invalid");
+  conditions.Set("StragglersDetected", false, "NoStragglers", "no stragglers");
+  conditions.Set("Mitigating", false, "NoMitigation", "no action in progress");
+  conditions.Set("Succeeded", false, "InvalidSpec", "the spec is invalid");
+  conditions.Set("Failed", true, "InvalidSpec", message);
+  status["conditions"] = conditions.json();
   status["observedGeneration"] = generation;
   if (!status.contains("startTime")) status["startTime"] = kube::FormatTime(o.now_ms);
   if (!already) plan.events.push_back({"Warning", "InvalidSpec", message});
@@ -565,33 +581,99 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
   return pod;
 }
 
-// ---- Reconcile ----
+// ---- Reconcile, step by step ----
 
-Plan Reconcile(const Observed& o, const Settings& s) {
-  const Json& meta = Get(o.job, "metadata");
-  // Being deleted: the garbage collector removes the children.
-  if (!Get(meta, "deletionTimestamp").is_null()) return Plan{};
-  const int64_t generation = GetInt(meta, "generation", 0);
-  const Json& old_status = Get(o.job, "status");
-  if (!o.spec.ok()) return InvalidSpecPlan(o, old_status, generation);
+namespace {
 
-  Plan plan;
-  const manifest::Job& spec = *o.spec;
-  const std::string& job = spec.name;
-  const int32_t n = spec.workers.replicas;
-  const int32_t p = bridge::ParameterServerCount(spec);
-  const int64_t now = o.now_ms;
+// The job's pods and services as observed, indexed once.
+class Children {
+ public:
+  explicit Children(const Observed& o) {
+    for (const Json& pod : o.pods) {
+      pod_by_name_[Name(pod)] = &pod;
+      const std::string worker = kube::Label(pod, "antdt.io/worker-id");
+      if (kube::Label(pod, "antdt.io/role") == "worker" && !worker.empty()) {
+        pods_of_worker_[worker].push_back(&pod);
+      }
+    }
+    for (const Json& svc : o.services) service_names_.insert(Name(svc));
+  }
 
-  // Durable records from the previous status.
+  // The pod of that name, or nullptr.
+  const Json* Pod(const std::string& name) const {
+    auto it = pod_by_name_.find(name);
+    return it == pod_by_name_.end() ? nullptr : it->second;
+  }
+  // Every pod of the worker "worker-<i>", whatever its incarnation, as observed.
+  const std::vector<const Json*>& PodsOfWorker(const std::string& id) const {
+    static const std::vector<const Json*> kNone;
+    auto it = pods_of_worker_.find(id);
+    return it == pods_of_worker_.end() ? kNone : it->second;
+  }
+  bool HasService(const std::string& name) const { return service_names_.count(name) > 0; }
+
+ private:
+  std::map<std::string, const Json*> pod_by_name_;
+  std::map<std::string, std::vector<const Json*>> pods_of_worker_;
+  std::set<std::string> service_names_;
+};
+
+// What every step of a pass over a job with a valid spec reads.
+struct Pass {
+  Pass(const Observed& observed, const Settings& settings)
+      : o(observed),
+        s(settings),
+        spec(*observed.spec),
+        job(spec.name),
+        old_status(Get(observed.job, "status")),
+        generation(GetInt(Get(observed.job, "metadata"), "generation", 0)),
+        n(spec.workers.replicas),
+        p(bridge::ParameterServerCount(spec)),
+        now(observed.now_ms),
+        children(observed) {}
+
+  const Observed& o;
+  const Settings& s;
+  const manifest::Job& spec;
+  const std::string& job;  // its name
+  const Json& old_status;
+  const int64_t generation;
+  const int32_t n;  // workers
+  const int32_t p;  // parameter servers
+  const int64_t now;
+  const Children children;
+};
+
+// The durable facts of the job's status, as the pass updates them.
+struct Records {
+  std::vector<WorkerInstance> instances;  // worker-0 .. worker-<n-1>
+  Json last_actions;
+  int64_t failures = 0;
+  bool dataset_created = false;
+  bool was_succeeded = false;  // before this pass
+  bool succeeded = false;
+  bool failed = false;  // BackoffLimitExceeded, before or in this pass
+  std::string failed_message;
+  std::optional<int64_t> completion;
+
+  bool Finished() const { return succeeded || failed; }
+};
+
+// ---- Step 1: the records of the previous status ----
+
+// Each worker's record from the previous status, or a fresh one; its desired
+// pod named after its incarnation.
+std::vector<WorkerInstance> LoadInstances(const Pass& pass) {
   std::map<std::string, WorkerInstance> recorded;
-  if (Get(old_status, "workerInstances").is_array()) {
-    for (const Json& j : old_status["workerInstances"]) {
+  const Json& records = Get(pass.old_status, "workerInstances");
+  if (records.is_array()) {
+    for (const Json& j : records) {
       WorkerInstance w = WorkerInstanceFromJson(j);
       recorded[w.id] = w;
     }
   }
   std::vector<WorkerInstance> instances;
-  for (int32_t i = 0; i < n; ++i) {
+  for (int32_t i = 0; i < pass.n; ++i) {
     const std::string id = absl::StrCat("worker-", i);
     auto it = recorded.find(id);
     WorkerInstance w;
@@ -599,415 +681,535 @@ Plan Reconcile(const Observed& o, const Settings& s) {
       w = it->second;
     } else {
       w.id = id;
-      w.local_batch_size = static_cast<int32_t>(bridge::InitialLocalBatch(spec, i));
+      w.local_batch_size = static_cast<int32_t>(bridge::InitialLocalBatch(pass.spec, i));
     }
     w.index = i;
-    w.pod = WorkerPodName(job, i, w.incarnation);
+    w.pod = WorkerPodName(pass.job, i, w.incarnation);
     instances.push_back(std::move(w));
   }
-  Json last_actions =
-      Get(old_status, "lastActions").is_array() ? Get(old_status, "lastActions") : Json::array();
-  int64_t failures = GetInt(Get(old_status, "workers"), "failed", 0);
-  const bool dataset_created = o.dataset_ready || Get(old_status, "datasetCreated") == true;
-  std::optional<int64_t> completion;
-  if (!GetString(old_status, "completionTime").empty()) {
-    completion = kube::ParseTime(GetString(old_status, "completionTime"));
+  return instances;
+}
+
+Records LoadRecords(const Pass& pass) {
+  const Json& old = pass.old_status;
+  Records r;
+  r.instances = LoadInstances(pass);
+  r.last_actions = Get(old, "lastActions").is_array() ? Get(old, "lastActions") : Json::array();
+  r.failures = GetInt(Get(old, "workers"), "failed", 0);
+  r.dataset_created = pass.o.dataset_ready || Get(old, "datasetCreated") == true;
+  if (!GetString(old, "completionTime").empty()) {
+    r.completion = kube::ParseTime(GetString(old, "completionTime"));
   }
-  const Json* old_failed = FindCondition(old_status, "Failed");
-  const bool was_succeeded = ConditionTrue(old_status, "Succeeded");
-  const bool was_failed = old_failed != nullptr && GetString(*old_failed, "status") == "True" &&
-                          GetString(*old_failed, "reason") != "InvalidSpec";
-  bool succeeded = was_succeeded;
-  bool failed = was_failed;
-  std::string failed_message = was_failed ? GetString(*old_failed, "message") : "";
+  const Json* old_failed = FindCondition(old, "Failed");
+  r.was_succeeded = ConditionTrue(old, "Succeeded");
+  r.succeeded = r.was_succeeded;
+  r.failed = old_failed != nullptr && GetString(*old_failed, "status") == "True" &&
+             GetString(*old_failed, "reason") != "InvalidSpec";
+  if (r.failed) r.failed_message = GetString(*old_failed, "message");
+  return r;
+}
 
-  // The observed children.
-  std::map<std::string, const Json*> pod_by_name;
-  std::map<std::string, std::vector<const Json*>> pods_of_worker;
-  for (const Json& pod : o.pods) {
-    pod_by_name[Name(pod)] = &pod;
-    if (kube::Label(pod, "antdt.io/role") == "worker" &&
-        !kube::Label(pod, "antdt.io/worker-id").empty()) {
-      pods_of_worker[kube::Label(pod, "antdt.io/worker-id")].push_back(&pod);
-    }
-  }
-  std::set<std::string> service_names;
-  for (const Json& svc : o.services) service_names.insert(Name(svc));
-  auto find_pod = [&](const std::string& name) -> const Json* {
-    auto it = pod_by_name.find(name);
-    return it == pod_by_name.end() ? nullptr : it->second;
-  };
-  auto find_instance = [&](const std::string& id) -> WorkerInstance* {
-    for (WorkerInstance& w : instances) {
-      if (w.id == id) return &w;
-    }
-    return nullptr;
-  };
+// ---- Step 2: the Controller's decisions ----
 
-  if (!succeeded && !failed) {
-    // The Controller's decisions.
-    for (const Action& a : o.actions) {
-      WorkerInstance* w = find_instance(a.worker);
-      if (w == nullptr || (a.kind != "KILL_RESTART" && a.kind != "ADJUST_BS")) {
-        plan.events.push_back({"Warning", "ActionIgnored",
-                               absl::StrCat(a.kind, " for ", a.worker,
-                                            ": the operator carries out KILL_RESTART and "
-                                            "ADJUST_BS for the job's workers only")});
-        continue;
-      }
-      if (a.kind == "KILL_RESTART") {
-        const std::string old_pod = w->pod;
-        ++w->incarnation;
-        w->pod = WorkerPodName(job, w->index, w->incarnation);
-        if (!a.from_node.empty() && std::find(w->excluded_nodes.begin(), w->excluded_nodes.end(),
-                                              a.from_node) == w->excluded_nodes.end()) {
-          w->excluded_nodes.push_back(a.from_node);
-        }
-        w->node = a.to_node;
-        plan.events.push_back(
-            {"Warning", "StragglerRestarted",
-             absl::StrCat("restarted ", w->id, " (pod ", old_pod, ") from node ",
-                          a.from_node.empty() ? "?" : a.from_node, " to ",
-                          a.to_node.empty() ? "any other node" : "node " + a.to_node,
-                          " as incarnation ", w->incarnation, ": rule ", a.rule, "; ", a.reason,
-                          a.evidence.empty() ? "" : "; evidence: " + a.evidence)});
-      } else {
-        if (a.local_batch_size > 0) w->local_batch_size = a.local_batch_size;
-        if (NamesStraggler(a, o.stragglers)) {
-          plan.events.push_back(
-              {"Normal", "BatchSizeAdjusted",
-               absl::StrCat(w->id, " local batch set to ", a.local_batch_size, ": rule ", a.rule,
-                            "; ", a.reason,
-                            a.evidence.empty() ? "" : "; evidence: " + a.evidence)});
-        }
-      }
-      last_actions.push_back(LastAction(a, now));
-    }
-    if (last_actions.size() > kMaxLastActions) {
-      last_actions.erase(last_actions.begin(),
-                         last_actions.begin() +
-                             static_cast<std::ptrdiff_t>(last_actions.size() - kMaxLastActions));
-    }
-
-    // Failed workers: restarted in place up to the backoff limit.
-    for (WorkerInstance& w : instances) {
-      const Json* pod = find_pod(w.pod);
-      if (pod == nullptr || kube::Terminating(*pod) || kube::PodPhase(*pod) != "Failed") continue;
-      ++failures;
-      const std::string node = GetString(Get(*pod, "spec"), "nodeName");
-      const std::string what =
-          absl::StrCat(w.id, " failed (pod ", w.pod, node.empty() ? "" : " on node " + node, ": ",
-                       FailureText(*pod), ")");
-      if (failures > spec.run_policy.backoff_limit) {
-        failed = true;
-        failed_message =
-            absl::StrCat(what, "; ", failures, " worker failures exceed ",
-                         "spec.runPolicy.backoffLimit ", spec.run_policy.backoff_limit);
-        plan.events.push_back({"Warning", "BackoffLimitExceeded", failed_message});
-        break;
-      }
-      ++w.incarnation;
-      w.pod = WorkerPodName(job, w.index, w.incarnation);
-      w.node.clear();
-      plan.events.push_back(
-          {"Warning", "WorkerFailed",
-           absl::StrCat(what, "; restarting as incarnation ", w.incarnation, " (failure ", failures,
-                        " of backoffLimit ", spec.run_policy.backoff_limit, ")")});
-    }
-
-    // Success: every worker's pod succeeded.
-    if (!failed) {
-      bool all = n > 0;
-      for (const WorkerInstance& w : instances) all = all && IsSucceeded(find_pod(w.pod));
-      if (all) {
-        succeeded = true;
-        plan.events.push_back(
-            {"Normal", "JobSucceeded",
-             absl::StrCat("all ", Plural(n, "worker", "workers"), " succeeded",
-                          o.progress ? absl::StrCat("; ", o.progress->records_committed,
-                                                    " records committed")
-                                     : "")});
-      }
-    }
-    if (succeeded || failed) completion = (now / 1000) * 1000;
-  }
-  const bool finished = succeeded || failed;
-
-  // Where each worker's desired pod runs.
+WorkerInstance* FindInstance(std::vector<WorkerInstance>& instances, const std::string& id) {
   for (WorkerInstance& w : instances) {
-    const Json* pod = find_pod(w.pod);
+    if (w.id == id) return &w;
+  }
+  return nullptr;
+}
+
+// A restart: the worker's next incarnation, a new pod name.
+void NextIncarnation(WorkerInstance& w, const std::string& job) {
+  ++w.incarnation;
+  w.pod = WorkerPodName(job, w.index, w.incarnation);
+}
+
+std::string EvidenceText(const Action& a) {
+  return a.evidence.empty() ? "" : "; evidence: " + a.evidence;
+}
+
+// KILL_RESTART: the worker's next incarnation, never again on the node it left.
+Event KillRestart(const Action& a, const std::string& job, WorkerInstance& w) {
+  const std::string old_pod = w.pod;
+  NextIncarnation(w, job);
+  if (!a.from_node.empty() && std::find(w.excluded_nodes.begin(), w.excluded_nodes.end(),
+                                        a.from_node) == w.excluded_nodes.end()) {
+    w.excluded_nodes.push_back(a.from_node);
+  }
+  w.node = a.to_node;
+  return {
+      "Warning", "StragglerRestarted",
+      absl::StrCat("restarted ", w.id, " (pod ", old_pod, ") from node ",
+                   a.from_node.empty() ? "?" : a.from_node, " to ",
+                   a.to_node.empty() ? "any other node" : "node " + a.to_node, " as incarnation ",
+                   w.incarnation, ": rule ", a.rule, "; ", a.reason, EvidenceText(a))};
+}
+
+// ADJUST_BS: the worker's new local batch, and an Event when about a straggler.
+void AdjustBatch(const Action& a, const std::vector<Straggler>& stragglers, WorkerInstance& w,
+                 std::vector<Event>& events) {
+  if (a.local_batch_size > 0) w.local_batch_size = a.local_batch_size;
+  if (!NamesStraggler(a, stragglers)) return;
+  events.push_back({"Normal", "BatchSizeAdjusted",
+                    absl::StrCat(w.id, " local batch set to ", a.local_batch_size, ": rule ",
+                                 a.rule, "; ", a.reason, EvidenceText(a))});
+}
+
+// status.lastActions keeps the newest kMaxLastActions.
+void TrimLastActions(Json& last_actions) {
+  if (last_actions.size() <= kMaxLastActions) return;
+  last_actions.erase(
+      last_actions.begin(),
+      last_actions.begin() + static_cast<std::ptrdiff_t>(last_actions.size() - kMaxLastActions));
+}
+
+void ApplyActions(const Pass& pass, Records& r, Plan& plan) {
+  for (const Action& a : pass.o.actions) {
+    WorkerInstance* w = FindInstance(r.instances, a.worker);
+    if (w == nullptr || (a.kind != "KILL_RESTART" && a.kind != "ADJUST_BS")) {
+      plan.events.push_back({"Warning", "ActionIgnored",
+                             absl::StrCat(a.kind, " for ", a.worker,
+                                          ": the operator carries out KILL_RESTART and "
+                                          "ADJUST_BS for the job's workers only")});
+      continue;
+    }
+    if (a.kind == "KILL_RESTART") {
+      plan.events.push_back(KillRestart(a, pass.job, *w));
+    } else {
+      AdjustBatch(a, pass.o.stragglers, *w, plan.events);
+    }
+    r.last_actions.push_back(LastAction(a, pass.now));
+  }
+  TrimLastActions(r.last_actions);
+}
+
+// ---- Step 3: failures and success ----
+
+// A worker whose desired pod failed is restarted in place (its next
+// incarnation, on any node) until the failures exceed the backoff limit.
+void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
+  const int32_t limit = pass.spec.run_policy.backoff_limit;
+  for (WorkerInstance& w : r.instances) {
+    const Json* pod = pass.children.Pod(w.pod);
+    if (pod == nullptr || kube::Terminating(*pod) || kube::PodPhase(*pod) != "Failed") continue;
+    ++r.failures;
+    const std::string node = GetString(Get(*pod, "spec"), "nodeName");
+    const std::string what =
+        absl::StrCat(w.id, " failed (pod ", w.pod, node.empty() ? "" : " on node " + node, ": ",
+                     FailureText(*pod), ")");
+    if (r.failures > limit) {
+      r.failed = true;
+      r.failed_message = absl::StrCat(what, "; ", r.failures, " worker failures exceed ",
+                                      "spec.runPolicy.backoffLimit ", limit);
+      plan.events.push_back({"Warning", "BackoffLimitExceeded", r.failed_message});
+      return;
+    }
+    NextIncarnation(w, pass.job);
+    w.node.clear();
+    plan.events.push_back(
+        {"Warning", "WorkerFailed",
+         absl::StrCat(what, "; restarting as incarnation ", w.incarnation, " (failure ", r.failures,
+                      " of backoffLimit ", limit, ")")});
+  }
+}
+
+// Success: every worker's desired pod succeeded.
+void CheckSuccess(const Pass& pass, Records& r, Plan& plan) {
+  bool all = pass.n > 0;
+  for (const WorkerInstance& w : r.instances) all = all && IsSucceeded(pass.children.Pod(w.pod));
+  if (!all) return;
+  r.succeeded = true;
+  const std::optional<Progress>& progress = pass.o.progress;
+  plan.events.push_back(
+      {"Normal", "JobSucceeded",
+       absl::StrCat(
+           "all ", Plural(pass.n, "worker", "workers"), " succeeded",
+           progress ? absl::StrCat("; ", progress->records_committed, " records committed") : "")});
+}
+
+// Steps 2 and 3, for a job not finished before this pass.
+void Decide(const Pass& pass, Records& r, Plan& plan) {
+  ApplyActions(pass, r, plan);
+  ApplyFailures(pass, r, plan);
+  if (!r.failed) CheckSuccess(pass, r, plan);
+  if (r.Finished()) r.completion = (pass.now / 1000) * 1000;
+}
+
+// Where each worker's desired pod runs.
+void RecordNodes(const Pass& pass, Records& r) {
+  for (WorkerInstance& w : r.instances) {
+    const Json* pod = pass.children.Pod(w.pod);
     if (pod == nullptr) continue;
     const std::string node = GetString(Get(*pod, "spec"), "nodeName");
     if (!node.empty()) w.node = node;
   }
+}
 
-  // ---- Writes ----
-  if (!finished) {
-    for (Json& svc : RenderServices(o.job, spec, s)) {
-      if (service_names.count(Name(svc)) == 0) {
-        AddWrite(plan, Create("services", std::move(svc), "missing"));
-      }
+// ---- Step 4: the children to create and delete ----
+
+// A server pod is created when missing; one that failed (evicted, say) is
+// deleted, and created again once it is gone.
+void EnsureServer(const Pass& pass, const std::string& name, const std::function<Json()>& render,
+                  Plan& plan) {
+  const Json* pod = pass.children.Pod(name);
+  if (pod == nullptr) {
+    AddWrite(plan, Create("pods", render(), "missing"));
+  } else if (!kube::Terminating(*pod) && kube::PodPhase(*pod) == "Failed") {
+    AddWrite(plan,
+             Delete(*pod, -1,
+                    absl::StrCat("failed (", FailureText(*pod), "); created again once gone")));
+  }
+}
+
+// A worker's other pods are deleted at once; its desired pod is created once
+// they are gone, after a restarted worker left the parameter servers.
+void EnsureWorker(const Pass& pass, const WorkerInstance& w, Plan& plan) {
+  bool others = false;
+  for (const Json* pod : pass.children.PodsOfWorker(w.id)) {
+    if (Name(*pod) == w.pod) continue;
+    others = true;
+    if (!kube::Terminating(*pod)) {
+      AddWrite(plan, Delete(*pod, 0, absl::StrCat("superseded by incarnation ", w.incarnation)));
     }
-    // A server pod that failed (evicted, say) is deleted, and created again
-    // once it is gone.
-    auto ensure_server = [&](const std::string& name, const std::function<Json()>& render) {
-      const Json* pod = find_pod(name);
-      if (pod == nullptr) {
-        AddWrite(plan, Create("pods", render(), "missing"));
-      } else if (!kube::Terminating(*pod) && kube::PodPhase(*pod) == "Failed") {
-        AddWrite(plan,
-                 Delete(*pod, -1,
-                        absl::StrCat("failed (", FailureText(*pod), "); created again once gone")));
-      }
-    };
-    ensure_server(ShardingName(job), [&] { return RenderShardingPod(o.job, spec, s); });
-    if (dataset_created) {
-      for (int32_t k = 0; k < p; ++k) {
-        ensure_server(PsPodName(job, k),
-                      [&] { return RenderParameterServerPod(o.job, spec, k, s); });
-      }
-      for (const WorkerInstance& w : instances) {
-        bool others = false;
-        for (const Json* pod : pods_of_worker[w.id]) {
-          if (Name(*pod) == w.pod) continue;
-          others = true;
-          if (!kube::Terminating(*pod)) {
-            AddWrite(plan,
-                     Delete(*pod, 0, absl::StrCat("superseded by incarnation ", w.incarnation)));
-          }
-        }
-        if (others || find_pod(w.pod) != nullptr) continue;
-        if (w.incarnation > 0) {
-          Write leave;
-          leave.kind = Write::Kind::kLeaveParameterServers;
-          leave.worker = w.id;
-          leave.reason = absl::StrCat("incarnation ", w.incarnation - 1, " is gone");
-          AddWrite(plan, std::move(leave));
-        }
-        AddWrite(plan, Create("pods", RenderWorkerPod(o.job, spec, w, s),
-                              w.incarnation > 0 ? absl::StrCat("incarnation ", w.incarnation)
-                                                : "missing"));
-      }
+  }
+  if (others || pass.children.Pod(w.pod) != nullptr) return;
+  if (w.incarnation > 0) {
+    Write leave;
+    leave.kind = Write::Kind::kLeaveParameterServers;
+    leave.worker = w.id;
+    leave.reason = absl::StrCat("incarnation ", w.incarnation - 1, " is gone");
+    AddWrite(plan, std::move(leave));
+  }
+  AddWrite(plan,
+           Create("pods", RenderWorkerPod(pass.o.job, pass.spec, w, pass.s),
+                  w.incarnation > 0 ? absl::StrCat("incarnation ", w.incarnation) : "missing"));
+}
+
+// A running job: the services and the sharding pod, then, once the sharding
+// service holds the dataset, the parameter servers and the workers.
+void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
+  for (Json& svc : RenderServices(pass.o.job, pass.spec, pass.s)) {
+    if (!pass.children.HasService(Name(svc))) {
+      AddWrite(plan, Create("services", std::move(svc), "missing"));
     }
+  }
+  EnsureServer(
+      pass, ShardingName(pass.job),
+      [&] { return RenderShardingPod(pass.o.job, pass.spec, pass.s); }, plan);
+  if (!r.dataset_created) return;
+  for (int32_t k = 0; k < pass.p; ++k) {
+    EnsureServer(
+        pass, PsPodName(pass.job, k),
+        [&] { return RenderParameterServerPod(pass.o.job, pass.spec, k, pass.s); }, plan);
+  }
+  for (const WorkerInstance& w : r.instances) EnsureWorker(pass, w, plan);
+}
+
+// A finished job: stop what still runs (the servers never exit by themselves).
+void PlanCleanup(const Pass& pass, const Records& r, Plan& plan) {
+  std::vector<const Json*> sorted;
+  for (const Json& pod : pass.o.pods) sorted.push_back(&pod);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Json* a, const Json* b) { return Name(*a) < Name(*b); });
+  for (const Json* pod : sorted) {
+    if (kube::Terminating(*pod) || Finished(*pod)) continue;
+    AddWrite(plan, Delete(*pod, -1, r.succeeded ? "the job succeeded" : "the job failed"));
+  }
+}
+
+// ---- Step 5: the conditions, over a view of the children ----
+
+// How many of a group of pods (nullptr: not created) stand in each state.
+struct Tally {
+  int32_t exist = 0, active = 0, running = 0, ready = 0, succeeded = 0, failed = 0;
+  int64_t container_restarts = 0;
+};
+
+Tally Count(const std::vector<const Json*>& pods) {
+  Tally t;
+  for (const Json* pod : pods) {
+    t.active += IsActive(pod) ? 1 : 0;
+    t.running += IsRunning(pod) ? 1 : 0;
+    t.ready += IsReady(pod) ? 1 : 0;
+    t.succeeded += IsSucceeded(pod) ? 1 : 0;
+    if (pod == nullptr) continue;
+    ++t.exist;
+    t.failed += kube::PodPhase(*pod) == "Failed" ? 1 : 0;
+    const Json& statuses = Get(Get(*pod, "status"), "containerStatuses");
+    if (!statuses.is_array()) continue;
+    for (const Json& c : statuses) t.container_restarts += GetInt(c, "restartCount", 0);
+  }
+  return t;
+}
+
+// The children the status speaks of, once the pass chose each worker's
+// desired pod; nullptr where a pod does not exist.
+struct View {
+  bool services_exist = false;
+  const Json* sharding = nullptr;
+  std::vector<const Json*> servers;  // parameter server k at k
+  std::vector<const Json*> workers;  // each worker's desired pod, as Records::instances
+  Tally server_tally, worker_tally;
+};
+
+View ViewChildren(const Pass& pass, const Records& r) {
+  View v;
+  v.services_exist = pass.children.HasService(ShardingName(pass.job)) &&
+                     pass.children.HasService(PsServiceName(pass.job));
+  v.sharding = pass.children.Pod(ShardingName(pass.job));
+  for (int32_t k = 0; k < pass.p; ++k) {
+    v.servers.push_back(pass.children.Pod(PsPodName(pass.job, k)));
+  }
+  for (const WorkerInstance& w : r.instances) v.workers.push_back(pass.children.Pod(w.pod));
+  v.server_tally = Count(v.servers);
+  v.worker_tally = Count(v.workers);
+  return v;
+}
+
+// A pod's phase for a message: `absent` when there is no pod.
+std::string PhaseText(const Json* pod, const std::string& absent) {
+  if (pod == nullptr) return absent;
+  const std::string phase = kube::PodPhase(*pod);
+  return phase.empty() ? "Pending" : phase;
+}
+
+// One function per condition, as reconciler.h defines them. NewStatus sets them
+// in a fixed order: a condition seen for the first time is appended.
+void SetCreated(const Pass& pass, const Records& r, const View& v, Conditions& c) {
+  const Tally& servers = v.server_tally;
+  const Tally& workers = v.worker_tally;
+  const bool all_exist = v.services_exist && v.sharding != nullptr && servers.exist == pass.p &&
+                         workers.exist == pass.n;
+  if (ConditionTrue(pass.old_status, "Created") || all_exist) {
+    c.Set("Created", true, "AllChildrenCreated",
+          absl::StrCat("created the sharding service, ",
+                       Plural(pass.p, "parameter server", "parameter servers"), " and ",
+                       Plural(pass.n, "worker", "workers")));
+  } else if (!r.dataset_created) {
+    c.Set("Created", false, "WaitingForDataset",
+          "the parameter servers and workers are created once the sharding service holds the "
+          "dataset");
   } else {
-    // Finished: stop what still runs (the servers never exit by themselves).
-    std::vector<const Json*> sorted;
-    for (const Json& pod : o.pods) sorted.push_back(&pod);
-    std::sort(sorted.begin(), sorted.end(),
-              [](const Json* a, const Json* b) { return Name(*a) < Name(*b); });
-    for (const Json* pod : sorted) {
-      if (kube::Terminating(*pod) || Finished(*pod)) continue;
-      AddWrite(plan, Delete(*pod, -1, succeeded ? "the job succeeded" : "the job failed"));
-    }
+    c.Set("Created", false, "CreatingChildren",
+          absl::StrCat(servers.exist, "/", pass.p, " parameter servers and ", workers.exist, "/",
+                       pass.n, " workers created"));
   }
+}
 
-  // ---- Status ----
-  Json conditions =
-      Get(old_status, "conditions").is_array() ? Get(old_status, "conditions") : Json::array();
-  auto set = [&](const std::string& type, bool value, const std::string& reason,
-                 const std::string& message) {
-    SetCondition(conditions, type, value ? "True" : "False", reason, message, generation, now);
-  };
-
-  // Created.
-  bool all_exist = service_names.count(ShardingName(job)) > 0 &&
-                   service_names.count(PsServiceName(job)) > 0 &&
-                   find_pod(ShardingName(job)) != nullptr;
-  int32_t ps_exist = 0;
-  for (int32_t k = 0; k < p; ++k) ps_exist += find_pod(PsPodName(job, k)) != nullptr ? 1 : 0;
-  int32_t workers_exist = 0;
-  for (const WorkerInstance& w : instances) workers_exist += find_pod(w.pod) != nullptr ? 1 : 0;
-  all_exist = all_exist && ps_exist == p && workers_exist == n;
-  const std::string created_message = absl::StrCat(
-      "created the sharding service, ", Plural(p, "parameter server", "parameter servers"), " and ",
-      Plural(n, "worker", "workers"));
-  if (ConditionTrue(old_status, "Created") || all_exist) {
-    set("Created", true, "AllChildrenCreated", created_message);
-  } else if (!dataset_created) {
-    set("Created", false, "WaitingForDataset",
-        "the parameter servers and workers are created once the sharding service holds the "
-        "dataset");
+void SetRunning(const Pass& pass, const Records& r, const View& v, Conditions& c) {
+  if (r.Finished()) {
+    c.Set("Running", false, r.succeeded ? "JobSucceeded" : "JobFailed", "the job finished");
+    return;
+  }
+  const Tally& workers = v.worker_tally;
+  const int32_t unfinished = pass.n - workers.succeeded;
+  const bool sharding_running = IsRunning(v.sharding);
+  const std::string workers_text = absl::StrCat(
+      workers.running, "/", unfinished, " workers running",
+      workers.succeeded > 0 ? absl::StrCat(" (", workers.succeeded, " succeeded)") : "");
+  if (sharding_running && r.dataset_created && v.server_tally.running == pass.p &&
+      workers.running == unfinished) {
+    c.Set("Running", true, "AllPodsRunning", workers_text);
+  } else if (!r.dataset_created) {
+    c.Set("Running", false, "WaitingForDataset",
+          absl::StrCat("waiting for the sharding service (pod ", ShardingName(pass.job), ": ",
+                       PhaseText(v.sharding, "not created"), ") to hold the dataset"));
   } else {
-    set("Created", false, "CreatingChildren",
-        absl::StrCat(ps_exist, "/", p, " parameter servers and ", workers_exist, "/", n,
-                     " workers created"));
-  }
-
-  // Running.
-  int32_t active_workers = 0, running_workers = 0, ready_workers = 0, succeeded_workers = 0;
-  int64_t restarts = 0;
-  for (const WorkerInstance& w : instances) {
-    const Json* pod = find_pod(w.pod);
-    active_workers += IsActive(pod) ? 1 : 0;
-    running_workers += IsRunning(pod) ? 1 : 0;
-    ready_workers += IsReady(pod) ? 1 : 0;
-    succeeded_workers += IsSucceeded(pod) ? 1 : 0;
-    restarts += w.incarnation;
-  }
-  int32_t ps_active = 0, ps_running = 0, ps_ready = 0, ps_succeeded = 0, ps_failed = 0;
-  int64_t ps_restarts = 0;
-  for (int32_t k = 0; k < p; ++k) {
-    const Json* pod = find_pod(PsPodName(job, k));
-    ps_active += IsActive(pod) ? 1 : 0;
-    ps_running += IsRunning(pod) ? 1 : 0;
-    ps_ready += IsReady(pod) ? 1 : 0;
-    ps_succeeded += IsSucceeded(pod) ? 1 : 0;
-    ps_failed += pod != nullptr && kube::PodPhase(*pod) == "Failed" ? 1 : 0;
-    if (pod != nullptr && Get(Get(*pod, "status"), "containerStatuses").is_array()) {
-      for (const Json& c : (*pod)["status"]["containerStatuses"]) {
-        ps_restarts += GetInt(c, "restartCount", 0);
-      }
-    }
-  }
-  const int32_t unfinished_workers = n - succeeded_workers;
-  if (finished) {
-    set("Running", false, succeeded ? "JobSucceeded" : "JobFailed", "the job finished");
-  } else {
-    const Json* sharding = find_pod(ShardingName(job));
-    const bool sharding_running = IsRunning(sharding);
-    std::string workers_text = absl::StrCat(
-        running_workers, "/", unfinished_workers, " workers running",
-        succeeded_workers > 0 ? absl::StrCat(" (", succeeded_workers, " succeeded)") : "");
-    if (sharding_running && dataset_created && ps_running == p &&
-        running_workers == unfinished_workers) {
-      set("Running", true, "AllPodsRunning", workers_text);
-    } else if (!dataset_created) {
-      set("Running", false, "WaitingForDataset",
-          absl::StrCat("waiting for the sharding service (pod ", ShardingName(job), ": ",
-                       sharding == nullptr                 ? "not created"
-                       : kube::PodPhase(*sharding).empty() ? "Pending"
-                                                           : kube::PodPhase(*sharding),
-                       ") to hold the dataset"));
-    } else {
-      set("Running", false, "PodsNotRunning",
-          absl::StrCat(workers_text, ", ", ps_running, "/", p, " parameter servers running",
+    c.Set("Running", false, "PodsNotRunning",
+          absl::StrCat(workers_text, ", ", v.server_tally.running, "/", pass.p,
+                       " parameter servers running",
                        sharding_running ? "" : ", the sharding service is not running"));
-    }
   }
+}
 
-  // StragglersDetected.
-  Json stragglers = Json::array();
+// status.stragglers, and the stragglers (not the leaders) the condition names;
+// none once the job finished.
+struct StragglerReport {
+  Json list = Json::array();
   std::vector<std::string> named;
-  if (!finished) {
-    for (const Straggler& st : o.stragglers) {
-      stragglers.push_back({{"worker", st.worker},
-                            {"node", st.node},
-                            {"pod", st.pod},
-                            {"class", st.klass},
-                            {"cause", st.cause},
-                            {"score", Round2(st.score)},
-                            {"since", kube::FormatTime(st.since_ms)}});
-      if (IsStraggler(st)) {
-        named.push_back(absl::StrCat(st.worker, " on ", st.node.empty() ? "?" : st.node, " (",
-                                     st.klass, st.cause.empty() ? "" : ": " + st.cause, ")"));
-      }
-    }
-  }
-  if (named.empty()) {
-    set("StragglersDetected", false, "NoStragglers", "no stragglers");
-  } else {
-    set("StragglersDetected", true, "StragglersFound", absl::StrJoin(named, "; "));
-  }
+};
 
-  // Mitigating.
-  std::vector<std::string> restarting, adjusted;
-  for (const WorkerInstance& w : instances) {
-    const Json* pod = find_pod(w.pod);
-    if (w.incarnation > 0 && !IsRunning(pod) && !IsSucceeded(pod)) {
-      restarting.push_back(absl::StrCat(w.id, " (pod ", w.pod, ": ",
-                                        pod == nullptr                 ? "not created yet"
-                                        : kube::PodPhase(*pod).empty() ? "Pending"
-                                                                       : kube::PodPhase(*pod),
-                                        ")"));
+StragglerReport ReportStragglers(const Observed& o, bool finished) {
+  StragglerReport report;
+  if (finished) return report;
+  for (const Straggler& st : o.stragglers) {
+    report.list.push_back({{"worker", st.worker},
+                           {"node", st.node},
+                           {"pod", st.pod},
+                           {"class", st.klass},
+                           {"cause", st.cause},
+                           {"score", Round2(st.score)},
+                           {"since", kube::FormatTime(st.since_ms)}});
+    if (IsStraggler(st)) {
+      report.named.push_back(absl::StrCat(st.worker, " on ", st.node.empty() ? "?" : st.node, " (",
+                                          st.klass, st.cause.empty() ? "" : ": " + st.cause, ")"));
     }
-    if (w.local_batch_size != bridge::InitialLocalBatch(spec, w.index)) {
+  }
+  return report;
+}
+
+void SetStragglersDetected(const StragglerReport& report, Conditions& c) {
+  if (report.named.empty()) {
+    c.Set("StragglersDetected", false, "NoStragglers", "no stragglers");
+  } else {
+    c.Set("StragglersDetected", true, "StragglersFound", absl::StrJoin(report.named, "; "));
+  }
+}
+
+void SetMitigating(const Pass& pass, const Records& r, const View& v, Conditions& c) {
+  if (r.Finished()) {
+    c.Set("Mitigating", false, "JobFinished", "the job finished");
+    return;
+  }
+  std::vector<std::string> restarting, adjusted;
+  for (size_t i = 0; i < r.instances.size(); ++i) {
+    const WorkerInstance& w = r.instances[i];
+    const Json* pod = v.workers[i];
+    if (w.incarnation > 0 && !IsRunning(pod) && !IsSucceeded(pod)) {
+      restarting.push_back(
+          absl::StrCat(w.id, " (pod ", w.pod, ": ", PhaseText(pod, "not created yet"), ")"));
+    }
+    if (w.local_batch_size != bridge::InitialLocalBatch(pass.spec, w.index)) {
       adjusted.push_back(absl::StrCat(w.id, "=", w.local_batch_size));
     }
   }
-  if (finished) {
-    set("Mitigating", false, "JobFinished", "the job finished");
-  } else if (!restarting.empty()) {
-    set("Mitigating", true, "RestartingWorker",
-        absl::StrCat("restarting ", absl::StrJoin(restarting, ", ")));
+  if (!restarting.empty()) {
+    c.Set("Mitigating", true, "RestartingWorker",
+          absl::StrCat("restarting ", absl::StrJoin(restarting, ", ")));
   } else if (!adjusted.empty()) {
-    set("Mitigating", true, "BatchSizesAdjusted",
-        absl::StrCat("local batch sizes adjusted: ", absl::StrJoin(adjusted, ", ")));
+    c.Set("Mitigating", true, "BatchSizesAdjusted",
+          absl::StrCat("local batch sizes adjusted: ", absl::StrJoin(adjusted, ", ")));
   } else {
-    set("Mitigating", false, "NoMitigation", "no action in progress");
+    c.Set("Mitigating", false, "NoMitigation", "no action in progress");
   }
+}
 
-  // Succeeded and Failed.
-  if (was_succeeded) {
-    const Json* c = FindCondition(old_status, "Succeeded");
-    set("Succeeded", true, GetString(*c, "reason"), GetString(*c, "message"));
-  } else if (succeeded) {
-    set("Succeeded", true, "AllWorkersSucceeded", absl::StrCat(n, "/", n, " workers succeeded"));
+void SetSucceeded(const Pass& pass, const Records& r, const View& v, Conditions& c) {
+  if (r.was_succeeded) {
+    const Json* old = FindCondition(pass.old_status, "Succeeded");
+    c.Set("Succeeded", true, GetString(*old, "reason"), GetString(*old, "message"));
+  } else if (r.succeeded) {
+    c.Set("Succeeded", true, "AllWorkersSucceeded",
+          absl::StrCat(pass.n, "/", pass.n, " workers succeeded"));
   } else {
-    set("Succeeded", false, failed ? "JobFailed" : "InProgress",
-        absl::StrCat(succeeded_workers, "/", n, " workers succeeded"));
+    c.Set("Succeeded", false, r.failed ? "JobFailed" : "InProgress",
+          absl::StrCat(v.worker_tally.succeeded, "/", pass.n, " workers succeeded"));
   }
-  if (failed) {
-    set("Failed", true, "BackoffLimitExceeded", failed_message);
+}
+
+void SetFailed(const Pass& pass, const Records& r, Conditions& c) {
+  if (r.failed) {
+    c.Set("Failed", true, "BackoffLimitExceeded", r.failed_message);
   } else {
-    set("Failed", false, "NoFailures",
-        absl::StrCat(Plural(failures, "worker failure", "worker failures"), " (backoffLimit ",
-                     spec.run_policy.backoff_limit, ")"));
+    c.Set("Failed", false, "NoFailures",
+          absl::StrCat(Plural(r.failures, "worker failure", "worker failures"), " (backoffLimit ",
+                       pass.spec.run_policy.backoff_limit, ")"));
   }
+}
 
-  // Progress.
-  Json progress;
-  if (o.progress) {
-    progress =
-        ProgressJson(o.progress->records_committed, o.progress->records_total, o.progress->epoch,
-                     o.progress->epochs, o.progress->eta_seconds, succeeded);
-  } else if (Get(old_status, "progress").is_object()) {
-    const Json& old = old_status["progress"];
-    progress = ProgressJson(GetInt(old, "recordsCommitted", 0), GetInt(old, "recordsTotal", 0),
-                            GetInt(old, "epoch", 0), GetInt(old, "epochs", spec.dataset.epochs),
-                            static_cast<double>(GetInt(old, "etaSeconds", -1)), succeeded);
-  } else {
-    progress = ProgressJson(0, spec.dataset.records * spec.dataset.epochs, 0, spec.dataset.epochs,
-                            -1, succeeded);
+// ---- Step 6: the new status ----
+
+// status.progress: the sharding service's, else the last known, else none yet.
+Json ProgressStatus(const Pass& pass, bool succeeded) {
+  const manifest::Job& spec = pass.spec;
+  if (pass.o.progress) {
+    const Progress& now = *pass.o.progress;
+    return ProgressJson(now.records_committed, now.records_total, now.epoch, now.epochs,
+                        now.eta_seconds, succeeded);
   }
+  const Json& old = Get(pass.old_status, "progress");
+  if (old.is_object()) {
+    return ProgressJson(GetInt(old, "recordsCommitted", 0), GetInt(old, "recordsTotal", 0),
+                        GetInt(old, "epoch", 0), GetInt(old, "epochs", spec.dataset.epochs),
+                        static_cast<double>(GetInt(old, "etaSeconds", -1)), succeeded);
+  }
+  return ProgressJson(0, spec.dataset.records * spec.dataset.epochs, 0, spec.dataset.epochs, -1,
+                      succeeded);
+}
 
-  Json instances_json = Json::array();
-  for (const WorkerInstance& w : instances) instances_json.push_back(ToJson(w));
+Json NewStatus(const Pass& pass, const Records& r) {
+  const View v = ViewChildren(pass, r);
+  const StragglerReport stragglers = ReportStragglers(pass.o, r.Finished());
+  Conditions conditions(pass.old_status, pass.generation, pass.now);
+  SetCreated(pass, r, v, conditions);
+  SetRunning(pass, r, v, conditions);
+  SetStragglersDetected(stragglers, conditions);
+  SetMitigating(pass, r, v, conditions);
+  SetSucceeded(pass, r, v, conditions);
+  SetFailed(pass, r, conditions);
 
+  int64_t restarts = 0;
+  Json instances = Json::array();
+  for (const WorkerInstance& w : r.instances) {
+    restarts += w.incarnation;
+    instances.push_back(ToJson(w));
+  }
+  const Tally& wt = v.worker_tally;
+  const Tally& pt = v.server_tally;
+  const std::string start = GetString(pass.old_status, "startTime");
   Json status = {
-      {"observedGeneration", generation},
-      {"conditions", conditions},
-      {"workers", Counts(n, active_workers, ready_workers, succeeded_workers, failures, restarts)},
-      {"parameterServers", Counts(p, ps_active, ps_ready, ps_succeeded, ps_failed, ps_restarts)},
-      {"progress", progress},
-      {"stragglerCount", static_cast<int64_t>(named.size())},
-      {"stragglers", stragglers},
-      {"lastActions", last_actions},
-      {"workerInstances", instances_json},
-      {"datasetCreated", dataset_created},
-      {"startTime", GetString(old_status, "startTime").empty()
-                        ? kube::FormatTime(now)
-                        : GetString(old_status, "startTime")}};
-  if (completion) status["completionTime"] = kube::FormatTime(*completion);
-  if (status != old_status) plan.status = std::move(status);
+      {"observedGeneration", pass.generation},
+      {"conditions", conditions.json()},
+      {"workers", Counts(pass.n, wt.active, wt.ready, wt.succeeded, r.failures, restarts)},
+      {"parameterServers",
+       Counts(pass.p, pt.active, pt.ready, pt.succeeded, pt.failed, pt.container_restarts)},
+      {"progress", ProgressStatus(pass, r.succeeded)},
+      {"stragglerCount", static_cast<int64_t>(stragglers.named.size())},
+      {"stragglers", stragglers.list},
+      {"lastActions", r.last_actions},
+      {"workerInstances", instances},
+      {"datasetCreated", r.dataset_created},
+      {"startTime", start.empty() ? kube::FormatTime(pass.now) : start}};
+  if (r.completion) status["completionTime"] = kube::FormatTime(*r.completion);
+  return status;
+}
 
-  // ---- When to look again ----
-  if (!finished) {
+// ---- Step 7: when to look again ----
+
+// Soon while the job runs; once it finished, when
+// spec.runPolicy.ttlSecondsAfterFinished has passed, and then the job is deleted.
+void PlanRequeue(const Pass& pass, const Records& r, Plan& plan) {
+  if (!r.Finished()) {
     plan.requeue_after_ms = kRunningRequeueMs;
-  } else if (spec.run_policy.ttl_seconds_after_finished >= 0 && completion) {
-    const int64_t deadline = *completion + spec.run_policy.ttl_seconds_after_finished * 1000;
-    if (now >= deadline) {
-      Write w;
-      w.kind = Write::Kind::kDeleteJob;
-      w.name = job;
-      w.uid = Uid(o.job);
-      w.reason =
-          absl::StrCat("spec.runPolicy.ttlSecondsAfterFinished (",
-                       spec.run_policy.ttl_seconds_after_finished, "s) passed since completion");
-      AddWrite(plan, std::move(w));
-    } else {
-      plan.requeue_after_ms = deadline - now;
-    }
+    return;
   }
+  const int64_t ttl = pass.spec.run_policy.ttl_seconds_after_finished;
+  if (ttl < 0 || !r.completion) return;
+  const int64_t deadline = *r.completion + ttl * 1000;
+  if (pass.now < deadline) {
+    plan.requeue_after_ms = deadline - pass.now;
+    return;
+  }
+  Write w;
+  w.kind = Write::Kind::kDeleteJob;
+  w.name = pass.job;
+  w.uid = Uid(pass.o.job);
+  w.reason =
+      absl::StrCat("spec.runPolicy.ttlSecondsAfterFinished (", ttl, "s) passed since completion");
+  AddWrite(plan, std::move(w));
+}
+
+}  // namespace
+
+Plan Reconcile(const Observed& o, const Settings& s) {
+  const Json& meta = Get(o.job, "metadata");
+  // Being deleted: the garbage collector removes the children.
+  if (!Get(meta, "deletionTimestamp").is_null()) return Plan{};
+  if (!o.spec.ok()) return InvalidSpecPlan(o, Get(o.job, "status"), GetInt(meta, "generation", 0));
+
+  const Pass pass(o, s);
+  Plan plan;
+  Records r = LoadRecords(pass);
+  if (!r.Finished()) Decide(pass, r, plan);
+  RecordNodes(pass, r);
+  if (r.Finished()) {
+    PlanCleanup(pass, r, plan);
+  } else {
+    PlanChildren(pass, r, plan);
+  }
+  Json status = NewStatus(pass, r);
+  if (status != pass.old_status) plan.status = std::move(status);
+  PlanRequeue(pass, r, plan);
   return plan;
 }
 
