@@ -57,6 +57,10 @@ bool IsStraggler(StragglerClass c) {
 
 double NonNegative(double v) { return std::isfinite(v) && v > 0 ? v : 0; }
 
+using Accums = std::map<std::string, internal::Accum>;  // member id -> window sums
+using Members = std::map<std::string, internal::Member>;
+using Evidence = google::protobuf::Map<std::string, double>;
+
 // One member's view of one window.
 struct Observation {
   bool has_own = false;  // its own reports
@@ -73,6 +77,269 @@ struct Observation {
   double latency_score = 0;
   bool latency_classify = false;
 };
+
+// The score step's result for one window.
+struct WindowScores {
+  std::map<std::string, Observation> observations;  // by member id
+  std::map<std::string, double> role_median;
+  std::map<std::string, std::vector<double>> server_latencies;  // server -> one mean per worker
+};
+
+// A member's window score: the larger over the sources with enough peers to
+// classify, else its only source's (not classified); BPT and median from its
+// own reports when it has them, else from the workers' latency to it.
+struct MemberScore {
+  double score = 0;
+  bool classify = false;
+  double bpt = 0;
+  double median = 0;
+};
+
+// Moves the window's sums out of the job's pending windows.
+Accums TakeWindow(internal::Job& job, int64_t window) {
+  Accums accums;
+  if (auto it = job.pending.find(window); it != job.pending.end()) {
+    accums = std::move(it->second);
+    job.pending.erase(it);
+  }
+  return accums;
+}
+
+// Score, own reports: window BPT per member, median per role. A member that
+// reported takes the report's role and node, even with too few reports.
+WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, Members& members) {
+  WindowScores scores;
+  std::map<std::string, std::vector<double>> role_bpts;
+  for (const auto& [id, a] : accums) {
+    internal::Member& m = members[id];
+    m.role = a.role;
+    if (!a.node.empty()) m.node = a.node;
+    if (a.count < config.min_reports_per_window) continue;
+    Observation& o = scores.observations[id];
+    o.has_own = true;
+    o.bpt = a.bpt / static_cast<double>(a.count);
+    o.samples_per_second = a.samples / a.bpt;
+    o.data_wait_share = a.data_wait / a.bpt;
+    o.communication_share = a.communication / a.bpt;
+    role_bpts[a.role].push_back(o.bpt);
+    for (const auto& [server, sum] : a.ps_latency) {
+      scores.server_latencies[server].push_back(sum.first / static_cast<double>(sum.second));
+    }
+  }
+  for (const auto& [role, bpts] : role_bpts) scores.role_median[role] = Median(bpts);
+  for (auto& [id, o] : scores.observations) {
+    const std::string& role = members[id].role;
+    o.median = scores.role_median[role];
+    o.own_score = o.bpt / o.median;
+    o.own_classify = static_cast<int>(role_bpts[role].size()) >= config.min_peers;
+  }
+  return scores;
+}
+
+// Score, parameter servers through the workers' latency: median over workers
+// per server, against the median over servers.
+void ScoreServerLatency(const MonitorConfig& config, Members& members, WindowScores& scores) {
+  std::map<std::string, double> server_latency;
+  std::vector<double> latencies;
+  for (const auto& [server, values] : scores.server_latencies) {
+    latencies.push_back(server_latency[server] = Median(values));
+  }
+  const double latency_median = Median(latencies);
+  const bool latency_classify = static_cast<int>(latencies.size()) >= config.min_peers;
+  for (const auto& [server, latency] : server_latency) {
+    internal::Member& m = members[server];
+    if (m.role.empty()) m.role = kPsRole;
+    Observation& o = scores.observations[server];
+    o.has_latency = true;
+    o.latency = latency;
+    o.latency_median = latency_median;
+    o.latency_score = latency_median > 0 ? latency / latency_median : 1;
+    o.latency_classify = latency_classify;
+  }
+}
+
+// Whole-job slowdown, from the worker median against its warm-up baseline.
+void UpdateJobSlowdown(const MonitorConfig& config,
+                       const std::map<std::string, double>& role_median, internal::Job& job) {
+  auto it = role_median.find(kWorkerRole);
+  if (it == role_median.end()) return;
+  if (static_cast<int>(job.warmup_medians.size()) < config.warmup_windows) {
+    job.warmup_medians.push_back(it->second);
+    if (static_cast<int>(job.warmup_medians.size()) == config.warmup_windows) {
+      job.baseline_median = Median(job.warmup_medians);
+    }
+  }
+  job.job_slowdown =
+      job.baseline_median > 0 && it->second > config.job_slowdown_ratio * job.baseline_median;
+}
+
+MemberScore Combine(const Observation& o) {
+  MemberScore s;
+  if (o.has_own && o.own_classify) {
+    s.score = o.own_score;
+    s.classify = true;
+  }
+  if (o.has_latency && o.latency_classify) {
+    s.score = s.classify ? std::max(s.score, o.latency_score) : o.latency_score;
+    s.classify = true;
+  }
+  if (!s.classify) s.score = o.has_own ? o.own_score : o.latency_score;
+  s.bpt = o.has_own ? o.bpt : o.latency;
+  s.median = o.has_own ? o.median : o.latency_median;
+  return s;
+}
+
+// The member's first warmup_windows windows: its baseline BPT, and whether it
+// was a steady straggler from the start.
+void UpdateWarmup(const MonitorConfig& config, const MemberScore& s, internal::Member& m) {
+  if (static_cast<int>(m.warmup_bpt.size()) >= config.warmup_windows) return;
+  m.warmup_bpt.push_back(s.bpt);
+  m.warmup_scores.push_back(s.score);
+  if (static_cast<int>(m.warmup_bpt.size()) < config.warmup_windows) return;
+  m.baseline_bpt = Median(m.warmup_bpt);
+  m.profile_deterministic =
+      std::all_of(m.warmup_scores.begin(), m.warmup_scores.end(),
+                  [&](double score) { return score >= config.straggler_threshold; }) &&
+      Cv(m.warmup_scores) < config.deterministic_cv;
+}
+
+// Record: the member's class, its last window (kept for Health) and history.
+void Record(const MonitorConfig& config, const Observation& o, const MemberScore& s,
+            StragglerClass cls, int64_t start_ms, internal::Member& m) {
+  if (!m.closed || cls != m.cls) m.since_ms = start_ms;
+  m.cls = cls;
+  m.closed = true;
+  const double baseline = m.baseline_bpt > 0 ? m.baseline_bpt : Median(m.warmup_bpt);
+  m.last = WindowPoint{
+      start_ms, s.bpt, s.median, s.score, baseline > 0 ? s.bpt / baseline : 1, o.samples_per_second,
+      cls};
+  m.has_split = o.has_own;
+  m.data_wait_share = o.data_wait_share;
+  m.communication_share = o.communication_share;
+  m.has_latency = o.has_latency;
+  m.latency = o.latency;
+  m.latency_median = o.latency_median;
+  m.latency_score = o.latency_score;
+  m.history.push_back(m.last);
+  while (static_cast<int>(m.history.size()) > config.history_windows) m.history.pop_front();
+}
+
+// The causes a straggler's evidence points at; the strongest that fired wins.
+struct Signals {
+  bool hardware = false;
+  bool throttled = false;
+  bool gpu = false;
+  bool memory = false;
+  bool io = false;
+  bool network = false;
+  bool contention = false;
+  bool data = false;
+};
+
+// CPU_THROTTLING from the node's cgroups, GPU_THROTTLING from its GPUs.
+void ThrottlingSignals(const v1::NodeSample& sample, const CauseThresholds& th, Evidence& ev,
+                       Signals& s) {
+  if (sample.cgroups_size() > 0) {
+    double max_throttled = 0;
+    for (const auto& cg : sample.cgroups()) {
+      max_throttled = std::max(max_throttled, NonNegative(cg.throttled_fraction()));
+    }
+    ev["cgroup_throttled_fraction"] = max_throttled;
+    s.throttled = max_throttled > th.cgroup_throttled_fraction;
+  }
+  if (sample.gpus_size() > 0) {
+    bool thermal = false, power = false;
+    for (const auto& g : sample.gpus()) {
+      thermal = thermal || g.thermal_throttling();
+      power = power || g.power_throttling();
+    }
+    ev["gpu_thermal_throttling"] = thermal ? 1 : 0;
+    ev["gpu_power_throttling"] = power ? 1 : 0;
+    s.gpu = thermal || power;
+  }
+}
+
+// MEMORY_PRESSURE, IO_PRESSURE and CPU_CONTENTION from pressure stall
+// information, MEMORY_PRESSURE from available memory too.
+void PressureSignals(const v1::NodeSample& sample, const CauseThresholds& th, Evidence& ev,
+                     Signals& s) {
+  if (sample.has_pressure()) {
+    const v1::PressureSample& p = sample.pressure();
+    ev["memory_some_avg10"] = p.memory_some_avg10();
+    ev["io_some_avg10"] = p.io_some_avg10();
+    ev["cpu_some_avg10"] = p.cpu_some_avg10();
+    s.memory = p.memory_some_avg10() > th.memory_some_avg10;
+    s.io = p.io_some_avg10() > th.io_some_avg10;
+    s.contention = p.cpu_some_avg10() > th.cpu_some_avg10;
+  }
+  if (sample.has_memory() && sample.memory().total_bytes() > 0) {
+    const double available = static_cast<double>(sample.memory().available_bytes()) /
+                             static_cast<double>(sample.memory().total_bytes());
+    ev["memory_available_fraction"] = available;
+    s.memory = s.memory || available < th.memory_available_fraction;
+  }
+}
+
+// NETWORK from drops and errors on the node's interfaces other than "lo".
+void NetworkSignal(const v1::NodeSample& sample, Evidence& ev, Signals& s) {
+  if (sample.net_size() == 0) return;
+  double drops = 0, errors = 0;
+  for (const auto& n : sample.net()) {
+    if (n.name() == "lo") continue;
+    drops += NonNegative(n.rx_drops_per_second()) + NonNegative(n.tx_drops_per_second());
+    errors += NonNegative(n.errors_per_second());
+  }
+  ev["net_drops_per_second"] = drops;
+  ev["net_errors_per_second"] = errors;
+  s.network = drops > 0 || errors > 0;
+}
+
+// Every signal of a fresh node sample.
+void SampleSignals(const v1::NodeSample& sample, const CauseThresholds& th, Evidence& ev,
+                   Signals& s) {
+  ThrottlingSignals(sample, th, ev, s);
+  PressureSignals(sample, th, ev, s);
+  NetworkSignal(sample, ev, s);
+  if (sample.has_cpu()) {
+    ev["cpu_utilization"] = sample.cpu().utilization();
+    s.contention = s.contention || sample.cpu().utilization() > th.cpu_utilization;
+  }
+}
+
+// NETWORK and DATA_LOADING from the member's last step split; a parameter
+// server's latency as seen by the workers, as evidence only.
+void StepSignals(const internal::Member& member, const CauseThresholds& th, Evidence& ev,
+                 Signals& s) {
+  if (member.has_split) {
+    ev["communication_share"] = member.communication_share;
+    ev["data_wait_share"] = member.data_wait_share;
+    s.network = s.network || member.communication_share > th.step_share;
+    s.data = member.data_wait_share > th.step_share;
+  }
+  if (member.has_latency) {
+    ev["ps_latency_seconds"] = member.latency;
+    ev["ps_latency_median_seconds"] = member.latency_median;
+    ev["ps_latency_score"] = member.latency_score;
+  }
+}
+
+// Strongest first; see the file comment for why this order.
+v1::Cause StrongestCause(const Signals& s) {
+  const std::pair<bool, v1::Cause> order[] = {
+      {s.hardware, v1::HARDWARE},
+      {s.throttled, v1::CPU_THROTTLING},
+      {s.gpu, v1::GPU_THROTTLING},
+      {s.memory, v1::MEMORY_PRESSURE},
+      {s.io, v1::IO_PRESSURE},
+      {s.network, v1::NETWORK},
+      {s.contention, v1::CPU_CONTENTION},
+      {s.data, v1::DATA_LOADING},
+  };
+  for (const auto& [fired, cause] : order) {
+    if (fired) return cause;
+  }
+  return v1::CAUSE_UNKNOWN;
+}
 
 }  // namespace
 
@@ -217,80 +484,18 @@ void Monitor::CloseWindows(int64_t now_ms) {
   }
 }
 
+// Score every member that reported in the window, classify each scored one,
+// record its window; forget the members silent for too long.
 void Monitor::CloseWindow(Job& job, int64_t window) {
-  std::map<std::string, internal::Accum> accums;
-  if (auto it = job.pending.find(window); it != job.pending.end()) {
-    accums = std::move(it->second);
-    job.pending.erase(it);
-  }
-  const int64_t start_ms = window * config_.window_ms;
-
-  // Own reports: window BPT per member, median per role.
-  std::map<std::string, Observation> obs;
-  std::map<std::string, std::vector<double>> role_bpts;
-  std::map<std::string, std::vector<double>> server_latencies;  // server -> per worker
-  for (const auto& [id, a] : accums) {
-    Member& m = job.members[id];
-    m.role = a.role;
-    if (!a.node.empty()) m.node = a.node;
-    if (a.count < config_.min_reports_per_window) continue;
-    Observation& o = obs[id];
-    o.has_own = true;
-    o.bpt = a.bpt / static_cast<double>(a.count);
-    o.samples_per_second = a.samples / a.bpt;
-    o.data_wait_share = a.data_wait / a.bpt;
-    o.communication_share = a.communication / a.bpt;
-    role_bpts[a.role].push_back(o.bpt);
-    for (const auto& [server, sum] : a.ps_latency) {
-      server_latencies[server].push_back(sum.first / static_cast<double>(sum.second));
-    }
-  }
-  std::map<std::string, double> role_median;
-  for (const auto& [role, bpts] : role_bpts) role_median[role] = Median(bpts);
-  for (auto& [id, o] : obs) {
-    const std::string& role = job.members[id].role;
-    o.median = role_median[role];
-    o.own_score = o.bpt / o.median;
-    o.own_classify = static_cast<int>(role_bpts[role].size()) >= config_.min_peers;
-  }
-
-  // Parameter servers through the workers' latency: median over workers per
-  // server, against the median over servers.
-  std::map<std::string, double> server_latency;
-  std::vector<double> latencies;
-  for (const auto& [server, values] : server_latencies) {
-    latencies.push_back(server_latency[server] = Median(values));
-  }
-  const double latency_median = Median(latencies);
-  const bool latency_classify = static_cast<int>(latencies.size()) >= config_.min_peers;
-  for (const auto& [server, latency] : server_latency) {
-    Member& m = job.members[server];
-    if (m.role.empty()) m.role = kPsRole;
-    Observation& o = obs[server];
-    o.has_latency = true;
-    o.latency = latency;
-    o.latency_median = latency_median;
-    o.latency_score = latency_median > 0 ? latency / latency_median : 1;
-    o.latency_classify = latency_classify;
-  }
-
-  // Whole-job slowdown, from the worker median against its warm-up baseline.
-  if (auto it = role_median.find(kWorkerRole); it != role_median.end()) {
-    if (static_cast<int>(job.warmup_medians.size()) < config_.warmup_windows) {
-      job.warmup_medians.push_back(it->second);
-      if (static_cast<int>(job.warmup_medians.size()) == config_.warmup_windows) {
-        job.baseline_median = Median(job.warmup_medians);
-      }
-    }
-    job.job_slowdown =
-        job.baseline_median > 0 && it->second > config_.job_slowdown_ratio * job.baseline_median;
-  }
-
+  WindowScores scores = ScoreOwnReports(config_, TakeWindow(job, window), job.members);
+  ScoreServerLatency(config_, job.members, scores);
+  UpdateJobSlowdown(config_, scores.role_median, job);
   const Majorities majorities = HardwareMajorities(job);
+  const int64_t start_ms = window * config_.window_ms;
   for (auto it = job.members.begin(); it != job.members.end();) {
     Member& m = it->second;
-    auto oit = obs.find(it->first);
-    if (oit == obs.end()) {
+    auto oit = scores.observations.find(it->first);
+    if (oit == scores.observations.end()) {
       if (++m.windows_missing >= config_.forget_after_windows) {
         it = job.members.erase(it);
         ++stats_.members_forgotten;
@@ -299,73 +504,29 @@ void Monitor::CloseWindow(Job& job, int64_t window) {
       }
       continue;
     }
-    const Observation& o = oit->second;
     m.windows_missing = 0;
-
-    // The larger score over the sources with enough peers to classify.
-    double score = 0;
-    bool classify = false;
-    if (o.has_own && o.own_classify) {
-      score = o.own_score;
-      classify = true;
-    }
-    if (o.has_latency && o.latency_classify) {
-      score = classify ? std::max(score, o.latency_score) : o.latency_score;
-      classify = true;
-    }
-    if (!classify) score = o.has_own ? o.own_score : o.latency_score;
-    const double bpt = o.has_own ? o.bpt : o.latency;
-    const double median = o.has_own ? o.median : o.latency_median;
-
-    if (static_cast<int>(m.warmup_bpt.size()) < config_.warmup_windows) {
-      m.warmup_bpt.push_back(bpt);
-      m.warmup_scores.push_back(score);
-      if (static_cast<int>(m.warmup_bpt.size()) == config_.warmup_windows) {
-        m.baseline_bpt = Median(m.warmup_bpt);
-        m.profile_deterministic =
-            std::all_of(m.warmup_scores.begin(), m.warmup_scores.end(),
-                        [&](double s) { return s >= config_.straggler_threshold; }) &&
-            Cv(m.warmup_scores) < config_.deterministic_cv;
-      }
-    }
-    const double baseline = m.baseline_bpt > 0 ? m.baseline_bpt : Median(m.warmup_bpt);
-
-    const bool slow = classify && score >= (IsStraggler(m.cls) ? config_.recover_threshold
-                                                               : config_.straggler_threshold);
-    const bool leader =
-        classify && !slow &&
-        score < (m.cls == v1::LEADER ? config_.leader_exit_threshold : config_.leader_threshold);
-    m.windows_slow = slow ? m.windows_slow + 1 : 0;
-    if (!slow) m.profile_deterministic = false;
-    StragglerClass cls = v1::HEALTHY;
-    if (slow) {
-      if (m.profile_deterministic || LabelDeterministic(m, majorities, nullptr)) {
-        cls = v1::DETERMINISTIC;
-      } else if (m.windows_slow >= config_.persistent_windows) {
-        cls = v1::PERSISTENT;
-      } else {
-        cls = v1::TRANSIENT;
-      }
-    } else if (leader) {
-      cls = v1::LEADER;
-    }
-    if (!m.closed || cls != m.cls) m.since_ms = start_ms;
-    m.cls = cls;
-    m.closed = true;
-
-    m.last = WindowPoint{
-        start_ms, bpt, median, score, baseline > 0 ? bpt / baseline : 1, o.samples_per_second, cls};
-    m.has_split = o.has_own;
-    m.data_wait_share = o.data_wait_share;
-    m.communication_share = o.communication_share;
-    m.has_latency = o.has_latency;
-    m.latency = o.latency;
-    m.latency_median = o.latency_median;
-    m.latency_score = o.latency_score;
-    m.history.push_back(m.last);
-    while (static_cast<int>(m.history.size()) > config_.history_windows) m.history.pop_front();
+    const MemberScore s = Combine(oit->second);
+    UpdateWarmup(config_, s, m);
+    Record(config_, oit->second, s, Classify(m, s.score, s.classify, majorities), start_ms, m);
     ++it;
   }
+}
+
+StragglerClass Monitor::Classify(Member& m, double score, bool classify,
+                                 const Majorities& majorities) const {
+  const bool slow = classify && score >= (IsStraggler(m.cls) ? config_.recover_threshold
+                                                             : config_.straggler_threshold);
+  m.windows_slow = slow ? m.windows_slow + 1 : 0;
+  if (!slow) {
+    m.profile_deterministic = false;
+    const bool leader = classify && score < (m.cls == v1::LEADER ? config_.leader_exit_threshold
+                                                                 : config_.leader_threshold);
+    return leader ? v1::LEADER : v1::HEALTHY;
+  }
+  if (m.profile_deterministic || LabelDeterministic(m, majorities, nullptr)) {
+    return v1::DETERMINISTIC;
+  }
+  return m.windows_slow >= config_.persistent_windows ? v1::PERSISTENT : v1::TRANSIENT;
 }
 
 Monitor::Majorities Monitor::HardwareMajorities(const Job& job) const {
@@ -424,98 +585,19 @@ bool Monitor::LabelDeterministic(const Member& member, const Majorities& majorit
 
 void Monitor::Attribute(const Member& member, const Majorities& majorities, int64_t now_ms,
                         v1::WorkerHealth& health) const {
-  google::protobuf::Map<std::string, double>& ev = *health.mutable_evidence();
-  const CauseThresholds& th = config_.causes;
-  const bool hardware =
-      LabelDeterministic(member, majorities, &ev) && member.cls == v1::DETERMINISTIC;
-
-  const v1::NodeSample* sample = nullptr;
+  Evidence& ev = *health.mutable_evidence();
+  Signals signals;
+  signals.hardware = LabelDeterministic(member, majorities, &ev) && member.cls == v1::DETERMINISTIC;
   if (auto nit = nodes_.find(member.node);
       !member.node.empty() && nit != nodes_.end() && nit->second.sample.time_unix_ms() > 0) {
     const int64_t age_ms = now_ms - nit->second.sample.time_unix_ms();
     ev["node_sample_age_seconds"] = static_cast<double>(age_ms) / 1000;
-    if (age_ms <= config_.node_sample_max_age_ms) sample = &nit->second.sample;
-  }
-
-  bool throttled = false, gpu = false, memory = false, io = false, network = false;
-  bool contention = false;
-  if (sample != nullptr) {
-    if (sample->cgroups_size() > 0) {
-      double max_throttled = 0;
-      for (const auto& cg : sample->cgroups()) {
-        max_throttled = std::max(max_throttled, NonNegative(cg.throttled_fraction()));
-      }
-      ev["cgroup_throttled_fraction"] = max_throttled;
-      throttled = max_throttled > th.cgroup_throttled_fraction;
-    }
-    if (sample->gpus_size() > 0) {
-      bool thermal = false, power = false;
-      for (const auto& g : sample->gpus()) {
-        thermal = thermal || g.thermal_throttling();
-        power = power || g.power_throttling();
-      }
-      ev["gpu_thermal_throttling"] = thermal ? 1 : 0;
-      ev["gpu_power_throttling"] = power ? 1 : 0;
-      gpu = thermal || power;
-    }
-    if (sample->has_pressure()) {
-      const v1::PressureSample& p = sample->pressure();
-      ev["memory_some_avg10"] = p.memory_some_avg10();
-      ev["io_some_avg10"] = p.io_some_avg10();
-      ev["cpu_some_avg10"] = p.cpu_some_avg10();
-      memory = p.memory_some_avg10() > th.memory_some_avg10;
-      io = p.io_some_avg10() > th.io_some_avg10;
-      contention = p.cpu_some_avg10() > th.cpu_some_avg10;
-    }
-    if (sample->has_memory() && sample->memory().total_bytes() > 0) {
-      const double available = static_cast<double>(sample->memory().available_bytes()) /
-                               static_cast<double>(sample->memory().total_bytes());
-      ev["memory_available_fraction"] = available;
-      memory = memory || available < th.memory_available_fraction;
-    }
-    if (sample->net_size() > 0) {
-      double drops = 0, errors = 0;
-      for (const auto& n : sample->net()) {
-        if (n.name() == "lo") continue;
-        drops += NonNegative(n.rx_drops_per_second()) + NonNegative(n.tx_drops_per_second());
-        errors += NonNegative(n.errors_per_second());
-      }
-      ev["net_drops_per_second"] = drops;
-      ev["net_errors_per_second"] = errors;
-      network = drops > 0 || errors > 0;
-    }
-    if (sample->has_cpu()) {
-      ev["cpu_utilization"] = sample->cpu().utilization();
-      contention = contention || sample->cpu().utilization() > th.cpu_utilization;
+    if (age_ms <= config_.node_sample_max_age_ms) {
+      SampleSignals(nit->second.sample, config_.causes, ev, signals);
     }
   }
-  bool data = false;
-  if (member.has_split) {
-    ev["communication_share"] = member.communication_share;
-    ev["data_wait_share"] = member.data_wait_share;
-    network = network || member.communication_share > th.step_share;
-    data = member.data_wait_share > th.step_share;
-  }
-  if (member.has_latency) {
-    ev["ps_latency_seconds"] = member.latency;
-    ev["ps_latency_median_seconds"] = member.latency_median;
-    ev["ps_latency_score"] = member.latency_score;
-  }
-
-  // Strongest first; see the file comment for why this order.
-  const std::pair<bool, v1::Cause> order[] = {
-      {hardware, v1::HARDWARE},         {throttled, v1::CPU_THROTTLING}, {gpu, v1::GPU_THROTTLING},
-      {memory, v1::MEMORY_PRESSURE},    {io, v1::IO_PRESSURE},           {network, v1::NETWORK},
-      {contention, v1::CPU_CONTENTION}, {data, v1::DATA_LOADING},
-  };
-  v1::Cause cause = v1::CAUSE_UNKNOWN;
-  for (const auto& [fired, c] : order) {
-    if (fired) {
-      cause = c;
-      break;
-    }
-  }
-  health.set_cause(cause);
+  StepSignals(member, config_.causes, ev, signals);
+  health.set_cause(StrongestCause(signals));
 }
 
 v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t now_ms) const {

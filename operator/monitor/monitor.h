@@ -4,7 +4,7 @@
 //
 // Inputs are the agents' messages (StepReport, NodeSample, node labels); time
 // comes only from them and from the `now_ms` arguments. No I/O, no threads, no
-// clock reads. The gRPC service wraps one Monitor behind a mutex.
+// clock reads. MonitorHub (operator/monitor_service) wraps one behind a mutex.
 //
 // Windows. Window n covers [n * window_ms, (n + 1) * window_ms) of Unix time,
 // by the report's time_unix_ms. CloseWindows(now) closes, per job, every window
@@ -77,7 +77,7 @@
 // after 10 x node_sample_max_age_ms without a newer one).
 //
 // Thread-compatible: const methods may run concurrently; anything else needs
-// external synchronization (the service holds one mutex).
+// external synchronization (MonitorHub holds one mutex).
 #pragma once
 
 #include <cstdint>
@@ -245,6 +245,10 @@ class Monitor {
   using Majorities = std::map<std::string, std::string>;  // role -> most common hardware
 
   void CloseWindow(Job& job, int64_t window);
+  // The member's class for a window with `score` (`classify` false: too few
+  // peers, so neither slow nor a leader); counts its consecutive slow windows.
+  v1::StragglerClass Classify(Member& member, double score, bool classify,
+                              const Majorities& majorities) const;
   Majorities HardwareMajorities(const Job& job) const;
   // Whether the member's node labels mark it as a slower device; records the
   // label values checked in `evidence` when given.
