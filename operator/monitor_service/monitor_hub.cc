@@ -1,0 +1,278 @@
+#include "operator/monitor_service/monitor_hub.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "prometheus/metric_family.h"
+
+namespace antdt::monitor {
+
+struct MonitorHub::AgentStream {
+  AgentStream(std::string peer_address, Writer writer)
+      : peer(std::move(peer_address)), write(std::move(writer)) {}
+
+  const std::string peer;
+  std::string node;         // guarded by the hub's mu_: as the last hello said
+  bool registered = false;  // guarded by the hub's mu_: a hello came
+  std::mutex write_mu;
+  Writer write;  // guarded by write_mu; empty once closed
+};
+
+MonitorHub::MonitorHub(Monitor monitor, const Clock* clock)
+    : clock_(clock), monitor_(std::move(monitor)) {}
+
+MonitorHub::~MonitorHub() { Stop(); }
+
+std::shared_ptr<MonitorHub::AgentStream> MonitorHub::OpenStream(std::string peer, Writer write) {
+  auto stream = std::make_shared<AgentStream>(std::move(peer), std::move(write));
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_[stream.get()] = stream;
+  return stream;
+}
+
+void MonitorHub::Receive(AgentStream& stream, const v1::AgentMessage& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  switch (message.body_case()) {
+    case v1::AgentMessage::kHello:
+      stream.node = message.hello().node();
+      if (!message.hello().labels().empty()) {
+        monitor_.SetNodeLabels(stream.node,
+                               {message.hello().labels().begin(), message.hello().labels().end()});
+      }
+      if (!stream.registered) {
+        stream.registered = true;
+        ++streams_opened_;
+        LogEvent("agent_connected", {{"node", stream.node}, {"peer", stream.peer}});
+      }
+      break;
+    case v1::AgentMessage::kNodeSample:
+      monitor_.Ingest(message.node_sample());
+      break;
+    case v1::AgentMessage::kStep:
+      monitor_.Ingest(message.step());
+      break;
+    case v1::AgentMessage::kSteps:
+      for (const v1::StepReport& step : message.steps().steps()) monitor_.Ingest(step);
+      break;
+    case v1::AgentMessage::kDropped:
+      dropped_[stream.node] = message.dropped();
+      break;
+    default:
+      break;
+  }
+}
+
+void MonitorHub::CloseStream(AgentStream& stream) {
+  bool registered = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.erase(&stream);
+    registered = stream.registered;
+  }
+  {
+    // Wait out a write in flight before the stream goes away.
+    std::lock_guard<std::mutex> lock(stream.write_mu);
+    stream.write = nullptr;
+  }
+  if (registered) LogEvent("agent_disconnected", {{"node", stream.node}});
+}
+
+bool MonitorHub::Write(AgentStream& stream, const v1::MonitorMessage& message) {
+  std::lock_guard<std::mutex> lock(stream.write_mu);
+  return stream.write && stream.write(message);
+}
+
+bool MonitorHub::SendDirective(const std::string& node, const v1::Directive& directive) {
+  std::vector<std::shared_ptr<AgentStream>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [ptr, s] : streams_) {
+      if (s->registered && s->node == node) targets.push_back(s);
+    }
+  }
+  v1::MonitorMessage message;
+  *message.mutable_directive() = directive;
+  bool sent = false;
+  for (const auto& s : targets) sent = Write(*s, message) || sent;
+  return sent;
+}
+
+absl::StatusOr<v1::GetJobHealthResponse> MonitorHub::Health(const std::string& job) const {
+  if (job.empty()) return absl::InvalidArgumentError("job: must not be empty");
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<std::string> jobs = monitor_.Jobs();
+  if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
+    return absl::NotFoundError(absl::StrCat("job: no reports seen for job ", job));
+  }
+  return monitor_.Health(job, clock_->NowMillis());
+}
+
+void MonitorHub::Tick() {
+  std::vector<std::pair<std::shared_ptr<AgentStream>, v1::MonitorMessage>> outbox;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = clock_->NowMillis();
+    monitor_.CloseWindows(now);
+    if (monitor_.Stats().windows_closed == windows_seen_) return;
+    windows_seen_ = monitor_.Stats().windows_closed;
+    std::map<std::string, v1::HealthUpdate> by_node;
+    for (const std::string& job : monitor_.Jobs()) {
+      v1::GetJobHealthResponse health = monitor_.Health(job, now);
+      for (const v1::WorkerHealth& w : health.workers()) *by_node[w.node()].add_workers() = w;
+    }
+    for (const auto& [ptr, s] : streams_) {
+      auto it = s->registered ? by_node.find(s->node) : by_node.end();
+      if (it == by_node.end()) continue;
+      v1::MonitorMessage message;
+      *message.mutable_health() = it->second;
+      outbox.emplace_back(s, std::move(message));
+    }
+  }
+  for (const auto& [stream, message] : outbox) Write(*stream, message);
+}
+
+void MonitorHub::Start(int64_t tick_ms) {
+  ticker_ = std::thread([this, tick_ms] {
+    std::unique_lock<std::mutex> lock(tick_mu_);
+    while (
+        !tick_cv_.wait_for(lock, std::chrono::milliseconds(tick_ms), [&] { return stopping_; })) {
+      lock.unlock();
+      Tick();
+      lock.lock();
+    }
+  });
+}
+
+void MonitorHub::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(tick_mu_);
+    stopping_ = true;
+  }
+  tick_cv_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
+
+// What the metrics show, copied under the hub's lock.
+struct MetricsInput {
+  MonitorStats stats;
+  std::vector<v1::GetJobHealthResponse> jobs;
+  std::map<std::string, v1::AgentDropped> dropped;  // by node
+  int64_t streams_opened = 0;
+};
+
+void Add(MetricFamily& family, Labels labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (family.type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  family.metric.push_back(std::move(m));
+}
+
+MetricFamily Counter(const std::string& name, const std::string& help,
+                     std::vector<std::pair<Labels, double>> values) {
+  MetricFamily family{name, help, MetricType::Counter, {}};
+  for (auto& [labels, value] : values) Add(family, std::move(labels), value);
+  return family;
+}
+
+std::vector<MetricFamily> IngestFamilies(const MonitorStats& stats, int64_t streams_opened) {
+  return {
+      Counter("antdt_monitor_reports_total", "Reports the Monitor took in, by kind.",
+              {{{{"kind", "step"}}, static_cast<double>(stats.step_reports)},
+               {{{"kind", "node_sample"}}, static_cast<double>(stats.node_samples)}}),
+      Counter("antdt_monitor_reports_dropped_total", "Reports the Monitor refused, by reason.",
+              {{{{"reason", "malformed"}}, static_cast<double>(stats.rejected)},
+               {{{"reason", "late"}}, static_cast<double>(stats.late_reports)},
+               {{{"reason", "early"}}, static_cast<double>(stats.early_reports)}}),
+      Counter("antdt_monitor_windows_closed_total", "Windows closed, over all jobs.",
+              {{{}, static_cast<double>(stats.windows_closed)}}),
+      Counter("antdt_monitor_agent_streams_total", "Agent streams opened.",
+              {{{}, static_cast<double>(streams_opened)}}),
+  };
+}
+
+MetricFamily AgentDroppedFamily(const std::map<std::string, v1::AgentDropped>& dropped) {
+  MetricFamily family{"antdt_monitor_agent_dropped_messages",
+                      "Messages agents dropped while disconnected, as they reported.",
+                      MetricType::Gauge,
+                      {}};
+  for (const auto& [node, d] : dropped) {
+    Add(family, {{"node", node}, {"kind", "node_sample"}}, static_cast<double>(d.node_samples()));
+    Add(family, {{"node", node}, {"kind", "step_report"}}, static_cast<double>(d.step_reports()));
+  }
+  return family;
+}
+
+// Score, class and cause of every member of every job.
+std::vector<MetricFamily> HealthFamilies(const std::vector<v1::GetJobHealthResponse>& jobs) {
+  MetricFamily score{"antdt_monitor_straggler_score",
+                     "Window batch time over the role's median (1 = median).",
+                     MetricType::Gauge,
+                     {}};
+  MetricFamily cls{"antdt_monitor_straggler_class",
+                   "1 healthy, 2 leader, 3 deterministic, 4 transient, 5 persistent.",
+                   MetricType::Gauge,
+                   {}};
+  MetricFamily cause{"antdt_monitor_straggler_cause",
+                     "Likely cause (antdt.v1.Cause); 0 when not a straggler.",
+                     MetricType::Gauge,
+                     {}};
+  for (const v1::GetJobHealthResponse& job : jobs) {
+    for (const v1::WorkerHealth& w : job.workers()) {
+      const Labels labels = {
+          {"job", w.job()}, {"worker", w.worker_id()}, {"role", w.role()}, {"node", w.node()}};
+      Add(score, labels, w.score());
+      Add(cls, labels, static_cast<double>(w.class_()));
+      Add(cause, labels, static_cast<double>(w.cause()));
+    }
+  }
+  return {score, cls, cause};
+}
+
+class MonitorCollector final : public prometheus::Collectable {
+ public:
+  explicit MonitorCollector(std::function<MetricsInput()> snapshot)
+      : snapshot_(std::move(snapshot)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    const MetricsInput in = snapshot_();
+    std::vector<MetricFamily> out = IngestFamilies(in.stats, in.streams_opened);
+    out.push_back(AgentDroppedFamily(in.dropped));
+    for (MetricFamily& f : HealthFamilies(in.jobs)) out.push_back(std::move(f));
+    return out;
+  }
+
+ private:
+  std::function<MetricsInput()> snapshot_;
+};
+
+}  // namespace
+
+std::shared_ptr<prometheus::Collectable> MonitorHub::Collector() {
+  return std::make_shared<MonitorCollector>([this] {
+    MetricsInput in;
+    std::lock_guard<std::mutex> lock(mu_);
+    in.stats = monitor_.Stats();
+    const int64_t now = clock_->NowMillis();
+    for (const std::string& job : monitor_.Jobs()) in.jobs.push_back(monitor_.Health(job, now));
+    in.dropped = dropped_;
+    in.streams_opened = streams_opened_;
+    return in;
+  });
+}
+
+}  // namespace antdt::monitor

@@ -1,0 +1,87 @@
+// The Monitor's in-process hub: one monitor::Monitor behind a mutex, the
+// agents' streams by node, and a ticker thread that closes windows and sends
+// each agent its workers' health. It knows nothing of gRPC: MonitorServiceImpl
+// translates RPCs into its calls, and the hosts (`antdt monitor`, the local
+// runner, the operator) may call it directly.
+//
+// Thread-safe. A stream's writer is never called from two threads at once, nor
+// after CloseStream returns.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "antdt/v1/monitor.pb.h"
+#include "common/clock.h"
+#include "operator/monitor/monitor.h"
+#include "prometheus/collectable.h"
+
+namespace antdt::monitor {
+
+class MonitorHub {
+ public:
+  // Writes one message to an agent; false once its stream has failed.
+  using Writer = std::function<bool(const v1::MonitorMessage&)>;
+  // One agent's stream, from OpenStream to CloseStream.
+  struct AgentStream;
+
+  MonitorHub(Monitor monitor, const Clock* clock);
+  ~MonitorHub();  // Stop()s the ticker
+  MonitorHub(const MonitorHub&) = delete;
+  MonitorHub& operator=(const MonitorHub&) = delete;
+
+  // An agent connected from `peer` (for logs). Messages for its node go
+  // through `write` once its hello has named the node.
+  std::shared_ptr<AgentStream> OpenStream(std::string peer, Writer write);
+  // Takes one message from the stream's agent: a hello registers the stream
+  // under its node (non-empty labels replace the node's); node samples and
+  // step reports go into the Monitor; drop counts are kept by node for metrics.
+  void Receive(AgentStream& stream, const v1::AgentMessage& message);
+  // Unregisters the stream; waits out a write in flight.
+  void CloseStream(AgentStream& stream);
+
+  // Sends a directive to the agents of `node`; false when none is connected
+  // or no write succeeded.
+  bool SendDirective(const std::string& node, const v1::Directive& directive);
+  // The job's health now. INVALID_ARGUMENT for an empty name, NOT_FOUND for a
+  // job with no reports.
+  absl::StatusOr<v1::GetJobHealthResponse> Health(const std::string& job) const;
+
+  // Starts the ticker that calls Tick every `tick_ms`.
+  void Start(int64_t tick_ms);
+  // Stops the ticker; idempotent.
+  void Stop();
+  // Closes elapsed windows and, when any closed, sends each agent its
+  // workers' health. The ticker calls it; tests may too.
+  void Tick();
+
+  // antdt_monitor_* metrics: ingest counters and per-worker health.
+  std::shared_ptr<prometheus::Collectable> Collector();
+
+ private:
+  // Writes unless the stream is closed; false when closed or the write failed.
+  static bool Write(AgentStream& stream, const v1::MonitorMessage& message);
+
+  const Clock* const clock_;
+  mutable std::mutex mu_;
+  Monitor monitor_ ABSL_GUARDED_BY(mu_);
+  int64_t windows_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t streams_opened_ ABSL_GUARDED_BY(mu_) = 0;  // hellos that registered a stream
+  std::map<std::string, v1::AgentDropped> dropped_ ABSL_GUARDED_BY(mu_);  // by node, as agents said
+  std::map<AgentStream*, std::shared_ptr<AgentStream>> streams_ ABSL_GUARDED_BY(mu_);  // open ones
+
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool stopping_ ABSL_GUARDED_BY(tick_mu_) = false;
+  std::thread ticker_;
+};
+
+}  // namespace antdt::monitor

@@ -1,0 +1,220 @@
+#include "operator/monitor_service/monitor_hub.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <vector>
+
+#include "common/process.h"
+#include "prometheus/text_serializer.h"
+
+namespace antdt::monitor {
+namespace {
+
+constexpr char kJob[] = "team/ctr";
+constexpr int64_t kWindowMs = 10'000;
+constexpr int64_t kCloseAfterMs = kWindowMs + 2'000;  // the window plus the allowed lateness
+
+// An agent's end of a stream: keeps what the hub wrote to it.
+class Inbox {
+ public:
+  MonitorHub::Writer Writer() {
+    return [this](const v1::MonitorMessage& message) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!accept_) return false;
+      messages_.push_back(message);
+      return true;
+    };
+  }
+  void Fail() {
+    std::lock_guard<std::mutex> lock(mu_);
+    accept_ = false;
+  }
+  std::vector<v1::MonitorMessage> Messages() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return messages_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  bool accept_ = true;
+  std::vector<v1::MonitorMessage> messages_;
+};
+
+v1::AgentMessage Hello(const std::string& node, std::map<std::string, std::string> labels = {}) {
+  v1::AgentMessage m;
+  m.mutable_hello()->set_node(node);
+  for (const auto& [k, v] : labels) (*m.mutable_hello()->mutable_labels())[k] = v;
+  return m;
+}
+
+v1::AgentMessage Step(const std::string& worker, const std::string& node, double bpt,
+                      int64_t time_ms) {
+  v1::AgentMessage m;
+  v1::StepReport& r = *m.mutable_step();
+  r.set_job(kJob);
+  r.set_worker_id(worker);
+  r.set_node(node);
+  r.set_samples(64);
+  r.set_bpt_seconds(bpt);
+  r.set_time_unix_ms(time_ms);
+  return m;
+}
+
+v1::Directive Directive(const std::string& worker) {
+  v1::Directive d;
+  d.set_job(kJob);
+  d.set_worker_id(worker);
+  d.set_version(1);
+  d.mutable_adjust_batch();
+  return d;
+}
+
+class MonitorHubTest : public ::testing::Test {
+ protected:
+  MonitorHubTest() : hub_(*Monitor::Create(MonitorConfig{}), &clock_) {}
+
+  // Three workers, w-2 on node-b three times slower than its peers on node-a,
+  // report one window through `stream`; the clock moves past its close.
+  void ReportOneWindow(MonitorHub::AgentStream& stream) {
+    const int64_t t = clock_.NowMillis();
+    hub_.Receive(stream, Step("w-0", "node-a", 0.1, t));
+    hub_.Receive(stream, Step("w-1", "node-a", 0.1, t));
+    hub_.Receive(stream, Step("w-2", "node-b", 0.3, t));
+    clock_.Advance(kCloseAfterMs);
+  }
+
+  FakeClock clock_;  // starts on a window boundary
+  MonitorHub hub_;
+};
+
+TEST_F(MonitorHubTest, HealthNamesTheBadJob) {
+  EXPECT_EQ(hub_.Health("").status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<v1::GetJobHealthResponse> unknown = hub_.Health(kJob);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unknown.status().message(), "job: no reports seen for job team/ctr");
+}
+
+TEST_F(MonitorHubTest, HealthClassifiesTheReportedWorkersOnceTheWindowCloses) {
+  Inbox inbox;
+  auto stream = hub_.OpenStream("peer-a", inbox.Writer());
+  hub_.Receive(*stream, Hello("node-a"));
+  ReportOneWindow(*stream);
+
+  absl::StatusOr<v1::GetJobHealthResponse> open = hub_.Health(kJob);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_EQ(open->workers_size(), 0);  // nothing closed yet
+
+  hub_.Tick();
+  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health(kJob);
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->workers_size(), 3);
+  EXPECT_EQ(health->workers(2).worker_id(), "w-2");
+  EXPECT_EQ(health->workers(2).class_(), v1::TRANSIENT);
+  EXPECT_EQ(health->time_unix_ms(), clock_.NowMillis());
+}
+
+TEST_F(MonitorHubTest, TickSendsEachAgentItsNodesWorkersOnlyWhenAWindowClosed) {
+  Inbox a, b, silent;
+  auto sa = hub_.OpenStream("peer-a", a.Writer());
+  auto sb = hub_.OpenStream("peer-b", b.Writer());
+  auto unnamed = hub_.OpenStream("peer-c", silent.Writer());  // never says hello
+  hub_.Receive(*sa, Hello("node-a"));
+  hub_.Receive(*sb, Hello("node-b"));
+  ReportOneWindow(*sa);
+
+  hub_.Tick();
+  ASSERT_EQ(a.Messages().size(), 1u);
+  ASSERT_EQ(a.Messages()[0].health().workers_size(), 2);
+  EXPECT_EQ(a.Messages()[0].health().workers(0).worker_id(), "w-0");
+  ASSERT_EQ(b.Messages().size(), 1u);
+  ASSERT_EQ(b.Messages()[0].health().workers_size(), 1);
+  EXPECT_EQ(b.Messages()[0].health().workers(0).worker_id(), "w-2");
+  EXPECT_TRUE(silent.Messages().empty());
+
+  hub_.Tick();  // no window closed since
+  EXPECT_EQ(a.Messages().size(), 1u);
+}
+
+TEST_F(MonitorHubTest, DirectivesReachOnlyTheConnectedAgentOfTheNode) {
+  Inbox a, b;
+  EXPECT_FALSE(hub_.SendDirective("node-a", Directive("w-0")));  // nobody connected
+
+  auto sa = hub_.OpenStream("peer-a", a.Writer());
+  EXPECT_FALSE(hub_.SendDirective("node-a", Directive("w-0")));  // no hello yet
+  hub_.Receive(*sa, Hello("node-a"));
+  auto sb = hub_.OpenStream("peer-b", b.Writer());
+  hub_.Receive(*sb, Hello("node-b"));
+
+  EXPECT_TRUE(hub_.SendDirective("node-a", Directive("w-0")));
+  ASSERT_EQ(a.Messages().size(), 1u);
+  EXPECT_EQ(a.Messages()[0].directive().worker_id(), "w-0");
+  EXPECT_TRUE(b.Messages().empty());
+  EXPECT_FALSE(hub_.SendDirective("node-c", Directive("w-9")));
+
+  hub_.CloseStream(*sa);
+  EXPECT_FALSE(hub_.SendDirective("node-a", Directive("w-0")));
+  EXPECT_EQ(a.Messages().size(), 1u);  // nothing written after the close
+}
+
+TEST_F(MonitorHubTest, AFailedWriteIsNotASentDirective) {
+  Inbox a;
+  auto sa = hub_.OpenStream("peer-a", a.Writer());
+  hub_.Receive(*sa, Hello("node-a"));
+  a.Fail();
+  EXPECT_FALSE(hub_.SendDirective("node-a", Directive("w-0")));
+}
+
+TEST_F(MonitorHubTest, HelloLabelsReachTheMonitor) {
+  Inbox a, b;
+  auto sa = hub_.OpenStream("peer-a", a.Writer());
+  auto sb = hub_.OpenStream("peer-b", b.Writer());
+  hub_.Receive(*sa, Hello("node-a"));
+  hub_.Receive(*sb, Hello("node-b", {{"antdt.io/device-speed", "0.5"}}));
+  ReportOneWindow(*sa);
+  hub_.Tick();
+
+  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health(kJob);
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->workers_size(), 3);
+  EXPECT_EQ(health->workers(2).class_(), v1::DETERMINISTIC);  // by its node's label
+  EXPECT_EQ(health->workers(2).cause(), v1::HARDWARE);
+}
+
+TEST_F(MonitorHubTest, MetricsCountStreamsDropsAndHealth) {
+  Inbox a;
+  auto sa = hub_.OpenStream("peer-a", a.Writer());
+  hub_.Receive(*sa, Hello("node-a"));
+  v1::AgentMessage dropped;
+  dropped.mutable_dropped()->set_step_reports(7);
+  hub_.Receive(*sa, dropped);
+  ReportOneWindow(*sa);
+  hub_.Tick();
+
+  const std::string text = prometheus::TextSerializer().Serialize(hub_.Collector()->Collect());
+  for (const char* line : {
+           "antdt_monitor_agent_streams_total 1",
+           "antdt_monitor_reports_total{kind=\"step\"} 3",
+           "antdt_monitor_windows_closed_total 1",
+           "antdt_monitor_agent_dropped_messages{node=\"node-a\",kind=\"step_report\"} 7",
+           "antdt_monitor_straggler_class{job=\"team/ctr\",worker=\"w-2\",role=\"worker\","
+           "node=\"node-b\"} 4",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
+  }
+}
+
+TEST_F(MonitorHubTest, TheTickerClosesWindowsUntilStopped) {
+  Inbox a;
+  auto sa = hub_.OpenStream("peer-a", a.Writer());
+  hub_.Receive(*sa, Hello("node-a"));
+  ReportOneWindow(*sa);
+  hub_.Start(5);
+  EXPECT_TRUE(WaitFor([&] { return !a.Messages().empty(); }, std::chrono::seconds(10)));
+  hub_.Stop();
+  hub_.Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace antdt::monitor
