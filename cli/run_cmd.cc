@@ -18,7 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool g_interrupted = false;
+std::atomic<bool> g_interrupted{false};
 
 std::string SelfDir() {
   std::error_code ec;
@@ -34,10 +34,11 @@ void WatchSignals() {
   }).detach();
 }
 
-absl::StatusOr<std::pair<manifest::Job, manifest::Scenario>> Load(const std::string& path,
-                                                                  const std::string& scenario_flag) {
+absl::StatusOr<std::pair<manifest::Job, manifest::Scenario>> Load(
+    const std::string& path, const std::string& scenario_flag) {
   auto text = ReadFile(path);
-  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the manifest"));
+  if (!text.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the manifest"));
   auto job = manifest::ParseJob(*text);
   if (!job.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", job.status().message()));
@@ -55,7 +56,8 @@ absl::StatusOr<std::pair<manifest::Job, manifest::Scenario>> Load(const std::str
     }
     auto parsed = manifest::ParseScenario(*stext);
     if (!parsed.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(scenario_path, ": ", parsed.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(scenario_path, ": ", parsed.status().message()));
     }
     scenario = *parsed;
   } else {
@@ -94,8 +96,9 @@ int RunCommand(int argc, char** argv) {
   auto flags = ParseFlags(argc, argv, {"report", "work-dir", "policy", "scenario"},
                           {"no-slowdown", "quiet"});
   if (!flags.ok() || flags->positional.size() != 1) {
-    std::fprintf(stderr, "usage: antdt run JOB.yaml [--report DIR] [--work-dir DIR] "
-                         "[--policy NAME] [--scenario FILE] [--no-slowdown]\n%s\n",
+    std::fprintf(stderr,
+                 "usage: antdt run JOB.yaml [--report DIR] [--work-dir DIR] "
+                 "[--policy NAME] [--scenario FILE] [--no-slowdown]\n%s\n",
                  flags.ok() ? "" : std::string(flags.status().message()).c_str());
     return 2;
   }
@@ -105,7 +108,8 @@ int RunCommand(int argc, char** argv) {
     return 2;
   }
   const auto& [job, scenario] = *loaded;
-  local::RunOptions o = Options(flags->Get("work-dir", "antdt-run/" + job.name), flags->Has("quiet"));
+  local::RunOptions o =
+      Options(flags->Get("work-dir", "antdt-run/" + job.name), flags->Has("quiet"));
   o.policy_override = flags->Get("policy");
   o.no_slowdown = flags->Has("no-slowdown");
   WatchSignals();
@@ -128,14 +132,16 @@ int RunCommand(int argc, char** argv) {
 
 int BenchCommand(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "stragglers") {
-    std::fprintf(stderr, "usage: antdt bench stragglers --job JOB.yaml [--scenario FILE] "
-                         "--policies antdt-nd,none,... --out DIR\n");
+    std::fprintf(stderr,
+                 "usage: antdt bench stragglers --job JOB.yaml [--scenario FILE] "
+                 "--policies antdt-nd,none,... --out DIR\n");
     return 2;
   }
   auto flags = ParseFlags(argc - 1, argv + 1, {"job", "scenario", "policies", "out"});
   if (!flags.ok() || !flags->Has("job") || !flags->Has("out")) {
     std::fprintf(stderr, "antdt bench stragglers: --job and --out are required%s%s\n",
-                 flags.ok() ? "" : ": ", flags.ok() ? "" : std::string(flags.status().message()).c_str());
+                 flags.ok() ? "" : ": ",
+                 flags.ok() ? "" : std::string(flags.status().message()).c_str());
     return 2;
   }
   auto loaded = Load(flags->Get("job"), flags->Get("scenario"));
@@ -144,9 +150,8 @@ int BenchCommand(int argc, char** argv) {
     return 2;
   }
   const auto& [job, scenario] = *loaded;
-  std::vector<std::string> policies =
-      absl::StrSplit(flags->Get("policies", "antdt-nd,none,backup-workers,lb-bsp"), ',',
-                     absl::SkipEmpty());
+  std::vector<std::string> policies = absl::StrSplit(
+      flags->Get("policies", "antdt-nd,none,backup-workers,lb-bsp"), ',', absl::SkipEmpty());
   for (const std::string& p : policies) {
     if (p != "antdt-nd" && p != "antdt-dd" && p != "none" && p != "backup-workers" &&
         p != "lb-bsp") {
@@ -168,7 +173,8 @@ int BenchCommand(int argc, char** argv) {
     std::fflush(stdout);
     auto r = local::RunJob(job, scenario, o);
     if (!r.ok()) {
-      std::fprintf(stderr, "antdt bench: %s: %s\n", name.c_str(), std::string(r.status().message()).c_str());
+      std::fprintf(stderr, "antdt bench: %s: %s\n", name.c_str(),
+                   std::string(r.status().message()).c_str());
       return 1;
     }
     (void)local::WriteReport(*r, out + "/runs/" + name + "/report");
@@ -178,13 +184,16 @@ int BenchCommand(int argc, char** argv) {
   }
   const double ideal = results.front().jct_seconds;
   std::string json = "{\n  \"scenario\": \"" + scenario.name + "\",\n  \"results\": [";
-  std::string table = absl::StrFormat("| policy | JCT (s) | ratio to no-slowdown | actions | records committed | exactly once |\n|---|---|---|---|---|---|\n");
+  std::string table = absl::StrFormat(
+      "| policy | JCT (s) | ratio to no-slowdown | actions | records committed | exactly once "
+      "|\n|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < results.size(); ++i) {
     const local::RunResult& r = results[i];
     std::string actions;
     for (size_t k = 0; k < r.actions.size(); ++k) {
-      absl::StrAppendFormat(&actions, "%s{\"at_seconds\": %.2f, \"action\": \"%s\", \"worker\": \"%s\"}",
-                            k ? ", " : "", r.actions[k].at_seconds, r.actions[k].action, r.actions[k].worker);
+      absl::StrAppendFormat(
+          &actions, "%s{\"at_seconds\": %.2f, \"action\": \"%s\", \"worker\": \"%s\"}",
+          k ? ", " : "", r.actions[k].at_seconds, r.actions[k].action, r.actions[k].worker);
     }
     absl::StrAppendFormat(&json,
                           "%s\n    {\"policy\": \"%s\", \"jct_seconds\": %.3f, "
@@ -193,8 +202,8 @@ int BenchCommand(int argc, char** argv) {
                           i ? "," : "", r.policy, r.jct_seconds, r.jct_seconds / ideal,
                           r.records_committed, r.verification.exactly_once() ? "true" : "false",
                           actions);
-    absl::StrAppendFormat(&table, "| %s | %.1f | %.2f | %d | %d | %s |\n", r.policy,
-                          r.jct_seconds, r.jct_seconds / ideal, static_cast<int>(r.actions.size()),
+    absl::StrAppendFormat(&table, "| %s | %.1f | %.2f | %d | %d | %s |\n", r.policy, r.jct_seconds,
+                          r.jct_seconds / ideal, static_cast<int>(r.actions.size()),
                           r.records_committed, r.verification.exactly_once() ? "yes" : "no");
   }
   json += "\n  ]\n}\n";
@@ -212,14 +221,15 @@ int BenchCommand(int argc, char** argv) {
                           "width=\"%.1f\" height=\"20\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.0f\">"
                           "%.2fx (%.1f s)</text>\n",
                           y + 14, results[i].policy, y, 400 * ratio / max_ratio,
-                          results[i].policy == "antdt-nd" ? "#2ca02c" : "#888", 135 + 400 * ratio / max_ratio,
-                          y + 14, ratio, results[i].jct_seconds);
+                          results[i].policy == "antdt-nd" ? "#2ca02c" : "#888",
+                          135 + 400 * ratio / max_ratio, y + 14, ratio, results[i].jct_seconds);
   }
   svg += "</svg>\n";
   (void)WriteFileAtomically(out + "/results.json", json);
   (void)WriteFileAtomically(out + "/results.md", table);
   (void)WriteFileAtomically(out + "/chart.svg", svg);
-  std::printf("\n%s\nresults: %s/results.json, results.md, chart.svg\n", table.c_str(), out.c_str());
+  std::printf("\n%s\nresults: %s/results.json, results.md, chart.svg\n", table.c_str(),
+              out.c_str());
   return 0;
 }
 

@@ -76,8 +76,9 @@ absl::StatusOr<std::optional<ShardLease>> ShardingClient::Acquire() {
   req.set_request_id(absl::StrCat(absl::Hex(ids(), absl::kZeroPad16)));
   for (;;) {
     v1::AcquireShardResponse resp;
-    RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q,
-                                                  auto* r) { return stub_->AcquireShard(c, q, r); }));
+    RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
+      return stub_->AcquireShard(c, q, r);
+    }));
     switch (resp.result()) {
       case v1::AcquireShardResponse::SHARD: {
         ShardLease lease;
@@ -147,7 +148,8 @@ absl::StatusOr<v1::GetProgressResponse> ShardingClient::Progress() {
 absl::Status ShardingClient::ConsumeAll(int64_t commit_every, const ProcessFn& process,
                                         const CommitFn& on_commit) {
   if (commit_every <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("commit_every: must be > 0, got ", commit_every));
+    return absl::InvalidArgumentError(
+        absl::StrCat("commit_every: must be > 0, got ", commit_every));
   }
   for (;;) {
     ASSIGN_OR_RETURN(std::optional<ShardLease> lease, Acquire());
@@ -174,6 +176,11 @@ absl::Status ShardingClient::ConsumeAll(int64_t commit_every, const ProcessFn& p
     // A lease lost to expiry or a restore: its remainder is someone else's now.
     if (!status.ok() && status.code() != absl::StatusCode::kFailedPrecondition) return status;
   }
+}
+
+absl::Status ReleaseWorker(const std::string& address, const ShardingClientOptions& options) {
+  ShardingClient releaser(CreateShardingChannel(address), options);
+  return releaser.Release();
 }
 
 }  // namespace antdt::client

@@ -91,6 +91,11 @@ class ShardingClient {
 // (gRPC's default reconnect backoff grows to minutes; a lease is seconds).
 std::shared_ptr<grpc::Channel> CreateShardingChannel(const std::string& address);
 
+// Releases what `options.worker_id` holds under `options.incarnation` on the
+// service at `address`: its unfinished shards go back to the queue now rather
+// than at lease expiry (a controller that stopped the worker for good).
+absl::Status ReleaseWorker(const std::string& address, const ShardingClientOptions& options);
+
 // Whether a status is worth retrying (the service is restarting or busy).
 bool IsRetryable(const absl::Status& status);
 

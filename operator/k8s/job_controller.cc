@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "operator/bridge/bridge.h"
+#include "operator/control/control_loop.h"
 
 namespace antdt::k8s {
 namespace {
@@ -58,11 +59,176 @@ struct JobController::JobRuntime {
   std::unique_ptr<client::ShardingClient> driver;
   bool dataset_ready = false;
   std::optional<reconciler::Progress> progress;
-  std::vector<controller::Decision> history;
-  bool history_seeded = false;
-  int64_t next_control_ms = 0;
-  int64_t directive_version = 0;
+  // The control loop of this job and the operator's backend of it.
+  std::unique_ptr<LoopBackend> backend;
+  std::unique_ptr<control::ControlLoop> loop;
+  std::vector<controller::WorkerState> members;  // as the last plan saw them
 };
+
+// The operator as a backend of the control loop, bound to what one sync
+// observed. A restart is committed by the reconciler in the same pass (the
+// new incarnation in status.workerInstances); its writes delete the old pod,
+// tell the parameter servers once it is gone, and create the new one.
+class JobController::LoopBackend final : public control::Backend {
+ public:
+  explicit LoopBackend(JobController* controller) : controller_(controller) {}
+
+  void Bind(const Json* job, const std::vector<Json>* pods, const v1::GetJobHealthResponse* health,
+            const JobRuntime* rt) {
+    job_ = job;
+    pods_ = pods;
+    health_ = health;
+    rt_ = rt;
+  }
+
+  std::optional<v1::GetJobHealthResponse> Health() override {
+    if (health_ == nullptr) return std::nullopt;
+    return *health_;
+  }
+
+  std::vector<controller::WorkerState> Members() override {
+    std::vector<controller::WorkerState> members;
+    const Json& instances = kube::At(*job_, {"status", "workerInstances"});
+    if (!instances.is_array()) return members;
+    for (const Json& inst : instances) {
+      controller::WorkerState ws;
+      ws.id = kube::StringAt(inst, {"id"});
+      ws.role = "worker";
+      ws.local_batch_size = inst.value("localBatchSize", int64_t{0});
+      ws.incarnation = inst.value("incarnation", 0);
+      ws.alive = false;
+      const std::string desired = kube::StringAt(inst, {"pod"});
+      for (const Json& p : *pods_) {
+        if (kube::Label(p, "antdt.io/worker-id") == ws.id && !kube::Terminating(p) &&
+            NameOf(p) == desired && kube::PodPhase(p) == "Running") {
+          ws.alive = true;
+          ws.node = NodeOf(p);
+        }
+      }
+      members.push_back(ws);
+    }
+    return members;
+  }
+
+  std::vector<controller::NodeState> Nodes() override {
+    std::map<std::string, bool> busy;
+    for (const Json& p : *pods_) {
+      if (kube::Label(p, "antdt.io/worker-id").empty() || kube::Terminating(p)) continue;
+      if (!NodeOf(p).empty() &&
+          (kube::PodPhase(p) == "Running" || kube::PodPhase(p) == "Pending")) {
+        busy[NodeOf(p)] = true;
+      }
+    }
+    std::vector<controller::NodeState> nodes;
+    for (const Json& n : controller_->nodes_->List()) {
+      controller::NodeState ns;
+      ns.name = NameOf(n);
+      ns.spare = !busy[ns.name] && kube::At(n, {"spec", "unschedulable"}) != Json(true);
+      nodes.push_back(ns);
+    }
+    return nodes;
+  }
+
+  double RemainingSeconds() override { return rt_->progress ? rt_->progress->eta_seconds : -1; }
+
+  absl::Status RestartElsewhere(const controller::WorkerState&,
+                                const controller::KillRestart&) override {
+    return absl::OkStatus();  // committed by this pass's reconciler (see above)
+  }
+
+  bool SendDirective(const std::string& node, const v1::Directive& directive) override {
+    if (controller_->monitor_->SendDirective(node, directive)) return true;
+    LogEvent("operator", {{"event", "directive_not_delivered"},
+                          {"job", kube::KeyOf(*job_)},
+                          {"worker", directive.worker_id()},
+                          {"node", node}});
+    return false;
+  }
+
+  void LeaveParameterServers(const std::string& worker) override {
+    controller_->LeaveParameterServers(worker, *pods_);
+  }
+
+  absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override {
+    if (rt_->sharding_address.empty()) return absl::UnavailableError("no sharding service yet");
+    client::ShardingClientOptions co = rt_->driver->options();
+    co.worker_id = worker;
+    co.incarnation = incarnation;
+    return client::ReleaseWorker(rt_->sharding_address, co);
+  }
+
+  void RecordAction(const controller::Decision& d) override {
+    if (controller_->actions_total_ != nullptr) {
+      controller_->actions_total_->Add({{"action", controller::ActionName(d.action)}}).Increment();
+    }
+  }
+
+ private:
+  JobController* const controller_;
+  const Json* job_ = nullptr;
+  const std::vector<Json>* pods_ = nullptr;
+  const v1::GetJobHealthResponse* health_ = nullptr;
+  const JobRuntime* rt_ = nullptr;
+};
+
+namespace {
+
+// The decisions a previous operator committed to the job's status
+// (status.lastActions, the newest 20), so cool-downs, budgets and exclusions
+// hold across an operator restart. A batch change that only kept the global
+// batch around someone else's was written without evidence: it has no subject.
+std::vector<controller::Decision> HistoryFromStatus(const Json& job, const manifest::Job& spec) {
+  std::vector<controller::Decision> history;
+  const Json& last = kube::At(job, {"status", "lastActions"});
+  if (!last.is_array()) return history;
+  for (const Json& a : last) {
+    controller::Decision d;
+    d.at_ms = kube::ParseTime(kube::StringAt(a, {"time"})).value_or(0);
+    const std::string worker = kube::StringAt(a, {"worker"});
+    const std::string action = kube::StringAt(a, {"action"});
+    if (action == "KILL_RESTART") {
+      d.action = controller::KillRestart{worker, kube::StringAt(a, {"fromNode"}),
+                                         kube::StringAt(a, {"toNode"}),
+                                         d.at_ms + spec.straggler_policy.cooldown_ms};
+      d.subject = worker;
+    } else if (action == "ADJUST_BS") {
+      d.action = controller::AdjustBatchSize{worker, 0, 1};
+      if (!kube::StringAt(a, {"evidence"}).empty()) d.subject = worker;
+    } else {
+      continue;
+    }
+    d.rule = kube::StringAt(a, {"rule"});
+    d.policy = spec.straggler_policy.name;
+    history.push_back(std::move(d));
+  }
+  return history;
+}
+
+// A decision as the reconciler commits it; nullopt for what the operator does
+// not run (backup workers, a baseline).
+std::optional<reconciler::Action> ToReconcilerAction(const controller::Decision& d) {
+  reconciler::Action a;
+  a.rule = d.rule;
+  a.reason = d.reason;
+  a.evidence = controller::Describe(d);
+  a.at_ms = d.at_ms;
+  if (const auto* k = std::get_if<controller::KillRestart>(&d.action)) {
+    a.kind = "KILL_RESTART";
+    a.worker = k->worker;
+    a.from_node = k->from_node;
+    a.to_node = k->to_node;
+  } else if (const auto* b = std::get_if<controller::AdjustBatchSize>(&d.action)) {
+    a.kind = "ADJUST_BS";
+    a.worker = b->worker;
+    a.local_batch_size = static_cast<int32_t>(b->local_batch_size);
+    if (d.subject.empty()) a.evidence.clear();  // only keeps the global batch
+  } else {
+    return std::nullopt;
+  }
+  return a;
+}
+
+}  // namespace
 
 JobController::JobController(kube::Api* api, monitor::MonitorServiceImpl* monitor,
                              JobControllerOptions options, prometheus::Registry* registry)
@@ -192,7 +358,7 @@ void JobController::Worker() {
   }
 }
 
-JobController::JobRuntime& JobController::RuntimeFor(const Json& job) {
+JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const manifest::Job& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string key = kube::KeyOf(job);
   const std::string uid = kube::StringAt(job, {"metadata", "uid"});
@@ -200,6 +366,16 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job) {
   if (!rt || rt->uid != uid) {
     rt = std::make_unique<JobRuntime>();
     rt->uid = uid;
+    rt->backend = std::make_unique<LoopBackend>(this);
+    control::LoopOptions lo;
+    lo.job = spec.name;
+    lo.interval_ms = bridge::ControlIntervalMs(spec.monitor);
+    lo.policy = bridge::PolicySpecFor(spec, spec.straggler_policy.name, lo.interval_ms);
+    lo.global_batch_size = spec.model.global_batch_size;
+    lo.window_ms = spec.monitor.window_ms;
+    rt->loop = std::make_unique<control::ControlLoop>(lo, rt->backend.get(), &RealClock::Get());
+    // Decisions a previous operator committed to the status.
+    rt->loop->Seed(HistoryFromStatus(job, spec));
   }
   return *rt;
 }
@@ -287,111 +463,22 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
   }
 }
 
-std::vector<reconciler::Action> JobController::Decide(const Json& job, const manifest::Job& spec,
-                                                      const std::vector<Json>& pods,
-                                                      const v1::GetJobHealthResponse* health,
-                                                      JobRuntime& rt, int64_t now_ms,
-                                                      std::vector<controller::Decision>* taken) {
-  std::vector<reconciler::Action> actions;
-  if (!rt.dataset_ready) return actions;
+std::optional<controller::Plan> JobController::PlanIfDue(const Json& job, JobRuntime& rt) {
+  if (!rt.dataset_ready) return std::nullopt;
   const bool running = ConditionTrue(job, "Running");
   const bool finished = ConditionTrue(job, "Succeeded") || ConditionTrue(job, "Failed");
-  if (!running || finished || now_ms < rt.next_control_ms) return actions;
-  const int64_t interval = bridge::ControlIntervalMs(spec.monitor);
-  rt.next_control_ms = now_ms + interval;
-
-  // Decisions already taken, from the job's status after an operator restart.
-  if (!rt.history_seeded) {
-    rt.history_seeded = true;
-    const Json& last = kube::At(job, {"status", "lastActions"});
-    if (last.is_array()) {
-      for (const Json& a : last) {
-        if (kube::StringAt(a, {"action"}) != "KILL_RESTART") continue;
-        controller::Decision d;
-        d.at_ms = kube::ParseTime(kube::StringAt(a, {"time"})).value_or(0);
-        d.action = controller::KillRestart{
-            kube::StringAt(a, {"worker"}), kube::StringAt(a, {"fromNode"}),
-            kube::StringAt(a, {"toNode"}), d.at_ms + spec.straggler_policy.cooldown_ms};
-        d.subject = kube::StringAt(a, {"worker"});
-        d.rule = kube::StringAt(a, {"rule"});
-        d.policy = spec.straggler_policy.name;
-        rt.history.push_back(d);
-      }
-    }
-  }
-
-  controller::Observed obs;
-  obs.now_ms = now_ms;
-  obs.job = spec.name;
-  if (health == nullptr) return actions;  // no reports yet
-  obs.health = *health;
-  std::map<std::string, bool> busy;
-  const Json& instances = kube::At(job, {"status", "workerInstances"});
-  if (!instances.is_array()) return actions;
-  for (const Json& inst : instances) {
-    controller::WorkerState ws;
-    ws.id = kube::StringAt(inst, {"id"});
-    ws.role = "worker";
-    ws.local_batch_size = inst.value("localBatchSize", int64_t{0});
-    ws.incarnation = inst.value("incarnation", 0);
-    ws.alive = false;
-    const std::string desired = kube::StringAt(inst, {"pod"});
-    for (const Json& p : pods) {
-      if (kube::Label(p, "antdt.io/worker-id") != ws.id || kube::Terminating(p)) continue;
-      if (NameOf(p) == desired && kube::PodPhase(p) == "Running") {
-        ws.alive = true;
-        ws.node = NodeOf(p);
-      }
-      if (!NodeOf(p).empty() &&
-          (kube::PodPhase(p) == "Running" || kube::PodPhase(p) == "Pending")) {
-        busy[NodeOf(p)] = true;
-      }
-    }
-    for (const controller::Decision& d : rt.history) {
-      if (std::holds_alternative<controller::KillRestart>(d.action) && d.subject == ws.id) {
-        ws.last_restart_ms = std::max(ws.last_restart_ms, d.at_ms);
-      }
-    }
-    obs.workers.push_back(ws);
-  }
-  for (const Json& n : nodes_->List()) {
-    controller::NodeState ns;
-    ns.name = NameOf(n);
-    ns.spare = !busy[ns.name] && kube::At(n, {"spec", "unschedulable"}) != Json(true);
-    obs.nodes.push_back(ns);
-  }
-  obs.global_batch_size = spec.model.global_batch_size;
-  obs.remaining_seconds = rt.progress ? rt.progress->eta_seconds : -1;
-  // A restart costs a pod start, a parameter pull, and the Monitor's windows
-  // to see the worker again.
-  obs.restart_cost_seconds = 2.0 + static_cast<double>(spec.monitor.window_ms) / 1000.0;
-  obs.history = rt.history;
-  const controller::PolicySpec policy =
-      bridge::PolicySpecFor(spec, spec.straggler_policy.name, interval);
-  const controller::Plan plan = controller::Decide(obs, policy);
-  for (const controller::Decision& d : plan.decisions) {
-    reconciler::Action a;
-    a.rule = d.rule;
-    a.reason = d.reason;
-    a.evidence = controller::Describe(d);
-    a.at_ms = d.at_ms;
-    if (const auto* k = std::get_if<controller::KillRestart>(&d.action)) {
-      a.kind = "KILL_RESTART";
-      a.worker = k->worker;
-      a.from_node = k->from_node;
-      a.to_node = k->to_node;
-    } else if (const auto* b = std::get_if<controller::AdjustBatchSize>(&d.action)) {
-      a.kind = "ADJUST_BS";
-      a.worker = b->worker;
-      a.local_batch_size = static_cast<int32_t>(b->local_batch_size);
-      if (d.subject.empty()) a.evidence.clear();  // only keeps the global batch
-    } else {
-      continue;  // backup workers: a baseline the operator does not run
-    }
-    actions.push_back(a);
-    taken->push_back(d);
-  }
-  return actions;
+  if (!running || finished || !rt.loop->TakeTurn()) return std::nullopt;
+  std::optional<controller::Observed> observed = rt.loop->Observe();
+  if (!observed) return std::nullopt;  // no reports yet
+  rt.members = observed->workers;
+  controller::Plan plan = rt.loop->Decide(*observed);
+  // The operator does not run backup workers (a baseline): left out.
+  plan.decisions.erase(std::remove_if(plan.decisions.begin(), plan.decisions.end(),
+                                      [](const controller::Decision& d) {
+                                        return !ToReconcilerAction(d).has_value();
+                                      }),
+                       plan.decisions.end());
+  return plan;
 }
 
 void JobController::LeaveParameterServers(const std::string& worker,
@@ -412,9 +499,7 @@ void JobController::LeaveParameterServers(const std::string& worker,
   }
 }
 
-absl::Status JobController::Apply(const Json& job, const manifest::Job* spec,
-                                  const reconciler::Plan& plan,
-                                  const std::vector<reconciler::Action>& actions,
+absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
                                   const std::vector<Json>& pods) {
   const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
   const std::string key = kube::KeyOf(job);
@@ -466,32 +551,6 @@ absl::Status JobController::Apply(const Json& job, const manifest::Job* spec,
       }
     }
   }
-  // Batch sizes reach the workers through their node's agent.
-  for (const reconciler::Action& a : actions) {
-    if (actions_total_ != nullptr) actions_total_->Add({{"action", a.kind}}).Increment();
-    if (a.kind != "ADJUST_BS" || spec == nullptr) continue;
-    std::string node;
-    for (const Json& p : pods) {
-      if (kube::Label(p, "antdt.io/worker-id") == a.worker && !kube::Terminating(p) &&
-          kube::PodPhase(p) == "Running") {
-        node = NodeOf(p);
-      }
-    }
-    if (node.empty()) continue;
-    v1::Directive directive;
-    directive.set_job(spec->name);
-    directive.set_worker_id(a.worker);
-    directive.set_version(RealClock::Get().NowMillis());
-    directive.mutable_adjust_batch()->set_local_batch_size(a.local_batch_size);
-    directive.mutable_adjust_batch()->set_accumulation_steps(1);
-    directive.set_reason(a.reason);
-    if (!monitor_->SendDirective(node, directive)) {
-      LogEvent("operator", {{"event", "directive_not_delivered"},
-                            {"job", key},
-                            {"worker", a.worker},
-                            {"node", node}});
-    }
-  }
   for (const reconciler::Event& e : plan.events)
     recorder_->Record(job, e.type, e.reason, e.message);
   return absl::OkStatus();
@@ -515,12 +574,12 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   obs.spec = manifest::ParseJob(job.dump());
   obs.pods = pods_->List(ns, {{"antdt.io/job", name}});
   obs.services = services_->List(ns, {{"antdt.io/job", name}});
-  std::vector<reconciler::Action> actions;
-  std::vector<controller::Decision> taken;
-  JobRuntime& rt = RuntimeFor(job);
+  std::optional<controller::Plan> decided;
+  JobRuntime* rt = nullptr;
+  std::optional<v1::GetJobHealthResponse> health;
   if (obs.spec.ok()) {
+    rt = &RuntimeFor(job, *obs.spec);
     // The Monitor's view, read once for the status and the policy.
-    std::optional<v1::GetJobHealthResponse> health;
     if (monitor_ != nullptr) {
       v1::GetJobHealthRequest req;
       req.set_job(obs.spec->name);
@@ -529,14 +588,23 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
       if (!monitor_->GetJobHealth(&ctx, &req, &*health).ok()) health.reset();  // no reports yet
     }
     const v1::GetJobHealthResponse* h = health ? &*health : nullptr;
-    Observe(job, *obs.spec, obs.pods, h, rt, &obs);
-    actions = Decide(job, *obs.spec, obs.pods, h, rt, now_ms, &taken);
-    obs.actions = actions;
+    Observe(job, *obs.spec, obs.pods, h, *rt, &obs);
+    rt->backend->Bind(&job, &obs.pods, h, rt);
+    decided = PlanIfDue(job, *rt);
+    if (decided) {
+      for (const controller::Decision& d : decided->decisions) {
+        obs.actions.push_back(*ToReconcilerAction(d));
+      }
+    }
   }
   const reconciler::Plan plan = reconciler::Reconcile(obs, options_.settings);
-  RETURN_IF_ERROR(Apply(job, obs.spec.ok() ? &*obs.spec : nullptr, plan, actions, obs.pods));
-  // Decisions count (cool-downs, budgets) once their status write landed.
-  rt.history.insert(rt.history.end(), taken.begin(), taken.end());
+  // The status first: it commits every decision of this pass.
+  RETURN_IF_ERROR(Apply(job, plan, obs.pods));
+  if (decided) {
+    // Then the loop carries them out: directives to the agents (restarts were
+    // committed above), and the history (cool-downs, budgets).
+    RETURN_IF_ERROR(rt->loop->Execute(*decided, rt->members));
+  }
   *requeue_after_ms = plan.requeue_after_ms;
   if (obs.spec.ok() && plan.requeue_after_ms > 0) {
     *requeue_after_ms =

@@ -55,19 +55,18 @@ class JobController {
 
  private:
   struct JobRuntime;
+  class LoopBackend;
   absl::Status Sync(const std::string& key, int64_t* requeue_after_ms);
   void Worker();
   void EnqueueOwner(const kube::Json& child);
-  JobRuntime& RuntimeFor(const kube::Json& job);
+  JobRuntime& RuntimeFor(const kube::Json& job, const manifest::Job& spec);
   void Observe(const kube::Json& job, const manifest::Job& spec,
                const std::vector<kube::Json>& pods, const v1::GetJobHealthResponse* health,
                JobRuntime& rt, reconciler::Observed* obs);
-  std::vector<reconciler::Action> Decide(const kube::Json& job, const manifest::Job& spec,
-                                         const std::vector<kube::Json>& pods,
-                                         const v1::GetJobHealthResponse* health, JobRuntime& rt,
-                                         int64_t now_ms, std::vector<controller::Decision>* taken);
-  absl::Status Apply(const kube::Json& job, const manifest::Job* spec, const reconciler::Plan& plan,
-                     const std::vector<reconciler::Action>& actions,
+  // The control loop's plan for this pass when a decision is due and the job
+  // runs; what the operator does not carry out (backup workers) left out.
+  std::optional<controller::Plan> PlanIfDue(const kube::Json& job, JobRuntime& rt);
+  absl::Status Apply(const kube::Json& job, const reconciler::Plan& plan,
                      const std::vector<kube::Json>& pods);
   void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods);
 

@@ -24,7 +24,9 @@
 #include "common/process.h"
 #include "common/status.h"
 #include "operator/bridge/bridge.h"
+#include "operator/control/control_loop.h"
 #include "operator/controller/policy.h"
+#include "operator/local/workers.h"
 #include "operator/monitor_service/monitor_service.h"
 
 namespace antdt::local {
@@ -32,12 +34,6 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
-
-std::string Tail(const std::string& path, size_t bytes = 1500) {
-  std::ifstream in(path);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return all.size() > bytes ? all.substr(all.size() - bytes) : all;
-}
 
 struct Server {
   std::unique_ptr<Process> proc;
@@ -68,18 +64,6 @@ void Stop(Server& s) {
   }
 }
 
-struct Worker {
-  std::string id;
-  std::string node;
-  int64_t incarnation = 0;
-  int64_t local_batch = 0;
-  int64_t last_restart_ms = -1;  // never
-  int64_t directive_version = 0;
-  int failures = 0;
-  bool done = false;
-  std::unique_ptr<Process> proc;
-};
-
 const char* ClassName(v1::StragglerClass c) {
   switch (c) {
     case v1::HEALTHY:
@@ -97,31 +81,72 @@ const char* ClassName(v1::StragglerClass c) {
   }
 }
 
-class Runner {
+// Milliseconds since the job started: the runner's time for the policy, the
+// scenario and the report.
+class JobClock final : public Clock {
+ public:
+  JobClock() : start_(SteadyClock::now()) {}
+  int64_t NowMillis() const override {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start_)
+        .count();
+  }
+
+ private:
+  const SteadyClock::time_point start_;
+};
+
+// The local backend of the control loop: the job's processes on this machine.
+class Runner final : public control::Backend {
  public:
   Runner(const manifest::Job& job, const manifest::Scenario& scenario, const RunOptions& o)
       : job_(job), scenario_(scenario), o_(o) {}
 
   absl::StatusOr<RunResult> Run();
 
+  // ---- control::Backend
+  std::optional<v1::GetJobHealthResponse> Health() override;
+  std::vector<controller::WorkerState> Members() override { return workers_->Members(); }
+  std::vector<controller::NodeState> Nodes() override;
+  double RemainingSeconds() override {
+    auto progress = driver_->Progress();
+    return progress.ok() ? progress->eta_seconds() : -1;
+  }
+  absl::Status RestartElsewhere(const controller::WorkerState& member,
+                                const controller::KillRestart& restart) override {
+    excluded_until_[member.node] = clock_.NowMillis() + job_.straggler_policy.cooldown_ms;
+    return workers_->RestartElsewhere(member.id, restart.to_node);
+  }
+  bool SendDirective(const std::string& node, const v1::Directive& directive) override;
+  void LeaveParameterServers(const std::string& worker) override;
+  absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override {
+    client::ShardingClientOptions copts = driver_->options();
+    copts.worker_id = worker;
+    copts.incarnation = incarnation;
+    return client::ReleaseWorker(sharding_.address, copts);
+  }
+  void RecordAction(const controller::Decision& d) override;
+
  private:
   void Event(const std::string& line) {
-    LogEvent("runner",
-             {{"job", job_.name}, {"t", static_cast<double>(NowMs()) / 1000.0}, {"message", line}});
+    LogEvent("runner", {{"job", job_.name},
+                        {"t", static_cast<double>(clock_.NowMillis()) / 1000.0},
+                        {"message", line}});
     if (o_.on_event) o_.on_event(line);
   }
-  int64_t NowMs() const {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start_)
-        .count();
-  }
-  int64_t WallMs() const { return RealClock::Get().NowMillis(); }
+  // Run, in three steps.
+  absl::Status StartJob();
+  absl::Status Loop();
+  absl::Status Collect();
+
+  absl::Status StartShardingService();
+  absl::Status StartMonitor();
   absl::Status StartAgents();
   absl::Status StartParameterServers();
-  void SpawnWorker(Worker& w);
+  void StartWorkers(const std::vector<const manifest::NodeSpec*>& placement);
+  std::vector<std::string> WorkerArgv(const WorkerSlot& w);
   void WriteSpeeds();
-  void LeaveParameterServers(const std::string& worker);
   absl::Status Control();
-  absl::Status Execute(const controller::Decision& d);
+  void ShowProgress();
   void Teardown();
 
   const manifest::Job& job_;
@@ -129,7 +154,7 @@ class Runner {
   const RunOptions& o_;
   std::string dir_;
   std::string policy_name_;
-  SteadyClock::time_point start_;
+  JobClock clock_;
 
   Server sharding_;
   std::unique_ptr<client::ShardingClient> driver_;
@@ -138,13 +163,43 @@ class Runner {
   std::string monitor_address_;
   std::map<std::string, Server> agents_;  // by node
   std::vector<Server> ps_;
-  std::vector<Worker> workers_;
-  std::map<std::string, int64_t> excluded_until_;  // node -> steady ms
+  std::unique_ptr<Launcher> launcher_ = NewProcessLauncher();
+  std::unique_ptr<WorkerSet> workers_;
+  std::unique_ptr<control::ControlLoop> loop_;
+  std::map<std::string, int64_t> excluded_until_;  // node -> job ms
   std::map<std::string, std::string> speeds_written_;
-  std::vector<controller::Decision> history_;
-  int64_t control_every_ms_ = 1000;
+  std::vector<std::string> rebalanced_;  // batch changes of the current plan
   RunResult result_;
 };
+
+absl::Status Runner::StartShardingService() {
+  ASSIGN_OR_RETURN(sharding_, StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen",
+                                           "127.0.0.1:0", "--state-dir", dir_ + "/sharding",
+                                           "--lease-ttl", "10s", "--sync", "normal"},
+                                          dir_, "sharding-service"));
+  client::ShardingClientOptions copts;
+  copts.job = job_.name;
+  copts.dataset = "train";
+  copts.worker_id = "antdt-run";
+  driver_ = std::make_unique<client::ShardingClient>(
+      client::CreateShardingChannel(sharding_.address), copts);
+  return driver_->CreateDataset(bridge::DatasetSpecFor(job_)).status();
+}
+
+absl::Status Runner::StartMonitor() {
+  const monitor::MonitorConfig mc = bridge::MonitorConfigFor(job_.monitor);
+  ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(mc));
+  monitor_ = std::make_unique<monitor::MonitorServiceImpl>(std::move(m), &RealClock::Get());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(monitor_.get());
+  monitor_server_ = builder.BuildAndStart();
+  if (!monitor_server_) return absl::InternalError("monitor: cannot listen on 127.0.0.1");
+  monitor_address_ = absl::StrCat("127.0.0.1:", port);
+  monitor_->Start(100);
+  return absl::OkStatus();
+}
 
 absl::Status Runner::StartAgents() {
   for (const manifest::NodeSpec& n : scenario_.nodes) {
@@ -193,38 +248,52 @@ absl::Status Runner::StartParameterServers() {
   return absl::OkStatus();
 }
 
-void Runner::SpawnWorker(Worker& w) {
+std::vector<std::string> Runner::WorkerArgv(const WorkerSlot& w) {
   std::vector<std::string> ps;
   for (const Server& s : ps_) ps.push_back(s.address);
-  w.proc = std::make_unique<Process>(
-      std::vector<std::string>{o_.bin_dir + "/antdt-trainer-worker",
-                               "--sharding",
-                               sharding_.address,
-                               "--job",
-                               job_.name,
-                               "--dataset",
-                               "train",
-                               "--worker-id",
-                               w.id,
-                               "--incarnation",
-                               std::to_string(w.incarnation),
-                               "--journal",
-                               dir_ + "/" + w.id + ".journal",
-                               "--ps",
-                               absl::StrJoin(ps, ","),
-                               "--features",
-                               std::to_string(job_.model.features),
-                               "--agent",
-                               agents_[w.node].address,
-                               "--local-batch",
-                               std::to_string(w.local_batch),
-                               "--device-us-per-sample",
-                               std::to_string(job_.local.device_time_per_sample_us),
-                               "--speed-file",
-                               dir_ + "/nodes/" + w.node + ".speed",
-                               "--report-interval",
-                               "250ms"},
-      dir_ + "/" + w.id + ".log");
+  return {o_.bin_dir + "/antdt-trainer-worker",
+          "--sharding",
+          sharding_.address,
+          "--job",
+          job_.name,
+          "--dataset",
+          "train",
+          "--worker-id",
+          w.id,
+          "--incarnation",
+          std::to_string(w.incarnation),
+          "--journal",
+          dir_ + "/" + w.id + ".journal",
+          "--ps",
+          absl::StrJoin(ps, ","),
+          "--features",
+          std::to_string(job_.model.features),
+          "--agent",
+          agents_[w.node].address,
+          "--local-batch",
+          std::to_string(w.local_batch),
+          "--device-us-per-sample",
+          std::to_string(job_.local.device_time_per_sample_us),
+          "--speed-file",
+          dir_ + "/nodes/" + w.node + ".speed",
+          "--report-interval",
+          "250ms"};
+}
+
+void Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& placement) {
+  WorkerSetOptions wo;
+  wo.log_dir = dir_;
+  wo.backoff_limit = job_.run_policy.backoff_limit;
+  wo.argv = [this](const WorkerSlot& w) { return WorkerArgv(w); };
+  wo.retire = [this](const std::string& worker, int32_t incarnation) {
+    return Retire(worker, incarnation);
+  };
+  wo.on_event = [this](const std::string& line) { Event(line); };
+  workers_ = std::make_unique<WorkerSet>(std::move(wo), launcher_.get(), &clock_);
+  for (int32_t i = 0; i < job_.workers.replicas; ++i) {
+    workers_->Start(absl::StrCat("worker-", i), placement[i]->name,
+                    bridge::InitialLocalBatch(job_, i));
+  }
 }
 
 void Runner::LeaveParameterServers(const std::string& worker) {
@@ -242,7 +311,8 @@ void Runner::LeaveParameterServers(const std::string& worker) {
 
 void Runner::WriteSpeeds() {
   for (const manifest::NodeSpec& n : scenario_.nodes) {
-    const std::string speed = absl::StrFormat("%.4f", scenario_.SpeedAt(n.name, NowMs()));
+    const std::string speed =
+        absl::StrFormat("%.4f", scenario_.SpeedAt(n.name, clock_.NowMillis()));
     if (speeds_written_[n.name] == speed) continue;
     if (WriteFileAtomically(dir_ + "/nodes/" + n.name + ".speed", speed + "\n").ok()) {
       speeds_written_[n.name] = speed;
@@ -250,133 +320,102 @@ void Runner::WriteSpeeds() {
   }
 }
 
-absl::Status Runner::Execute(const controller::Decision& d) {
-  ActionRecord rec;
-  rec.at_seconds = static_cast<double>(NowMs()) / 1000.0;
-  rec.description = controller::Describe(d);
-  rec.rule = d.rule;
-  rec.reason = d.reason;
-  if (const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action)) {
-    rec.action = "ADJUST_BS";
-    rec.worker = a->worker;
-    for (Worker& w : workers_) {
-      if (w.id != a->worker || w.done) continue;
-      v1::Directive directive;
-      directive.set_job(job_.name);
-      directive.set_worker_id(w.id);
-      directive.set_version(++w.directive_version);
-      directive.mutable_adjust_batch()->set_local_batch_size(a->local_batch_size);
-      directive.mutable_adjust_batch()->set_accumulation_steps(a->accumulation_steps);
-      directive.set_reason(d.reason);
-      w.local_batch = a->local_batch_size;
-      if (!monitor_->SendDirective(w.node, directive)) {
-        Event("directive for " + w.id + " not delivered: agent of " + w.node + " not connected");
-      }
-    }
-  } else if (const auto* k = std::get_if<controller::KillRestart>(&d.action)) {
-    rec.action = "KILL_RESTART";
-    rec.worker = k->worker;
-    for (Worker& w : workers_) {
-      if (w.id != k->worker || w.done) continue;
-      w.proc->Signal(SIGKILL);
-      w.proc->Wait(std::chrono::seconds(10));
-      LeaveParameterServers(w.id);
-      // Its in-flight shards go back to the queue now, not at lease expiry.
-      client::ShardingClientOptions copts;
-      copts.job = job_.name;
-      copts.dataset = "train";
-      copts.worker_id = w.id;
-      copts.incarnation = w.incarnation;
-      client::ShardingClient releaser(client::CreateShardingChannel(sharding_.address), copts);
-      RETURN_IF_ERROR(releaser.Release());
-      excluded_until_[w.node] = NowMs() + job_.straggler_policy.cooldown_ms;
-      w.node = k->to_node;
-      ++w.incarnation;
-      w.last_restart_ms = NowMs();
-      SpawnWorker(w);
-    }
-  } else if (const auto* b = std::get_if<controller::UseBackupWorkers>(&d.action)) {
-    rec.action = "BACKUP_WORKERS";
-    rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
-  }
-  rec.subject = d.subject;
-  // One line per decision about a worker; batch changes that only keep the
-  // global batch constant are summed up by Control().
-  if (!(rec.action == "ADJUST_BS" && d.subject.empty())) {
-    Event(absl::StrFormat("%.1fs %s %s: %s", rec.at_seconds, rec.action, rec.worker, d.reason));
-  }
-  result_.actions.push_back(rec);
-  history_.push_back(d);
-  return absl::OkStatus();
-}
-
-absl::Status Runner::Control() {
+std::optional<v1::GetJobHealthResponse> Runner::Health() {
   v1::GetJobHealthRequest req;
   req.set_job(job_.name);
   v1::GetJobHealthResponse health;
   grpc::ServerContext ctx;
-  if (!monitor_->GetJobHealth(&ctx, &req, &health).ok()) return absl::OkStatus();  // no reports yet
-  const double t = static_cast<double>(NowMs()) / 1000.0;
+  if (!monitor_->GetJobHealth(&ctx, &req, &health).ok()) return std::nullopt;  // no reports yet
+  const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
   for (const v1::WorkerHealth& h : health.workers()) {
     result_.timeline.push_back(
         {t, h.worker_id(), h.samples_per_second(), h.score(), ClassName(h.class_())});
   }
-  controller::Observed obs;
-  obs.now_ms = NowMs();
-  obs.job = job_.name;
-  obs.health = health;
-  std::map<std::string, bool> busy;
-  for (const Worker& w : workers_) {
-    controller::WorkerState ws;
-    ws.id = w.id;
-    ws.role = "worker";
-    ws.node = w.node;
-    ws.local_batch_size = w.local_batch;
-    ws.accumulation_steps = 1;
-    ws.incarnation = static_cast<int32_t>(w.incarnation);
-    ws.alive = !w.done;
-    ws.last_restart_ms = w.last_restart_ms;
-    obs.workers.push_back(ws);
-    if (!w.done) busy[w.node] = true;
-  }
+  return health;
+}
+
+std::vector<controller::NodeState> Runner::Nodes() {
+  const std::map<std::string, bool> busy = workers_->BusyNodes();
+  std::vector<controller::NodeState> nodes;
   for (const manifest::NodeSpec& n : scenario_.nodes) {
     controller::NodeState ns;
     ns.name = n.name;
-    ns.spare = n.spare && !busy[n.name];
+    ns.spare = n.spare && !busy.count(n.name);
     auto ex = excluded_until_.find(n.name);
     ns.excluded_until_ms = ex == excluded_until_.end() ? 0 : ex->second;
-    obs.nodes.push_back(ns);
+    nodes.push_back(ns);
   }
-  obs.global_batch_size = job_.model.global_batch_size;
-  auto progress = driver_->Progress();
-  obs.remaining_seconds = progress.ok() ? progress->eta_seconds() : -1;
-  // A restart costs a process start, a parameter pull, and the Monitor's
-  // windows to see the worker again.
-  obs.restart_cost_seconds = 1.0 + static_cast<double>(job_.monitor.window_ms) / 1000.0;
-  obs.history = history_;
-  const controller::PolicySpec spec = bridge::PolicySpecFor(job_, policy_name_, control_every_ms_);
-  controller::Plan plan = controller::Decide(obs, spec);
-  std::vector<std::string> rebalanced;
-  for (const controller::Decision& d : plan.decisions) {
-    RETURN_IF_ERROR(Execute(d));
-    if (const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action);
-        a && d.subject.empty()) {
-      rebalanced.push_back(absl::StrCat(a->worker, "->", a->local_batch_size));
-    }
+  return nodes;
+}
+
+bool Runner::SendDirective(const std::string& node, const v1::Directive& directive) {
+  WorkerSlot* w = workers_->Find(directive.worker_id());
+  if (w == nullptr || w->done) return false;
+  w->local_batch = directive.adjust_batch().local_batch_size();
+  if (monitor_->SendDirective(node, directive)) return true;
+  Event("directive for " + w->id + " not delivered: agent of " + node + " not connected");
+  return false;
+}
+
+void Runner::RecordAction(const controller::Decision& d) {
+  ActionRecord rec;
+  rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
+  rec.action = controller::ActionName(d.action);
+  rec.worker = controller::ActionTarget(d.action);
+  rec.description = controller::Describe(d);
+  rec.rule = d.rule;
+  rec.reason = d.reason;
+  rec.subject = d.subject;
+  if (const auto* b = std::get_if<controller::UseBackupWorkers>(&d.action)) {
+    rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
   }
-  if (!rebalanced.empty()) {
-    Event(absl::StrCat("    global batch kept: ", absl::StrJoin(rebalanced, " ")));
+  const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action);
+  if (a != nullptr && d.subject.empty()) {
+    // Batch changes that only keep the global batch constant are summed up in
+    // one line per plan by Control().
+    rebalanced_.push_back(absl::StrCat(a->worker, "->", a->local_batch_size));
+  } else {
+    Event(absl::StrFormat("%.1fs %s %s: %s", rec.at_seconds, rec.action, rec.worker, d.reason));
+  }
+  result_.actions.push_back(rec);
+}
+
+absl::Status Runner::Control() {
+  rebalanced_.clear();
+  RETURN_IF_ERROR(loop_->RunOnce().status());
+  if (!rebalanced_.empty()) {
+    Event(absl::StrCat("    global batch kept: ", absl::StrJoin(rebalanced_, " ")));
   }
   return absl::OkStatus();
 }
 
-void Runner::Teardown() {
-  for (Worker& w : workers_) {
-    if (w.proc && w.proc->Running()) {
-      w.proc->Signal(SIGKILL);
-      w.proc->Wait(std::chrono::seconds(5));
+void Runner::ShowProgress() {
+  if (!o_.on_status) return;
+  auto p = driver_->Progress();
+  if (!p.ok()) return;
+  int stragglers = 0;
+  if (!result_.timeline.empty()) {
+    const double last = result_.timeline.back().at_seconds;
+    for (auto it = result_.timeline.rbegin();
+         it != result_.timeline.rend() && it->at_seconds == last; ++it) {
+      if (it->klass == "transient" || it->klass == "persistent" || it->klass == "deterministic")
+        ++stragglers;
     }
   }
+  const int64_t total = job_.dataset.records * job_.dataset.epochs;
+  const double frac =
+      static_cast<double>(p->records_committed_total()) / static_cast<double>(total);
+  const int width = 24;
+  const int filled = static_cast<int>(frac * width);
+  o_.on_status(absl::StrFormat(
+      "[%s%s] %3.0f%%  epoch %d/%d  %d/%d records  %.0f rec/s  stragglers %d  actions %d",
+      std::string(filled, '#'), std::string(width - filled, '.'), frac * 100,
+      std::min(p->epoch() + 1, p->epochs()), p->epochs(), p->records_committed_total(), total,
+      p->records_per_second(), stragglers, static_cast<int>(result_.actions.size())));
+}
+
+void Runner::Teardown() {
+  if (workers_) workers_->KillAll();
   for (Server& s : ps_) Stop(s);
   for (auto& [node, a] : agents_) Stop(a);
   if (monitor_) monitor_->Stop();
@@ -385,18 +424,9 @@ void Runner::Teardown() {
   Stop(sharding_);
 }
 
-absl::StatusOr<RunResult> Runner::Run() {
-  policy_name_ = o_.policy_override.empty() ? job_.straggler_policy.name : o_.policy_override;
-  control_every_ms_ = bridge::ControlIntervalMs(job_.monitor);
-  if (o_.no_slowdown) scenario_.slowdowns.clear();
-  dir_ = o_.work_dir;
-  fs::remove_all(dir_);
-  fs::create_directories(dir_ + "/nodes");
-  SetLogFile(dir_ + "/antdt-run.log");  // the terminal is the progress bar's
-  result_.job = job_.name;
-  result_.policy = o_.no_slowdown ? "no-slowdown" : policy_name_;
-  start_ = SteadyClock::now();
-
+// Start: the sharding service and its dataset, the Monitor, agents, parameter
+// servers and workers, and the control loop over them.
+absl::Status Runner::StartJob() {
   std::vector<const manifest::NodeSpec*> placement;
   for (const manifest::NodeSpec& n : scenario_.nodes) {
     if (!n.spare) placement.push_back(&n);
@@ -406,125 +436,61 @@ absl::StatusOr<RunResult> Runner::Run() {
                                                    " workers but the scenario has ",
                                                    placement.size(), " non-spare nodes"));
   }
-
-  ASSIGN_OR_RETURN(sharding_, StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen",
-                                           "127.0.0.1:0", "--state-dir", dir_ + "/sharding",
-                                           "--lease-ttl", "10s", "--sync", "normal"},
-                                          dir_, "sharding-service"));
-  client::ShardingClientOptions copts;
-  copts.job = job_.name;
-  copts.dataset = "train";
-  copts.worker_id = "antdt-run";
-  driver_ = std::make_unique<client::ShardingClient>(
-      client::CreateShardingChannel(sharding_.address), copts);
-  const v1::DatasetSpec ds = bridge::DatasetSpecFor(job_);
-  RETURN_IF_ERROR(driver_->CreateDataset(ds).status());
-
-  const monitor::MonitorConfig mc = bridge::MonitorConfigFor(job_.monitor);
-  ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(mc));
-  monitor_ = std::make_unique<monitor::MonitorServiceImpl>(std::move(m), &RealClock::Get());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(monitor_.get());
-  monitor_server_ = builder.BuildAndStart();
-  if (!monitor_server_) return absl::InternalError("monitor: cannot listen on 127.0.0.1");
-  monitor_address_ = absl::StrCat("127.0.0.1:", port);
-  monitor_->Start(100);
+  RETURN_IF_ERROR(StartShardingService());
+  RETURN_IF_ERROR(StartMonitor());
   Event("sharding service on " + sharding_.address + ", monitor on " + monitor_address_);
-
   WriteSpeeds();
   RETURN_IF_ERROR(StartAgents());
   RETURN_IF_ERROR(StartParameterServers());
-  const int32_t n = job_.workers.replicas;
-  workers_.resize(n);
-  for (int32_t i = 0; i < n; ++i) {
-    Worker& w = workers_[i];
-    w.id = absl::StrCat("worker-", i);
-    w.node = placement[i]->name;
-    w.local_batch = bridge::InitialLocalBatch(job_, i);
-    SpawnWorker(w);
-  }
-  Event(absl::StrFormat("%d workers, %d parameter servers, %d nodes; policy %s", n,
-                        static_cast<int>(ps_.size()), static_cast<int>(scenario_.nodes.size()),
-                        result_.policy));
+  StartWorkers(placement);
+  Event(absl::StrFormat("%d workers, %d parameter servers, %d nodes; policy %s",
+                        job_.workers.replicas, static_cast<int>(ps_.size()),
+                        static_cast<int>(scenario_.nodes.size()), result_.policy));
+
+  control::LoopOptions lo;
+  lo.job = job_.name;
+  lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
+  lo.policy = bridge::PolicySpecFor(job_, policy_name_, lo.interval_ms);
+  lo.global_batch_size = job_.model.global_batch_size;
+  lo.window_ms = job_.monitor.window_ms;
+  loop_ = std::make_unique<control::ControlLoop>(lo, this, &clock_);
+  // The first decision after one interval, when the Monitor has a window.
+  (void)loop_->TakeTurn();
   if (policy_name_ == "backup-workers") {
-    controller::Decision d;
+    controller::Plan plan;
+    controller::Decision& d = plan.decisions.emplace_back();
     d.action = controller::UseBackupWorkers{job_.straggler_policy.backup_workers};
     d.policy = policy_name_;
     d.rule = "backup-workers";
     d.reason = "baseline: each step takes the first N-b gradients";
-    RETURN_IF_ERROR(Execute(d));
+    RETURN_IF_ERROR(loop_->Execute(plan, Members()));
   }
+  return absl::OkStatus();
+}
 
-  const int64_t control_every = control_every_ms_;
-  int64_t next_control = control_every;
-  const int64_t total = job_.dataset.records * job_.dataset.epochs;
+// Loop: until every worker is done, the scenario's speeds, the workers'
+// exits and failures, the control loop, the progress bar.
+absl::Status Runner::Loop() {
   for (;;) {
-    if (o_.interrupted != nullptr && *o_.interrupted) {
-      Teardown();
+    if (o_.interrupted != nullptr && o_.interrupted->load()) {
       return absl::CancelledError("interrupted: every process stopped");
     }
-    if (NowMs() > o_.timeout_ms) {
-      Teardown();
+    if (clock_.NowMillis() > o_.timeout_ms) {
       return absl::DeadlineExceededError("the job did not finish in time");
     }
     WriteSpeeds();
-    bool all_done = true;
-    for (Worker& w : workers_) {
-      if (w.done) continue;
-      if (auto status = w.proc->Wait(std::chrono::milliseconds(0))) {
-        if (WIFEXITED(*status) && WEXITSTATUS(*status) == 0) {
-          w.done = true;
-          continue;
-        }
-        if (++w.failures > job_.run_policy.backoff_limit) {
-          std::string log = Tail(dir_ + "/" + w.id + ".log");
-          Teardown();
-          return absl::InternalError(
-              absl::StrCat(w.id, " failed ", w.failures, " times (runPolicy.backoffLimit): ", log));
-        }
-        Event(absl::StrCat(w.id, " exited (status ", *status, "); restarting"));
-        LeaveParameterServers(w.id);
-        ++w.incarnation;
-        SpawnWorker(w);
-      }
-      all_done = false;
-    }
-    if (all_done) break;
-    if (NowMs() >= next_control) {
-      next_control = NowMs() + control_every;
-      if (absl::Status s = Control(); !s.ok()) {
-        Teardown();
-        return s;
-      }
-    }
-    if (o_.on_status) {
-      auto p = driver_->Progress();
-      int stragglers = 0;
-      if (!result_.timeline.empty()) {
-        const double last = result_.timeline.back().at_seconds;
-        for (auto it = result_.timeline.rbegin();
-             it != result_.timeline.rend() && it->at_seconds == last; ++it) {
-          if (it->klass == "transient" || it->klass == "persistent" || it->klass == "deterministic")
-            ++stragglers;
-        }
-      }
-      if (p.ok()) {
-        const double frac =
-            static_cast<double>(p->records_committed_total()) / static_cast<double>(total);
-        const int width = 24;
-        const int filled = static_cast<int>(frac * width);
-        o_.on_status(absl::StrFormat(
-            "[%s%s] %3.0f%%  epoch %d/%d  %d/%d records  %.0f rec/s  stragglers %d  actions %d",
-            std::string(filled, '#'), std::string(width - filled, '.'), frac * 100,
-            std::min(p->epoch() + 1, p->epochs()), p->epochs(), p->records_committed_total(), total,
-            p->records_per_second(), stragglers, static_cast<int>(result_.actions.size())));
-      }
-    }
+    ASSIGN_OR_RETURN(const bool all_done, workers_->Poll());
+    if (all_done) return absl::OkStatus();
+    RETURN_IF_ERROR(Control());
+    ShowProgress();
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  result_.jct_seconds = static_cast<double>(NowMs()) / 1000.0;
+}
+
+// Collect: the job's figures, then every process stopped and the journals
+// checked for exactly-once.
+absl::Status Runner::Collect() {
+  result_.jct_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
   if (auto p = driver_->Progress(); p.ok())
     result_.records_committed = p->records_committed_total();
   if (!ps_.empty()) {
@@ -541,9 +507,28 @@ absl::StatusOr<RunResult> Runner::Run() {
   }
   Teardown();
   std::vector<std::string> journals;
-  for (const Worker& w : workers_) journals.push_back(dir_ + "/" + w.id + ".journal");
+  for (const auto& w : workers_->slots()) journals.push_back(dir_ + "/" + w->id + ".journal");
   ASSIGN_OR_RETURN(result_.verification,
                    demo::VerifyJournals(journals, job_.dataset.records, job_.dataset.epochs));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunResult> Runner::Run() {
+  policy_name_ = o_.policy_override.empty() ? job_.straggler_policy.name : o_.policy_override;
+  if (o_.no_slowdown) scenario_.slowdowns.clear();
+  dir_ = o_.work_dir;
+  fs::remove_all(dir_);
+  fs::create_directories(dir_ + "/nodes");
+  SetLogFile(dir_ + "/antdt-run.log");  // the terminal is the progress bar's
+  result_.job = job_.name;
+  result_.policy = o_.no_slowdown ? "no-slowdown" : policy_name_;
+  absl::Status s = StartJob();
+  if (s.ok()) s = Loop();
+  if (!s.ok()) {
+    Teardown();
+    return s;
+  }
+  RETURN_IF_ERROR(Collect());
   return result_;
 }
 

@@ -8,6 +8,7 @@
 // workers' journals for exactly-once and writes a report.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -20,14 +21,14 @@
 namespace antdt::local {
 
 struct RunOptions {
-  std::string bin_dir;           // where the AntDT binaries are
-  std::string work_dir;          // per-run state, logs, journals
-  std::string policy_override;   // non-empty: run under this policy instead
-  bool no_slowdown = false;      // drop the scenario's slowdowns (the ideal run)
+  std::string bin_dir;          // where the AntDT binaries are
+  std::string work_dir;         // per-run state, logs, journals
+  std::string policy_override;  // non-empty: run under this policy instead
+  bool no_slowdown = false;     // drop the scenario's slowdowns (the ideal run)
   int64_t timeout_ms = 900'000;
   std::function<void(const std::string&)> on_status;  // progress line, ~4 per second
   std::function<void(const std::string&)> on_event;   // one line per event
-  const bool* interrupted = nullptr;  // set by a signal handler: stop everything
+  const std::atomic<bool>* interrupted = nullptr;     // set by a signal handler: stop everything
 };
 
 struct ActionRecord {

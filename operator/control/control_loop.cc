@@ -1,0 +1,128 @@
+#include "operator/control/control_loop.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/status.h"
+
+namespace antdt::control {
+
+absl::Status Backend::Retire(const std::string& worker, int32_t incarnation) {
+  LeaveParameterServers(worker);
+  return ReleaseShards(worker, incarnation);
+}
+
+ControlLoop::ControlLoop(LoopOptions options, Backend* backend, const Clock* clock)
+    : options_(std::move(options)), backend_(backend), clock_(clock) {}
+
+void ControlLoop::Seed(std::vector<controller::Decision> decisions) {
+  for (controller::Decision& d : decisions) history_.push_back(std::move(d));
+}
+
+double ControlLoop::RestartCostSeconds() const {
+  const double measured = measured_restarts_ > 0 ? measured_seconds_ / measured_restarts_ : 0;
+  const double relaunch = std::max(measured, kMinRelaunchSeconds);
+  return relaunch + static_cast<double>(options_.window_ms) / 1000.0;
+}
+
+void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& members) {
+  const int64_t now = clock_->NowMillis();
+  for (const controller::WorkerState& m : members) {
+    auto it = relaunching_.find(m.id);
+    if (it == relaunching_.end() || !m.alive || m.incarnation <= it->second.first) continue;
+    measured_seconds_ += static_cast<double>(now - it->second.second) / 1000.0;
+    ++measured_restarts_;
+    relaunching_.erase(it);
+  }
+}
+
+std::optional<controller::Observed> ControlLoop::Observe() {
+  std::optional<v1::GetJobHealthResponse> health = backend_->Health();
+  std::vector<controller::WorkerState> members = backend_->Members();
+  MeasureRelaunches(members);
+  if (!health) return std::nullopt;
+  controller::Observed obs;
+  obs.now_ms = clock_->NowMillis();
+  obs.job = options_.job;
+  obs.health = std::move(*health);
+  obs.workers = std::move(members);
+  // A member restarted by a decision in the history was restarted then, even
+  // when its backend does not remember it (after the backend's own restart).
+  for (controller::WorkerState& m : obs.workers) {
+    for (const controller::Decision& d : history_) {
+      if (std::holds_alternative<controller::KillRestart>(d.action) && d.subject == m.id) {
+        m.last_restart_ms = std::max(m.last_restart_ms, d.at_ms);
+      }
+    }
+  }
+  obs.nodes = backend_->Nodes();
+  obs.global_batch_size = options_.global_batch_size;
+  obs.remaining_seconds = backend_->RemainingSeconds();
+  obs.restart_cost_seconds = RestartCostSeconds();
+  obs.history = history_;
+  return obs;
+}
+
+controller::Plan ControlLoop::Decide(const controller::Observed& observed) const {
+  return controller::Decide(observed, options_.policy);
+}
+
+absl::Status ControlLoop::ExecuteOne(const controller::Decision& d,
+                                     const std::vector<controller::WorkerState>& members) {
+  const std::string& target = controller::ActionTarget(d.action);
+  const controller::WorkerState* member = nullptr;
+  for (const controller::WorkerState& m : members) {
+    if (m.id == target) member = &m;
+  }
+  if (const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action)) {
+    if (member == nullptr || member->node.empty()) return absl::OkStatus();  // gone meanwhile
+    v1::Directive directive;
+    directive.set_job(options_.job);
+    directive.set_worker_id(a->worker);
+    directive_version_ = std::max(directive_version_ + 1, clock_->NowMillis());
+    directive.set_version(directive_version_);
+    directive.mutable_adjust_batch()->set_local_batch_size(a->local_batch_size);
+    directive.mutable_adjust_batch()->set_accumulation_steps(a->accumulation_steps);
+    directive.set_reason(d.reason);
+    // Not delivered: the agent is reconnecting; the next plan sees the
+    // member's batch and re-plans (the backend logs it).
+    (void)backend_->SendDirective(member->node, directive);
+  } else if (const auto* k = std::get_if<controller::KillRestart>(&d.action)) {
+    if (member == nullptr) {
+      return absl::FailedPreconditionError("KILL_RESTART of " + k->worker +
+                                           ": not a member of job " + options_.job);
+    }
+    relaunching_[member->id] = {member->incarnation, clock_->NowMillis()};
+    RETURN_IF_ERROR(backend_->RestartElsewhere(*member, *k));
+  }
+  // UseBackupWorkers: set on the parameter servers when they start; recorded only.
+  backend_->RecordAction(d);
+  return absl::OkStatus();
+}
+
+absl::Status ControlLoop::Execute(const controller::Plan& plan,
+                                  const std::vector<controller::WorkerState>& members) {
+  for (const controller::Decision& d : plan.decisions) {
+    RETURN_IF_ERROR(ExecuteOne(d, members));
+    history_.push_back(d);
+  }
+  return absl::OkStatus();
+}
+
+bool ControlLoop::TakeTurn() {
+  const int64_t now = clock_->NowMillis();
+  if (now < next_run_ms_) return false;
+  next_run_ms_ = now + options_.interval_ms;
+  return true;
+}
+
+absl::StatusOr<controller::Plan> ControlLoop::RunOnce() {
+  if (!TakeTurn()) return controller::Plan{};
+  std::optional<controller::Observed> observed = Observe();
+  if (!observed) return controller::Plan{};
+  controller::Plan plan = Decide(*observed);
+  RETURN_IF_ERROR(Execute(plan, observed->workers));
+  return plan;
+}
+
+}  // namespace antdt::control

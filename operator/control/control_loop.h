@@ -1,0 +1,147 @@
+// The control loop of the paper's control plane, written once: observe (the
+// Monitor's view, the job's members and nodes, its ETA) -> decide (the
+// Controller's policy, run from here and nowhere else) -> execute (each
+// decision through a backend). `antdt run` (processes on one machine) and
+// `antdt-operator` (pods) are backends of it; a simulator can be a third.
+//
+// What the loop owns, so that no backend has its own copy:
+// - the policy's input (controller::Observed) and the one call of
+//   controller::Decide;
+// - the history of decisions taken (cool-downs, budgets, exclusions), seeded
+//   by a backend that rebuilds it after a restart of its own;
+// - the restart-cost model: the mean relaunch time measured on this job's
+//   restarts so far (a decision until the member is alive again at its new
+//   incarnation), never less than kMinRelaunchSeconds, plus one Monitor window
+//   to see the member again;
+// - directives: one ADJUST_BS directive per batch change, with the decision's
+//   accumulation steps, versions increasing across the loop's lifetime;
+// - the order of a restart: the backend stops the member and starts it
+//   elsewhere (RestartElsewhere); parameter servers are told it left and its
+//   shards released by the backend's Retire (see below), before the new
+//   incarnation starts where the backend does it at once.
+//
+// Thread-safety: none; one thread drives a loop and its backend.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "antdt/v1/agent.pb.h"
+#include "antdt/v1/monitor.pb.h"
+#include "common/clock.h"
+#include "operator/controller/policy.h"
+
+namespace antdt::control {
+
+// What the loop asks of the place a job runs in. Every call comes from the
+// loop's thread.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- Observe
+  // The Monitor's view of the job; nullopt while nothing has been reported.
+  virtual std::optional<v1::GetJobHealthResponse> Health() = 0;
+  // The job's workers and parameter servers as they are now (alive: running as
+  // desired; node: where).
+  virtual std::vector<controller::WorkerState> Members() = 0;
+  // Every node the job may use (spare: free to take a restarted member).
+  virtual std::vector<controller::NodeState> Nodes() = 0;
+  // The job's ETA at its current throughput; -1 unknown.
+  virtual double RemainingSeconds() = 0;
+
+  // ---- Execute
+  // Stops `member` and starts it again as incarnation member.incarnation + 1
+  // on restart.to_node: at once (processes: the backend calls Retire between
+  // the two), or by committing the new incarnation (pods: the reconciler's
+  // writes delete the old pod, retire it once gone, and create the new one).
+  virtual absl::Status RestartElsewhere(const controller::WorkerState& member,
+                                        const controller::KillRestart& restart) = 0;
+  // Delivers `directive` to the agent of `node`; false when it is not connected.
+  virtual bool SendDirective(const std::string& node, const v1::Directive& directive) = 0;
+  // Tells the parameter servers that `worker` left (a step no longer waits for it).
+  virtual void LeaveParameterServers(const std::string& worker) = 0;
+  // Returns the shards `worker` holds under `incarnation` to the queue now,
+  // rather than at lease expiry.
+  virtual absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) = 0;
+  // A decision was carried out: logs, Events, reports, metrics.
+  virtual void RecordAction(const controller::Decision& decision) = 0;
+
+  // A member that stopped for good under `incarnation`: the parameter servers
+  // stop waiting for it and its shards go back to the queue.
+  absl::Status Retire(const std::string& worker, int32_t incarnation);
+};
+
+struct LoopOptions {
+  std::string job;
+  controller::PolicySpec policy;  // valid (controller::Validate)
+  int64_t global_batch_size = 0;  // <= 0: the sum of the current local batches
+  int64_t window_ms = 10'000;     // the Monitor's window: a restarted member is seen after it
+  int64_t interval_ms = 10'000;   // how often RunOnce decides
+};
+
+// The least a relaunch costs, and what is assumed before one was measured:
+// after it is alive again a member still pulls the parameters and rejoins the
+// step barrier, which no backend observes; about a second for the demo
+// trainer on the local runner (docs/straggler-benchmark.md). A pod that takes
+// longer to be scheduled and started is measured.
+inline constexpr double kMinRelaunchSeconds = 1.0;
+
+class ControlLoop {
+ public:
+  // `backend` and `clock` are borrowed and must outlive the loop.
+  ControlLoop(LoopOptions options, Backend* backend, const Clock* clock);
+
+  // Decisions already taken for this job (a backend rebuilding them after its
+  // own restart); appended to the history.
+  void Seed(std::vector<controller::Decision> decisions);
+  const std::vector<controller::Decision>& history() const { return history_; }
+
+  // True when a decision is due now (every interval_ms), and the next one is
+  // then scheduled. RunOnce takes its turn itself; a backend that commits
+  // between deciding and executing (the operator) calls this, Observe, Decide
+  // and Execute in turn.
+  bool TakeTurn();
+  // The policy's input now; nullopt while the Monitor has nothing on the job.
+  std::optional<controller::Observed> Observe();
+  // The one call of the policy: controller::Decide over `observed`.
+  controller::Plan Decide(const controller::Observed& observed) const;
+  // Carries out each decision through the backend in order, then adds it to the
+  // history (so it counts for cool-downs and budgets). `members` is the
+  // observation the plan was made from. Stops at the first error: the
+  // decisions before it are in the history, the rest are not.
+  absl::Status Execute(const controller::Plan& plan,
+                       const std::vector<controller::WorkerState>& members);
+
+  // Observe -> decide -> execute, when due (every interval_ms). The plan
+  // executed; an empty plan when not due or nothing was observed.
+  absl::StatusOr<controller::Plan> RunOnce();
+
+  // Seconds a restart costs under the model above.
+  double RestartCostSeconds() const;
+  // Restarts measured so far and their mean relaunch time (0 when none).
+  int measured_restarts() const { return measured_restarts_; }
+
+ private:
+  absl::Status ExecuteOne(const controller::Decision& decision,
+                          const std::vector<controller::WorkerState>& members);
+  void MeasureRelaunches(const std::vector<controller::WorkerState>& members);
+
+  const LoopOptions options_;
+  Backend* const backend_;
+  const Clock* const clock_;
+  std::vector<controller::Decision> history_;
+  int64_t next_run_ms_ = 0;
+  int64_t directive_version_ = 0;
+  // Restarts in flight: member id -> (incarnation it restarts from, when).
+  std::map<std::string, std::pair<int32_t, int64_t>> relaunching_;
+  int measured_restarts_ = 0;
+  double measured_seconds_ = 0;
+};
+
+}  // namespace antdt::control

@@ -1,0 +1,229 @@
+#include "operator/control/control_loop.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace antdt::control {
+namespace {
+
+constexpr int64_t kStart = 1'700'000'000'000;
+
+// A backend that records every call; members, nodes and health are set by the test.
+class FakeBackend : public Backend {
+ public:
+  std::optional<v1::GetJobHealthResponse> health;
+  std::vector<controller::WorkerState> members;
+  std::vector<controller::NodeState> nodes;
+  double remaining = 36'000;
+  std::vector<std::string> calls;  // in order, one line each
+  std::vector<v1::Directive> directives;
+  bool deliver = true;
+
+  std::optional<v1::GetJobHealthResponse> Health() override { return health; }
+  std::vector<controller::WorkerState> Members() override { return members; }
+  std::vector<controller::NodeState> Nodes() override { return nodes; }
+  double RemainingSeconds() override { return remaining; }
+  absl::Status RestartElsewhere(const controller::WorkerState& member,
+                                const controller::KillRestart& restart) override {
+    calls.push_back(absl::StrCat("restart ", member.id, "@", member.incarnation, " ",
+                                 restart.from_node, "->", restart.to_node));
+    return absl::OkStatus();
+  }
+  bool SendDirective(const std::string& node, const v1::Directive& directive) override {
+    calls.push_back(absl::StrCat("directive ", directive.worker_id(), "@", node,
+                                 " batch=", directive.adjust_batch().local_batch_size(),
+                                 " steps=", directive.adjust_batch().accumulation_steps()));
+    directives.push_back(directive);
+    return deliver;
+  }
+  void LeaveParameterServers(const std::string& worker) override {
+    calls.push_back("leave " + worker);
+  }
+  absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override {
+    calls.push_back(absl::StrCat("release ", worker, "@", incarnation));
+    return absl::OkStatus();
+  }
+  void RecordAction(const controller::Decision& d) override {
+    calls.push_back(absl::StrCat("record ", controller::ActionName(d.action), " ",
+                                 controller::ActionTarget(d.action), " ", d.rule));
+  }
+};
+
+// Four workers on node-0..3 at batch 64; worker `slow` reported as `cls`.
+void Job(FakeBackend& b, const std::string& slow, v1::StragglerClass cls, double score,
+         int windows_slow) {
+  b.health.emplace();
+  b.health->set_job("team/ctr");
+  b.members.clear();
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = absl::StrCat("worker-", i);
+    v1::WorkerHealth* h = b.health->add_workers();
+    h->set_job("team/ctr");
+    h->set_worker_id(id);
+    h->set_role("worker");
+    h->set_node(absl::StrCat("node-", i));
+    const bool is_slow = id == slow;
+    h->set_score(is_slow ? score : 1.0);
+    h->set_self_score(is_slow ? score : 1.0);
+    h->set_class_(is_slow ? cls : v1::HEALTHY);
+    h->set_windows_slow(is_slow ? windows_slow : 0);
+    controller::WorkerState w;
+    w.id = id;
+    w.node = absl::StrCat("node-", i);
+    w.local_batch_size = 64;
+    b.members.push_back(w);
+  }
+  b.nodes = {{"node-0", false, 0},
+             {"node-1", false, 0},
+             {"node-2", false, 0},
+             {"node-3", false, 0},
+             {"spare-0", true, 0}};
+}
+
+LoopOptions Options(const std::string& policy) {
+  LoopOptions o;
+  o.job = "team/ctr";
+  o.policy.name = policy;
+  o.policy.cooldown_ms = 60'000;
+  o.policy.min_saving_ratio = 1.0;
+  o.global_batch_size = 256;
+  o.window_ms = 10'000;
+  o.interval_ms = 5'000;
+  return o;
+}
+
+TEST(ControlLoop, TransientStragglerGetsSmallerBatchThroughItsAgent) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
+  ControlLoop loop(Options("antdt-nd"), &b, &clock);
+  auto plan = loop.RunOnce();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->decisions.empty());
+  // One directive per batch change, to the member's node, batches summing to 256.
+  int64_t sum = 0;
+  bool straggler_shrunk = false;
+  for (const v1::Directive& d : b.directives) {
+    EXPECT_EQ(d.job(), "team/ctr");
+    EXPECT_EQ(d.adjust_batch().accumulation_steps(), 1);
+    if (d.worker_id() == "worker-2") straggler_shrunk = d.adjust_batch().local_batch_size() < 64;
+  }
+  EXPECT_TRUE(straggler_shrunk);
+  for (const controller::Decision& d : plan->decisions) {
+    sum += std::get<controller::AdjustBatchSize>(d.action).local_batch_size;
+  }
+  // Workers whose batch is unchanged get no decision; theirs stay at 64.
+  sum += 64 * (4 - static_cast<int64_t>(plan->decisions.size()));
+  EXPECT_EQ(sum, 256);
+  EXPECT_EQ(loop.history().size(), plan->decisions.size());
+  // Versions increase, even within one millisecond.
+  for (size_t i = 1; i < b.directives.size(); ++i) {
+    EXPECT_GT(b.directives[i].version(), b.directives[i - 1].version());
+  }
+}
+
+TEST(ControlLoop, DecidesOnlyWhenDueAndOnlyWithAView) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  ControlLoop loop(Options("antdt-nd"), &b, &clock);
+  auto plan = loop.RunOnce();  // nothing reported yet
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->decisions.empty());
+  EXPECT_TRUE(b.calls.empty());
+  Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
+  clock.Advance(4'999);
+  plan = loop.RunOnce();  // not due: the interval is 5 s
+  EXPECT_TRUE(plan->decisions.empty());
+  EXPECT_TRUE(b.calls.empty());
+  clock.Advance(1);
+  plan = loop.RunOnce();
+  EXPECT_FALSE(plan->decisions.empty());
+  EXPECT_FALSE(b.calls.empty());
+}
+
+TEST(ControlLoop, PersistentStragglerRestartedOnSpareAndRelaunchTimeMeasured) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
+  ControlLoop loop(Options("antdt-nd"), &b, &clock);
+  EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), kMinRelaunchSeconds + 10.0);
+  auto plan = loop.RunOnce();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(b.calls.empty());
+  EXPECT_EQ(b.calls[0], "restart worker-1@0 node-1->spare-0");
+  EXPECT_EQ(b.calls[1], "record KILL_RESTART worker-1 antdt-nd:persistent-restart");
+  ASSERT_FALSE(loop.history().empty());
+  EXPECT_EQ(loop.history()[0].subject, "worker-1");
+
+  // The member comes back 3 s later as incarnation 1, not yet alive, then alive.
+  Job(b, "", v1::HEALTHY, 1.0, 0);
+  b.members[1].incarnation = 1;
+  b.members[1].node = "spare-0";
+  b.members[1].alive = false;
+  clock.Advance(1'000);
+  ASSERT_TRUE(loop.Observe().has_value());
+  EXPECT_EQ(loop.measured_restarts(), 0);
+  b.members[1].alive = true;
+  clock.Advance(2'000);
+  std::optional<controller::Observed> obs = loop.Observe();
+  ASSERT_TRUE(obs.has_value());
+  EXPECT_EQ(loop.measured_restarts(), 1);
+  EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), 3.0 + 10.0);
+  EXPECT_DOUBLE_EQ(obs->restart_cost_seconds, 3.0 + 10.0);
+  // The history puts the restart into the member's state (its cool-down).
+  EXPECT_EQ(obs->workers[1].last_restart_ms, kStart);
+}
+
+TEST(ControlLoop, SeededHistoryKeepsCooldownsAcrossABackendRestart) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
+  ControlLoop loop(Options("antdt-nd"), &b, &clock);
+  controller::Decision earlier;
+  earlier.action = controller::KillRestart{"worker-1", "node-9", "node-1", kStart + 50'000};
+  earlier.at_ms = kStart - 10'000;
+  earlier.subject = "worker-1";
+  earlier.rule = "antdt-nd:persistent-restart";
+  loop.Seed({earlier});
+  auto plan = loop.RunOnce();
+  ASSERT_TRUE(plan.ok());
+  for (const std::string& call : b.calls) {
+    EXPECT_EQ(call.rfind("restart ", 0), std::string::npos) << call;
+  }
+  bool cooldown_noted = false;
+  for (const std::string& line : plan->skipped) {
+    cooldown_noted |= line.rfind("worker-1", 0) == 0 && line.find("cool-down") != std::string::npos;
+  }
+  EXPECT_TRUE(cooldown_noted);
+}
+
+TEST(ControlLoop, DirectiveCarriesTheDecisionsAccumulationSteps) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "", v1::HEALTHY, 1.0, 0);
+  for (int i = 0; i < 4; ++i) b.health->mutable_workers(i)->set_score(i == 0 ? 2.0 : 1.0);
+  for (controller::WorkerState& m : b.members) m.max_micro_batch = 16;
+  LoopOptions o = Options("antdt-dd");
+  ControlLoop loop(o, &b, &clock);
+  auto plan = loop.RunOnce();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->decisions.empty());
+  ASSERT_EQ(b.directives.size(), plan->decisions.size());
+  for (size_t i = 0; i < plan->decisions.size(); ++i) {
+    const auto& a = std::get<controller::AdjustBatchSize>(plan->decisions[i].action);
+    EXPECT_EQ(b.directives[i].adjust_batch().accumulation_steps(), a.accumulation_steps);
+    EXPECT_EQ(a.accumulation_steps, (a.local_batch_size + 15) / 16);
+  }
+}
+
+TEST(ControlLoop, RetireTellsServersThenReleasesShards) {
+  FakeBackend b;
+  ASSERT_TRUE(b.Retire("worker-3", 2).ok());
+  ASSERT_EQ(b.calls.size(), 2u);
+  EXPECT_EQ(b.calls[0], "leave worker-3");
+  EXPECT_EQ(b.calls[1], "release worker-3@2");
+}
+
+}  // namespace
+}  // namespace antdt::control

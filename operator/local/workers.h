@@ -1,0 +1,110 @@
+// The local runner's worker processes: started through a Launcher, watched,
+// restarted in place after a failure (up to runPolicy.backoffLimit) and
+// elsewhere when the Controller decides a KILL_RESTART. Processes and time come
+// from outside (a Launcher, a Clock), so the lifecycle is unit-tested with
+// fakes; the runner hands it real processes and its job clock.
+//
+// Thread-safety: none; the runner's thread owns it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "operator/controller/policy.h"
+
+namespace antdt::local {
+
+// A started child process.
+class Child {
+ public:
+  virtual ~Child() = default;
+  virtual void Signal(int sig) = 0;
+  // The wait status once it exited, nullopt while it runs after `timeout`.
+  virtual std::optional<int> Wait(std::chrono::milliseconds timeout) = 0;
+};
+
+// Starts child processes: argv[0] with argv, output appended to `log_path`.
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+  virtual std::unique_ptr<Child> Launch(const std::vector<std::string>& argv,
+                                        const std::string& log_path) = 0;
+};
+
+// Real processes (common/process.h); killed with SIGKILL when dropped running.
+std::unique_ptr<Launcher> NewProcessLauncher();
+
+struct WorkerSlot {
+  std::string id;
+  std::string node;
+  int32_t incarnation = 0;
+  int64_t local_batch = 0;
+  int64_t last_restart_ms = -1;  // -1 never
+  int failures = 0;
+  bool done = false;
+  std::unique_ptr<Child> child;
+};
+
+struct WorkerSetOptions {
+  std::string log_dir;  // <log_dir>/<id>.log
+  int backoff_limit = 3;
+  // The command line of a worker's current incarnation on its node.
+  std::function<std::vector<std::string>(const WorkerSlot&)> argv;
+  // A stopped incarnation is retired: the servers told it left, its shards
+  // released (control::Backend::Retire).
+  std::function<absl::Status(const std::string& worker, int32_t incarnation)> retire;
+  // One line per lifecycle event.
+  std::function<void(const std::string&)> on_event;
+};
+
+class WorkerSet {
+ public:
+  WorkerSet(WorkerSetOptions options, Launcher* launcher, const Clock* clock);
+
+  // Starts worker `id` (incarnation 0) on `node` with `local_batch`.
+  void Start(const std::string& id, const std::string& node, int64_t local_batch);
+
+  // Reaps exited workers: exit 0 is done; a failure is retired and started
+  // again in place as the next incarnation, until a worker has failed more
+  // than backoff_limit times (then an error naming it and its log's tail).
+  // True once every worker is done.
+  absl::StatusOr<bool> Poll();
+
+  // KILL_RESTART: stops `id` (SIGKILL, it commits nothing more), retires it,
+  // and starts its next incarnation on `to_node`. Ignored for a done worker.
+  absl::Status RestartElsewhere(const std::string& id, const std::string& to_node);
+
+  // The slot of `id`; nullptr when there is none.
+  WorkerSlot* Find(const std::string& id);
+  const std::vector<std::unique_ptr<WorkerSlot>>& slots() const { return slots_; }
+
+  // Members as the Controller sees them (alive while not done).
+  std::vector<controller::WorkerState> Members() const;
+  // Nodes a worker runs on now.
+  std::map<std::string, bool> BusyNodes() const;
+
+  // SIGKILLs every worker still running.
+  void KillAll();
+
+ private:
+  void Spawn(WorkerSlot& w);
+
+  const WorkerSetOptions options_;
+  Launcher* const launcher_;
+  const Clock* const clock_;
+  std::vector<std::unique_ptr<WorkerSlot>> slots_;
+};
+
+// The last `bytes` of a file (a log), or "" when it cannot be read.
+std::string Tail(const std::string& path, size_t bytes = 1500);
+
+}  // namespace antdt::local
