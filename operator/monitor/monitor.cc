@@ -6,11 +6,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "operator/vocab/vocab.h"
 
 namespace antdt::monitor {
 namespace {
 
 using v1::StragglerClass;
+using vocab::IsStraggler;
+using vocab::Median;
 
 constexpr char kWorkerRole[] = "worker";
 constexpr char kPsRole[] = "ps";
@@ -29,16 +32,6 @@ absl::Status InRange(double value, double lo, double hi, const std::string& fiel
   return absl::OkStatus();
 }
 
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + mid, values.end());
-  const double upper = values[mid];
-  if (values.size() % 2 == 1) return upper;
-  const double lower = *std::max_element(values.begin(), values.begin() + mid);
-  return (lower + upper) / 2;
-}
-
 // Coefficient of variation (population standard deviation / mean).
 double Cv(const std::vector<double>& values) {
   double mean = 0;
@@ -49,10 +42,6 @@ double Cv(const std::vector<double>& values) {
   for (double v : values) var += (v - mean) * (v - mean);
   var /= static_cast<double>(values.size());
   return std::sqrt(var) / mean;
-}
-
-bool IsStraggler(StragglerClass c) {
-  return c == v1::TRANSIENT || c == v1::PERSISTENT || c == v1::DETERMINISTIC;
 }
 
 double NonNegative(double v) { return std::isfinite(v) && v > 0 ? v : 0; }
