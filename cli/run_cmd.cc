@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "common/config.h"
 #include "common/server.h"
 #include "operator/local/runner.h"
+#include "operator/vocab/vocab.h"
 
 namespace antdt::cli {
 namespace {
@@ -110,7 +112,14 @@ int RunCommand(int argc, char** argv) {
   const auto& [job, scenario] = *loaded;
   local::RunOptions o =
       Options(flags->Get("work-dir", "antdt-run/" + job.name), flags->Has("quiet"));
-  o.policy_override = flags->Get("policy");
+  if (const std::string name = flags->Get("policy"); !name.empty()) {
+    auto policy = vocab::ParseOneOf("--policy", name, vocab::AllPolicies());
+    if (!policy.ok()) {
+      std::fprintf(stderr, "antdt run: %s\n", std::string(policy.status().message()).c_str());
+      return 2;
+    }
+    o.policy_override = *policy;
+  }
   o.no_slowdown = flags->Has("no-slowdown");
   WatchSignals();
   auto result = local::RunJob(job, scenario, o);
@@ -150,25 +159,31 @@ int BenchCommand(int argc, char** argv) {
     return 2;
   }
   const auto& [job, scenario] = *loaded;
-  std::vector<std::string> policies = absl::StrSplit(
+  // The ideal run (no slowdown, no policy), then one run per policy.
+  struct BenchRun {
+    std::string name;
+    vocab::Policy policy;
+    bool ideal;
+  };
+  std::vector<BenchRun> runs = {{"no-slowdown", vocab::Policy::kNone, true}};
+  const std::vector<std::string> names = absl::StrSplit(
       flags->Get("policies", "antdt-nd,none,backup-workers,lb-bsp"), ',', absl::SkipEmpty());
-  for (const std::string& p : policies) {
-    if (p != "antdt-nd" && p != "antdt-dd" && p != "none" && p != "backup-workers" &&
-        p != "lb-bsp") {
+  for (const std::string& p : names) {
+    const std::optional<vocab::Policy> policy = vocab::ParsePolicy(p);
+    if (!policy || *policy == vocab::Policy::kCustom) {  // custom needs the job's rules
       std::fprintf(stderr, "antdt bench: --policies: unknown policy \"%s\"\n", p.c_str());
       return 2;
     }
+    runs.push_back({p, *policy, false});
   }
   const std::string out = flags->Get("out");
   fs::create_directories(out);
   WatchSignals();
   std::vector<local::RunResult> results;
-  std::vector<std::pair<std::string, bool>> runs = {{"no-slowdown", true}};
-  for (const std::string& p : policies) runs.push_back({p, false});
-  for (const auto& [name, ideal] : runs) {
+  for (const auto& [name, policy, ideal] : runs) {
     local::RunOptions o = Options(out + "/runs/" + name, true);
     o.no_slowdown = ideal;
-    o.policy_override = ideal ? "none" : name;
+    o.policy_override = policy;
     std::printf("== %s ==\n", name.c_str());
     std::fflush(stdout);
     auto r = local::RunJob(job, scenario, o);
@@ -191,9 +206,10 @@ int BenchCommand(int argc, char** argv) {
     const local::RunResult& r = results[i];
     std::string actions;
     for (size_t k = 0; k < r.actions.size(); ++k) {
-      absl::StrAppendFormat(
-          &actions, "%s{\"at_seconds\": %.2f, \"action\": \"%s\", \"worker\": \"%s\"}",
-          k ? ", " : "", r.actions[k].at_seconds, r.actions[k].action, r.actions[k].worker);
+      absl::StrAppendFormat(&actions,
+                            "%s{\"at_seconds\": %.2f, \"action\": \"%s\", \"worker\": \"%s\"}",
+                            k ? ", " : "", r.actions[k].at_seconds,
+                            vocab::Name(r.actions[k].action), r.actions[k].worker);
     }
     absl::StrAppendFormat(&json,
                           "%s\n    {\"policy\": \"%s\", \"jct_seconds\": %.3f, "
@@ -216,13 +232,14 @@ int BenchCommand(int argc, char** argv) {
   for (size_t i = 0; i < results.size(); ++i) {
     const double ratio = results[i].jct_seconds / ideal;
     const double y = 20 + 30.0 * static_cast<double>(i);
-    absl::StrAppendFormat(&svg,
-                          "<text x=\"4\" y=\"%.0f\">%s</text><rect x=\"130\" y=\"%.0f\" "
-                          "width=\"%.1f\" height=\"20\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.0f\">"
-                          "%.2fx (%.1f s)</text>\n",
-                          y + 14, results[i].policy, y, 400 * ratio / max_ratio,
-                          results[i].policy == "antdt-nd" ? "#2ca02c" : "#888",
-                          135 + 400 * ratio / max_ratio, y + 14, ratio, results[i].jct_seconds);
+    absl::StrAppendFormat(
+        &svg,
+        "<text x=\"4\" y=\"%.0f\">%s</text><rect x=\"130\" y=\"%.0f\" "
+        "width=\"%.1f\" height=\"20\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.0f\">"
+        "%.2fx (%.1f s)</text>\n",
+        y + 14, results[i].policy, y, 400 * ratio / max_ratio,
+        results[i].policy == vocab::Name(vocab::Policy::kAntdtNd) ? "#2ca02c" : "#888",
+        135 + 400 * ratio / max_ratio, y + 14, ratio, results[i].jct_seconds);
   }
   svg += "</svg>\n";
   (void)WriteFileAtomically(out + "/results.json", json);

@@ -1,14 +1,13 @@
 #include "operator/bridge/bridge.h"
 
 #include <algorithm>
-#include <cctype>
 
 namespace antdt::bridge {
 
-controller::PolicySpec PolicySpecFor(const manifest::Job& job, const std::string& policy_name,
+controller::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
                                      int64_t interval_ms) {
   controller::PolicySpec spec;
-  spec.name = policy_name;
+  spec.name = policy;
   spec.cooldown_ms = job.straggler_policy.cooldown_ms;
   spec.max_actions = job.straggler_policy.max_actions;
   spec.min_saving_ratio = job.straggler_policy.min_saving_ratio;
@@ -18,7 +17,7 @@ controller::PolicySpec PolicySpecFor(const manifest::Job& job, const std::string
     controller::Rule cr;
     cr.signal = r.signal;
     cr.threshold = r.threshold;
-    for (char c : r.klass) cr.straggler_class += static_cast<char>(std::toupper(c));
+    cr.straggler_class = r.klass;
     cr.windows = r.windows;
     cr.action = r.action;
     if (r.cooldown_ms > 0) cr.cooldown_ms = r.cooldown_ms;

@@ -10,12 +10,13 @@
 #include "operator/controller/policy.h"
 #include "operator/manifest/manifest.h"
 #include "operator/monitor/monitor.h"
+#include "operator/vocab/vocab.h"
 
 namespace antdt::bridge {
 
-// spec.stragglerPolicy as a controller::PolicySpec under `policy_name` (the
-// job's own or an override), deciding every `interval_ms`.
-controller::PolicySpec PolicySpecFor(const manifest::Job& job, const std::string& policy_name,
+// spec.stragglerPolicy as a controller::PolicySpec under `policy` (the job's
+// own or an override), deciding every `interval_ms`.
+controller::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
                                      int64_t interval_ms);
 
 // spec.monitor as a monitor::MonitorConfig. The allowed lateness covers the

@@ -81,7 +81,7 @@ void Job(FakeBackend& b, const std::string& slow, v1::StragglerClass cls, double
              {"spare-0", true, 0}};
 }
 
-LoopOptions Options(const std::string& policy) {
+LoopOptions Options(vocab::Policy policy) {
   LoopOptions o;
   o.job = "team/ctr";
   o.policy.name = policy;
@@ -97,7 +97,7 @@ TEST(ControlLoop, TransientStragglerGetsSmallerBatchThroughItsAgent) {
   FakeClock clock(kStart);
   FakeBackend b;
   Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
-  ControlLoop loop(Options("antdt-nd"), &b, &clock);
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
   auto plan = loop.RunOnce();
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(plan->decisions.empty());
@@ -126,7 +126,7 @@ TEST(ControlLoop, TransientStragglerGetsSmallerBatchThroughItsAgent) {
 TEST(ControlLoop, DecidesOnlyWhenDueAndOnlyWithAView) {
   FakeClock clock(kStart);
   FakeBackend b;
-  ControlLoop loop(Options("antdt-nd"), &b, &clock);
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
   auto plan = loop.RunOnce();  // nothing reported yet
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->decisions.empty());
@@ -146,7 +146,7 @@ TEST(ControlLoop, PersistentStragglerRestartedOnSpareAndRelaunchTimeMeasured) {
   FakeClock clock(kStart);
   FakeBackend b;
   Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
-  ControlLoop loop(Options("antdt-nd"), &b, &clock);
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
   EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), kMinRelaunchSeconds + 10.0);
   auto plan = loop.RunOnce();
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -179,7 +179,7 @@ TEST(ControlLoop, SeededHistoryKeepsCooldownsAcrossABackendRestart) {
   FakeClock clock(kStart);
   FakeBackend b;
   Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
-  ControlLoop loop(Options("antdt-nd"), &b, &clock);
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
   controller::Decision earlier;
   earlier.action = controller::KillRestart{"worker-1", "node-9", "node-1", kStart + 50'000};
   earlier.at_ms = kStart - 10'000;
@@ -204,7 +204,7 @@ TEST(ControlLoop, DirectiveCarriesTheDecisionsAccumulationSteps) {
   Job(b, "", v1::HEALTHY, 1.0, 0);
   for (int i = 0; i < 4; ++i) b.health->mutable_workers(i)->set_score(i == 0 ? 2.0 : 1.0);
   for (controller::WorkerState& m : b.members) m.max_micro_batch = 16;
-  LoopOptions o = Options("antdt-dd");
+  LoopOptions o = Options(vocab::Policy::kAntdtDd);
   ControlLoop loop(o, &b, &clock);
   auto plan = loop.RunOnce();
   ASSERT_TRUE(plan.ok()) << plan.status();

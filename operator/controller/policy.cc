@@ -7,22 +7,18 @@
 #include <set>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace antdt::controller {
 namespace {
 
-constexpr char kWorkerRole[] = "worker";
-constexpr char kPsRole[] = "ps";
-
-constexpr char kNd[] = "antdt-nd";
-constexpr char kDd[] = "antdt-dd";
-constexpr char kCustom[] = "custom";
-constexpr char kNone[] = "none";
-constexpr char kBackup[] = "backup-workers";
-constexpr char kLbBsp[] = "lb-bsp";
+using vocab::ActionKind;
+using vocab::IsStraggler;
+using vocab::Median;
+using vocab::Policy;
+using vocab::Role;
+using vocab::Signal;
 
 constexpr char kNdPsRestart[] = "antdt-nd:ps-restart";
 constexpr char kNdPersistentRestart[] = "antdt-nd:persistent-restart";
@@ -38,22 +34,8 @@ constexpr char kLbBspProportional[] = "lb-bsp:proportional";
 constexpr char kCustomRebalance[] = "custom:rebalance";
 constexpr char kBackupStart[] = "backup-workers:start";
 
-constexpr char kAdjustBs[] = "ADJUST_BS";
-constexpr char kKillRestart[] = "KILL_RESTART";
-
-bool IsStraggler(v1::StragglerClass c) {
-  return c == v1::TRANSIENT || c == v1::PERSISTENT || c == v1::DETERMINISTIC;
-}
-
 // Short numbers for reasons: at most three decimals.
 std::string Num(double v) { return absl::StrCat(std::round(v * 1000) / 1000); }
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
-}
 
 std::string RuleName(const Rule& rule, size_t index) {
   return rule.name.empty() ? absl::StrCat("rules[", index, "]") : rule.name;
@@ -136,7 +118,7 @@ struct Member {
   const v1::WorkerHealth* health = nullptr;  // null when the Monitor has none
 
   const std::string& id() const { return state->id; }
-  bool is_ps() const { return state->role == kPsRole; }
+  bool is_ps() const { return state->role == Role::kParameterServer; }
   double score() const {
     const double s = health != nullptr ? health->score() : 1;
     return std::isfinite(s) && s > 0 ? s : 1;
@@ -149,8 +131,7 @@ struct Member {
   // (samples over the worker's own processing time), so that a batch changed
   // during or after the window does not skew it; else from batch and score.
   double capacity() const {
-    if (health != nullptr && health->samples_per_second() > 0 &&
-        health->median_bpt_seconds() > 0) {
+    if (health != nullptr && health->samples_per_second() > 0 && health->median_bpt_seconds() > 0) {
       return health->samples_per_second() * health->median_bpt_seconds();
     }
     return static_cast<double>(batch()) / score();
@@ -193,11 +174,7 @@ class Planner {
       if (!w.alive) continue;
       auto it = health.find(w.id);
       Member m{&w, it == health.end() ? nullptr : it->second};
-      if (w.role == kPsRole) {
-        servers_.push_back(m);
-      } else if (w.role == kWorkerRole || w.role.empty()) {
-        workers_.push_back(m);
-      }
+      (w.role == Role::kParameterServer ? servers_ : workers_).push_back(m);
     }
     auto by_id = [](const Member& a, const Member& b) { return a.id() < b.id(); };
     std::sort(workers_.begin(), workers_.end(), by_id);
@@ -238,25 +215,33 @@ class Planner {
     if (global_batch_ <= 0) {
       global_batch_ = 0;
       for (const WorkerState& w : o_.workers) {
-        if (w.role != kPsRole) global_batch_ += std::max<int64_t>(0, w.local_batch_size);
+        if (w.role != Role::kParameterServer) {
+          global_batch_ += std::max<int64_t>(0, w.local_batch_size);
+        }
       }
     }
     plan_.requeue_after_ms = spec_.interval_ms > 0 ? spec_.interval_ms : 10'000;
   }
 
   Plan Run() {
-    if (spec_.name == kNd) {
-      Nd();
-    } else if (spec_.name == kDd) {
-      Proportional(kDdProportional, spec_.hysteresis);
-    } else if (spec_.name == kLbBsp) {
-      Proportional(kLbBspProportional, 0);
-    } else if (spec_.name == kCustom) {
-      Custom();
-    } else if (spec_.name == kBackup) {
-      BackupWorkers();
-    } else if (spec_.name != kNone) {
-      Skip("job", absl::StrCat("unknown policy \"", spec_.name, "\"; nothing planned"));
+    switch (spec_.name) {
+      case Policy::kAntdtNd:
+        Nd();
+        break;
+      case Policy::kAntdtDd:
+        Proportional(kDdProportional, spec_.hysteresis);
+        break;
+      case Policy::kLbBsp:
+        Proportional(kLbBspProportional, 0);
+        break;
+      case Policy::kCustom:
+        Custom();
+        break;
+      case Policy::kBackupWorkers:
+        BackupWorkers();
+        break;
+      case Policy::kNone:
+        break;
     }
     return std::move(plan_);
   }
@@ -327,8 +312,9 @@ class Planner {
           // once, not after a LEADER window and a cool-down.
           fresh_.insert(m.id());
           subjects[m.id()] = {kNdRestartShare,
-                              absl::StrCat(what, ", restarted on a healthy node: a median "
-                                                 "worker's share again")};
+                              absl::StrCat(what,
+                                           ", restarted on a healthy node: a median "
+                                           "worker's share again")};
           continue;
         }
         if (straggler) {
@@ -415,14 +401,16 @@ class Planner {
 
   // ---- custom ---------------------------------------------------------------------
   bool Matches(const Rule& rule, const Member& m) const {
-    if (!rule.role.empty() && rule.role != (m.is_ps() ? kPsRole : kWorkerRole)) return false;
+    if (rule.role && *rule.role != m.state->role) return false;
     if (m.health == nullptr) return false;
     const bool persisted = m.windows_slow() >= rule.windows;
-    if (rule.signal == "score") return m.health->score() >= rule.threshold && persisted;
-    if (rule.signal == "self_score") return m.health->self_score() >= rule.threshold && persisted;
-    if (rule.signal == "class") {
-      return v1::StragglerClass_Name(m.cls()) == absl::AsciiStrToUpper(rule.straggler_class) &&
-             (!IsStraggler(m.cls()) || persisted);
+    switch (rule.signal) {
+      case Signal::kScore:
+        return m.health->score() >= rule.threshold && persisted;
+      case Signal::kSelfScore:
+        return m.health->self_score() >= rule.threshold && persisted;
+      case Signal::kClass:
+        return m.cls() == rule.straggler_class && (!IsStraggler(m.cls()) || persisted);
     }
     return false;
   }
@@ -454,11 +442,11 @@ class Planner {
         if (!Matches(rule, m)) continue;
         const std::string name = RuleName(rule, i);
         const std::string what = absl::StrCat(Summary(m), " matched ", name);
-        const bool adjust = rule.action == kAdjustBs;
+        const bool adjust = rule.action == ActionKind::kAdjustBatchSize;
         const int cost = adjust && round_rules.count(name) ? 0 : 1;
         if (rule.budget && used_by_rule_[name] + cost > *rule.budget) {
-          Skip(m.id(), absl::StrCat(rule.action, " skipped (", name, "): the rule's budget of ",
-                                    *rule.budget, " is spent"));
+          Skip(m.id(), absl::StrCat(vocab::Name(rule.action), " skipped (", name,
+                                    "): the rule's budget of ", *rule.budget, " is spent"));
           continue;
         }
         if (adjust) {
@@ -673,7 +661,9 @@ class Planner {
     for (const Member* m : parts) in.insert(m->id());
     int64_t fixed = 0;
     for (const WorkerState& w : o_.workers) {
-      if (w.role != kPsRole && !in.count(w.id)) fixed += std::max<int64_t>(0, w.local_batch_size);
+      if (w.role != Role::kParameterServer && !in.count(w.id)) {
+        fixed += std::max<int64_t>(0, w.local_batch_size);
+      }
     }
     *total = global_batch_ - fixed;
     const int64_t floor_value = std::max<int64_t>(1, spec_.min_local_batch);
@@ -827,11 +817,13 @@ std::string Field(const std::string& key, const std::string& value) {
 
 }  // namespace
 
-const char* ActionName(const Action& action) {
-  if (std::holds_alternative<AdjustBatchSize>(action)) return kAdjustBs;
-  if (std::holds_alternative<KillRestart>(action)) return kKillRestart;
-  return "BACKUP_WORKERS";
+vocab::ActionKind KindOf(const Action& action) {
+  if (std::holds_alternative<AdjustBatchSize>(action)) return ActionKind::kAdjustBatchSize;
+  if (std::holds_alternative<KillRestart>(action)) return ActionKind::kKillRestart;
+  return ActionKind::kBackupWorkers;
 }
+
+const char* ActionName(const Action& action) { return vocab::Name(KindOf(action)).c_str(); }
 
 const std::string& ActionTarget(const Action& action) {
   static const std::string* const kEmpty = new std::string();
@@ -859,8 +851,8 @@ std::string Describe(const Action& action) {
 std::string Describe(const Decision& decision) {
   std::string out =
       absl::StrCat(Describe(decision.action), " at_ms=", decision.at_ms, " ",
-                   Field("policy", decision.policy), " ", Field("rule", decision.rule), " ",
-                   Field("subject", decision.subject), " ", Field("reason", decision.reason));
+                   Field("policy", vocab::Name(decision.policy)), " ", Field("rule", decision.rule),
+                   " ", Field("subject", decision.subject), " ", Field("reason", decision.reason));
   for (const auto& [key, value] : decision.evidence) absl::StrAppend(&out, " ", key, "=", value);
   return out;
 }
@@ -869,13 +861,6 @@ absl::Status Validate(const PolicySpec& spec, const std::string& path) {
   auto bad = [&](const std::string& field, const std::string& message) {
     return absl::InvalidArgumentError(absl::StrCat(path, ".", field, ": ", message));
   };
-  static const char* const kNames[] = {kNd, kDd, kCustom, kNone, kBackup, kLbBsp};
-  if (std::none_of(std::begin(kNames), std::end(kNames),
-                   [&](const char* n) { return spec.name == n; })) {
-    return bad("name", absl::StrCat("must be one of antdt-nd, antdt-dd, custom, none, "
-                                    "backup-workers, lb-bsp, got \"",
-                                    spec.name, "\""));
-  }
   if (spec.cooldown_ms < 0) return bad("cooldown", "must be >= 0");
   if (spec.max_actions < 0) return bad("maxActions", "must be >= 0");
   if (!(spec.min_saving_ratio >= 0 && std::isfinite(spec.min_saving_ratio))) {
@@ -888,22 +873,20 @@ absl::Status Validate(const PolicySpec& spec, const std::string& path) {
   }
   if (spec.min_local_batch < 1) return bad("minLocalBatch", "must be >= 1");
   if (spec.interval_ms <= 0) return bad("interval", "must be > 0");
-  if (spec.name == kCustom && spec.rules.empty()) {
+  if (spec.name == Policy::kCustom && spec.rules.empty()) {
     return bad("rules", "the custom policy needs at least one rule");
   }
-  if (spec.name != kCustom && !spec.rules.empty()) {
-    return bad("rules", absl::StrCat("only the custom policy takes rules, not ", spec.name));
+  if (spec.name != Policy::kCustom && !spec.rules.empty()) {
+    return bad("rules",
+               absl::StrCat("only the custom policy takes rules, not ", vocab::Name(spec.name)));
   }
+  const std::vector<ActionKind>& actions = vocab::RuleActionKinds();
   std::map<std::string, size_t> names;
   for (size_t i = 0; i < spec.rules.size(); ++i) {
     const Rule& r = spec.rules[i];
     const std::string at = absl::StrCat("rules[", i, "].");
-    if (r.signal != "score" && r.signal != "self_score" && r.signal != "class") {
-      return bad(at + "signal", "must be one of score, self_score, class");
-    }
-    if (r.signal == "class") {
-      const std::string cls = absl::AsciiStrToUpper(r.straggler_class);
-      if (cls != "TRANSIENT" && cls != "PERSISTENT" && cls != "DETERMINISTIC" && cls != "LEADER") {
+    if (r.signal == Signal::kClass) {
+      if (!IsStraggler(r.straggler_class) && r.straggler_class != v1::LEADER) {
         return bad(at + "class", "must be one of TRANSIENT, PERSISTENT, DETERMINISTIC, LEADER");
       }
     } else if (!(r.threshold > 1 && std::isfinite(r.threshold))) {
@@ -911,13 +894,10 @@ absl::Status Validate(const PolicySpec& spec, const std::string& path) {
                  absl::StrCat("must be > 1 (1 is the median), got ", r.threshold));
     }
     if (r.windows < 1) return bad(at + "windows", "must be >= 1");
-    if (!r.role.empty() && r.role != kWorkerRole && r.role != kPsRole) {
-      return bad(at + "role", "must be worker or ps (or absent for both)");
+    if (std::find(actions.begin(), actions.end(), r.action) == actions.end()) {
+      return bad(at + "action", absl::StrCat("must be one of ", vocab::Names(actions)));
     }
-    if (r.action != kAdjustBs && r.action != kKillRestart) {
-      return bad(at + "action", "must be one of ADJUST_BS, KILL_RESTART");
-    }
-    if (r.action == kAdjustBs && r.role == kPsRole) {
+    if (r.action == ActionKind::kAdjustBatchSize && r.role == Role::kParameterServer) {
       return bad(at + "action", "ADJUST_BS cannot help a parameter server (role ps)");
     }
     if (r.cooldown_ms && *r.cooldown_ms < 0) return bad(at + "cooldown", "must be >= 0");

@@ -3,7 +3,7 @@
 // executors (agents for ADJUST_BS, the operator or the local backend for
 // KILL_RESTART, the sharding service for shard release) live elsewhere. No I/O,
 // no threads, no clock reads: time is Observed::now_ms. Linked only against
-// common and proto, so nothing else can creep in.
+// common, vocab and proto, so nothing else can creep in.
 //
 // ---- Batches --------------------------------------------------------------
 // A worker's local_batch_size is the number of samples it contributes to one
@@ -76,9 +76,9 @@
 // (its budget left; for KILL_RESTART, the restart safeguards below) acts; a
 // matching rule passed over is noted in skipped and the next one is tried. A rule
 // matches when the member's role fits and
-//   signal "score" / "self_score": the value >= threshold and windows_slow >= windows;
-//   signal "class": the class is straggler_class (and windows_slow >= windows for
-//                   the straggler classes; LEADER has no slow windows).
+//   signal score / self_score: the value >= threshold and windows_slow >= windows;
+//   signal class: the class is straggler_class (and windows_slow >= windows for
+//                 the straggler classes; LEADER has no slow windows).
 // ADJUST_BS subjects are sized in one round as under antdt-nd (rule
 // custom:rebalance for the others).
 //
@@ -132,6 +132,7 @@
 
 #include "absl/status/status.h"
 #include "antdt/v1/monitor.pb.h"
+#include "operator/vocab/vocab.h"
 
 namespace antdt::controller {
 
@@ -162,7 +163,9 @@ struct UseBackupWorkers {
 
 using Action = std::variant<AdjustBatchSize, KillRestart, UseBackupWorkers>;
 
-// "ADJUST_BS", "KILL_RESTART" or "BACKUP_WORKERS".
+// ADJUST_BS, KILL_RESTART or BACKUP_WORKERS, as a type.
+vocab::ActionKind KindOf(const Action& action);
+// Its kind's name: "ADJUST_BS", "KILL_RESTART" or "BACKUP_WORKERS".
 const char* ActionName(const Action& action);
 // The worker or server an action is about; "" for UseBackupWorkers.
 const std::string& ActionTarget(const Action& action);
@@ -170,8 +173,8 @@ const std::string& ActionTarget(const Action& action);
 struct Decision {
   Action action;
   int64_t at_ms = 0;
-  std::string policy;  // PolicySpec::name
-  std::string rule;    // e.g. "antdt-nd:transient-adjust", a custom rule's name
+  vocab::Policy policy = vocab::Policy::kNone;  // PolicySpec::name
+  std::string rule;  // e.g. "antdt-nd:transient-adjust", a custom rule's name
   // The member whose own signal led to this decision, and whose cool-down it
   // starts; "" when the decision concerns the job (antdt-dd, lb-bsp, backups) or
   // only keeps the global batch constant around someone else's.
@@ -198,7 +201,7 @@ std::string Describe(const Decision& decision);
 
 struct WorkerState {
   std::string id;
-  std::string role = "worker";  // "worker" or "ps"
+  vocab::Role role = vocab::Role::kWorker;
   std::string node;
   int64_t local_batch_size = 0;  // workers: samples per global step
   int32_t accumulation_steps = 1;
@@ -229,25 +232,25 @@ struct Observed {
 // ---- The policy specification (spec.stragglerPolicy in the manifest) ---------------
 
 struct Rule {
-  std::string name;                    // Decision::rule and the budget's key; "" -> "rules[i]"
-  std::string role;                    // "worker", "ps" or "" (any)
-  std::string signal;                  // "score" | "self_score" | "class"
-  double threshold = 0;                // score signals: fires at value >= threshold (> 1)
-  std::string straggler_class;         // class signal: TRANSIENT, PERSISTENT, DETERMINISTIC,
-                                       // LEADER, in any case ("persistent" too)
-  int windows = 1;                     // persistence: WorkerHealth::windows_slow >= windows
-  std::string action;                  // "ADJUST_BS" | "KILL_RESTART"
+  std::string name;                 // Decision::rule and the budget's key; "" -> "rules[i]"
+  std::optional<vocab::Role> role;  // unset: any
+  vocab::Signal signal = vocab::Signal::kScore;
+  double threshold = 0;  // score signals: fires at value >= threshold (> 1)
+  // Class signal: TRANSIENT, PERSISTENT, DETERMINISTIC or LEADER.
+  v1::StragglerClass straggler_class = v1::STRAGGLER_CLASS_UNSPECIFIED;
+  int windows = 1;  // persistence: WorkerHealth::windows_slow >= windows
+  // ADJUST_BS or KILL_RESTART (vocab::RuleActionKinds).
+  vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;
   std::optional<int64_t> cooldown_ms;  // unset: PolicySpec::cooldown_ms
   std::optional<int> budget;           // interventions by this rule; unset: no own limit
 };
 
-// Manifest field names (for Validate's messages): name, cooldown, maxActions,
+// Manifest field names (for Validate's messages): cooldown, maxActions,
 // minSavingRatio, backupWorkers, hysteresis, compensatedSlowdown, minLocalBatch,
-// interval, rules[i].{name, role, signal, threshold, class, windows, action,
-// cooldown, budget}.
+// interval, rules[i].{name, threshold, class, windows, action, cooldown,
+// budget}.
 struct PolicySpec {
-  // "antdt-nd" | "antdt-dd" | "custom" | "none" | "backup-workers" | "lb-bsp"
-  std::string name = "none";
+  vocab::Policy name = vocab::Policy::kNone;
   int64_t cooldown_ms = 60'000;
   int max_actions = 10;           // interventions over the job (see Budget above)
   double min_saving_ratio = 1.0;  // restart only if saved_seconds > ratio x cost
@@ -265,7 +268,7 @@ struct PolicySpec {
 //   "spec.stragglerPolicy.rules[1].action: must be one of ADJUST_BS, KILL_RESTART".
 absl::Status Validate(const PolicySpec& spec, const std::string& path = "spec.stragglerPolicy");
 
-// The plan for one pass. `spec` must be valid; an unknown name plans nothing.
+// The plan for one pass. `spec` must be valid.
 Plan Decide(const Observed& observed, const PolicySpec& spec);
 
 }  // namespace antdt::controller

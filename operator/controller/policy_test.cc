@@ -13,6 +13,11 @@
 namespace antdt::controller {
 namespace {
 
+using vocab::ActionKind;
+using vocab::Policy;
+using vocab::Role;
+using vocab::Signal;
+
 constexpr int64_t kNow = 1'700'000'000'000;
 constexpr int64_t kCooldown = 60'000;
 
@@ -23,7 +28,7 @@ struct M {
   double score = 1.0;
   int windows_slow = 0;
   int64_t batch = 64;
-  std::string role = "worker";
+  Role role = Role::kWorker;
 };
 
 M Healthy(std::string id, double score = 1.0) { return {std::move(id), v1::HEALTHY, score}; }
@@ -54,7 +59,7 @@ Observed Make(const std::vector<M>& members, int64_t global_batch = 0) {
     v1::WorkerHealth* h = o.health.add_workers();
     h->set_job(o.job);
     h->set_worker_id(m.id);
-    h->set_role(m.role);
+    h->set_role(vocab::Name(m.role));
     h->set_node("node-" + m.id);
     h->set_score(m.score);
     h->set_self_score(m.score);
@@ -64,11 +69,11 @@ Observed Make(const std::vector<M>& members, int64_t global_batch = 0) {
     w.id = m.id;
     w.role = m.role;
     w.node = "node-" + m.id;
-    w.local_batch_size = m.role == "ps" ? 0 : m.batch;
+    w.local_batch_size = m.role == Role::kParameterServer ? 0 : m.batch;
     o.workers.push_back(w);
   }
   if (global_batch <= 0) {
-    for (const M& m : members) global_batch += m.role == "ps" ? 0 : m.batch;
+    for (const M& m : members) global_batch += m.role == Role::kParameterServer ? 0 : m.batch;
   }
   o.global_batch_size = global_batch;
   // Deliberately not sorted by name: the target is the first spare by name.
@@ -78,7 +83,7 @@ Observed Make(const std::vector<M>& members, int64_t global_batch = 0) {
   return o;
 }
 
-PolicySpec Spec(const std::string& name) {
+PolicySpec Spec(Policy name) {
   PolicySpec s;
   s.name = name;
   s.cooldown_ms = kCooldown;
@@ -89,7 +94,7 @@ PolicySpec Spec(const std::string& name) {
 std::map<std::string, int64_t> Batches(const Observed& o, const Plan& p) {
   std::map<std::string, int64_t> out;
   for (const WorkerState& w : o.workers) {
-    if (w.role != "ps") out[w.id] = w.local_batch_size;
+    if (w.role != Role::kParameterServer) out[w.id] = w.local_batch_size;
   }
   for (const Decision& d : p.decisions) {
     if (const auto* a = std::get_if<AdjustBatchSize>(&d.action)) {
@@ -136,7 +141,7 @@ Decision Past(Action action, int64_t ago_ms, std::string rule, std::string subje
   Decision d;
   d.action = std::move(action);
   d.at_ms = kNow - ago_ms;
-  d.policy = "antdt-nd";
+  d.policy = Policy::kAntdtNd;
   d.rule = std::move(rule);
   d.subject = std::move(subject);
   return d;
@@ -161,7 +166,8 @@ TEST(NdPolicy, EachKindLeadsToItsAction) {
        "antdt-nd:persistent-restart"},
       {"deterministic", Eight({{"w-3", v1::DETERMINISTIC, 2.0, 6}}), "ADJUST_BS", "w-3",
        "antdt-nd:deterministic-adjust"},
-      {"slow ps", Eight({{"ps-0", v1::PERSISTENT, 2.0, 5, 0, "ps"}, Healthy("ps-1")}),
+      {"slow ps",
+       Eight({{"ps-0", v1::PERSISTENT, 2.0, 5, 0, Role::kParameterServer}, Healthy("ps-1")}),
        "KILL_RESTART", "ps-0", "antdt-nd:ps-restart"},
       {"leader", Eight({{"w-3", v1::LEADER, 0.7, 0}}), "ADJUST_BS", "w-3",
        "antdt-nd:leader-adjust"},
@@ -171,14 +177,16 @@ TEST(NdPolicy, EachKindLeadsToItsAction) {
        "", "", ""},
       {"job slowdown", Eight({{"w-3", v1::PERSISTENT, 2.0, 4}, {"w-4", v1::TRANSIENT, 1.5, 1}}), "",
        "", "", true},
-      {"transient ps waits", Eight({{"ps-0", v1::TRANSIENT, 2.0, 1, 0, "ps"}}), "", "", ""},
-      {"deterministic ps", Eight({{"ps-0", v1::DETERMINISTIC, 2.0, 9, 0, "ps"}}), "", "", ""},
+      {"transient ps waits", Eight({{"ps-0", v1::TRANSIENT, 2.0, 1, 0, Role::kParameterServer}}),
+       "", "", ""},
+      {"deterministic ps", Eight({{"ps-0", v1::DETERMINISTIC, 2.0, 9, 0, Role::kParameterServer}}),
+       "", "", ""},
   };
   for (const KindCase& c : cases) {
     SCOPED_TRACE(c.name);
     Observed o = Make(c.members);
     o.health.set_job_slowdown(c.job_slowdown);
-    const Plan p = Decide(o, Spec("antdt-nd"));
+    const Plan p = Decide(o, Spec(Policy::kAntdtNd));
     SCOPED_TRACE(Dump(p));
     EXPECT_EQ(Sum(Batches(o, p)), o.global_batch_size) << "global batch must stay constant";
     if (c.action.empty()) {
@@ -193,7 +201,7 @@ TEST(NdPolicy, EachKindLeadsToItsAction) {
     EXPECT_EQ(ActionName(d->action), c.action);
     EXPECT_EQ(d->rule, c.rule);
     EXPECT_EQ(d->subject, c.target);
-    EXPECT_EQ(d->policy, "antdt-nd");
+    EXPECT_EQ(d->policy, Policy::kAntdtNd);
     EXPECT_EQ(d->at_ms, kNow);
     for (const Decision& any : p.decisions) {
       EXPECT_TRUE(any.evidence.count("score")) << Describe(any);
@@ -225,7 +233,7 @@ TEST(NdPolicy, EachKindLeadsToItsAction) {
 
 TEST(NdPolicy, TransientShrinksInProportionToSpeedAndKeepsTheGlobalBatch) {
   const Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 2.0, 1}}));
-  const Plan p = Decide(o, Spec("antdt-nd"));
+  const Plan p = Decide(o, Spec(Policy::kAntdtNd));
   SCOPED_TRACE(Dump(p));
   // Capacities 7 x 64 + 64 / 2 = 480; shares of 512: 68.27 each, 34.13 for w-3.
   // Floors sum to 510; the two remaining samples go to the largest fractions
@@ -244,7 +252,7 @@ TEST(NdPolicy, TransientShrinksInProportionToSpeedAndKeepsTheGlobalBatch) {
 
 TEST(NdPolicy, LeadersTakeTheSamplesFirst) {
   const Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 2.0, 1}, {"w-5", v1::LEADER, 0.5, 0}}));
-  const auto b = Batches(o, Decide(o, Spec("antdt-nd")));
+  const auto b = Batches(o, Decide(o, Spec(Policy::kAntdtNd)));
   EXPECT_EQ(Sum(b), 512);
   // The leader is twice as fast as a healthy worker: twice its batch.
   EXPECT_GT(b.at("w-5"), 2 * b.at("w-0") - 2);
@@ -253,28 +261,28 @@ TEST(NdPolicy, LeadersTakeTheSamplesFirst) {
 
 TEST(NdPolicy, ActionIsNotRepeatedInsideItsCooldown) {
   Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 1.6, 1}}));
-  const Plan first = Decide(o, Spec("antdt-nd"));
+  const Plan first = Decide(o, Spec(Policy::kAntdtNd));
   ASSERT_NE(Find(first, "w-3"), nullptr);
   // Ten seconds later the Monitor still sees w-3 slow (its window straddled the change).
   o.history = first.decisions;
   o.now_ms = kNow + 10'000;
-  const Plan again = Decide(o, Spec("antdt-nd"));
+  const Plan again = Decide(o, Spec(Policy::kAntdtNd));
   SCOPED_TRACE(Dump(again));
   EXPECT_TRUE(again.decisions.empty());
   EXPECT_TRUE(Skipped(again, "w-3", "in cool-down until"));
   EXPECT_EQ(again.requeue_after_ms, 10'000);  // the interval, sooner than the cool-down's end
   o.now_ms = kNow + 55'000;
-  EXPECT_EQ(Decide(o, Spec("antdt-nd")).requeue_after_ms, 5'000) << "requeue when it ends";
+  EXPECT_EQ(Decide(o, Spec(Policy::kAntdtNd)).requeue_after_ms, 5'000) << "requeue when it ends";
   // Once the cool-down is over it may act again.
   o.now_ms = kNow + kCooldown;
-  const Plan later = Decide(o, Spec("antdt-nd"));
+  const Plan later = Decide(o, Spec(Policy::kAntdtNd));
   EXPECT_NE(Find(later, "w-3"), nullptr) << Dump(later);
 }
 
 TEST(NdPolicy, RestartedWorkerIsNotRestartedWithinTheCooldown) {
   Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
   o.workers[3].last_restart_ms = kNow - 20'000;  // restarted by someone else
-  const Plan p = Decide(o, Spec("antdt-nd"));
+  const Plan p = Decide(o, Spec(Policy::kAntdtNd));
   SCOPED_TRACE(Dump(p));
   EXPECT_EQ(Count(p, "KILL_RESTART"), 0);
   EXPECT_TRUE(Skipped(p, "w-3", "within the cool-down"));
@@ -290,7 +298,7 @@ TEST(NdPolicy, BudgetIsRespected) {
     o.history.push_back(Past(KillRestart{absl::StrCat("old-", i), "n", "m", 0}, 600'000 + i * 1000,
                              "antdt-nd:persistent-restart", absl::StrCat("old-", i)));
   }
-  Plan p = Decide(o, Spec("antdt-nd"));
+  Plan p = Decide(o, Spec(Policy::kAntdtNd));
   EXPECT_TRUE(p.decisions.empty()) << Dump(p);
   EXPECT_TRUE(Skipped(p, "w-3", "action budget spent (10 of 10")) << Dump(p);
 
@@ -309,7 +317,7 @@ TEST(NdPolicy, BudgetIsRespected) {
     n.history = o.history;
     return n;
   }();
-  p = Decide(o, Spec("antdt-nd"));
+  p = Decide(o, Spec(Policy::kAntdtNd));
   SCOPED_TRACE(Dump(p));
   EXPECT_EQ(Count(p, "KILL_RESTART"), 1);
   EXPECT_EQ(Count(p, "ADJUST_BS"), 0);
@@ -338,7 +346,7 @@ TEST(NdPolicy, RestartSkippedWhenItCostsMoreThanItSaves) {
     Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
     o.remaining_seconds = c.remaining;
     o.restart_cost_seconds = c.cost;
-    PolicySpec spec = Spec("antdt-nd");
+    PolicySpec spec = Spec(Policy::kAntdtNd);
     spec.min_saving_ratio = c.ratio;
     const Plan p = Decide(o, spec);
     SCOPED_TRACE(Dump(p));
@@ -361,14 +369,14 @@ TEST(NdPolicy, RestartSkippedWhenItCostsMoreThanItSaves) {
 
 TEST(NdPolicy, ParameterServerRestartWeighsTheWholeSlowdown) {
   // A slow server holds back every step; batch sizing cannot help it: saved = R (1 - 1/s).
-  Observed o = Make(Eight({{"ps-0", v1::PERSISTENT, 1.5, 3, 0, "ps"}}));
+  Observed o = Make(Eight({{"ps-0", v1::PERSISTENT, 1.5, 3, 0, Role::kParameterServer}}));
   o.remaining_seconds = 600;
-  Plan p = Decide(o, Spec("antdt-nd"));
+  Plan p = Decide(o, Spec(Policy::kAntdtNd));
   const Decision* d = Find(p, "ps-0");
   ASSERT_NE(d, nullptr) << Dump(p);
   EXPECT_NEAR(d->evidence.at("saved_seconds"), 200, 1e-9);
   o.remaining_seconds = 150;  // saves 50 s < 60 s
-  p = Decide(o, Spec("antdt-nd"));
+  p = Decide(o, Spec(Policy::kAntdtNd));
   EXPECT_TRUE(p.decisions.empty()) << Dump(p);
   EXPECT_TRUE(Skipped(p, "ps-0", "batch sizing cannot help a parameter server"));
 }
@@ -401,7 +409,7 @@ TEST(NdPolicy, SpareNodeChoice) {
     Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
     o.nodes = c.nodes;
     o.history = c.history;
-    const Plan p = Decide(o, Spec("antdt-nd"));
+    const Plan p = Decide(o, Spec(Policy::kAntdtNd));
     SCOPED_TRACE(Dump(p));
     const Decision* d = Find(p, "w-3");
     ASSERT_NE(d, nullptr);
@@ -415,7 +423,7 @@ TEST(NdPolicy, SpareNodeChoice) {
   }
   // Two restarts in one plan take two different nodes.
   Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}, {"w-5", v1::PERSISTENT, 2.0, 4}}));
-  const Plan p = Decide(o, Spec("antdt-nd"));
+  const Plan p = Decide(o, Spec(Policy::kAntdtNd));
   ASSERT_EQ(Count(p, "KILL_RESTART"), 2) << Dump(p);
   EXPECT_EQ(std::get<KillRestart>(Find(p, "w-3")->action).to_node, "spare-a");
   EXPECT_EQ(std::get<KillRestart>(Find(p, "w-5")->action).to_node, "spare-b");
@@ -431,7 +439,7 @@ TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
   Observed o = Make(members, 512);
   o.history.push_back(
       Past(AdjustBatchSize{"w-3", 34, 1}, 70'000, "antdt-nd:transient-adjust", "w-3"));
-  Plan p = Decide(o, Spec("antdt-nd"));
+  Plan p = Decide(o, Spec(Policy::kAntdtNd));
   SCOPED_TRACE(Dump(p));
   const Decision* d = Find(p, "w-3");
   ASSERT_NE(d, nullptr);
@@ -450,13 +458,13 @@ TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
 
   // Still inside the shrink's cool-down: nothing.
   o.history[0].at_ms = kNow - 30'000;
-  EXPECT_TRUE(Decide(o, Spec("antdt-nd")).decisions.empty());
+  EXPECT_TRUE(Decide(o, Spec(Policy::kAntdtNd)).decisions.empty());
 
   // Recovered: at its small batch it is now a LEADER, and gets its share back.
   o.history[0].at_ms = kNow - 70'000;
   o.health.mutable_workers(3)->set_class_(v1::LEADER);
   o.health.mutable_workers(3)->set_score(0.5);
-  p = Decide(o, Spec("antdt-nd"));
+  p = Decide(o, Spec(Policy::kAntdtNd));
   d = Find(p, "w-3");
   ASSERT_NE(d, nullptr) << Dump(p);
   EXPECT_EQ(d->rule, "antdt-nd:leader-adjust");
@@ -467,13 +475,13 @@ TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
   o.health.mutable_workers(3)->set_class_(v1::HEALTHY);
   o.health.mutable_workers(3)->set_score(1.0);
   o.history[0].rule = "antdt-nd:deterministic-adjust";
-  EXPECT_TRUE(Decide(o, Spec("antdt-nd")).decisions.empty());
+  EXPECT_TRUE(Decide(o, Spec(Policy::kAntdtNd)).decisions.empty());
 }
 
 TEST(NdPolicy, DeadWorkersKeepTheirBatch) {
   Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 2.0, 1}}));
   o.workers[7].alive = false;  // being restarted
-  const Plan p = Decide(o, Spec("antdt-nd"));
+  const Plan p = Decide(o, Spec(Policy::kAntdtNd));
   const auto b = Batches(o, p);
   EXPECT_EQ(b.at("w-7"), 64);
   EXPECT_EQ(Find(p, "w-7"), nullptr);
@@ -488,7 +496,7 @@ TEST(DdPolicy, BatchesProportionalToSpeedSumToTheGlobalBatch) {
                      {"g-2", v1::LEADER, 0.5},
                      {"g-3", v1::DETERMINISTIC, 2.0, 3}});
   o.workers[2].max_micro_batch = 32;
-  const Plan p = Decide(o, Spec("antdt-dd"));
+  const Plan p = Decide(o, Spec(Policy::kAntdtDd));
   SCOPED_TRACE(Dump(p));
   // Capacities 64, 64, 128, 32 of 288; shares of 256: 56.9, 56.9, 113.8, 28.4.
   const std::map<std::string, int64_t> want = {{"g-0", 57}, {"g-1", 57}, {"g-2", 114}, {"g-3", 28}};
@@ -512,17 +520,17 @@ TEST(DdPolicy, BatchesProportionalToSpeedSumToTheGlobalBatch) {
     next.health.mutable_workers(i)->set_class_(v1::HEALTHY);
   }
   next.workers[2].accumulation_steps = 4;
-  EXPECT_TRUE(Decide(next, Spec("antdt-dd")).decisions.empty());
+  EXPECT_TRUE(Decide(next, Spec(Policy::kAntdtDd)).decisions.empty());
 }
 
 TEST(DdPolicy, NoReplanWithinTheHysteresisMargin) {
   const Observed o =
       Make({Healthy("g-0", 1.05), Healthy("g-1", 0.95), Healthy("g-2"), Healthy("g-3")});
-  Plan p = Decide(o, Spec("antdt-dd"));
+  Plan p = Decide(o, Spec(Policy::kAntdtDd));
   EXPECT_TRUE(p.decisions.empty()) << Dump(p);
   EXPECT_TRUE(Skipped(p, "job", "within the hysteresis margin")) << Dump(p);
   // Beyond the margin it re-plans.
-  PolicySpec tight = Spec("antdt-dd");
+  PolicySpec tight = Spec(Policy::kAntdtDd);
   tight.hysteresis = 0.02;
   p = Decide(o, tight);
   EXPECT_FALSE(p.decisions.empty());
@@ -541,7 +549,7 @@ TEST(LbBspPolicy, SizesBatchesWithoutHysteresisOrClasses) {
   // Noise the other policies ignore still re-plans under lb-bsp.
   const Observed o =
       Make({Healthy("g-0", 1.05), Healthy("g-1", 0.95), Healthy("g-2"), Healthy("g-3")});
-  const Plan p = Decide(o, Spec("lb-bsp"));
+  const Plan p = Decide(o, Spec(Policy::kLbBsp));
   SCOPED_TRACE(Dump(p));
   EXPECT_FALSE(p.decisions.empty());
   EXPECT_EQ(Sum(Batches(o, p)), 256);
@@ -549,17 +557,17 @@ TEST(LbBspPolicy, SizesBatchesWithoutHysteresisOrClasses) {
   EXPECT_EQ(Count(p, "KILL_RESTART"), 0);
   // A persistent straggler is resized, never restarted.
   const Observed s = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 9}}));
-  const Plan q = Decide(s, Spec("lb-bsp"));
+  const Plan q = Decide(s, Spec(Policy::kLbBsp));
   EXPECT_EQ(Count(q, "KILL_RESTART"), 0);
   EXPECT_EQ(Batches(s, q).at("w-3"), 34);
-  EXPECT_TRUE(Decide(Make(Eight()), Spec("lb-bsp")).decisions.empty()) << "equal speeds";
+  EXPECT_TRUE(Decide(Make(Eight()), Spec(Policy::kLbBsp)).decisions.empty()) << "equal speeds";
 }
 
 // ---- baselines ---------------------------------------------------------------------
 
 TEST(Baselines, BackupWorkersOnceAndNoneNever) {
   Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}, {"w-4", v1::TRANSIENT, 1.6, 1}}));
-  PolicySpec spec = Spec("backup-workers");
+  PolicySpec spec = Spec(Policy::kBackupWorkers);
   spec.backup_workers = 2;
   const Plan p = Decide(o, spec);
   ASSERT_EQ(p.decisions.size(), 1u) << Dump(p);
@@ -569,7 +577,7 @@ TEST(Baselines, BackupWorkersOnceAndNoneNever) {
   o.now_ms += 3'600'000;
   EXPECT_TRUE(Decide(o, spec).decisions.empty());
 
-  const Plan none = Decide(o, Spec("none"));
+  const Plan none = Decide(o, Spec(Policy::kNone));
   EXPECT_TRUE(none.decisions.empty());
   EXPECT_TRUE(none.skipped.empty());
   EXPECT_EQ(none.requeue_after_ms, 10'000);
@@ -578,19 +586,19 @@ TEST(Baselines, BackupWorkersOnceAndNoneNever) {
 // ---- custom -----------------------------------------------------------------------
 
 PolicySpec CustomSpec() {
-  PolicySpec s = Spec("custom");
+  PolicySpec s = Spec(Policy::kCustom);
   Rule restart;
   restart.name = "restart-persistent";
-  restart.signal = "class";
-  restart.straggler_class = "persistent";  // as the manifest spells it
-  restart.action = "KILL_RESTART";
+  restart.signal = Signal::kClass;
+  restart.straggler_class = v1::PERSISTENT;
+  restart.action = ActionKind::kKillRestart;
   restart.budget = 1;
   Rule shrink;
-  shrink.signal = "score";
+  shrink.signal = Signal::kScore;
   shrink.threshold = 1.5;
   shrink.windows = 2;
-  shrink.role = "worker";
-  shrink.action = "ADJUST_BS";
+  shrink.role = Role::kWorker;
+  shrink.action = ActionKind::kAdjustBatchSize;
   shrink.cooldown_ms = 20'000;
   s.rules = {restart, shrink};
   return s;
@@ -644,10 +652,10 @@ TEST(CustomPolicy, RulesInOrder) {
     ASSERT_NE(d, nullptr);
     EXPECT_EQ(ActionName(d->action), c.action);
     EXPECT_EQ(d->rule, c.rule);
-    EXPECT_EQ(d->policy, "custom");
+    EXPECT_EQ(d->policy, Policy::kCustom);
   }
   // A parameter server matches only the class rule.
-  const Observed ps = Make(Eight({{"ps-0", v1::PERSISTENT, 2.0, 3, 0, "ps"}}));
+  const Observed ps = Make(Eight({{"ps-0", v1::PERSISTENT, 2.0, 3, 0, Role::kParameterServer}}));
   const Plan p = Decide(ps, CustomSpec());
   ASSERT_NE(Find(p, "ps-0"), nullptr) << Dump(p);
   EXPECT_EQ(ActionName(Find(p, "ps-0")->action), std::string("KILL_RESTART"));
@@ -663,12 +671,9 @@ TEST(ValidateSpec, NamesTheFieldPath) {
   };
   const std::vector<Case> cases = {
       {"valid custom", [](PolicySpec&) {}, ""},
-      {"bad action", [](PolicySpec& s) { s.rules[1].action = "REBOOT"; },
+      {"bad action", [](PolicySpec& s) { s.rules[1].action = ActionKind::kBackupWorkers; },
        "spec.stragglerPolicy.rules[1].action: must be one of ADJUST_BS, KILL_RESTART"},
-      {"bad name", [](PolicySpec& s) { s.name = "fast"; },
-       "spec.stragglerPolicy.name: must be one of antdt-nd, antdt-dd, custom, none, "
-       "backup-workers, lb-bsp, got \"fast\""},
-      {"rules outside custom", [](PolicySpec& s) { s.name = "antdt-nd"; },
+      {"rules outside custom", [](PolicySpec& s) { s.name = Policy::kAntdtNd; },
        "spec.stragglerPolicy.rules: only the custom policy takes rules, not antdt-nd"},
       {"custom without rules", [](PolicySpec& s) { s.rules.clear(); },
        "spec.stragglerPolicy.rules: the custom policy needs at least one rule"},
@@ -680,18 +685,14 @@ TEST(ValidateSpec, NamesTheFieldPath) {
        "spec.stragglerPolicy.minSavingRatio: must be a number >= 0"},
       {"hysteresis", [](PolicySpec& s) { s.hysteresis = 1.5; },
        "spec.stragglerPolicy.hysteresis: must be in [0, 1)"},
-      {"signal", [](PolicySpec& s) { s.rules[0].signal = "cpu"; },
-       "spec.stragglerPolicy.rules[0].signal: must be one of score, self_score, class"},
-      {"class", [](PolicySpec& s) { s.rules[0].straggler_class = "SLOW"; },
+      {"class", [](PolicySpec& s) { s.rules[0].straggler_class = v1::HEALTHY; },
        "spec.stragglerPolicy.rules[0].class: must be one of TRANSIENT, PERSISTENT, "
        "DETERMINISTIC, LEADER"},
       {"threshold", [](PolicySpec& s) { s.rules[1].threshold = 0.9; },
        "spec.stragglerPolicy.rules[1].threshold: must be > 1 (1 is the median), got 0.9"},
       {"windows", [](PolicySpec& s) { s.rules[1].windows = 0; },
        "spec.stragglerPolicy.rules[1].windows: must be >= 1"},
-      {"role", [](PolicySpec& s) { s.rules[1].role = "chief"; },
-       "spec.stragglerPolicy.rules[1].role: must be worker or ps (or absent for both)"},
-      {"adjust a ps", [](PolicySpec& s) { s.rules[1].role = "ps"; },
+      {"adjust a ps", [](PolicySpec& s) { s.rules[1].role = Role::kParameterServer; },
        "spec.stragglerPolicy.rules[1].action: ADJUST_BS cannot help a parameter server (role ps)"},
       {"rule cooldown", [](PolicySpec& s) { s.rules[1].cooldown_ms = -5; },
        "spec.stragglerPolicy.rules[1].cooldown: must be >= 0"},
@@ -712,10 +713,11 @@ TEST(ValidateSpec, NamesTheFieldPath) {
       EXPECT_EQ(status.message(), c.want);
     }
   }
-  for (const char* name : {"antdt-nd", "antdt-dd", "none", "backup-workers", "lb-bsp"}) {
+  for (Policy name : {Policy::kAntdtNd, Policy::kAntdtDd, Policy::kNone, Policy::kBackupWorkers,
+                      Policy::kLbBsp}) {
     EXPECT_TRUE(Validate(Spec(name)).ok()) << name;
   }
-  EXPECT_EQ(Validate(Spec("x"), "policy").message().substr(0, 12), "policy.name:");
+  EXPECT_EQ(Validate(Spec(Policy::kCustom), "policy").message().substr(0, 13), "policy.rules:");
 }
 
 // ---- Describe ----------------------------------------------------------------------
@@ -730,7 +732,7 @@ TEST(DescribeTest, OneLineOfKeyValues) {
   Decision d;
   d.action = KillRestart{"w-3", "node-3", "spare-a", 5};
   d.at_ms = 7;
-  d.policy = "antdt-nd";
+  d.policy = Policy::kAntdtNd;
   d.rule = "antdt-nd:persistent-restart";
   d.subject = "w-3";
   d.reason = "PERSISTENT \"slow\"";
@@ -767,8 +769,8 @@ TEST(Invariants, GlobalBatchConstantAndDeterministic) {
     }
     Observed o = Make(members);
     o.remaining_seconds = static_cast<double>(rng() % 20'000);
-    for (const char* name : {"antdt-nd", "antdt-dd", "lb-bsp"}) {
-      SCOPED_TRACE(absl::StrCat("trial ", trial, " ", name));
+    for (Policy name : {Policy::kAntdtNd, Policy::kAntdtDd, Policy::kLbBsp}) {
+      SCOPED_TRACE(absl::StrCat("trial ", trial, " ", vocab::Name(name)));
       const Plan p = Decide(o, Spec(name));
       const auto batches = Batches(o, p);
       EXPECT_EQ(Sum(batches), o.global_batch_size) << Dump(p);

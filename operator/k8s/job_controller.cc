@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "operator/bridge/bridge.h"
 #include "operator/control/control_loop.h"
+#include "operator/vocab/vocab.h"
 
 namespace antdt::k8s {
 namespace {
@@ -29,26 +30,6 @@ std::string NameOf(const Json& object) { return kube::StringAt(object, {"metadat
 bool ConditionTrue(const Json& job, const std::string& type) {
   const Json* c = reconciler::FindCondition(kube::At(job, {"status"}), type);
   return c != nullptr && kube::StringAt(*c, {"status"}) == "True";
-}
-
-std::string ClassName(v1::StragglerClass c) {
-  switch (c) {
-    case v1::LEADER:
-      return "Leader";
-    case v1::DETERMINISTIC:
-      return "Deterministic";
-    case v1::TRANSIENT:
-      return "Transient";
-    case v1::PERSISTENT:
-      return "Persistent";
-    default:
-      return "";
-  }
-}
-
-std::string CauseName(v1::Cause c) {
-  std::string name = v1::Cause_Name(c);
-  return name.empty() || c == v1::CAUSE_UNSPECIFIED ? "UNKNOWN" : name;
 }
 
 }  // namespace
@@ -93,7 +74,7 @@ class JobController::LoopBackend final : public control::Backend {
     for (const Json& inst : instances) {
       controller::WorkerState ws;
       ws.id = kube::StringAt(inst, {"id"});
-      ws.role = "worker";
+      ws.role = vocab::Role::kWorker;
       ws.local_batch_size = inst.value("localBatchSize", int64_t{0});
       ws.incarnation = inst.value("incarnation", 0);
       ws.alive = false;
@@ -185,13 +166,14 @@ std::vector<controller::Decision> HistoryFromStatus(const Json& job, const manif
     controller::Decision d;
     d.at_ms = kube::ParseTime(kube::StringAt(a, {"time"})).value_or(0);
     const std::string worker = kube::StringAt(a, {"worker"});
-    const std::string action = kube::StringAt(a, {"action"});
-    if (action == "KILL_RESTART") {
+    const std::optional<vocab::ActionKind> action =
+        vocab::ParseActionKind(kube::StringAt(a, {"action"}));
+    if (action == vocab::ActionKind::kKillRestart) {
       d.action = controller::KillRestart{worker, kube::StringAt(a, {"fromNode"}),
                                          kube::StringAt(a, {"toNode"}),
                                          d.at_ms + spec.straggler_policy.cooldown_ms};
       d.subject = worker;
-    } else if (action == "ADJUST_BS") {
+    } else if (action == vocab::ActionKind::kAdjustBatchSize) {
       d.action = controller::AdjustBatchSize{worker, 0, 1};
       if (!kube::StringAt(a, {"evidence"}).empty()) d.subject = worker;
     } else {
@@ -213,12 +195,12 @@ std::optional<reconciler::Action> ToReconcilerAction(const controller::Decision&
   a.evidence = controller::Describe(d);
   a.at_ms = d.at_ms;
   if (const auto* k = std::get_if<controller::KillRestart>(&d.action)) {
-    a.kind = "KILL_RESTART";
+    a.kind = vocab::ActionKind::kKillRestart;
     a.worker = k->worker;
     a.from_node = k->from_node;
     a.to_node = k->to_node;
   } else if (const auto* b = std::get_if<controller::AdjustBatchSize>(&d.action)) {
-    a.kind = "ADJUST_BS";
+    a.kind = vocab::ActionKind::kAdjustBatchSize;
     a.worker = b->worker;
     a.local_batch_size = static_cast<int32_t>(b->local_batch_size);
     if (d.subject.empty()) a.evidence.clear();  // only keeps the global batch
@@ -444,8 +426,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
   // The Monitor's view of the job's members.
   if (health != nullptr) {
     for (const v1::WorkerHealth& h : health->workers()) {
-      const std::string klass = ClassName(h.class_());
-      if (klass.empty() || klass == "Leader") continue;
+      if (!vocab::IsStraggler(h.class_())) continue;
       reconciler::Straggler st;
       st.worker = h.worker_id();
       st.node = h.node();
@@ -454,8 +435,8 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
           st.pod = NameOf(p);
         }
       }
-      st.klass = klass;
-      st.cause = CauseName(h.cause());
+      st.klass = h.class_();
+      st.cause = vocab::CauseName(h.cause());
       st.score = h.score();
       st.since_ms = h.since_unix_ms();
       obs->stragglers.push_back(st);

@@ -64,23 +64,6 @@ void Stop(Server& s) {
   }
 }
 
-const char* ClassName(v1::StragglerClass c) {
-  switch (c) {
-    case v1::HEALTHY:
-      return "healthy";
-    case v1::LEADER:
-      return "leader";
-    case v1::DETERMINISTIC:
-      return "deterministic";
-    case v1::TRANSIENT:
-      return "transient";
-    case v1::PERSISTENT:
-      return "persistent";
-    default:
-      return "-";
-  }
-}
-
 // Milliseconds since the job started: the runner's time for the policy, the
 // scenario and the report.
 class JobClock final : public Clock {
@@ -153,7 +136,7 @@ class Runner final : public control::Backend {
   manifest::Scenario scenario_;
   const RunOptions& o_;
   std::string dir_;
-  std::string policy_name_;
+  vocab::Policy policy_ = vocab::Policy::kNone;
   JobClock clock_;
 
   Server sharding_;
@@ -224,7 +207,7 @@ absl::Status Runner::StartAgents() {
 absl::Status Runner::StartParameterServers() {
   const int32_t p = bridge::ParameterServerCount(job_);
   const int32_t backup =
-      policy_name_ == "backup-workers" ? job_.straggler_policy.backup_workers : 0;
+      policy_ == vocab::Policy::kBackupWorkers ? job_.straggler_policy.backup_workers : 0;
   for (int32_t k = 0; k < p; ++k) {
     const int32_t slice = bridge::ParameterServerFeatures(job_, k);
     std::vector<std::string> argv = {o_.bin_dir + "/antdt-ps",
@@ -328,8 +311,7 @@ std::optional<v1::GetJobHealthResponse> Runner::Health() {
   if (!monitor_->GetJobHealth(&ctx, &req, &health).ok()) return std::nullopt;  // no reports yet
   const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
   for (const v1::WorkerHealth& h : health.workers()) {
-    result_.timeline.push_back(
-        {t, h.worker_id(), h.samples_per_second(), h.score(), ClassName(h.class_())});
+    result_.timeline.push_back({t, h.worker_id(), h.samples_per_second(), h.score(), h.class_()});
   }
   return health;
 }
@@ -360,7 +342,7 @@ bool Runner::SendDirective(const std::string& node, const v1::Directive& directi
 void Runner::RecordAction(const controller::Decision& d) {
   ActionRecord rec;
   rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
-  rec.action = controller::ActionName(d.action);
+  rec.action = controller::KindOf(d.action);
   rec.worker = controller::ActionTarget(d.action);
   rec.description = controller::Describe(d);
   rec.rule = d.rule;
@@ -375,7 +357,8 @@ void Runner::RecordAction(const controller::Decision& d) {
     // one line per plan by Control().
     rebalanced_.push_back(absl::StrCat(a->worker, "->", a->local_batch_size));
   } else {
-    Event(absl::StrFormat("%.1fs %s %s: %s", rec.at_seconds, rec.action, rec.worker, d.reason));
+    Event(absl::StrFormat("%.1fs %s %s: %s", rec.at_seconds, vocab::Name(rec.action), rec.worker,
+                          d.reason));
   }
   result_.actions.push_back(rec);
 }
@@ -398,8 +381,7 @@ void Runner::ShowProgress() {
     const double last = result_.timeline.back().at_seconds;
     for (auto it = result_.timeline.rbegin();
          it != result_.timeline.rend() && it->at_seconds == last; ++it) {
-      if (it->klass == "transient" || it->klass == "persistent" || it->klass == "deterministic")
-        ++stragglers;
+      if (vocab::IsStraggler(it->klass)) ++stragglers;
     }
   }
   const int64_t total = job_.dataset.records * job_.dataset.epochs;
@@ -450,17 +432,17 @@ absl::Status Runner::StartJob() {
   control::LoopOptions lo;
   lo.job = job_.name;
   lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
-  lo.policy = bridge::PolicySpecFor(job_, policy_name_, lo.interval_ms);
+  lo.policy = bridge::PolicySpecFor(job_, policy_, lo.interval_ms);
   lo.global_batch_size = job_.model.global_batch_size;
   lo.window_ms = job_.monitor.window_ms;
   loop_ = std::make_unique<control::ControlLoop>(lo, this, &clock_);
   // The first decision after one interval, when the Monitor has a window.
   (void)loop_->TakeTurn();
-  if (policy_name_ == "backup-workers") {
+  if (policy_ == vocab::Policy::kBackupWorkers) {
     controller::Plan plan;
     controller::Decision& d = plan.decisions.emplace_back();
     d.action = controller::UseBackupWorkers{job_.straggler_policy.backup_workers};
-    d.policy = policy_name_;
+    d.policy = policy_;
     d.rule = "backup-workers";
     d.reason = "baseline: each step takes the first N-b gradients";
     RETURN_IF_ERROR(loop_->Execute(plan, Members()));
@@ -514,14 +496,14 @@ absl::Status Runner::Collect() {
 }
 
 absl::StatusOr<RunResult> Runner::Run() {
-  policy_name_ = o_.policy_override.empty() ? job_.straggler_policy.name : o_.policy_override;
+  policy_ = o_.policy_override.value_or(job_.straggler_policy.name);
   if (o_.no_slowdown) scenario_.slowdowns.clear();
   dir_ = o_.work_dir;
   fs::remove_all(dir_);
   fs::create_directories(dir_ + "/nodes");
   SetLogFile(dir_ + "/antdt-run.log");  // the terminal is the progress bar's
   result_.job = job_.name;
-  result_.policy = o_.no_slowdown ? "no-slowdown" : policy_name_;
+  result_.policy = o_.no_slowdown ? "no-slowdown" : vocab::Name(policy_);
   absl::Status s = StartJob();
   if (s.ok()) s = Loop();
   if (!s.ok()) {
@@ -584,9 +566,9 @@ std::string ReportText(const RunResult& r) {
     absl::StrAppend(&out,
                     "actions (batch changes that only keep the global batch are in the report):\n");
     for (const ActionRecord& a : r.actions) {
-      if (a.action == "ADJUST_BS" && a.subject.empty()) continue;
-      absl::StrAppendFormat(&out, "  %6.1fs %-14s %-10s %s\n", a.at_seconds, a.action, a.worker,
-                            a.reason);
+      if (a.action == vocab::ActionKind::kAdjustBatchSize && a.subject.empty()) continue;
+      absl::StrAppendFormat(&out, "  %6.1fs %-14s %-10s %s\n", a.at_seconds, vocab::Name(a.action),
+                            a.worker, a.reason);
     }
   }
   absl::StrAppend(&out, r.verification.Summary());
@@ -608,7 +590,7 @@ absl::Status WriteReport(const RunResult& r, const std::string& dir) {
     absl::StrAppendFormat(&json,
                           "%s\n    {\"at_seconds\": %.3f, \"action\": \"%s\", \"worker\": \"%s\", "
                           "\"rule\": \"%s\", \"reason\": \"%s\", \"description\": \"%s\"}",
-                          i ? "," : "", a.at_seconds, a.action, JsonEscape(a.worker),
+                          i ? "," : "", a.at_seconds, vocab::Name(a.action), JsonEscape(a.worker),
                           JsonEscape(a.rule), JsonEscape(a.reason), JsonEscape(a.description));
   }
   absl::StrAppend(&json, r.actions.empty() ? "],\n" : "\n  ],\n", "  \"timeline\": [");
@@ -618,7 +600,7 @@ absl::Status WriteReport(const RunResult& r, const std::string& dir) {
                           "%s\n    {\"t\": %.2f, \"worker\": \"%s\", \"samples_per_second\": %.2f, "
                           "\"score\": %.3f, \"class\": \"%s\"}",
                           i ? "," : "", p.at_seconds, JsonEscape(p.worker), p.samples_per_second,
-                          p.score, p.klass);
+                          p.score, vocab::Name(p.klass));
   }
   absl::StrAppend(&json, r.timeline.empty() ? "]\n}\n" : "\n  ]\n}\n");
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/report.json", json));
@@ -661,7 +643,7 @@ absl::Status WriteReport(const RunResult& r, const std::string& dir) {
                           "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#000\" "
                           "stroke-dasharray=\"4 3\"/><text x=\"%.1f\" y=\"%.0f\">%s %s</text>\n",
                           X(a.at_seconds), top, X(a.at_seconds), h - bottom, X(a.at_seconds) + 3,
-                          top + 10, a.action, HtmlEscape(a.worker));
+                          top + 10, vocab::Name(a.action), HtmlEscape(a.worker));
   }
   svg += "</svg>\n";
   std::string html = absl::StrCat(
@@ -681,7 +663,8 @@ absl::Status WriteReport(const RunResult& r, const std::string& dir) {
       "<th>action</th><th>worker</th><th>why</th></tr>");
   for (const ActionRecord& a : r.actions) {
     absl::StrAppendFormat(&html, "<tr><td>%.1f s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
-                          a.at_seconds, a.action, HtmlEscape(a.worker), HtmlEscape(a.description));
+                          a.at_seconds, vocab::Name(a.action), HtmlEscape(a.worker),
+                          HtmlEscape(a.description));
   }
   absl::StrAppend(&html, "</table><h2>Exactly-once check</h2><pre>",
                   HtmlEscape(r.verification.Summary()), "</pre></body></html>\n");

@@ -11,20 +11,23 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "antdt/v1/monitor.pb.h"
 #include "examples/demo/journal.h"
 #include "operator/manifest/manifest.h"
+#include "operator/vocab/vocab.h"
 
 namespace antdt::local {
 
 struct RunOptions {
-  std::string bin_dir;          // where the AntDT binaries are
-  std::string work_dir;         // per-run state, logs, journals
-  std::string policy_override;  // non-empty: run under this policy instead
-  bool no_slowdown = false;     // drop the scenario's slowdowns (the ideal run)
+  std::string bin_dir;                           // where the AntDT binaries are
+  std::string work_dir;                          // per-run state, logs, journals
+  std::optional<vocab::Policy> policy_override;  // set: run under this policy instead
+  bool no_slowdown = false;                      // drop the scenario's slowdowns (the ideal run)
   int64_t timeout_ms = 900'000;
   std::function<void(const std::string&)> on_status;  // progress line, ~4 per second
   std::function<void(const std::string&)> on_event;   // one line per event
@@ -33,7 +36,7 @@ struct RunOptions {
 
 struct ActionRecord {
   double at_seconds = 0;  // since the job started
-  std::string action;     // "ADJUST_BS" | "KILL_RESTART" | "BACKUP_WORKERS"
+  vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;
   std::string worker;
   std::string description;  // one line, key=value, with the evidence
   std::string rule;
@@ -46,12 +49,12 @@ struct ThroughputPoint {
   std::string worker;
   double samples_per_second = 0;
   double score = 0;
-  std::string klass;
+  v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
 };
 
 struct RunResult {
   std::string job;
-  std::string policy;
+  std::string policy;  // its name, or "no-slowdown" for the ideal run
   double jct_seconds = 0;
   int64_t records_committed = 0;
   demo::Verification verification;

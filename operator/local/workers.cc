@@ -118,7 +118,7 @@ std::vector<controller::WorkerState> WorkerSet::Members() const {
   for (const auto& w : slots_) {
     controller::WorkerState ws;
     ws.id = w->id;
-    ws.role = "worker";
+    ws.role = vocab::Role::kWorker;
     ws.node = w->node;
     ws.local_batch_size = w->local_batch;
     ws.accumulation_steps = 1;

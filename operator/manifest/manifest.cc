@@ -10,7 +10,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/config.h"
 #include "common/status.h"
@@ -208,6 +207,18 @@ absl::Status ReadDurationUs(const YAML::Node& map, const std::string& path, cons
   return absl::OkStatus();
 }
 
+// The optional field `key` of `map`, one of `allowed` by its vocab::Name;
+// `*out` keeps its default when the field is absent.
+template <typename E>
+absl::Status ReadOneOf(const YAML::Node& map, const std::string& path, const char* key,
+                       const std::vector<E>& allowed, E* out) {
+  if (!Present(Get(map, key))) return absl::OkStatus();
+  std::string text;
+  RETURN_IF_ERROR(ReadString(map, path, key, &text));
+  ASSIGN_OR_RETURN(*out, vocab::ParseOneOf(Join(path, key), text, allowed));
+  return absl::OkStatus();
+}
+
 absl::Status ReadStringMap(const YAML::Node& node, const std::string& path,
                            std::map<std::string, std::string>* out) {
   if (!Present(node)) return absl::OkStatus();
@@ -238,15 +249,6 @@ absl::Status AtLeast(const std::string& path, int64_t v, int64_t min) {
 absl::Status Positive(const std::string& path, double v) {
   if (!(v > 0)) return Invalid(path, absl::StrCat("must be > 0, got ", v));
   return absl::OkStatus();
-}
-
-absl::Status OneOf(const std::string& path, const std::string& v,
-                   std::initializer_list<absl::string_view> allowed) {
-  for (absl::string_view a : allowed) {
-    if (a == v) return absl::OkStatus();
-  }
-  return Invalid(
-      path, absl::StrCat("must be one of ", absl::StrJoin(allowed, ", "), ", got \"", v, "\""));
 }
 
 // A DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters.
@@ -347,16 +349,14 @@ absl::Status ParseRule(const YAML::Node& node, const std::string& path, Rule* ru
   RETURN_IF_ERROR(CheckMapping(
       node, path, {"signal", "threshold", "class", "windows", "action", "cooldown", "budget"}));
   RETURN_IF_ERROR(Required(node, path, "signal"));
-  RETURN_IF_ERROR(ReadString(node, path, "signal", &rule->signal));
-  RETURN_IF_ERROR(OneOf(Join(path, "signal"), rule->signal, {"score", "self_score", "class"}));
-  if (rule->signal == "class") {
+  RETURN_IF_ERROR(ReadOneOf(node, path, "signal", vocab::AllSignals(), &rule->signal));
+  if (rule->signal == vocab::Signal::kClass) {
     if (Present(Get(node, "threshold"))) {
       return Invalid(Join(path, "threshold"), "only allowed with signal score or self_score");
     }
     RETURN_IF_ERROR(Required(node, path, "class"));
-    RETURN_IF_ERROR(ReadString(node, path, "class", &rule->klass));
-    RETURN_IF_ERROR(
-        OneOf(Join(path, "class"), rule->klass, {"transient", "persistent", "deterministic"}));
+    RETURN_IF_ERROR(ReadOneOf(node, path, "class",
+                              {v1::TRANSIENT, v1::PERSISTENT, v1::DETERMINISTIC}, &rule->klass));
   } else {
     if (Present(Get(node, "class"))) {
       return Invalid(Join(path, "class"), "only allowed with signal class");
@@ -368,8 +368,7 @@ absl::Status ParseRule(const YAML::Node& node, const std::string& path, Rule* ru
   RETURN_IF_ERROR(ReadInt32(node, path, "windows", &rule->windows));
   RETURN_IF_ERROR(AtLeast(Join(path, "windows"), rule->windows, 1));
   RETURN_IF_ERROR(Required(node, path, "action"));
-  RETURN_IF_ERROR(ReadString(node, path, "action", &rule->action));
-  RETURN_IF_ERROR(OneOf(Join(path, "action"), rule->action, {"ADJUST_BS", "KILL_RESTART"}));
+  RETURN_IF_ERROR(ReadOneOf(node, path, "action", vocab::RuleActionKinds(), &rule->action));
   RETURN_IF_ERROR(ReadDurationMs(node, path, "cooldown", &rule->cooldown_ms));
   RETURN_IF_ERROR(ReadInt32(node, path, "budget", &rule->budget));
   return AtLeast(Join(path, "budget"), rule->budget, 0);
@@ -379,9 +378,7 @@ absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, Strag
   const std::string path = "spec.stragglerPolicy";
   RETURN_IF_ERROR(CheckMapping(
       node, path, {"name", "cooldown", "maxActions", "minSavingRatio", "backupWorkers", "rules"}));
-  RETURN_IF_ERROR(ReadString(node, path, "name", &p->name));
-  RETURN_IF_ERROR(OneOf(Join(path, "name"), p->name,
-                        {"antdt-nd", "antdt-dd", "custom", "none", "backup-workers", "lb-bsp"}));
+  RETURN_IF_ERROR(ReadOneOf(node, path, "name", vocab::AllPolicies(), &p->name));
   RETURN_IF_ERROR(ReadDurationMs(node, path, "cooldown", &p->cooldown_ms));
   RETURN_IF_ERROR(ReadInt32(node, path, "maxActions", &p->max_actions));
   RETURN_IF_ERROR(AtLeast(Join(path, "maxActions"), p->max_actions, 0));
@@ -392,17 +389,18 @@ absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, Strag
   }
   RETURN_IF_ERROR(ReadInt32(node, path, "backupWorkers", &p->backup_workers));
   RETURN_IF_ERROR(AtLeast(Join(path, "backupWorkers"), p->backup_workers, 0));
-  if (p->name == "backup-workers" && (p->backup_workers < 1 || p->backup_workers >= workers)) {
+  if (p->name == vocab::Policy::kBackupWorkers &&
+      (p->backup_workers < 1 || p->backup_workers >= workers)) {
     return Invalid(Join(path, "backupWorkers"),
                    absl::StrCat("must be between 1 and spec.workers.replicas - 1 (", workers - 1,
                                 ") with backup-workers, got ", p->backup_workers));
   }
   const std::string rules_path = Join(path, "rules");
   const YAML::Node rules = Get(node, "rules");
-  if (p->name != "custom") {
+  if (p->name != vocab::Policy::kCustom) {
     if (Present(rules)) {
-      return Invalid(rules_path,
-                     absl::StrCat("only allowed with name custom, got name \"", p->name, "\""));
+      return Invalid(rules_path, absl::StrCat("only allowed with name custom, got name \"",
+                                              vocab::Name(p->name), "\""));
     }
     return absl::OkStatus();
   }
@@ -542,23 +540,23 @@ absl::Status ParseSlowdown(const YAML::Node& node, const std::string& path,
     return Invalid(Join(path, "node"), absl::StrCat("no node \"", s->node, "\""));
   }
   RETURN_IF_ERROR(Required(node, path, "kind"));
-  RETURN_IF_ERROR(ReadString(node, path, "kind", &s->kind));
-  RETURN_IF_ERROR(OneOf(Join(path, "kind"), s->kind, {"deterministic", "transient", "persistent"}));
+  RETURN_IF_ERROR(
+      ReadOneOf(node, path, "kind", {v1::DETERMINISTIC, v1::TRANSIENT, v1::PERSISTENT}, &s->kind));
   RETURN_IF_ERROR(Required(node, path, "factor"));
   RETURN_IF_ERROR(ReadDouble(node, path, "factor", &s->factor));
   if (!(s->factor > 1)) {
     return Invalid(Join(path, "factor"), absl::StrCat("must be > 1, got ", s->factor));
   }
   RETURN_IF_ERROR(ReadDurationMs(node, path, "start", &s->start_ms));
-  if (s->kind == "deterministic" && s->start_ms != 0) {
+  if (s->kind == v1::DETERMINISTIC && s->start_ms != 0) {
     return Invalid(Join(path, "start"), absl::StrCat("must be 0 for a deterministic slowdown, got ",
                                                      Describe(Get(node, "start"))));
   }
   const bool has_duration = Present(Get(node, "duration"));
-  if (s->kind != "transient") {
+  if (s->kind != v1::TRANSIENT) {
     if (has_duration) {
       return Invalid(Join(path, "duration"),
-                     absl::StrCat("only allowed for a transient slowdown (a ", s->kind,
+                     absl::StrCat("only allowed for a transient slowdown (a ", vocab::Name(s->kind),
                                   " one lasts until the end)"));
     }
     return absl::OkStatus();
@@ -655,11 +653,11 @@ double Scenario::SpeedAt(const std::string& node, int64_t t_ms) const {
   for (const Slowdown& s : slowdowns) {
     if (s.node != node) continue;
     bool active = false;
-    if (s.kind == "deterministic") {
+    if (s.kind == v1::DETERMINISTIC) {
       active = true;
-    } else if (s.kind == "persistent") {
+    } else if (s.kind == v1::PERSISTENT) {
       active = t_ms >= s.start_ms;
-    } else if (s.kind == "transient") {
+    } else if (s.kind == v1::TRANSIENT) {
       active = t_ms >= s.start_ms && t_ms < s.start_ms + s.duration_ms;
     }
     if (active) speed /= s.factor;

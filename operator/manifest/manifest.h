@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "operator/vocab/vocab.h"
 
 namespace antdt::manifest {
 
@@ -35,23 +36,25 @@ struct ReplicaSpec {
   std::string template_yaml;  // the pod template as given, re-emitted by the operator
 };
 
-struct Rule {               // spec.stragglerPolicy.rules[i]
-  std::string signal;       // "score" | "self_score" | "class"
-  double threshold = 0;     // for score signals
-  std::string klass;        // for "class": "transient" | "persistent" | "deterministic"
-  int32_t windows = 1;      // persistence: consecutive windows
-  std::string action;       // "ADJUST_BS" | "KILL_RESTART"
+struct Rule {  // spec.stragglerPolicy.rules[i]
+  vocab::Signal signal = vocab::Signal::kScore;
+  double threshold = 0;  // for score signals
+  // For signal class: TRANSIENT, PERSISTENT or DETERMINISTIC (spelt in lower case).
+  v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
+  int32_t windows = 1;  // persistence: consecutive windows
+  // ADJUST_BS or KILL_RESTART (vocab::RuleActionKinds).
+  vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;
   int64_t cooldown_ms = 0;  // 0: the policy's
   int32_t budget = 0;       // 0: the policy's
 };
 
 struct StragglerPolicySpec {
-  std::string name = "antdt-nd";  // antdt-nd | antdt-dd | custom | none | backup-workers | lb-bsp
-  int64_t cooldown_ms = 60'000;   // spec.stragglerPolicy.cooldown
-  int32_t max_actions = 10;       // spec.stragglerPolicy.maxActions
-  double min_saving_ratio = 1.0;  // spec.stragglerPolicy.minSavingRatio
-  int32_t backup_workers = 1;     // spec.stragglerPolicy.backupWorkers
-  std::vector<Rule> rules;        // required (non-empty) for custom, rejected otherwise
+  vocab::Policy name = vocab::Policy::kAntdtNd;  // spec.stragglerPolicy.name
+  int64_t cooldown_ms = 60'000;                  // spec.stragglerPolicy.cooldown
+  int32_t max_actions = 10;                      // spec.stragglerPolicy.maxActions
+  double min_saving_ratio = 1.0;                 // spec.stragglerPolicy.minSavingRatio
+  int32_t backup_workers = 1;                    // spec.stragglerPolicy.backupWorkers
+  std::vector<Rule> rules;  // required (non-empty) for custom, rejected otherwise
 };
 
 struct MonitorSpec {           // spec.monitor
@@ -104,8 +107,9 @@ absl::StatusOr<Job> ParseJob(const std::string& yaml);
 // A straggler scenario for the local runner and the simulator: emulated nodes
 // with their speeds, spares, and slowdowns over time.
 struct Slowdown {
-  std::string node;         // slowdowns[i].node (must name a node)
-  std::string kind;         // "deterministic" | "transient" | "persistent"
+  std::string node;  // slowdowns[i].node (must name a node)
+  // DETERMINISTIC, TRANSIENT or PERSISTENT (spelt in lower case).
+  v1::StragglerClass kind = v1::STRAGGLER_CLASS_UNSPECIFIED;
   double factor = 1;        // > 1: that many times slower
   int64_t start_ms = 0;     // slowdowns[i].start (deterministic: 0)
   int64_t duration_ms = 0;  // transient: > 0; others: until the end

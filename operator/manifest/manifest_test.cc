@@ -78,7 +78,7 @@ TEST(ParseJob, BaseIsValidAndDefaultsApply) {
   EXPECT_EQ(job->workers.image, "");
   EXPECT_EQ(job->workers.template_yaml, "");
   EXPECT_EQ(job->parameter_servers.replicas, 0);
-  EXPECT_EQ(job->straggler_policy.name, "antdt-nd");
+  EXPECT_EQ(job->straggler_policy.name, vocab::Policy::kAntdtNd);
   EXPECT_EQ(job->straggler_policy.cooldown_ms, 60'000);
   EXPECT_EQ(job->straggler_policy.max_actions, 10);
   EXPECT_DOUBLE_EQ(job->straggler_policy.min_saving_ratio, 1.0);
@@ -151,22 +151,22 @@ spec:
   EXPECT_EQ(job->parameter_servers.replicas, 2);
   EXPECT_EQ(job->parameter_servers.template_yaml, "");
   const StragglerPolicySpec& p = job->straggler_policy;
-  EXPECT_EQ(p.name, "custom");
+  EXPECT_EQ(p.name, vocab::Policy::kCustom);
   EXPECT_EQ(p.cooldown_ms, 90'000);
   EXPECT_EQ(p.max_actions, 4);
   EXPECT_DOUBLE_EQ(p.min_saving_ratio, 0.5);
   EXPECT_EQ(p.backup_workers, 0);
   ASSERT_EQ(p.rules.size(), 2u);
-  EXPECT_EQ(p.rules[0].signal, "score");
+  EXPECT_EQ(p.rules[0].signal, vocab::Signal::kScore);
   EXPECT_DOUBLE_EQ(p.rules[0].threshold, 1.5);
   EXPECT_EQ(p.rules[0].windows, 2);
-  EXPECT_EQ(p.rules[0].action, "ADJUST_BS");
+  EXPECT_EQ(p.rules[0].action, vocab::ActionKind::kAdjustBatchSize);
   EXPECT_EQ(p.rules[0].cooldown_ms, 0);
   EXPECT_EQ(p.rules[0].budget, 0);
-  EXPECT_EQ(p.rules[1].signal, "class");
-  EXPECT_EQ(p.rules[1].klass, "persistent");
+  EXPECT_EQ(p.rules[1].signal, vocab::Signal::kClass);
+  EXPECT_EQ(p.rules[1].klass, v1::PERSISTENT);
   EXPECT_EQ(p.rules[1].windows, 1);
-  EXPECT_EQ(p.rules[1].action, "KILL_RESTART");
+  EXPECT_EQ(p.rules[1].action, vocab::ActionKind::kKillRestart);
   EXPECT_EQ(p.rules[1].cooldown_ms, 120'000);
   EXPECT_EQ(p.rules[1].budget, 2);
   EXPECT_EQ(job->monitor.window_ms, 500);
@@ -439,7 +439,7 @@ TEST(ParseJob, ExampleQuickstart) {
   EXPECT_EQ(job->dataset.epochs, 2);
   EXPECT_EQ(job->workers.replicas, 4);
   EXPECT_EQ(job->parameter_servers.replicas, 1);
-  EXPECT_EQ(job->straggler_policy.name, "antdt-nd");
+  EXPECT_EQ(job->straggler_policy.name, vocab::Policy::kAntdtNd);
   EXPECT_EQ(job->monitor.window_ms, 2'000);
   EXPECT_EQ(job->local.scenario, "../scenarios/quickstart.yaml");
   // The scenario path is relative to the manifest, and every worker has a node.
@@ -461,7 +461,7 @@ TEST(ParseJob, ExamplePaperMix) {
   EXPECT_EQ(job->dataset.epochs, 1);
   EXPECT_EQ(job->workers.replicas, 8);
   EXPECT_EQ(job->parameter_servers.replicas, 2);
-  EXPECT_EQ(job->straggler_policy.name, "antdt-nd");
+  EXPECT_EQ(job->straggler_policy.name, vocab::Policy::kAntdtNd);
   EXPECT_EQ(job->monitor.window_ms, 1'000);
   EXPECT_EQ(job->straggler_policy.cooldown_ms, 4'000);
   EXPECT_EQ(job->model.global_batch_size, 512);
@@ -476,7 +476,7 @@ TEST(ParseJob, ExampleHeterogeneousAndItsBound) {
   const std::string path = SourceFile("examples/jobs/heterogeneous.yaml");
   absl::StatusOr<Job> job = ParseJob(Read(path));
   ASSERT_TRUE(job.ok()) << path << ": " << job.status();
-  EXPECT_EQ(job->straggler_policy.name, "antdt-dd");
+  EXPECT_EQ(job->straggler_policy.name, vocab::Policy::kAntdtDd);
   absl::StatusOr<Scenario> real =
       ParseScenario(Read(SourceFile("examples/jobs/" + job->local.scenario)));
   absl::StatusOr<Scenario> bound =
@@ -501,7 +501,7 @@ TEST(ParseScenario, ExampleQuickstart) {
   EXPECT_TRUE(s->nodes[4].spare);
   EXPECT_FALSE(s->nodes[3].spare);
   ASSERT_EQ(s->slowdowns.size(), 1u);
-  EXPECT_EQ(s->slowdowns[0].kind, "persistent");
+  EXPECT_EQ(s->slowdowns[0].kind, v1::PERSISTENT);
   EXPECT_DOUBLE_EQ(s->SpeedAt("node-2", 3'999), 1.0);
   EXPECT_DOUBLE_EQ(s->SpeedAt("node-2", 4'000), 1.0 / 3);
   EXPECT_DOUBLE_EQ(s->SpeedAt("node-1", 4'000), 1.0);

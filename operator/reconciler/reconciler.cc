@@ -272,21 +272,19 @@ std::string ToLower(std::string s) {
   return s;
 }
 
-bool IsStraggler(const Straggler& s) { return s.klass != "Leader" && s.klass != "LEADER"; }
-
 // An ADJUST_BS deserves an Event when it is about a straggler, not when it only
 // keeps the global batch constant around one.
 bool NamesStraggler(const Action& a, const std::vector<Straggler>& stragglers) {
   if (absl::StrContains(ToLower(absl::StrCat(a.reason, " ", a.evidence)), "straggler")) return true;
   for (const Straggler& s : stragglers) {
-    if (IsStraggler(s) && s.worker == a.worker) return true;
+    if (vocab::IsStraggler(s.klass) && s.worker == a.worker) return true;
   }
   return false;
 }
 
 Json LastAction(const Action& a, int64_t now_ms) {
   return {{"time", kube::FormatTime(a.at_ms != 0 ? a.at_ms : now_ms)},
-          {"action", a.kind},
+          {"action", vocab::Name(a.kind)},
           {"worker", a.worker},
           {"fromNode", a.from_node},
           {"toNode", a.to_node},
@@ -523,8 +521,9 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   Json labels = Labels(spec, "ps", s);
   labels["antdt.io/replica-index"] = std::to_string(k);
   const int32_t slice = bridge::ParameterServerFeatures(spec, k);
-  const int32_t backup =
-      spec.straggler_policy.name == "backup-workers" ? spec.straggler_policy.backup_workers : 0;
+  const int32_t backup = spec.straggler_policy.name == vocab::Policy::kBackupWorkers
+                             ? spec.straggler_policy.backup_workers
+                             : 0;
   std::vector<Json> env = CommonEnv(spec, s);
   env.push_back(EnvValue("ANTDT_PS_INDEX", std::to_string(k)));
   env.push_back(EnvValue("ANTDT_PS_ID", absl::StrCat("ps-", k)));
@@ -766,14 +765,14 @@ void TrimLastActions(Json& last_actions) {
 void ApplyActions(const Pass& pass, Records& r, Plan& plan) {
   for (const Action& a : pass.o.actions) {
     WorkerInstance* w = FindInstance(r.instances, a.worker);
-    if (w == nullptr || (a.kind != "KILL_RESTART" && a.kind != "ADJUST_BS")) {
+    if (w == nullptr || a.kind == vocab::ActionKind::kBackupWorkers) {
       plan.events.push_back({"Warning", "ActionIgnored",
-                             absl::StrCat(a.kind, " for ", a.worker,
+                             absl::StrCat(vocab::Name(a.kind), " for ", a.worker,
                                           ": the operator carries out KILL_RESTART and "
                                           "ADJUST_BS for the job's workers only")});
       continue;
     }
-    if (a.kind == "KILL_RESTART") {
+    if (a.kind == vocab::ActionKind::kKillRestart) {
       plan.events.push_back(KillRestart(a, pass.job, *w));
     } else {
       AdjustBatch(a, pass.o.stragglers, *w, plan.events);
@@ -1036,13 +1035,14 @@ StragglerReport ReportStragglers(const Observed& o, bool finished) {
     report.list.push_back({{"worker", st.worker},
                            {"node", st.node},
                            {"pod", st.pod},
-                           {"class", st.klass},
+                           {"class", vocab::KubernetesName(st.klass)},
                            {"cause", st.cause},
                            {"score", Round2(st.score)},
                            {"since", kube::FormatTime(st.since_ms)}});
-    if (IsStraggler(st)) {
+    if (vocab::IsStraggler(st.klass)) {
       report.named.push_back(absl::StrCat(st.worker, " on ", st.node.empty() ? "?" : st.node, " (",
-                                          st.klass, st.cause.empty() ? "" : ": " + st.cause, ")"));
+                                          vocab::KubernetesName(st.klass),
+                                          st.cause.empty() ? "" : ": " + st.cause, ")"));
     }
   }
   return report;

@@ -44,6 +44,7 @@
 
 #include "absl/status/statusor.h"
 #include "operator/manifest/manifest.h"
+#include "operator/vocab/vocab.h"
 
 namespace antdt::reconciler {
 
@@ -61,8 +62,8 @@ struct Settings {
 // One straggler (or leader) as the Monitor currently classifies it.
 struct Straggler {
   std::string worker, node, pod;
-  std::string klass;  // Transient | Persistent | Deterministic | Leader
-  std::string cause;
+  v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
+  std::string cause;  // as status.stragglers shows it (vocab::CauseName)
   double score = 0;
   int64_t since_ms = 0;
 };
@@ -77,8 +78,8 @@ struct Progress {
 
 // A Controller decision to carry out in this pass.
 struct Action {
-  std::string kind;    // KILL_RESTART | ADJUST_BS
-  std::string worker;  // "worker-3"
+  vocab::ActionKind kind = vocab::ActionKind::kAdjustBatchSize;  // or kKillRestart
+  std::string worker;                                            // "worker-3"
   std::string from_node, to_node;
   int32_t local_batch_size = 0;  // ADJUST_BS
   std::string rule, reason, evidence;

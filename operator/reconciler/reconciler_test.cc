@@ -247,7 +247,7 @@ TEST(ExampleTest, ParsesAsAnAntDTJob) {
   EXPECT_EQ(spec->dataset.records, 20000);
   EXPECT_EQ(spec->dataset.shard_size, 200);
   EXPECT_EQ(spec->dataset.epochs, 2);
-  EXPECT_EQ(spec->straggler_policy.name, "antdt-nd");
+  EXPECT_EQ(spec->straggler_policy.name, vocab::Policy::kAntdtNd);
   EXPECT_EQ(spec->monitor.window_ms, 2000);
   EXPECT_EQ(spec->checkpoint.path, "/var/lib/antdt/quickstart-k8s");
   EXPECT_EQ(spec->workers.image, "antdt/antdt:0.1.0");
@@ -507,7 +507,7 @@ TEST(ReconcileTest, ProgressFromTheShardingService) {
 
 Action KillRestart(const std::string& worker, const std::string& from, const std::string& to) {
   Action a;
-  a.kind = "KILL_RESTART";
+  a.kind = vocab::ActionKind::kKillRestart;
   a.worker = worker;
   a.from_node = from;
   a.to_node = to;
@@ -771,9 +771,9 @@ TEST(ReconcileTest, StragglersInStatusAndCondition) {
   Cluster c;
   c.Settle();
   const std::vector<Straggler> view = {
-      {"worker-2", "node-2", "quickstart-k8s-worker-2-0", "Persistent",
+      {"worker-2", "node-2", "quickstart-k8s-worker-2-0", v1::PERSISTENT,
        "cpu contention from co-located pods", 2.3456, kT0 + 12000},
-      {"worker-0", "node-0", "quickstart-k8s-worker-0-0", "Leader", "faster device", 0.61, kT0}};
+      {"worker-0", "node-0", "quickstart-k8s-worker-0-0", v1::LEADER, "faster device", 0.61, kT0}};
   Plan plan = c.Pass({}, view);
   ASSERT_TRUE(plan.status.has_value());
   const Json& st = *plan.status;
@@ -812,7 +812,7 @@ TEST(ReconcileTest, AdjustBatchSize) {
       {"worker the Monitor lists",
        "custom:slow",
        "score 1.9 over 1.5",
-       {{"worker-2", "node-2", "", "Transient", "cpu", 1.9, kT0}},
+       {{"worker-2", "node-2", "", v1::TRANSIENT, "cpu", 1.9, kT0}},
        true},
       {"rebalance around someone else",
        "antdt-nd:rebalance",
@@ -825,7 +825,7 @@ TEST(ReconcileTest, AdjustBatchSize) {
     Cluster c;
     c.Settle();
     Action a;
-    a.kind = "ADJUST_BS";
+    a.kind = vocab::ActionKind::kAdjustBatchSize;
     a.worker = "worker-2";
     a.local_batch_size = 40;
     a.rule = tc.rule;
@@ -848,7 +848,7 @@ TEST(ReconcileTest, LastActionsKeepsTheLatestTwenty) {
   c.Settle();
   for (int i = 0; i < 25; ++i) {
     Action a;
-    a.kind = "ADJUST_BS";
+    a.kind = vocab::ActionKind::kAdjustBatchSize;
     a.worker = "worker-0";
     a.local_batch_size = 10 + i;
     a.rule = "antdt-nd:rebalance";
@@ -862,7 +862,7 @@ TEST(ReconcileTest, RestartedWorkerGetsItsAdjustedBatch) {
   Cluster c;
   c.Settle();
   Action adjust;
-  adjust.kind = "ADJUST_BS";
+  adjust.kind = vocab::ActionKind::kAdjustBatchSize;
   adjust.worker = "worker-2";
   adjust.local_batch_size = 40;
   c.Pass({adjust, KillRestart("worker-2", "node-2", "")});
