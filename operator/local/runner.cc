@@ -409,6 +409,16 @@ void Runner::Teardown() {
 // Start: the sharding service and its dataset, the Monitor, agents, parameter
 // servers and workers, and the control loop over them.
 absl::Status Runner::StartJob() {
+  control::LoopOptions lo;
+  lo.job = job_.name;
+  lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
+  lo.policy = bridge::PolicySpecFor(job_, policy_, lo.interval_ms);
+  lo.global_batch_size = job_.model.global_batch_size;
+  lo.window_ms = job_.monitor.window_ms;
+  loop_ = std::make_unique<control::ControlLoop>(lo, this, &clock_);
+  // The first decision one interval after the job started (its clock), when
+  // the Monitor has a window.
+  (void)loop_->TakeTurn();
   std::vector<const manifest::NodeSpec*> placement;
   for (const manifest::NodeSpec& n : scenario_.nodes) {
     if (!n.spare) placement.push_back(&n);
@@ -429,15 +439,6 @@ absl::Status Runner::StartJob() {
                         job_.workers.replicas, static_cast<int>(ps_.size()),
                         static_cast<int>(scenario_.nodes.size()), result_.policy));
 
-  control::LoopOptions lo;
-  lo.job = job_.name;
-  lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
-  lo.policy = bridge::PolicySpecFor(job_, policy_, lo.interval_ms);
-  lo.global_batch_size = job_.model.global_batch_size;
-  lo.window_ms = job_.monitor.window_ms;
-  loop_ = std::make_unique<control::ControlLoop>(lo, this, &clock_);
-  // The first decision after one interval, when the Monitor has a window.
-  (void)loop_->TakeTurn();
   if (policy_ == vocab::Policy::kBackupWorkers) {
     controller::Plan plan;
     controller::Decision& d = plan.decisions.emplace_back();
