@@ -1,9 +1,7 @@
 // antdt-operator: reconciles AntDTJobs on a Kubernetes cluster, hosts the
 // Monitor that the node agents stream to, and runs each job's straggler
 // policy. Several replicas may run; a Lease elects the one that acts.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/serve.h"
 #include "common/server.h"
 #include "operator/bridge/bridge.h"
 #include "operator/k8s/config.h"
@@ -56,107 +55,62 @@ std::string DefaultIdentity() {
   return absl::StrCat(host, "_", getpid());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The configuration from flags and --config, the identity defaulted.
+std::optional<antdt::k8s::OperatorConfig> LoadOperatorConfig(const antdt::ParsedFlags& flags,
+                                                             std::string* error) {
   using namespace antdt;
-  BlockTerminationSignals();
-  int exit_code = 0;
-  const std::optional<ParsedFlags> flags =
-      ParseCommandLine(argc, argv, "antdt-operator", kUsage,
-                       {"kubeconfig", "namespace", "listen", "metrics-listen", "ready-file",
-                        "config", "leader-elect", "leader-election-namespace", "leader-election-id",
-                        "lease-duration", "renew-deadline", "retry-period", "identity", "image",
-                        "sharding-port", "ps-port", "agent-port", "monitor-window"},
-                       &exit_code);
-  if (!flags) return exit_code;
   auto loaded =
-      LoadConfig<k8s::OperatorConfig>(*flags, k8s::ParseOperatorConfig, k8s::ApplyOperatorFlags);
-  if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
-  k8s::OperatorConfig config = *loaded;
-  if (config.identity.empty()) config.identity = DefaultIdentity();
-
-  auto cluster = kube::ResolveConfig(config.kubeconfig);
-  if (!cluster.ok()) return Fail(std::string(cluster.status().message()));
-  if (config.leader_election_namespace.empty()) {
-    config.leader_election_namespace = cluster->namespace_;
+      LoadConfig<k8s::OperatorConfig>(flags, k8s::ParseOperatorConfig, k8s::ApplyOperatorFlags);
+  if (!loaded.ok()) {
+    *error = std::string(loaded.status().message());
+    return std::nullopt;
   }
+  if (loaded->identity.empty()) loaded->identity = DefaultIdentity();
+  return *loaded;
+}
 
-  auto registry = std::make_shared<prometheus::Registry>();
-  auto& api_requests = prometheus::BuildCounter()
-                           .Name("antdt_operator_api_requests_total")
-                           .Help("Kubernetes API requests by verb, resource and HTTP code")
-                           .Register(*registry);
-  auto& api_seconds = prometheus::BuildHistogram()
-                          .Name("antdt_operator_api_request_duration_seconds")
-                          .Help("Kubernetes API request latency (watches: until headers)")
-                          .Register(*registry);
-
-  kube::ClientOptions client_options;
-  client_options.user_agent = "antdt-operator/" + config.identity;
-  client_options.on_request = [&](const std::string& verb, const std::string& resource, int code,
-                                  double seconds) {
-    api_requests.Add({{"verb", verb}, {"resource", resource}, {"code", std::to_string(code)}})
+// Kubernetes API requests counted and timed into `registry`.
+antdt::kube::ClientOptions ApiClientOptions(const std::string& identity,
+                                            prometheus::Registry& registry) {
+  auto& requests = prometheus::BuildCounter()
+                       .Name("antdt_operator_api_requests_total")
+                       .Help("Kubernetes API requests by verb, resource and HTTP code")
+                       .Register(registry);
+  auto& seconds = prometheus::BuildHistogram()
+                      .Name("antdt_operator_api_request_duration_seconds")
+                      .Help("Kubernetes API request latency (watches: until headers)")
+                      .Register(registry);
+  antdt::kube::ClientOptions options;
+  options.user_agent = "antdt-operator/" + identity;
+  options.on_request = [&requests, &seconds](const std::string& verb, const std::string& resource,
+                                             int code, double s) {
+    requests.Add({{"verb", verb}, {"resource", resource}, {"code", std::to_string(code)}})
         .Increment();
-    api_seconds
+    seconds
         .Add({{"verb", verb}, {"resource", resource}},
              prometheus::Histogram::BucketBoundaries{0.005, 0.025, 0.1, 0.25, 1, 2.5, 10})
-        .Observe(seconds);
+        .Observe(s);
   };
-  auto client = kube::Client::Create(*cluster, client_options);
-  if (!client.ok()) return Fail(std::string(client.status().message()));
+  return options;
+}
 
-  manifest::MonitorSpec monitor_spec;  // the manifest's defaults, this window
-  monitor_spec.window_ms = config.monitor_window_ms;
-  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(monitor_spec));
-  if (!mon.ok()) return Fail(std::string(mon.status().message()));
-  monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
-  auto monitor_collector = monitor_service.Collector();
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&monitor_service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return Fail("--listen: cannot listen on " + config.listen);
-  monitor_service.Start(100);
-  const std::string address = BoundAddress(config.listen, port);
-
-  MetricsEndpoint metrics;
-  auto readyz = std::make_shared<prometheus::Registry>();
-  if (!config.metrics_listen.empty()) {
-    auto started = StartMetrics(config.metrics_listen, registry);
-    if (!started.ok()) return Fail(std::string(started.status().message()));
-    metrics = std::move(*started);
-    metrics.exposer->RegisterCollectable(monitor_collector);
-  }
-
-  k8s::JobControllerOptions jo;
+antdt::k8s::JobControllerOptions ControllerOptions(const antdt::k8s::OperatorConfig& config) {
+  antdt::k8s::JobControllerOptions jo;
   jo.watch_namespace = config.watch_namespace;
   jo.identity = config.identity;
   jo.settings.image = config.image;
   jo.settings.sharding_port = config.sharding_port;
   jo.settings.ps_port = config.ps_port;
   jo.settings.agent_port = config.agent_port;
-  k8s::JobController controller(client->get(), &monitor_service, jo, registry.get());
+  return jo;
+}
 
-  // The API server must answer before the replica calls itself ready.
-  auto probe = (*client)->List(kube::NodesResource(), "", kube::ListOptions{});
-  if (!probe.ok()) {
-    LogEvent("operator", {{"event", "api_unreachable"}, {"error", probe.status().ToString()}});
-  }
-  if (metrics.exposer) metrics.exposer->RegisterCollectable(readyz, "/readyz");
-  if (!config.ready_file.empty()) {
-    absl::Status s = WriteReadyFile(config.ready_file, address, metrics.address);
-    if (!s.ok()) return Fail(std::string(s.message()));
-  }
-  LogEvent("operator", {{"event", "serving"},
-                        {"monitor", address},
-                        {"metrics", metrics.address},
-                        {"identity", config.identity}});
-
+// Runs the controller while this replica holds the Lease (or at once without
+// leader election), until a termination signal. True when the lease was lost.
+bool Act(antdt::k8s::JobController& controller, antdt::kube::Api* api,
+         const antdt::k8s::OperatorConfig& config, prometheus::Registry* registry,
+         antdt::Serving& serving) {
+  using namespace antdt;
   std::atomic<bool> lost{false};
   std::unique_ptr<kube::LeaderElector> elector;
   std::thread election;
@@ -174,8 +128,8 @@ int main(int argc, char** argv) {
     le.lease_duration_ms = config.lease_duration_ms;
     le.renew_deadline_ms = config.renew_deadline_ms;
     le.retry_period_ms = config.retry_period_ms;
-    le.registry = registry.get();  // leader_election_master_status{name}
-    elector = std::make_unique<kube::LeaderElector>(client->get(), le);
+    le.registry = registry;  // leader_election_master_status{name}
+    elector = std::make_unique<kube::LeaderElector>(api, le);
     election = std::thread([&] {
       absl::Status s = elector->Run(start_controller, [&] {
         controller.Stop();  // a replica that lost the lease stops acting at once
@@ -189,13 +143,77 @@ int main(int argc, char** argv) {
   } else {
     start_controller();
   }
-
-  WaitForTerminationSignal();
+  serving.WaitForSignal();
   LogEvent("operator", {{"event", "stopping"}, {"lost_lease", lost.load() ? "true" : "false"}});
   controller.Stop();
   if (elector) elector->Stop();
   if (election.joinable()) election.join();
+  return lost.load();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace antdt;
+  BlockTerminationSignals();
+  int exit_code = 0;
+  const std::optional<ParsedFlags> flags =
+      ParseCommandLine(argc, argv, "antdt-operator", kUsage,
+                       {"kubeconfig", "namespace", "listen", "metrics-listen", "ready-file",
+                        "config", "leader-elect", "leader-election-namespace", "leader-election-id",
+                        "lease-duration", "renew-deadline", "retry-period", "identity", "image",
+                        "sharding-port", "ps-port", "agent-port", "monitor-window"},
+                       &exit_code);
+  if (!flags) return exit_code;
+  std::string error;
+  std::optional<k8s::OperatorConfig> config = LoadOperatorConfig(*flags, &error);
+  if (!config) return Fail(error);
+  auto cluster = kube::ResolveConfig(config->kubeconfig);
+  if (!cluster.ok()) return Fail(std::string(cluster.status().message()));
+  if (config->leader_election_namespace.empty()) {
+    config->leader_election_namespace = cluster->namespace_;
+  }
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto client = kube::Client::Create(*cluster, ApiClientOptions(config->identity, *registry));
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+
+  manifest::MonitorSpec monitor_spec;  // the manifest's defaults, this window
+  monitor_spec.window_ms = config->monitor_window_ms;
+  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(monitor_spec));
+  if (!mon.ok()) return Fail(std::string(mon.status().message()));
+  monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
+  auto monitor_collector = monitor_service.Collector();  // the exposer holds it weakly
+
+  auto serving =
+      Serving::Start({config->listen, "", config->metrics_listen, registry, {&monitor_service}});
+  if (!serving.ok()) return Fail(std::string(serving.status().message()));
+  monitor_service.Start(100);
+  auto readyz = std::make_shared<prometheus::Registry>();
+  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
+    exposer->RegisterCollectable(monitor_collector);
+  }
+
+  k8s::JobController controller(client->get(), &monitor_service, ControllerOptions(*config),
+                                registry.get());
+  // The API server must answer before the replica calls itself ready.
+  auto probe = (*client)->List(kube::NodesResource(), "", kube::ListOptions{});
+  if (!probe.ok()) {
+    LogEvent("operator", {{"event", "api_unreachable"}, {"error", probe.status().ToString()}});
+  }
+  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
+    exposer->RegisterCollectable(readyz, "/readyz");
+  }
+  if (absl::Status s = (*serving)->WriteReady(config->ready_file); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  LogEvent("operator", {{"event", "serving"},
+                        {"monitor", (*serving)->address()},
+                        {"metrics", (*serving)->metrics_address()},
+                        {"identity", config->identity}});
+
+  const bool lost = Act(controller, client->get(), *config, registry.get(), **serving);
   monitor_service.Stop();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  (*serving)->Shutdown(std::chrono::seconds(1));
   return lost ? 1 : 0;
 }
