@@ -251,6 +251,223 @@ class ParameterServers {
   double mean_loss_ = 0;
 };
 
+struct WorkerConfig {
+  std::string sharding, journal, speed_file;
+  client::ShardingClientOptions options;
+  std::vector<std::string> ps_addresses;
+  int64_t features = 0, batch = 32, commit_every = 1, log_every = 50;
+  uint64_t seed = 1;
+  double device_us = 0;
+  std::optional<client::StepReporterOptions> reporter;
+};
+
+// The flags as a WorkerConfig; InvalidArgument naming the flag.
+absl::StatusOr<WorkerConfig> ParseWorkerConfig(const ParsedFlags& flags) {
+  auto bad = [](const std::string& message) { return absl::InvalidArgumentError(message); };
+  for (const char* required :
+       {"sharding", "job", "dataset", "worker-id", "journal", "ps", "features"}) {
+    if (!flags.Has(required)) return bad(std::string("--") + required + ": required");
+  }
+  WorkerConfig c;
+  int64_t incarnation = 0;
+  if (!absl::SimpleAtoi(flags.Get("incarnation", "0"), &incarnation) || incarnation < 0) {
+    return bad("--incarnation: must be an integer >= 0");
+  }
+  c.ps_addresses = absl::StrSplit(flags.Get("ps"), ',', absl::SkipEmpty());
+  if (c.ps_addresses.empty()) return bad("--ps: must list at least one address");
+  if (!absl::SimpleAtoi(flags.Get("features"), &c.features) ||
+      c.features < static_cast<int64_t>(c.ps_addresses.size())) {
+    return bad("--features: must be an integer >= the number of parameter servers");
+  }
+  if (!absl::SimpleAtoi(flags.Get("local-batch", "32"), &c.batch) || c.batch <= 0) {
+    return bad("--local-batch: must be an integer > 0");
+  }
+  if (!absl::SimpleAtod(flags.Get("device-us-per-sample", "0"), &c.device_us) || c.device_us < 0) {
+    return bad("--device-us-per-sample: must be a number >= 0");
+  }
+  if (!absl::SimpleAtoi(flags.Get("commit-every-steps", "1"), &c.commit_every) ||
+      c.commit_every <= 0) {
+    return bad("--commit-every-steps: must be an integer > 0");
+  }
+  if (!absl::SimpleAtoi(flags.Get("log-every-steps", "50"), &c.log_every) || c.log_every <= 0) {
+    return bad("--log-every-steps: must be an integer > 0");
+  }
+  if (!absl::SimpleAtoi(flags.Get("seed", "1"), &c.seed)) return bad("--seed: must be an integer");
+  c.speed_file = flags.Get("speed-file");
+  c.sharding = flags.Get("sharding");
+  c.journal = flags.Get("journal");
+  c.options.job = flags.Get("job");
+  c.options.dataset = flags.Get("dataset");
+  c.options.worker_id = flags.Get("worker-id");
+  c.options.incarnation = incarnation;
+  c.options.retry_budget_ms = 120'000;
+  if (flags.Has("agent")) {
+    client::StepReporterOptions o;
+    o.agent_address = flags.Get("agent");
+    o.job = c.options.job;
+    o.worker_id = c.options.worker_id;
+    if (flags.Has("report-interval")) {
+      ASSIGN_OR_RETURN(o.flush_interval_ms,
+                       ParseDurationMs(flags.Get("report-interval"), "--report-interval"));
+    }
+    c.reporter = o;
+  }
+  return c;
+}
+
+// The worker's steps until the end of the data: gather a batch (from one or
+// more leases), train it, push it, commit, report, apply directives.
+class TrainingLoop {
+ public:
+  TrainingLoop(WorkerConfig& config, client::ShardingClient& sharding,
+               v1::ShardingService::Stub& stub, demo::Journal& journal, ParameterServers& ps,
+               client::StepReporter* reporter)
+      : c_(config),
+        sharding_(sharding),
+        stub_(stub),
+        journal_(journal),
+        ps_(ps),
+        reporter_(reporter) {}
+
+  absl::Status Run() {
+    for (;;) {
+      const auto t0 = Clock::now();
+      std::vector<int64_t> records;
+      bool end = false, idle = false;
+      RETURN_IF_ERROR(Gather(&records, &end, &idle));
+      if (records.empty() && !idle) return absl::OkStatus();  // the end, everything committed
+      if (records.empty()) {
+        RETURN_IF_ERROR(PushNothing());
+      } else {
+        RETURN_IF_ERROR(Train(records, t0));
+      }
+    }
+  }
+
+  int64_t steps() const { return steps_; }
+  int64_t samples() const { return samples_total_; }
+  int64_t committed() const { return committed_; }
+
+ private:
+  absl::Status Commit() {
+    absl::Status s = antdt::Commit(sharding_, journal_, open_, &committed_);
+    return s.ok() ? s : absl::Status(s.code(), "commit: " + std::string(s.message()));
+  }
+
+  // Fills `records` up to the local batch. With nothing taken yet and no shard
+  // free: *idle (every shard left is leased: this worker joins the step with
+  // no samples instead of holding up the barrier) or *end (the end of the data).
+  absl::Status Gather(std::vector<int64_t>* records, bool* end, bool* idle) {
+    while (static_cast<int64_t>(records->size()) < c_.batch) {
+      if (open_.empty() || open_.back().exhausted()) {
+        std::optional<client::ShardLease> next;
+        if (records->empty()) {
+          // Commit first, so that our own unfinished leases never keep the
+          // dataset from ending; then one call that does not wait.
+          RETURN_IF_ERROR(Commit());
+          next = TryAcquire(stub_, c_.options, end);
+          if (*end) return absl::OkStatus();
+          if (!next) {
+            *idle = true;
+            return absl::OkStatus();
+          }
+        } else {
+          next = TryAcquire(stub_, c_.options);
+          if (!next) return absl::OkStatus();  // nothing free now: a short batch
+        }
+        open_.push_back({std::move(*next)});
+        continue;
+      }
+      OpenLease& o = open_.back();
+      const int64_t n =
+          std::min(c_.batch - static_cast<int64_t>(records->size()), o.lease.remaining() - o.taken);
+      for (int64_t i = 0; i < n; ++i) records->push_back(o.lease.RecordAt(o.taken + i));
+      o.taken += n;
+    }
+    return absl::OkStatus();
+  }
+
+  // Nothing to do right now: an empty contribution keeps the step going.
+  absl::Status PushNothing() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::map<std::string, double> latency;
+    trainer::GradientSum empty;
+    empty.gradient.assign(static_cast<size_t>(c_.features), 0.0f);
+    absl::Status s = ps_.Push(empty, 0, &latency);
+    return s.ok() ? s : absl::Status(s.code(), "push: " + std::string(s.message()));
+  }
+
+  absl::Status Train(const std::vector<int64_t>& records, Clock::time_point t0) {
+    const auto t_data = Clock::now();
+    std::vector<trainer::Example> examples;
+    examples.reserve(records.size());
+    for (int64_t id : records) {
+      examples.push_back(trainer::SyntheticExample(id, c_.features, c_.seed));
+    }
+    const trainer::GradientSum g = trainer::Gradient(ps_.params(), examples);
+    if (!c_.speed_file.empty()) speed_ = ReadSpeed(c_.speed_file, speed_);
+    const double sleep_us = c_.device_us * static_cast<double>(records.size()) / speed_;
+    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(sleep_us));
+    const auto t_compute = Clock::now();
+
+    client::StepTiming timing;
+    timing.step = ps_.step();
+    const auto samples = static_cast<int64_t>(records.size());
+    if (absl::Status s = ps_.Push(g, samples, &timing.ps_latency_seconds); !s.ok()) {
+      return absl::Status(s.code(), "push: " + std::string(s.message()));
+    }
+    const auto t_push = Clock::now();
+    ++steps_;
+    samples_total_ += samples;
+    if (steps_ % c_.commit_every == 0) RETURN_IF_ERROR(Commit());
+    const auto t_end = Clock::now();
+
+    timing.samples = samples;
+    // The worker's own time for the step: data, compute and commit, not the
+    // wait at the parameter servers' barrier, which in synchronous training is
+    // every worker's wait for the slowest and would make everyone look alike.
+    timing.bpt_seconds = Seconds(t_compute - t0) + Seconds(t_end - t_push);
+    timing.data_wait_seconds = Seconds(t_data - t0);
+    timing.compute_seconds = Seconds(t_compute - t_data);
+    timing.communication_seconds = Seconds(t_push - t_compute);
+    ReportAndApplyDirective(timing);
+    if (steps_ % c_.log_every == 0) {
+      LogEvent("step", {{"worker", c_.options.worker_id},
+                        {"step", ps_.step()},
+                        {"mean_loss", ps_.mean_loss()},
+                        {"batch_loss", g.loss / static_cast<double>(samples)},
+                        {"samples", samples},
+                        {"speed", speed_},
+                        {"bpt_seconds", timing.bpt_seconds},
+                        {"communication_seconds", timing.communication_seconds}});
+    }
+    return absl::OkStatus();
+  }
+
+  void ReportAndApplyDirective(const client::StepTiming& timing) {
+    if (reporter_ == nullptr) return;
+    (void)reporter_->Report(timing);  // a failure is counted by the reporter, never fatal
+    if (auto d = reporter_->TakeDirective();
+        d && d->has_adjust_batch() && d->adjust_batch().local_batch_size() > 0) {
+      c_.batch = d->adjust_batch().local_batch_size();
+      LogEvent("directive_applied", {{"worker", c_.options.worker_id},
+                                     {"version", d->version()},
+                                     {"local_batch", c_.batch},
+                                     {"reason", d->reason()}});
+    }
+  }
+
+  WorkerConfig& c_;
+  client::ShardingClient& sharding_;
+  v1::ShardingService::Stub& stub_;
+  demo::Journal& journal_;
+  ParameterServers& ps_;
+  client::StepReporter* const reporter_;
+  std::vector<OpenLease> open_;
+  int64_t committed_ = 0, steps_ = 0, samples_total_ = 0;
+  double speed_ = 1;
+};
+
 }  // namespace
 }  // namespace antdt
 
@@ -264,190 +481,33 @@ int main(int argc, char** argv) {
                         "commit-every-steps", "log-every-steps", "seed", "report-interval"},
                        &exit_code);
   if (!flags) return exit_code;
-  for (const char* required :
-       {"sharding", "job", "dataset", "worker-id", "journal", "ps", "features"}) {
-    if (!flags->Has(required)) return Fail(std::string("--") + required + ": required");
-  }
-  int64_t incarnation = 0, features = 0, batch = 32, commit_every = 1, log_every = 50;
-  uint64_t seed = 1;
-  double device_us = 0;
-  if (!absl::SimpleAtoi(flags->Get("incarnation", "0"), &incarnation) || incarnation < 0) {
-    return Fail("--incarnation: must be an integer >= 0");
-  }
-  const std::vector<std::string> ps_addresses =
-      absl::StrSplit(flags->Get("ps"), ',', absl::SkipEmpty());
-  if (ps_addresses.empty()) return Fail("--ps: must list at least one address");
-  if (!absl::SimpleAtoi(flags->Get("features"), &features) ||
-      features < static_cast<int64_t>(ps_addresses.size())) {
-    return Fail("--features: must be an integer >= the number of parameter servers");
-  }
-  if (!absl::SimpleAtoi(flags->Get("local-batch", "32"), &batch) || batch <= 0) {
-    return Fail("--local-batch: must be an integer > 0");
-  }
-  if (!absl::SimpleAtod(flags->Get("device-us-per-sample", "0"), &device_us) || device_us < 0) {
-    return Fail("--device-us-per-sample: must be a number >= 0");
-  }
-  if (!absl::SimpleAtoi(flags->Get("commit-every-steps", "1"), &commit_every) ||
-      commit_every <= 0) {
-    return Fail("--commit-every-steps: must be an integer > 0");
-  }
-  if (!absl::SimpleAtoi(flags->Get("log-every-steps", "50"), &log_every) || log_every <= 0) {
-    return Fail("--log-every-steps: must be an integer > 0");
-  }
-  if (!absl::SimpleAtoi(flags->Get("seed", "1"), &seed)) return Fail("--seed: must be an integer");
-  const std::string speed_file = flags->Get("speed-file");
-
-  client::ShardingClientOptions options;
-  options.job = flags->Get("job");
-  options.dataset = flags->Get("dataset");
-  options.worker_id = flags->Get("worker-id");
-  options.incarnation = incarnation;
-  options.retry_budget_ms = 120'000;
-  auto channel = client::CreateShardingChannel(flags->Get("sharding"));
+  absl::StatusOr<WorkerConfig> config = ParseWorkerConfig(*flags);
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+  const client::ShardingClientOptions& options = config->options;
+  auto channel = client::CreateShardingChannel(config->sharding);
   client::ShardingClient sharding(channel, options);
   auto sharding_stub = v1::ShardingService::NewStub(channel);
   std::optional<client::StepReporter> reporter;
-  if (flags->Has("agent")) {
-    client::StepReporterOptions o;
-    o.agent_address = flags->Get("agent");
-    o.job = options.job;
-    o.worker_id = options.worker_id;
-    if (flags->Has("report-interval")) {
-      auto ms = ParseDurationMs(flags->Get("report-interval"), "--report-interval");
-      if (!ms.ok()) return Fail(std::string(ms.status().message()));
-      o.flush_interval_ms = *ms;
-    }
-    reporter.emplace(o);
-  }
+  if (config->reporter) reporter.emplace(*config->reporter);
 
-  auto journal = demo::Journal::OpenAndResolve(flags->Get("journal"), sharding);
+  auto journal = demo::Journal::OpenAndResolve(config->journal, sharding);
   if (!journal.ok()) return Fail(std::string(journal.status().message()));
-
-  ParameterServers ps(ps_addresses, features, options.worker_id);
+  ParameterServers ps(config->ps_addresses, config->features, options.worker_id);
   if (auto s = ps.Pull(); !s.ok()) return Fail("pull: " + std::string(s.message()));
   LogEvent("worker_started", {{"worker", options.worker_id},
-                              {"incarnation", incarnation},
+                              {"incarnation", options.incarnation},
                               {"step", ps.step()},
-                              {"local_batch", batch}});
+                              {"local_batch", config->batch}});
 
-  std::vector<OpenLease> open;
-  int64_t committed = 0, steps = 0, samples_total = 0;
-  double speed = 1;
-  for (bool end = false; !end;) {
-    bool idle = false;
-    const auto t0 = Clock::now();
-    std::vector<int64_t> records;
-    while (static_cast<int64_t>(records.size()) < batch) {
-      if (open.empty() || open.back().exhausted()) {
-        std::optional<client::ShardLease> next;
-        if (records.empty()) {
-          // Waiting for a shard: commit first, so that our own unfinished
-          // leases never keep the dataset from ending.
-          if (auto s = Commit(sharding, *journal, open, &committed); !s.ok()) {
-            return Fail("commit: " + std::string(s.message()));
-          }
-          // One call that does not wait: while every shard left is leased
-          // (an epoch's last shards, a lost lease waiting out its expiry),
-          // this worker takes part in the step with no samples instead of
-          // holding up everyone at the parameter servers' barrier.
-          bool end_of_data = false;
-          next = TryAcquire(*sharding_stub, options, &end_of_data);
-          if (end_of_data) {
-            end = true;
-            break;
-          }
-          if (!next) {
-            idle = true;
-            break;
-          }
-        } else {
-          next = TryAcquire(*sharding_stub, options);
-          if (!next) break;  // nothing free now: a short batch
-        }
-        open.push_back({std::move(*next)});
-        continue;
-      }
-      OpenLease& o = open.back();
-      const int64_t n =
-          std::min(batch - static_cast<int64_t>(records.size()), o.lease.remaining() - o.taken);
-      for (int64_t i = 0; i < n; ++i) records.push_back(o.lease.RecordAt(o.taken + i));
-      o.taken += n;
-    }
-    if (records.empty() && !idle) break;  // the end of the data, everything committed
-    if (records.empty()) {
-      // Nothing to do right now: an empty contribution keeps the step going.
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      std::map<std::string, double> latency;
-      trainer::GradientSum empty;
-      empty.gradient.assign(static_cast<size_t>(features), 0.0f);
-      if (auto s = ps.Push(empty, 0, &latency); !s.ok()) {
-        return Fail("push: " + std::string(s.message()));
-      }
-      continue;
-    }
-    const auto t_data = Clock::now();
-
-    std::vector<trainer::Example> examples;
-    examples.reserve(records.size());
-    for (int64_t id : records) examples.push_back(trainer::SyntheticExample(id, features, seed));
-    const trainer::GradientSum g = trainer::Gradient(ps.params(), examples);
-    if (!speed_file.empty()) speed = ReadSpeed(speed_file, speed);
-    const double sleep_us = device_us * static_cast<double>(records.size()) / speed;
-    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(sleep_us));
-    const auto t_compute = Clock::now();
-
-    client::StepTiming timing;
-    timing.step = ps.step();
-    const auto samples = static_cast<int64_t>(records.size());
-    if (auto s = ps.Push(g, samples, &timing.ps_latency_seconds); !s.ok()) {
-      return Fail("push: " + std::string(s.message()));
-    }
-    const auto t_push = Clock::now();
-    ++steps;
-    samples_total += samples;
-    if (steps % commit_every == 0) {
-      if (auto s = Commit(sharding, *journal, open, &committed); !s.ok()) {
-        return Fail("commit: " + std::string(s.message()));
-      }
-    }
-    const auto t_end = Clock::now();
-
-    timing.samples = samples;
-    // The worker's own time for the step: data, compute and commit, not the
-    // wait at the parameter servers' barrier, which in synchronous training is
-    // every worker's wait for the slowest and would make everyone look alike.
-    timing.bpt_seconds = Seconds(t_compute - t0) + Seconds(t_end - t_push);
-    timing.data_wait_seconds = Seconds(t_data - t0);
-    timing.compute_seconds = Seconds(t_compute - t_data);
-    timing.communication_seconds = Seconds(t_push - t_compute);
-    if (reporter) {
-      (void)reporter->Report(timing);  // a failure is counted by the reporter, never fatal
-      if (auto d = reporter->TakeDirective();
-          d && d->has_adjust_batch() && d->adjust_batch().local_batch_size() > 0) {
-        batch = d->adjust_batch().local_batch_size();
-        LogEvent("directive_applied", {{"worker", options.worker_id},
-                                       {"version", d->version()},
-                                       {"local_batch", batch},
-                                       {"reason", d->reason()}});
-      }
-    }
-    if (steps % log_every == 0) {
-      LogEvent("step", {{"worker", options.worker_id},
-                        {"step", ps.step()},
-                        {"mean_loss", ps.mean_loss()},
-                        {"batch_loss", g.loss / static_cast<double>(samples)},
-                        {"samples", samples},
-                        {"speed", speed},
-                        {"bpt_seconds", timing.bpt_seconds},
-                        {"communication_seconds", timing.communication_seconds}});
-    }
-  }
+  TrainingLoop loop(*config, sharding, *sharding_stub, *journal, ps,
+                    reporter ? &*reporter : nullptr);
+  if (absl::Status s = loop.Run(); !s.ok()) return Fail(std::string(s.message()));
   ps.Leave();
   LogEvent("worker_done", {{"worker", options.worker_id},
-                           {"incarnation", incarnation},
-                           {"steps", steps},
-                           {"samples", samples_total},
-                           {"records_committed", committed},
+                           {"incarnation", options.incarnation},
+                           {"steps", loop.steps()},
+                           {"samples", loop.samples()},
+                           {"records_committed", loop.committed()},
                            {"step", ps.step()},
                            {"mean_loss", ps.mean_loss()}});
   return 0;
