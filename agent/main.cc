@@ -8,10 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <thread>
 
 #include "agent/collectors/collectors.h"
@@ -59,11 +57,11 @@ int main(int argc, char** argv) {
   using namespace antdt;
   using namespace antdt::agent;
   BlockTerminationSignals();
-  auto flags = ParseFlags(argc, argv,
-                          {"node", "listen", "socket", "monitor", "metrics-listen", "ready-file",
-                           "state-dir", "config", "proc-root", "cgroup-root", "cgroups", "labels",
-                           "nvml-library", "interval", "buffer"},
-                          {"once", "help"});
+  auto flags = ParseFlags(
+      argc, argv,
+      {"node", "listen", "socket", "monitor", "metrics-listen", "ready-file", "state-dir", "config",
+       "proc-root", "cgroup-root", "cgroups", "labels", "nvml-library", "interval", "buffer"},
+      {"once", "help"});
   if (!flags.ok()) {
     std::fputs(kUsage, stderr);
     return Fail(flags.status());
@@ -82,7 +80,8 @@ int main(int argc, char** argv) {
   }
 
   // On a hybrid cgroup v1/v2 host the v2 tree is mounted at .../unified.
-  if (!flags->Has("cgroup-root") && !std::filesystem::exists(config.cgroup_root + "/cgroup.controllers") &&
+  if (!flags->Has("cgroup-root") &&
+      !std::filesystem::exists(config.cgroup_root + "/cgroup.controllers") &&
       std::filesystem::exists(config.cgroup_root + "/unified/cgroup.controllers")) {
     config.cgroup_root += "/unified";
   }
@@ -132,8 +131,9 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
-    return Fail(absl::InvalidArgumentError("listen: cannot listen on " + config.listen +
-                                           (config.socket.empty() ? "" : " or socket " + config.socket)));
+    return Fail(
+        absl::InvalidArgumentError("listen: cannot listen on " + config.listen +
+                                   (config.socket.empty() ? "" : " or socket " + config.socket)));
   }
   const std::string address = BoundAddress(config.listen, port);
 
@@ -167,28 +167,17 @@ int main(int argc, char** argv) {
     link->Start();
   }
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;
-  std::thread sampler_thread([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    for (;;) {
-      lock.unlock();
-      v1::NodeSample s = sample_node();
-      view.SetSample(s);
-      if (link) {
-        v1::AgentMessage m;
-        *m.mutable_node_sample() = std::move(s);
-        outbox.Push(std::move(m));
-      }
-      dropped_samples.Set(static_cast<double>(outbox.dropped_node_samples()));
-      dropped_steps.Set(static_cast<double>(outbox.dropped_step_reports()));
-      buffered.Set(static_cast<double>(outbox.size()));
-      lock.lock();
-      if (cv.wait_for(lock, std::chrono::milliseconds(config.interval_ms), [&] { return stopping; })) {
-        return;
-      }
+  PeriodicThread sampler_thread(std::chrono::milliseconds(config.interval_ms), [&] {
+    v1::NodeSample s = sample_node();
+    view.SetSample(s);
+    if (link) {
+      v1::AgentMessage m;
+      *m.mutable_node_sample() = std::move(s);
+      outbox.Push(std::move(m));
     }
+    dropped_samples.Set(static_cast<double>(outbox.dropped_node_samples()));
+    dropped_steps.Set(static_cast<double>(outbox.dropped_step_reports()));
+    buffered.Set(static_cast<double>(outbox.size()));
   });
 
   if (!config.ready_file.empty()) {
@@ -207,12 +196,7 @@ int main(int argc, char** argv) {
 
   int sig = WaitForTerminationSignal();
   LogEvent("shutting_down", {{"signal", sig}});
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    stopping = true;
-  }
-  cv.notify_all();
-  sampler_thread.join();
+  sampler_thread.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   link.reset();
   outbox.Close();

@@ -64,4 +64,24 @@ absl::Status WriteReadyFile(const std::string& path, const std::string& address,
   return WriteFileAtomically(path, content);
 }
 
+PeriodicThread::PeriodicThread(std::chrono::milliseconds interval, std::function<void()> tick)
+    : thread_([this, interval, tick = std::move(tick)] {
+        std::unique_lock<std::mutex> lock(mu_);
+        while (!stopping_) {
+          lock.unlock();
+          tick();
+          lock.lock();
+          cv_.wait_for(lock, interval, [this] { return stopping_; });
+        }
+      }) {}
+
+void PeriodicThread::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
 }  // namespace antdt

@@ -1,9 +1,14 @@
 // What every AntDT server shares: termination signals, the Prometheus
-// endpoint (/metrics and /healthz), and the ready file.
+// endpoint (/metrics and /healthz), the ready file, and a periodic thread.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "prometheus/exposer.h"
@@ -32,5 +37,26 @@ std::string BoundAddress(const std::string& listen, int port);
 // Ready file: first line the gRPC address, then key=value lines.
 absl::Status WriteReadyFile(const std::string& path, const std::string& address,
                             const std::string& metrics_address);
+
+// Runs `tick` on its own thread at once and then every `interval`, until Stop()
+// or destruction. Owning the thread means a main that returns early cannot
+// leave a joinable std::thread behind (which calls std::terminate).
+// Construct, Stop and destroy from one thread.
+class PeriodicThread {
+ public:
+  PeriodicThread(std::chrono::milliseconds interval, std::function<void()> tick);
+  ~PeriodicThread() { Stop(); }
+  PeriodicThread(const PeriodicThread&) = delete;
+  PeriodicThread& operator=(const PeriodicThread&) = delete;
+
+  // Waits for a running tick to finish; no tick starts after. Idempotent.
+  void Stop();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread thread_;
+};
 
 }  // namespace antdt

@@ -3,11 +3,8 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <cstdio>
-#include <mutex>
-#include <thread>
 
 #include "common/config.h"
 #include "common/log.h"
@@ -92,18 +89,10 @@ int main(int argc, char** argv) {
   }
 
   // Lease reaper: expired leases go back to the queue even when nobody calls.
-  std::mutex reaper_mu;
-  std::condition_variable reaper_cv;
-  bool stopping = false;
-  std::thread reaper([&] {
-    std::unique_lock<std::mutex> lock(reaper_mu);
-    while (!reaper_cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping; })) {
-      lock.unlock();
-      auto expired = (*ledger)->ExpireLeases();
-      if (!expired.ok())
-        LogEvent("reaper_error", {{"error", std::string(expired.status().message())}});
-      lock.lock();
-    }
+  PeriodicThread reaper(std::chrono::milliseconds(250), [&] {
+    auto expired = (*ledger)->ExpireLeases();
+    if (!expired.ok())
+      LogEvent("reaper_error", {{"error", std::string(expired.status().message())}});
   });
 
   if (!config.ready_file.empty()) {
@@ -121,12 +110,7 @@ int main(int argc, char** argv) {
   int sig = WaitForTerminationSignal();
   LogEvent("shutting_down", {{"signal", sig}});
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  {
-    std::lock_guard<std::mutex> lock(reaper_mu);
-    stopping = true;
-  }
-  reaper_cv.notify_all();
-  reaper.join();
+  reaper.Stop();
   server->Wait();
   metrics.exposer.reset();
   ledger->reset();

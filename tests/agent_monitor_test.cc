@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -54,9 +55,9 @@ Server StartMonitor(const TempDir& dir, const std::string& listen = "127.0.0.1:0
 
 Server StartAgent(const TempDir& dir, const std::string& node, const std::string& monitor,
                   std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {BinPath("antdt-agent"), "--node", node, "--listen",
-                                   "127.0.0.1:0", "--socket", dir.File(node + ".sock"),
-                                   "--monitor", monitor, "--interval", "200ms"};
+  std::vector<std::string> argv = {
+      BinPath("antdt-agent"),   "--node",    node,    "--listen",   "127.0.0.1:0", "--socket",
+      dir.File(node + ".sock"), "--monitor", monitor, "--interval", "200ms"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return StartServer(dir, node, argv);
 }
@@ -75,7 +76,7 @@ std::unique_ptr<Process> StartWorker(const TempDir& dir, const std::string& agen
 
 std::optional<double> MetricValue(const std::string& text, const std::string& series) {
   // At the start of a line: "# HELP name ..." must not match.
-  size_t pos = text.rfind("\n" + series + " ") ;
+  size_t pos = text.rfind("\n" + series + " ");
   if (pos == std::string::npos) return std::nullopt;
   return std::stod(text.substr(pos + series.size() + 2));
 }
@@ -128,7 +129,8 @@ TEST(AgentMonitor, NamesThePersistentStragglerAndTheAgentExportsItsScore) {
   }
 
   // The agent of node-b exports w4's score and class once the Monitor sent them.
-  const std::string series = "antdt_worker_straggler_class{job=\"j\",worker=\"w4\",role=\"worker\"}";
+  const std::string series =
+      "antdt_worker_straggler_class{job=\"j\",worker=\"w4\",role=\"worker\"}";
   std::string text;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -137,7 +139,8 @@ TEST(AgentMonitor, NamesThePersistentStragglerAndTheAgentExportsItsScore) {
       },
       std::chrono::seconds(10)))
       << text;
-  auto score = MetricValue(text, "antdt_worker_straggler_score{job=\"j\",worker=\"w4\",role=\"worker\"}");
+  auto score =
+      MetricValue(text, "antdt_worker_straggler_score{job=\"j\",worker=\"w4\",role=\"worker\"}");
   ASSERT_TRUE(score);
   EXPECT_GE(*score, 1.3);
   EXPECT_NE(text.find("antdt_worker_step_seconds_bucket{job=\"j\",role=\"worker\",worker=\"w4\""),
@@ -146,7 +149,8 @@ TEST(AgentMonitor, NamesThePersistentStragglerAndTheAgentExportsItsScore) {
   EXPECT_EQ(MetricValue(text, "antdt_agent_monitor_connected"), 1.0);
   // The Monitor's own metrics say the same.
   std::string mtext = HttpGet(monitor.metrics, "/metrics").value_or("");
-  EXPECT_NE(mtext.find("antdt_monitor_straggler_class{job=\"j\",worker=\"w4\",role=\"worker\",node=\"node-b\"} 5"),
+  EXPECT_NE(mtext.find("antdt_monitor_straggler_class{job=\"j\",worker=\"w4\",role=\"worker\",node="
+                       "\"node-b\"} 5"),
             std::string::npos)
       << mtext;
 
@@ -197,7 +201,8 @@ TEST(AgentMonitor, BuffersWhileTheMonitorIsAwayCountsDropsAndReconnects) {
   ASSERT_TRUE(WaitFor(
       [&] {
         text = HttpGet(agent.metrics, "/metrics").value_or("");
-        return MetricValue(text, "antdt_agent_dropped_messages{kind=\"step_report\"}").value_or(0) > 0;
+        return MetricValue(text, "antdt_agent_dropped_messages{kind=\"step_report\"}").value_or(0) >
+               0;
       },
       std::chrono::seconds(20)))
       << text;
@@ -217,7 +222,9 @@ TEST(AgentMonitor, BuffersWhileTheMonitorIsAwayCountsDropsAndReconnects) {
       [&] {
         mtext = HttpGet(monitor.metrics, "/metrics").value_or("");
         return MetricValue(mtext, "antdt_monitor_reports_total{kind=\"step\"}").value_or(0) >= 20 &&
-               MetricValue(mtext, "antdt_monitor_agent_dropped_messages{node=\"node-a\",kind=\"step_report\"}")
+               MetricValue(
+                   mtext,
+                   "antdt_monitor_agent_dropped_messages{node=\"node-a\",kind=\"step_report\"}")
                        .value_or(0) > 0;
       },
       std::chrono::seconds(20)))
@@ -226,6 +233,20 @@ TEST(AgentMonitor, BuffersWhileTheMonitorIsAwayCountsDropsAndReconnects) {
   auto status = agent.proc->Wait(std::chrono::seconds(10));
   ASSERT_TRUE(status);
   EXPECT_EQ(WEXITSTATUS(*status), 0);
+}
+
+// After the sampler thread started: it is stopped, not left to std::terminate.
+TEST(AgentFlags, UnwritableReadyFileExitsWithTheReason) {
+  TempDir dir;
+  Process agent({BinPath("antdt-agent"), "--listen", "127.0.0.1:0", "--ready-file",
+                 dir.File("missing/ready")},
+                dir.File("agent.log"));
+  auto status = agent.Wait(std::chrono::seconds(10));
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << "status " << *status;
+  std::ifstream in(dir.File("agent.log"));
+  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("cannot write"), std::string::npos) << log;
 }
 
 }  // namespace
