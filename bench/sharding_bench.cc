@@ -127,9 +127,10 @@ void Throughput(const std::vector<int>& levels, double seconds, const std::strin
     antdt::v1::CreateDatasetResponse resp;
     if (!stub->CreateDataset(&ctx, req, &resp).ok()) std::exit(1);
   }
-  std::printf("\n== AcquireShard+CompleteShard pairs (durable: WAL, --sync %s) vs. "
-              "empty unary pairs, %.0f s per figure ==\n",
-              sync.c_str(), seconds);
+  std::printf(
+      "\n== AcquireShard+CompleteShard pairs (durable: WAL, --sync %s) vs. "
+      "empty unary pairs, %.0f s per figure ==\n",
+      sync.c_str(), seconds);
   std::printf("%8s | %12s %9s %9s | %12s %9s %9s | %10s\n", "clients", "empty pair/s", "p50 ms",
               "p99 ms", "shard pair/s", "p50 ms", "p99 ms", "rate ratio");
   for (int clients : levels) {
@@ -197,10 +198,10 @@ void FillState(const std::string& dir, int64_t shards) {
     for (int64_t i = base; i < std::min(shards, base + 50'000); ++i) {
       const bool done = i < shards - doing;
       const uint64_t token = static_cast<uint64_t>(i) + 1;
-      batch.push_back(ShardRow{1, i, done ? ShardState::kDone : ShardState::kDoing,
-                               done ? 10 : 3, done ? 0 : token});
-      batch.push_back(LeaseRow{token, 1, 0, i, "w" + std::to_string(i % 64), 0, 0,
-                               done ? 10 : 3, done ? LeaseState::kCompleted : LeaseState::kActive, ""});
+      batch.push_back(ShardRow{1, i, done ? ShardState::kDone : ShardState::kDoing, done ? 10 : 3,
+                               done ? 0 : token});
+      batch.push_back(LeaseRow{token, 1, 0, i, "w" + std::to_string(i % 64), 0, 0, done ? 10 : 3,
+                               done ? LeaseState::kCompleted : LeaseState::kActive, ""});
     }
     seq = (*store)->Append(std::move(batch));
   }
@@ -259,28 +260,31 @@ void Recovery(int64_t shards) {
   const double inside = ServiceRecoverySeconds(g_work_dir + "/recovery2.log");
   second.proc->Signal(SIGKILL);
   second.proc->Wait(std::chrono::seconds(10));
-  std::printf("state: %lld shards stored (%lld done, 1000 in flight), filled in %.1f s, "
-              "db %.0f MB\n",
-              static_cast<long long>(shards), static_cast<long long>(shards - 1000), fill,
-              static_cast<double>(std::filesystem::file_size(dir + "/sharding.db")) / 1e6);
+  std::printf(
+      "state: %lld shards stored (%lld done, 1000 in flight), filled in %.1f s, "
+      "db %.0f MB\n",
+      static_cast<long long>(shards), static_cast<long long>(shards - 1000), fill,
+      static_cast<double>(std::filesystem::file_size(dir + "/sharding.db")) / 1e6);
   std::printf("%-44s %8.3f s\n", "exec to serving, empty state (baseline)", empty2.ready_seconds);
   std::printf("%-44s %8.3f s\n", "exec to serving after kill -9, 1M shards", second.ready_seconds);
   std::printf("%-44s %8.3f s\n", "  of which loading state (service's log)", inside);
-  std::printf("%-44s %8.1fx\n", "ratio to the empty start", second.ready_seconds / empty2.ready_seconds);
+  std::printf("%-44s %8.1fx\n", "ratio to the empty start",
+              second.ready_seconds / empty2.ready_seconds);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto flags = antdt::ParseFlags(argc, argv, {"seconds", "clients", "recovery-shards", "work-dir",
-                                              "bin-dir", "sync"},
-                                 {"skip-recovery", "skip-throughput"});
+  auto flags = antdt::ParseFlags(
+      argc, argv, {"seconds", "clients", "recovery-shards", "work-dir", "bin-dir", "sync"},
+      {"skip-recovery", "skip-throughput"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
     return 2;
   }
   std::error_code ec;
-  g_bin_dir = flags->Get("bin-dir", std::filesystem::read_symlink("/proc/self/exe", ec).parent_path());
+  g_bin_dir =
+      flags->Get("bin-dir", std::filesystem::read_symlink("/proc/self/exe", ec).parent_path());
   g_work_dir = flags->Get("work-dir", "/tmp/antdt-bench-sharding");
   std::filesystem::create_directories(g_work_dir);
   double seconds = 3;

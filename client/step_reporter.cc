@@ -34,7 +34,8 @@ absl::Status StepReporter::Report(const StepTiming& t) {
   s->set_time_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count());
-  for (const auto& [ps, latency] : t.ps_latency_seconds) (*s->mutable_ps_latency_seconds())[ps] = latency;
+  for (const auto& [ps, latency] : t.ps_latency_seconds)
+    (*s->mutable_ps_latency_seconds())[ps] = latency;
   if (buffer_.size() > options_.max_buffered_steps) {
     buffer_.erase(buffer_.begin());
     ++dropped_;
@@ -52,8 +53,8 @@ absl::Status StepReporter::Flush() {
   v1::ReportStepRequest req;
   for (v1::StepReport& s : buffer_) *req.add_steps() = std::move(s);
   buffer_.clear();
-  req.set_applied_directive_version(
-      pending_ ? std::max(applied_version_, pending_->version()) : applied_version_);
+  req.set_applied_directive_version(pending_ ? std::max(applied_version_, pending_->version())
+                                             : applied_version_);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(options_.timeout_ms));

@@ -10,9 +10,9 @@
 #define ANTDT_CONCAT_INNER(a, b) a##b
 #define ANTDT_CONCAT(a, b) ANTDT_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status _antdt_status = (expr);     \
+#define RETURN_IF_ERROR(expr)                      \
+  do {                                             \
+    ::absl::Status _antdt_status = (expr);         \
     if (!_antdt_status.ok()) return _antdt_status; \
   } while (0)
 
@@ -29,14 +29,12 @@ namespace antdt {
 // The codes are gRPC's codes, so this is a cast plus the message.
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 inline absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 }  // namespace antdt

@@ -52,7 +52,8 @@ absl::StatusOr<ServiceConfig> ApplyServiceFlags(ServiceConfig base, const Parsed
 
 absl::Status ValidateServiceConfig(const ServiceConfig& c) {
   RETURN_IF_ERROR(ValidateHostPort(c.listen, "listen"));
-  if (!c.metrics_listen.empty()) RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
+  if (!c.metrics_listen.empty())
+    RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
   if (c.state_dir.empty()) return absl::InvalidArgumentError("state_dir: must not be empty");
   if (c.lease_ttl_ms <= 0) return absl::InvalidArgumentError("lease_ttl: must be > 0");
   return absl::OkStatus();

@@ -178,7 +178,8 @@ absl::Status ValidateSpec(const v1::DatasetSpec& spec, int64_t* records) {
     for (int i = 0; i < spec.files_size(); ++i) {
       const v1::DataFile& f = spec.files(i);
       if (f.path().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("spec.files[", i, "].path: must not be empty"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("spec.files[", i, "].path: must not be empty"));
       }
       if (f.records() <= 0) {
         return absl::InvalidArgumentError(
@@ -262,8 +263,8 @@ absl::Status Ledger::Recover() {
     auto ds = std::make_unique<Dataset>();
     ds->row = row;
     if (!ds->spec.ParseFromString(row.spec)) {
-      return absl::DataLossError(absl::StrCat("dataset ", row.job, "/", row.name,
-                                              ": stored spec does not parse"));
+      return absl::DataLossError(
+          absl::StrCat("dataset ", row.job, "/", row.name, ": stored spec does not parse"));
     }
     InitDataset(*ds);
     ds->shards.assign(ds->finished() ? 0 : ds->shard_count, ShardSlot{});
@@ -417,9 +418,9 @@ void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed, v1::
   out->set_start(begin + committed);
   out->set_end(begin + size);
   if (ds.spec.shuffle()) {
-    std::vector<int64_t> perm = Permutation(
-        size, MixSeed(ds.spec.seed(), static_cast<uint64_t>(ds.row.epoch),
-                      static_cast<uint64_t>(index) + 1));
+    std::vector<int64_t> perm =
+        Permutation(size, MixSeed(ds.spec.seed(), static_cast<uint64_t>(ds.row.epoch),
+                                  static_cast<uint64_t>(index) + 1));
     for (int64_t i = committed; i < size; ++i) out->add_record_ids(begin + perm[i]);
     return;
   }
@@ -468,14 +469,13 @@ absl::Status Ledger::UnknownToken(const Dataset& ds, uint64_t token) const {
   return absl::NotFoundError(absl::StrCat("token: no lease ", token, " was ever issued"));
 }
 
-#define ANTDT_FIND_DATASET(ref, ds_var)                                                       \
-  if ((ref).job().empty()) return absl::InvalidArgumentError("dataset.job: must not be empty"); \
-  if ((ref).name().empty())                                                                   \
-    return absl::InvalidArgumentError("dataset.name: must not be empty");                     \
-  auto ds_it = datasets_.find(Key((ref).job(), (ref).name()));                                \
-  if (ds_it == datasets_.end())                                                               \
-    return absl::NotFoundError(                                                               \
-        absl::StrCat("dataset: no dataset ", (ref).name(), " in job ", (ref).job()));        \
+#define ANTDT_FIND_DATASET(ref, ds_var)                                                           \
+  if ((ref).job().empty()) return absl::InvalidArgumentError("dataset.job: must not be empty");   \
+  if ((ref).name().empty()) return absl::InvalidArgumentError("dataset.name: must not be empty"); \
+  auto ds_it = datasets_.find(Key((ref).job(), (ref).name()));                                    \
+  if (ds_it == datasets_.end())                                                                   \
+    return absl::NotFoundError(                                                                   \
+        absl::StrCat("dataset: no dataset ", (ref).name(), " in job ", (ref).job()));             \
   Dataset& ds_var = *ds_it->second
 
 absl::StatusOr<v1::CreateDatasetResponse> Ledger::CreateDataset(
@@ -523,8 +523,7 @@ absl::StatusOr<v1::CreateDatasetResponse> Ledger::CreateDataset(
   return resp;
 }
 
-absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(
-    const v1::AcquireShardRequest& req) {
+absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireShardRequest& req) {
   if (req.worker_id().empty()) return absl::InvalidArgumentError("worker_id: must not be empty");
   if (req.incarnation() < 0) {
     return absl::InvalidArgumentError(
@@ -540,9 +539,9 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(
     ops.ExpireDue(ds);
     WorkerStats& worker = ds.workers[req.worker_id()];
     if (req.incarnation() < worker.incarnation) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("incarnation: ", req.incarnation(), " of worker ", req.worker_id(),
-                       " is older than ", worker.incarnation, " (a restarted worker's old process)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "incarnation: ", req.incarnation(), " of worker ", req.worker_id(), " is older than ",
+          worker.incarnation, " (a restarted worker's old process)"));
     }
     if (req.incarnation() > worker.incarnation) {
       // The worker restarted: what its older incarnations held goes back now,
@@ -590,9 +589,10 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(
       slot.token = token;
       ++ds.doing;
       ActiveLease lease;
-      lease.row = LeaseRow{token,           ds.row.id,         ds.row.epoch,   index,
-                           req.worker_id(), req.incarnation(), slot.committed, slot.committed,
-                           LeaseState::kActive, req.request_id()};
+      lease.row = LeaseRow{token,           ds.row.id,       ds.row.epoch,
+                           index,           req.worker_id(), req.incarnation(),
+                           slot.committed,  slot.committed,  LeaseState::kActive,
+                           req.request_id()};
       lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
       ds.leases[token] = lease;
       batch.push_back(NextToken{next_token_});
@@ -630,8 +630,8 @@ absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
       ActiveLease& lease = it->second;
       const int64_t size = ds.ShardSize(lease.row.index);
       if (req.records_done() > size) {
-        return absl::InvalidArgumentError(absl::StrCat("records_done: ", req.records_done(),
-                                                       " exceeds the shard's size ", size));
+        return absl::InvalidArgumentError(
+            absl::StrCat("records_done: ", req.records_done(), " exceeds the shard's size ", size));
       }
       ShardSlot& slot = ds.shards[lease.row.index];
       if (req.records_done() > slot.committed) {
@@ -660,10 +660,9 @@ absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
       resp.set_committed(ended->committed);
       return resp;
     }
-    return absl::FailedPreconditionError(
-        absl::StrCat("token: lease ", ended->token, " is no longer held (",
-                     LeaseStateName(ended->state), "); ", ended->committed,
-                     " records of the shard were committed under it"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "token: lease ", ended->token, " is no longer held (", LeaseStateName(ended->state), "); ",
+        ended->committed, " records of the shard were committed under it"));
   }
   return resp;
 }
@@ -700,10 +699,9 @@ absl::StatusOr<v1::CompleteShardResponse> Ledger::CompleteShard(
       resp.set_already_completed(true);
       return resp;
     }
-    return absl::FailedPreconditionError(
-        absl::StrCat("token: lease ", ended->token, " is no longer held (",
-                     LeaseStateName(ended->state), "); ", ended->committed,
-                     " records of the shard were committed under it"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "token: lease ", ended->token, " is no longer held (", LeaseStateName(ended->state), "); ",
+        ended->committed, " records of the shard were committed under it"));
   }
   return resp;
 }
@@ -817,8 +815,8 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
     }
     v1::ShardStateSnapshot snap;
     if (!snap.ParseFromString(*blob) || snap.index_size() != snap.committed_size()) {
-      return absl::DataLossError(absl::StrCat("step: checkpoint at step ", req.step(),
-                                              " does not parse"));
+      return absl::DataLossError(
+          absl::StrCat("step: checkpoint at step ", req.step(), " does not parse"));
     }
     std::vector<Mutation> batch;
     // Fence every active lease: their holders must acquire again.

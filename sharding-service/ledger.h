@@ -54,8 +54,7 @@ class Ledger {
 
   absl::StatusOr<v1::CreateDatasetResponse> CreateDataset(const v1::CreateDatasetRequest& req);
   absl::StatusOr<v1::AcquireShardResponse> AcquireShard(const v1::AcquireShardRequest& req);
-  absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
-      const v1::ReportProgressRequest& req);
+  absl::StatusOr<v1::ReportProgressResponse> ReportProgress(const v1::ReportProgressRequest& req);
   absl::StatusOr<v1::CompleteShardResponse> CompleteShard(const v1::CompleteShardRequest& req);
   absl::StatusOr<v1::ReleaseWorkerResponse> ReleaseWorker(const v1::ReleaseWorkerRequest& req);
   absl::StatusOr<v1::CheckpointResponse> Checkpoint(const v1::CheckpointRequest& req);

@@ -24,8 +24,7 @@ class LedgerTest : public ::testing::Test {
     ledger_ = std::move(*l);
   }
 
-  v1::DatasetSpec Spec(int64_t records, int64_t shard_size, int epochs = 1,
-                       bool shuffle = false) {
+  v1::DatasetSpec Spec(int64_t records, int64_t shard_size, int epochs = 1, bool shuffle = false) {
     v1::DatasetSpec spec;
     spec.set_job("job1");
     spec.set_name("train");
@@ -197,8 +196,7 @@ TEST_F(LedgerTest, ALateRetryEpochsLaterStillGetsTheTruth) {
   EXPECT_TRUE(Report(old.lease().token(), 4).ok());
   auto beyond = Report(old.lease().token(), 5);
   EXPECT_EQ(beyond.status().code(), absl::StatusCode::kFailedPrecondition) << beyond.status();
-  EXPECT_EQ(Complete(old.lease().token()).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Complete(old.lease().token()).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(LedgerTest, ProgressBeyondShardSizeIsRefusedAndChangesNothing) {
@@ -389,8 +387,7 @@ TEST_F(LedgerTest, CheckpointAndRestore) {
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(restored->records_committed(), 34);
   EXPECT_EQ(restored->fenced_leases(), 1);
-  EXPECT_EQ(Report(held.lease().token(), 1).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Report(held.lease().token(), 1).status().code(), absl::StatusCode::kFailedPrecondition);
   auto p = Progress();
   EXPECT_EQ(p.records_committed_epoch(), 34);
   EXPECT_EQ(p.shards_done(), 3);
@@ -442,7 +439,10 @@ TEST_F(LedgerTest, BadArgumentsNameTheFieldAndChangeNothing) {
          f->set_records(-3);
        },
        "spec.files[0].records"},
-      {[](v1::DatasetSpec& s) { s.set_shard_size(1); s.set_record_count(1'000'000'000'000); },
+      {[](v1::DatasetSpec& s) {
+         s.set_shard_size(1);
+         s.set_record_count(1'000'000'000'000);
+       },
        "spec.shard_size"},
   };
   for (const Case& c : cases) {

@@ -18,8 +18,8 @@ ShardingServiceImpl::ShardingServiceImpl(Ledger* ledger, prometheus::Registry& r
                            .Help("Time to answer AcquireShard, durable commit included.")
                            .Register(registry)
                            .Add({}, prometheus::Histogram::BucketBoundaries{
-                                        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                        0.01, 0.025, 0.05, 0.1, 0.25, 1})) {}
+                                        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                        0.05, 0.1, 0.25, 1})) {}
 
 template <typename Resp, typename Fn>
 grpc::Status ShardingServiceImpl::Handle(const char* method, Resp* resp, Fn&& fn) {
@@ -65,8 +65,7 @@ grpc::Status ShardingServiceImpl::ReleaseWorker(grpc::ServerContext*,
   return Handle("ReleaseWorker", resp, [&] { return ledger_->ReleaseWorker(*req); });
 }
 
-grpc::Status ShardingServiceImpl::Checkpoint(grpc::ServerContext*,
-                                             const v1::CheckpointRequest* req,
+grpc::Status ShardingServiceImpl::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
                                              v1::CheckpointResponse* resp) {
   return Handle("Checkpoint", resp, [&] { return ledger_->Checkpoint(*req); });
 }
@@ -91,17 +90,26 @@ class LedgerCollector final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     using prometheus::MetricFamily;
     using prometheus::MetricType;
-    MetricFamily shards{"antdt_sharding_shards", "Shards of the epoch in progress by state.",
-                        MetricType::Gauge, {}};
-    MetricFamily epoch{"antdt_sharding_epoch", "Epoch in progress (0-based; = epochs when done).",
-                       MetricType::Gauge, {}};
+    MetricFamily shards{"antdt_sharding_shards",
+                        "Shards of the epoch in progress by state.",
+                        MetricType::Gauge,
+                        {}};
+    MetricFamily epoch{"antdt_sharding_epoch",
+                       "Epoch in progress (0-based; = epochs when done).",
+                       MetricType::Gauge,
+                       {}};
     MetricFamily committed{"antdt_sharding_records_committed",
                            "Records committed over all epochs (a restore can lower it).",
-                           MetricType::Gauge, {}};
+                           MetricType::Gauge,
+                           {}};
     MetricFamily requeues{"antdt_sharding_requeues_total",
-                          "Shard remainders sent back to the queue.", MetricType::Counter, {}};
+                          "Shard remainders sent back to the queue.",
+                          MetricType::Counter,
+                          {}};
     MetricFamily expirations{"antdt_sharding_lease_expirations_total",
-                             "Leases that passed their deadline.", MetricType::Counter, {}};
+                             "Leases that passed their deadline.",
+                             MetricType::Counter,
+                             {}};
     for (const DatasetStats& s : ledger_->Stats()) {
       auto labels = [&](std::vector<prometheus::ClientMetric::Label> extra = {}) {
         std::vector<prometheus::ClientMetric::Label> l{{"job", s.job}, {"dataset", s.name}};

@@ -93,8 +93,7 @@ struct SqliteStore::Statements {
   }
 };
 
-absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& dir,
-                                                                Sync sync) {
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& dir, Sync sync) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -123,7 +122,8 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   store->stmts_ = std::make_unique<Statements>(Statements{
       Prepare(db, "BEGIN IMMEDIATE"),
       Prepare(db, "COMMIT"),
-      Prepare(db, "INSERT OR REPLACE INTO datasets(id, job, name, spec, epoch, requeues, expirations) "
+      Prepare(db,
+              "INSERT OR REPLACE INTO datasets(id, job, name, spec, epoch, requeues, expirations) "
               "VALUES(?,?,?,?,?,?,?)"),
       Prepare(db,
               "INSERT OR REPLACE INTO shards(dataset_id, idx, state, committed, token) "
@@ -177,18 +177,19 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
   RETURN_IF_ERROR(run("SELECT value FROM meta WHERE key = 'next_token'", [&](sqlite3_stmt* r) {
     snap.next_token = static_cast<uint64_t>(sqlite3_column_int64(r, 0));
   }));
-  RETURN_IF_ERROR(run("SELECT id, job, name, spec, epoch, requeues, expirations FROM datasets", [&](sqlite3_stmt* r) {
-    DatasetRow row;
-    row.id = sqlite3_column_int64(r, 0);
-    row.job = reinterpret_cast<const char*>(sqlite3_column_text(r, 1));
-    row.name = reinterpret_cast<const char*>(sqlite3_column_text(r, 2));
-    row.spec.assign(static_cast<const char*>(sqlite3_column_blob(r, 3)),
-                    static_cast<size_t>(sqlite3_column_bytes(r, 3)));
-    row.epoch = sqlite3_column_int(r, 4);
-    row.requeues = sqlite3_column_int64(r, 5);
-    row.expirations = sqlite3_column_int64(r, 6);
-    snap.datasets.push_back(std::move(row));
-  }));
+  RETURN_IF_ERROR(run("SELECT id, job, name, spec, epoch, requeues, expirations FROM datasets",
+                      [&](sqlite3_stmt* r) {
+                        DatasetRow row;
+                        row.id = sqlite3_column_int64(r, 0);
+                        row.job = reinterpret_cast<const char*>(sqlite3_column_text(r, 1));
+                        row.name = reinterpret_cast<const char*>(sqlite3_column_text(r, 2));
+                        row.spec.assign(static_cast<const char*>(sqlite3_column_blob(r, 3)),
+                                        static_cast<size_t>(sqlite3_column_bytes(r, 3)));
+                        row.epoch = sqlite3_column_int(r, 4);
+                        row.requeues = sqlite3_column_int64(r, 5);
+                        row.expirations = sqlite3_column_int64(r, 6);
+                        snap.datasets.push_back(std::move(row));
+                      }));
   RETURN_IF_ERROR(
       run("SELECT dataset_id, idx, state, committed, token FROM shards", [&](sqlite3_stmt* r) {
         snap.shards.push_back(ShardRow{sqlite3_column_int64(r, 0), sqlite3_column_int64(r, 1),

@@ -54,7 +54,7 @@ class SqliteStore final : public Store {
     std::condition_variable cv;
     bool done = false;
   };
-  void WakeWaiters(uint64_t upto);  // with mu_ held
+  void WakeWaiters(uint64_t upto);            // with mu_ held
   std::multimap<uint64_t, Waiter*> waiters_;  // by the sequence number awaited
   std::vector<Mutation> pending_;
   uint64_t appended_seq_ = 0;

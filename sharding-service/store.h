@@ -76,8 +76,8 @@ struct NextToken {
   uint64_t value = 0;
 };
 
-using Mutation = std::variant<DatasetRow, ShardRow, LeaseRow, DeleteShards,
-                              DeleteLeasesBefore, CheckpointRow, NextToken>;
+using Mutation = std::variant<DatasetRow, ShardRow, LeaseRow, DeleteShards, DeleteLeasesBefore,
+                              CheckpointRow, NextToken>;
 
 struct StoreSnapshot {
   std::vector<DatasetRow> datasets;

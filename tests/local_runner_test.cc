@@ -115,13 +115,15 @@ TEST(LocalRunner, CtrlCStopsEveryChild) {
   TempDir dir;
   Write(dir.File("job.yaml"), kJob);
   Write(dir.File("scenario.yaml"), kScenario);
-  Process run({BinPath("antdt"), "run", dir.File("job.yaml"), "--work-dir", dir.File("work"),
-               "--quiet"},
-              dir.File("run.log"));
+  Process run(
+      {BinPath("antdt"), "run", dir.File("job.yaml"), "--work-dir", dir.File("work"), "--quiet"},
+      dir.File("run.log"));
   // Wait until the job is really running: workers have committed records.
   ASSERT_TRUE(antdt::testing::WaitFor(
-      [&] { return std::filesystem::exists(dir.File("work/worker-3.journal")) &&
-                   std::filesystem::file_size(dir.File("work/worker-3.journal")) > 0; },
+      [&] {
+        return std::filesystem::exists(dir.File("work/worker-3.journal")) &&
+               std::filesystem::file_size(dir.File("work/worker-3.journal")) > 0;
+      },
       std::chrono::seconds(60)))
       << Read(dir.File("run.log"));
   const std::string pattern = "pgrep -f '" + dir.path() + "/wor[k]' > /dev/null";
@@ -158,7 +160,8 @@ TEST(LocalRunner, BadManifestsStopBeforeAnythingStarts) {
     ASSERT_TRUE(status);
     EXPECT_EQ(WEXITSTATUS(*status), 2) << c.path;
     EXPECT_NE(Read(dir.File("run.log")).find(c.path), std::string::npos)
-        << c.path << "\n" << Read(dir.File("run.log"));
+        << c.path << "\n"
+        << Read(dir.File("run.log"));
     EXPECT_FALSE(std::filesystem::exists(dir.File("work"))) << "something started for " << c.path;
   }
 }

@@ -14,8 +14,8 @@ namespace {
 
 uint64_t Seed() {
   if (const char* s = std::getenv("ANTDT_CHAOS_SEED")) return std::strtoull(s, nullptr, 10);
-  return static_cast<uint64_t>(
-      std::chrono::system_clock::now().time_since_epoch().count() % 1'000'000);
+  return static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count() %
+                               1'000'000);
 }
 
 class ChaosTest : public ::testing::TestWithParam<bool> {};

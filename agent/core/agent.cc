@@ -196,7 +196,8 @@ absl::Status ValidateStep(const v1::StepReport& step) {
   if (step.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step.step: must be >= 0, got ", step.step()));
   }
-  for (double v : {step.data_wait_seconds(), step.compute_seconds(), step.communication_seconds()}) {
+  for (double v :
+       {step.data_wait_seconds(), step.compute_seconds(), step.communication_seconds()}) {
     if (bad(v)) {
       return absl::InvalidArgumentError(
           "step: data_wait_seconds, compute_seconds and communication_seconds must be finite "
@@ -213,8 +214,7 @@ absl::Status ValidateStep(const v1::StepReport& step) {
 }
 
 AgentServiceImpl::AgentServiceImpl(std::string node, Outbox* outbox,
-                                   const DirectiveTable* directives,
-                                   prometheus::Registry& registry)
+                                   const DirectiveTable* directives, prometheus::Registry& registry)
     : node_(std::move(node)),
       outbox_(outbox),
       directives_(directives),
@@ -325,7 +325,8 @@ void MonitorLink::Run() {
   while (!stop_) {
     const bool had_session = Session();
     if (stop_) break;
-    backoff = had_session ? options_.min_backoff_ms : std::min(backoff * 2, options_.max_backoff_ms);
+    backoff =
+        had_session ? options_.min_backoff_ms : std::min(backoff * 2, options_.max_backoff_ms);
     for (int64_t waited = 0; waited < backoff && !stop_; waited += 20) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -336,7 +337,8 @@ bool MonitorLink::Session() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args);
+  auto channel =
+      grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2))) {
     return false;
   }

@@ -112,8 +112,9 @@ TEST(AgentService, StampsTheNodeQueuesTheStepAndReturnsDirectives) {
   EXPECT_NE(text.find("antdt_worker_steps_total{job=\"j\",role=\"worker\",worker=\"w\"} 2"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("antdt_worker_samples_per_second{job=\"j\",role=\"worker\",worker=\"w\"} 200"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("antdt_worker_samples_per_second{job=\"j\",role=\"worker\",worker=\"w\"} 200"),
+      std::string::npos)
       << text;
   req.mutable_step()->set_role("");
   EXPECT_EQ(service.ReportStep(&ctx, &req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -209,12 +210,12 @@ TEST(AgentConfig, ParsesListsMapsAndDurationsAndNamesBadFields) {
   EXPECT_EQ(c->cgroups, (std::vector<std::string>{"kubepods/a", "kubepods/b"}));
   EXPECT_EQ(c->labels.at("antdt.io/hardware"), "h200");
   EXPECT_EQ(c->interval_ms, 500);
-  for (const auto& [yaml, field] : std::vector<std::pair<std::string, std::string>>{
-           {"interval: 10ms\n", "interval"},
-           {"monitor: nowhere\n", "monitor"},
-           {"buffer: -3\n", "buffer"},
-           {"bogus: 1\n", "bogus"},
-           {"labels: {zone: [a]}\n", "labels.zone"}}) {
+  for (const auto& [yaml, field] :
+       std::vector<std::pair<std::string, std::string>>{{"interval: 10ms\n", "interval"},
+                                                        {"monitor: nowhere\n", "monitor"},
+                                                        {"buffer: -3\n", "buffer"},
+                                                        {"bogus: 1\n", "bogus"},
+                                                        {"labels: {zone: [a]}\n", "labels.zone"}}) {
     auto r = ParseAgentConfig(yaml);
     ASSERT_FALSE(r.ok()) << yaml;
     EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status();

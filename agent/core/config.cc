@@ -86,7 +86,8 @@ absl::StatusOr<AgentConfig> ApplyAgentFlags(AgentConfig base, const ParsedFlags&
 absl::Status ValidateAgentConfig(const AgentConfig& c) {
   RETURN_IF_ERROR(ValidateHostPort(c.listen, "listen"));
   if (!c.monitor.empty()) RETURN_IF_ERROR(ValidateHostPort(c.monitor, "monitor"));
-  if (!c.metrics_listen.empty()) RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
+  if (!c.metrics_listen.empty())
+    RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
   if (c.interval_ms < 100) {
     return absl::InvalidArgumentError("interval: must be at least 100ms");
   }

@@ -13,20 +13,20 @@
 namespace antdt::agent {
 
 struct AgentConfig {
-  std::string node;                 // default: the host name
+  std::string node;                    // default: the host name
   std::string listen = "127.0.0.1:0";  // TCP endpoint for step reports
-  std::string socket;               // unix socket for step reports (optional)
-  std::string monitor;              // HOST:PORT of the Monitor (optional)
+  std::string socket;                  // unix socket for step reports (optional)
+  std::string monitor;                 // HOST:PORT of the Monitor (optional)
   std::string metrics_listen;
   std::string ready_file;
-  std::string state_dir;            // unused today; accepted like every server
+  std::string state_dir;  // unused today; accepted like every server
   std::string proc_root = "/proc";
   std::string cgroup_root = "/sys/fs/cgroup";
   std::vector<std::string> cgroups;  // relative to cgroup_root
   std::map<std::string, std::string> labels;
-  std::string nvml_library;         // default: libnvidia-ml.so.1
+  std::string nvml_library;  // default: libnvidia-ml.so.1
   int64_t interval_ms = 1000;
-  int64_t buffer = 10'000;          // messages kept while the Monitor is away
+  int64_t buffer = 10'000;  // messages kept while the Monitor is away
 };
 
 absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml);

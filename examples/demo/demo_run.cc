@@ -90,8 +90,7 @@ absl::StatusOr<DemoResult> RunDemo(const DemoOptions& o) {
   copts.job = "demo";
   copts.dataset = "clicks";
   copts.worker_id = "demo-driver";
-  client::ShardingClient driver(
-      client::CreateShardingChannel(service.address()), copts);
+  client::ShardingClient driver(client::CreateShardingChannel(service.address()), copts);
   v1::DatasetSpec spec;
   spec.set_job(copts.job);
   spec.set_name(copts.dataset);
@@ -110,8 +109,8 @@ absl::StatusOr<DemoResult> RunDemo(const DemoOptions& o) {
     w.proc = std::make_unique<Process>(
         std::vector<std::string>{o.bin_dir + "/antdt-demo-worker", "--address", service.address(),
                                  "--job", copts.job, "--dataset", copts.dataset, "--worker-id",
-                                 w.id, "--incarnation", std::to_string(w.incarnation),
-                                 "--journal", o.work_dir + "/" + w.id + ".journal", "--record-us",
+                                 w.id, "--incarnation", std::to_string(w.incarnation), "--journal",
+                                 o.work_dir + "/" + w.id + ".journal", "--record-us",
                                  std::to_string(o.record_us), "--commit-every",
                                  std::to_string(o.commit_every)},
         o.work_dir + "/" + w.id + ".log");
@@ -140,8 +139,8 @@ absl::StatusOr<DemoResult> RunDemo(const DemoOptions& o) {
       if (w.done) continue;
       if (auto status = w.proc->Wait(std::chrono::milliseconds(0))) {
         if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
-          return absl::InternalError(absl::StrCat(w.id, " failed (status ", *status, "): ",
-                                                  Tail(o.work_dir + "/" + w.id + ".log")));
+          return absl::InternalError(absl::StrCat(w.id, " failed (status ", *status,
+                                                  "): ", Tail(o.work_dir + "/" + w.id + ".log")));
         }
         w.done = true;
         say(w.id + " finished");

@@ -50,7 +50,9 @@ void Journal::Pending(char kind, uint64_t token, int64_t done, int32_t epoch,
   Line(line);
 }
 
-void Journal::Acked(uint64_t token, int64_t done) { Line(absl::StrCat("A ", token, " ", done, "\n")); }
+void Journal::Acked(uint64_t token, int64_t done) {
+  Line(absl::StrCat("A ", token, " ", done, "\n"));
+}
 
 void Journal::Refused(uint64_t token, int64_t done) {
   Line(absl::StrCat("X ", token, " ", done, "\n"));
@@ -113,12 +115,11 @@ bool Verification::exactly_once() const {
 }
 
 std::string Verification::Summary() const {
-  std::string out = absl::StrFormat("%-8s %12s %10s %10s %10s\n", "epoch", "records",
-                                    "committed", "missing", "twice");
+  std::string out = absl::StrFormat("%-8s %12s %10s %10s %10s\n", "epoch", "records", "committed",
+                                    "missing", "twice");
   for (int32_t e = 0; e < epochs; ++e) {
-    absl::StrAppendFormat(&out, "%-8d %12d %10d %10d %10d\n", e, records,
-                          committed_per_epoch[e], missing_per_epoch[e],
-                          duplicated_per_epoch[e]);
+    absl::StrAppendFormat(&out, "%-8d %12d %10d %10d %10d\n", e, records, committed_per_epoch[e],
+                          missing_per_epoch[e], duplicated_per_epoch[e]);
   }
   for (const auto& [name, n] : per_journal) {
     absl::StrAppendFormat(&out, "  %-40s %10d records\n", name, n);
@@ -130,8 +131,8 @@ std::string Verification::Summary() const {
   return out;
 }
 
-absl::StatusOr<Verification> VerifyJournals(const std::vector<std::string>& paths,
-                                            int64_t records, int32_t epochs) {
+absl::StatusOr<Verification> VerifyJournals(const std::vector<std::string>& paths, int64_t records,
+                                            int32_t epochs) {
   Verification v;
   v.epochs = epochs;
   v.records = records;

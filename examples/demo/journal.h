@@ -66,7 +66,7 @@ struct Verification {
 };
 
 // Reads every journal and checks each record of each epoch was committed once.
-absl::StatusOr<Verification> VerifyJournals(const std::vector<std::string>& paths,
-                                            int64_t records, int32_t epochs);
+absl::StatusOr<Verification> VerifyJournals(const std::vector<std::string>& paths, int64_t records,
+                                            int32_t epochs);
 
 }  // namespace antdt::demo

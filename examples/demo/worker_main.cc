@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
   options.worker_id = flags->Get("worker-id");
   options.incarnation = incarnation;
   options.retry_budget_ms = 120'000;
-  client::ShardingClient client(
-      client::CreateShardingChannel(flags->Get("address")), options);
+  client::ShardingClient client(client::CreateShardingChannel(flags->Get("address")), options);
 
   auto journal = demo::Journal::OpenAndResolve(flags->Get("journal"), client);
   if (!journal.ok()) return Fail(std::string(journal.status().message()));
@@ -88,8 +87,7 @@ int main(int argc, char** argv) {
       if (client.Complete(lease).ok()) journal->Acked(lease.token, base);
     }
   }
-  LogEvent("worker_done", {{"worker", options.worker_id},
-                           {"incarnation", incarnation},
-                           {"records", records}});
+  LogEvent("worker_done",
+           {{"worker", options.worker_id}, {"incarnation", incarnation}, {"records", records}});
   return 0;
 }

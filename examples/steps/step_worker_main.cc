@@ -33,9 +33,11 @@ int main(int argc, char** argv) {
     return !flags->Has(name) || absl::SimpleAtoi(flags->Get(name), &out);
   };
   if (!num("bpt", bpt) || bpt <= 0) return fail("--bpt: must be a number of seconds > 0");
-  if (!num("jitter", jitter) || jitter < 0 || jitter >= 1) return fail("--jitter: must be in [0, 1)");
+  if (!num("jitter", jitter) || jitter < 0 || jitter >= 1)
+    return fail("--jitter: must be in [0, 1)");
   if (!num("slow-factor", slow) || slow <= 0) return fail("--slow-factor: must be > 0");
-  if (!num("slow-after", slow_after_s) || slow_after_s < 0) return fail("--slow-after: must be >= 0 seconds");
+  if (!num("slow-after", slow_after_s) || slow_after_s < 0)
+    return fail("--slow-after: must be >= 0 seconds");
   if (!integer("steps", steps) || steps <= 0) return fail("--steps: must be > 0");
   if (!integer("samples", samples) || samples <= 0) return fail("--samples: must be > 0");
   if (!integer("seed", seed)) return fail("--seed: must be an integer");
@@ -50,7 +52,8 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<double> noise(1 - jitter, 1 + jitter);
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < steps; ++step) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double factor = elapsed >= slow_after_s ? slow : 1.0;
     const double dt = bpt * factor * noise(rng) * static_cast<double>(samples) / 64.0;
     std::this_thread::sleep_for(std::chrono::duration<double>(dt));
@@ -62,9 +65,8 @@ int main(int argc, char** argv) {
     (void)reporter.Report(t);
     if (auto d = reporter.TakeDirective(); d && d->has_adjust_batch()) {
       samples = d->adjust_batch().local_batch_size();
-      LogEvent("directive_applied", {{"worker", o.worker_id},
-                                     {"version", d->version()},
-                                     {"local_batch_size", samples}});
+      LogEvent("directive_applied",
+               {{"worker", o.worker_id}, {"version", d->version()}, {"local_batch_size", samples}});
     }
   }
   return 0;
