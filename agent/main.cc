@@ -2,9 +2,7 @@
 // cgroups, GPUs through NVML), takes the workers' step reports on a local
 // endpoint, streams both to the Monitor, hands the Monitor's directives to the
 // workers, and exports everything as Prometheus metrics.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,7 +15,9 @@
 #include "agent/core/config.h"
 #include "agent/nvml/nvml_source.h"
 #include "common/log.h"
+#include "common/serve.h"
 #include "common/server.h"
+#include "prometheus/gauge.h"
 
 namespace {
 
@@ -51,11 +51,149 @@ double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// The configuration from flags and --config: the node defaults to the host
+// name; on a hybrid cgroup v1/v2 host the v2 tree is found at .../unified.
+absl::StatusOr<antdt::agent::AgentConfig> LoadAgentConfig(const antdt::ParsedFlags& flags) {
+  using namespace antdt::agent;
+  auto loaded = antdt::LoadConfig<AgentConfig>(flags, ParseAgentConfig, ApplyAgentFlags);
+  if (!loaded.ok()) return loaded.status();
+  AgentConfig config = *loaded;
+  if (config.node.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    config.node = host;
+  }
+  if (!flags.Has("cgroup-root") &&
+      !std::filesystem::exists(config.cgroup_root + "/cgroup.controllers") &&
+      std::filesystem::exists(config.cgroup_root + "/unified/cgroup.controllers")) {
+    config.cgroup_root += "/unified";
+  }
+  return config;
+}
+
+// One sample of the node: /proc, cgroups and GPUs, with its name and labels.
+class NodeSampling {
+ public:
+  explicit NodeSampling(const antdt::agent::AgentConfig& config)
+      : config_(config),
+        files_(config.proc_root, config.cgroup_root),
+        sampler_(files_),
+        gpus_(antdt::agent::NvmlGpuSource::Open(config.nvml_library)) {}
+
+  antdt::v1::NodeSample Sample() {
+    antdt::v1::NodeSample s = sampler_.Sample(NowSeconds(), config_.cgroups);
+    s.set_node(config_.node);
+    for (const auto& [k, v] : config_.labels) (*s.mutable_labels())[k] = v;
+    if (gpus_) {
+      auto g = gpus_->Sample();
+      if (g.ok()) {
+        for (auto& gpu : *g) *s.add_gpus() = std::move(gpu);
+      } else {
+        s.add_errors("gpu: " + std::string(g.status().message()));
+      }
+    }
+    return s;
+  }
+  std::string DescribeGpus() const { return gpus_ ? gpus_->Describe() : "none"; }
+
+ private:
+  const antdt::agent::AgentConfig& config_;
+  antdt::agent::RealFileSource files_;
+  antdt::agent::Sampler sampler_;
+  std::unique_ptr<antdt::agent::GpuSource> gpus_;
+};
+
+// The outbox's state as gauges, set at every sample.
+struct OutboxGauges {
+  explicit OutboxGauges(prometheus::Registry& registry)
+      : dropped(prometheus::BuildGauge()
+                    .Name("antdt_agent_dropped_messages")
+                    .Help("Messages dropped while the Monitor was unreachable, since start.")
+                    .Register(registry)),
+        dropped_samples(dropped.Add({{"kind", "node_sample"}})),
+        dropped_steps(dropped.Add({{"kind", "step_report"}})),
+        buffered(prometheus::BuildGauge()
+                     .Name("antdt_agent_buffered_messages")
+                     .Help("Messages waiting to be sent to the Monitor.")
+                     .Register(registry)
+                     .Add({})) {}
+  void Set(const antdt::agent::Outbox& outbox) {
+    dropped_samples.Set(static_cast<double>(outbox.dropped_node_samples()));
+    dropped_steps.Set(static_cast<double>(outbox.dropped_step_reports()));
+    buffered.Set(static_cast<double>(outbox.size()));
+  }
+  prometheus::Family<prometheus::Gauge>& dropped;
+  prometheus::Gauge& dropped_samples;
+  prometheus::Gauge& dropped_steps;
+  prometheus::Gauge& buffered;
+};
+
+// Samples every interval, streams samples and step reports to the Monitor,
+// serves the step endpoint and metrics, until a termination signal.
+int Serve(const antdt::agent::AgentConfig& config, NodeSampling& sampling) {
+  using namespace antdt;
+  using namespace antdt::agent;
+  auto registry = std::make_shared<prometheus::Registry>();
+  Outbox outbox(static_cast<size_t>(config.buffer));
+  DirectiveTable directives;
+  NodeView view;
+  AgentServiceImpl service(config.node, &outbox, &directives, *registry);
+  auto serving =
+      Serving::Start({config.listen, config.socket, config.metrics_listen, registry, {&service}});
+  if (!serving.ok()) return Fail(serving.status());
+  auto node_collector = MakeNodeCollector(&view);  // the exposer holds it weakly
+  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
+    exposer->RegisterCollectable(node_collector, "/metrics");
+  }
+  OutboxGauges gauges(*registry);
+  std::unique_ptr<MonitorLink> link;
+  if (!config.monitor.empty()) {
+    MonitorLinkOptions lo;
+    lo.address = config.monitor;
+    lo.node = config.node;
+    lo.labels = config.labels;
+    link = std::make_unique<MonitorLink>(lo, &outbox, &directives, &view, *registry);
+    link->Start();
+  }
+  PeriodicThread sampler_thread(std::chrono::milliseconds(config.interval_ms), [&] {
+    v1::NodeSample s = sampling.Sample();
+    view.SetSample(s);
+    if (link) {
+      v1::AgentMessage m;
+      *m.mutable_node_sample() = std::move(s);
+      outbox.Push(std::move(m));
+    }
+    gauges.Set(outbox);
+  });
+  std::vector<std::pair<std::string, std::string>> fields;
+  if (!config.socket.empty()) fields.emplace_back("socket", "unix:" + config.socket);
+  if (auto s = (*serving)->WriteReady(config.ready_file, fields); !s.ok()) return Fail(s);
+  LogEvent("serving", {{"node", config.node},
+                       {"listen", (*serving)->address()},
+                       {"socket", config.socket},
+                       {"metrics", (*serving)->metrics_address()},
+                       {"monitor", config.monitor},
+                       {"gpus", sampling.DescribeGpus()},
+                       {"interval_ms", config.interval_ms}});
+
+  int sig = (*serving)->WaitForSignal();
+  LogEvent("shutting_down", {{"signal", sig}});
+  sampler_thread.Stop();
+  (*serving)->Shutdown(std::chrono::seconds(2));
+  link.reset();
+  outbox.Close();
+  if (!config.socket.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(config.socket, ec);
+  }
+  LogEvent("stopped");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace antdt;
-  using namespace antdt::agent;
   BlockTerminationSignals();
   auto flags = ParseFlags(
       argc, argv,
@@ -70,141 +208,14 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  auto loaded = LoadConfig<AgentConfig>(*flags, ParseAgentConfig, ApplyAgentFlags);
-  if (!loaded.ok()) return Fail(loaded.status());
-  AgentConfig config = *loaded;
-  if (config.node.empty()) {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    config.node = host;
-  }
-
-  // On a hybrid cgroup v1/v2 host the v2 tree is mounted at .../unified.
-  if (!flags->Has("cgroup-root") &&
-      !std::filesystem::exists(config.cgroup_root + "/cgroup.controllers") &&
-      std::filesystem::exists(config.cgroup_root + "/unified/cgroup.controllers")) {
-    config.cgroup_root += "/unified";
-  }
-  RealFileSource files(config.proc_root, config.cgroup_root);
-  Sampler sampler(files);
-  std::unique_ptr<GpuSource> gpus = NvmlGpuSource::Open(config.nvml_library);
-
-  auto sample_node = [&] {
-    v1::NodeSample s = sampler.Sample(NowSeconds(), config.cgroups);
-    s.set_node(config.node);
-    for (const auto& [k, v] : config.labels) (*s.mutable_labels())[k] = v;
-    if (gpus) {
-      auto g = gpus->Sample();
-      if (g.ok()) {
-        for (auto& gpu : *g) *s.add_gpus() = std::move(gpu);
-      } else {
-        s.add_errors("gpu: " + std::string(g.status().message()));
-      }
-    }
-    return s;
-  };
-
+  absl::StatusOr<agent::AgentConfig> config = LoadAgentConfig(*flags);
+  if (!config.ok()) return Fail(config.status());
+  NodeSampling sampling(*config);
   if (flags->Has("once")) {
-    sample_node();
-    std::this_thread::sleep_for(std::chrono::milliseconds(config.interval_ms));
-    v1::NodeSample s = sample_node();
-    std::printf("%s\n", s.DebugString().c_str());
+    sampling.Sample();
+    std::this_thread::sleep_for(std::chrono::milliseconds(config->interval_ms));
+    std::printf("%s\n", sampling.Sample().DebugString().c_str());
     return 0;
   }
-
-  auto registry = std::make_shared<prometheus::Registry>();
-  Outbox outbox(static_cast<size_t>(config.buffer));
-  DirectiveTable directives;
-  NodeView view;
-  AgentServiceImpl service(config.node, &outbox, &directives, *registry);
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
-  if (!config.socket.empty()) {
-    std::error_code ec;
-    std::filesystem::remove(config.socket, ec);
-    builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
-  }
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    return Fail(
-        absl::InvalidArgumentError("listen: cannot listen on " + config.listen +
-                                   (config.socket.empty() ? "" : " or socket " + config.socket)));
-  }
-  const std::string address = BoundAddress(config.listen, port);
-
-  MetricsEndpoint metrics;
-  auto node_collector = MakeNodeCollector(&view);
-  if (!config.metrics_listen.empty()) {
-    auto ep = StartMetrics(config.metrics_listen, registry);
-    if (!ep.ok()) return Fail(ep.status());
-    metrics = std::move(*ep);
-    metrics.exposer->RegisterCollectable(node_collector, "/metrics");
-  }
-  auto& dropped = prometheus::BuildGauge()
-                      .Name("antdt_agent_dropped_messages")
-                      .Help("Messages dropped while the Monitor was unreachable, since start.")
-                      .Register(*registry);
-  auto& dropped_samples = dropped.Add({{"kind", "node_sample"}});
-  auto& dropped_steps = dropped.Add({{"kind", "step_report"}});
-  auto& buffered = prometheus::BuildGauge()
-                       .Name("antdt_agent_buffered_messages")
-                       .Help("Messages waiting to be sent to the Monitor.")
-                       .Register(*registry)
-                       .Add({});
-
-  std::unique_ptr<MonitorLink> link;
-  if (!config.monitor.empty()) {
-    MonitorLinkOptions lo;
-    lo.address = config.monitor;
-    lo.node = config.node;
-    lo.labels = config.labels;
-    link = std::make_unique<MonitorLink>(lo, &outbox, &directives, &view, *registry);
-    link->Start();
-  }
-
-  PeriodicThread sampler_thread(std::chrono::milliseconds(config.interval_ms), [&] {
-    v1::NodeSample s = sample_node();
-    view.SetSample(s);
-    if (link) {
-      v1::AgentMessage m;
-      *m.mutable_node_sample() = std::move(s);
-      outbox.Push(std::move(m));
-    }
-    dropped_samples.Set(static_cast<double>(outbox.dropped_node_samples()));
-    dropped_steps.Set(static_cast<double>(outbox.dropped_step_reports()));
-    buffered.Set(static_cast<double>(outbox.size()));
-  });
-
-  if (!config.ready_file.empty()) {
-    std::string content = address + "\n";
-    if (!config.socket.empty()) content += "socket=unix:" + config.socket + "\n";
-    if (!metrics.address.empty()) content += "metrics=" + metrics.address + "\n";
-    if (auto s = WriteFileAtomically(config.ready_file, content); !s.ok()) return Fail(s);
-  }
-  LogEvent("serving", {{"node", config.node},
-                       {"listen", address},
-                       {"socket", config.socket},
-                       {"metrics", metrics.address},
-                       {"monitor", config.monitor},
-                       {"gpus", gpus ? gpus->Describe() : "none"},
-                       {"interval_ms", config.interval_ms}});
-
-  int sig = WaitForTerminationSignal();
-  LogEvent("shutting_down", {{"signal", sig}});
-  sampler_thread.Stop();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  link.reset();
-  outbox.Close();
-  metrics.exposer.reset();
-  if (!config.socket.empty()) {
-    std::error_code ec;
-    std::filesystem::remove(config.socket, ec);
-  }
-  LogEvent("stopped");
-  return 0;
+  return Serve(*config, sampling);
 }
