@@ -73,136 +73,180 @@ struct WorkerSlot {
   bool done = false;
 };
 
-}  // namespace
+// One demo run: the service and its dataset, the workers, the kills at their
+// points of the job, the exactly-once check at the end.
+class DemoRun {
+ public:
+  explicit DemoRun(const DemoOptions& o) : o_(o), service_(o), rng_(o.seed) {
+    copts_.job = "demo";
+    copts_.dataset = "clicks";
+    copts_.worker_id = "demo-driver";
+  }
 
-absl::StatusOr<DemoResult> RunDemo(const DemoOptions& o) {
-  auto say = [&](const std::string& s) {
-    if (o.on_event) o.on_event(s);
-  };
-  std::filesystem::create_directories(o.work_dir);
-  std::filesystem::remove_all(o.work_dir + "/state");  // every demo run starts afresh
-  const auto start = Clock::now();
-  ServiceProcess service(o);
-  RETURN_IF_ERROR(service.Start("127.0.0.1:0"));
-  say("sharding service serving on " + service.address());
+  absl::StatusOr<DemoResult> Run() {
+    std::filesystem::create_directories(o_.work_dir);
+    std::filesystem::remove_all(o_.work_dir + "/state");  // every demo run starts afresh
+    start_ = Clock::now();
+    RETURN_IF_ERROR(StartService());
+    StartWorkers();
+    PlanKills();
+    RETURN_IF_ERROR(Loop());
+    if (auto progress = driver_->Progress(); progress.ok()) result_.progress = *progress;
+    service_.Stop();
+    result_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    ASSIGN_OR_RETURN(result_.verification, VerifyJournals(journals_, o_.records, o_.epochs));
+    return result_;
+  }
 
-  client::ShardingClientOptions copts;
-  copts.job = "demo";
-  copts.dataset = "clicks";
-  copts.worker_id = "demo-driver";
-  client::ShardingClient driver(client::CreateShardingChannel(service.address()), copts);
-  v1::DatasetSpec spec;
-  spec.set_job(copts.job);
-  spec.set_name(copts.dataset);
-  spec.set_record_count(o.records);
-  spec.set_shard_size(o.shard_size);
-  spec.set_epochs(o.epochs);
-  spec.set_shuffle(o.shuffle);
-  spec.set_seed(o.seed);
-  ASSIGN_OR_RETURN(v1::CreateDatasetResponse created, driver.CreateDataset(spec));
-  say(absl::StrFormat("dataset demo/clicks: %d records, %d shards, %d epochs", o.records,
-                      created.shard_count(), o.epochs));
+ private:
+  void Say(const std::string& s) const {
+    if (o_.on_event) o_.on_event(s);
+  }
 
-  std::vector<WorkerSlot> workers(o.workers);
-  std::vector<std::string> journals;
-  auto spawn = [&](WorkerSlot& w) {
+  absl::Status StartService() {
+    RETURN_IF_ERROR(service_.Start("127.0.0.1:0"));
+    Say("sharding service serving on " + service_.address());
+    driver_ = std::make_unique<client::ShardingClient>(
+        client::CreateShardingChannel(service_.address()), copts_);
+    v1::DatasetSpec spec;
+    spec.set_job(copts_.job);
+    spec.set_name(copts_.dataset);
+    spec.set_record_count(o_.records);
+    spec.set_shard_size(o_.shard_size);
+    spec.set_epochs(o_.epochs);
+    spec.set_shuffle(o_.shuffle);
+    spec.set_seed(o_.seed);
+    ASSIGN_OR_RETURN(v1::CreateDatasetResponse created, driver_->CreateDataset(spec));
+    Say(absl::StrFormat("dataset demo/clicks: %d records, %d shards, %d epochs", o_.records,
+                        created.shard_count(), o_.epochs));
+    return absl::OkStatus();
+  }
+
+  void Spawn(WorkerSlot& w) {
     w.proc = std::make_unique<Process>(
-        std::vector<std::string>{o.bin_dir + "/antdt-demo-worker", "--address", service.address(),
-                                 "--job", copts.job, "--dataset", copts.dataset, "--worker-id",
+        std::vector<std::string>{o_.bin_dir + "/antdt-demo-worker", "--address", service_.address(),
+                                 "--job", copts_.job, "--dataset", copts_.dataset, "--worker-id",
                                  w.id, "--incarnation", std::to_string(w.incarnation), "--journal",
-                                 o.work_dir + "/" + w.id + ".journal", "--record-us",
-                                 std::to_string(o.record_us), "--commit-every",
-                                 std::to_string(o.commit_every)},
-        o.work_dir + "/" + w.id + ".log");
-  };
-  for (int i = 0; i < o.workers; ++i) {
-    workers[i].id = "worker-" + std::to_string(i);
-    journals.push_back(o.work_dir + "/" + workers[i].id + ".journal");
-    std::filesystem::remove(journals.back());
-    spawn(workers[i]);
+                                 o_.work_dir + "/" + w.id + ".journal", "--record-us",
+                                 std::to_string(o_.record_us), "--commit-every",
+                                 std::to_string(o_.commit_every)},
+        o_.work_dir + "/" + w.id + ".log");
+  }
+
+  void StartWorkers() {
+    workers_.resize(o_.workers);
+    for (int i = 0; i < o_.workers; ++i) {
+      workers_[i].id = "worker-" + std::to_string(i);
+      journals_.push_back(o_.work_dir + "/" + workers_[i].id + ".journal");
+      std::filesystem::remove(journals_.back());
+      Spawn(workers_[i]);
+    }
   }
 
   // Kill points: fractions of the whole job, in order; each a worker or the service.
-  std::mt19937_64 rng(o.seed);
-  std::uniform_real_distribution<double> at(0.05, 0.9);
-  std::vector<std::pair<double, bool>> kills;  // (fraction, is_service)
-  for (int i = 0; i < o.worker_kills; ++i) kills.emplace_back(at(rng), false);
-  for (int i = 0; i < o.service_kills; ++i) kills.emplace_back(at(rng), true);
-  std::sort(kills.begin(), kills.end());
-  size_t next_kill = 0;
+  void PlanKills() {
+    std::uniform_real_distribution<double> at(0.05, 0.9);
+    for (int i = 0; i < o_.worker_kills; ++i) kills_.emplace_back(at(rng_), false);
+    for (int i = 0; i < o_.service_kills; ++i) kills_.emplace_back(at(rng_), true);
+    std::sort(kills_.begin(), kills_.end());
+  }
 
-  DemoResult result;
-  const int64_t total = o.records * o.epochs;
-  for (;;) {
+  // True once every worker exited 0; an error for a worker that failed.
+  absl::StatusOr<bool> PollWorkers() {
     bool all_done = true;
-    for (WorkerSlot& w : workers) {
+    for (WorkerSlot& w : workers_) {
       if (w.done) continue;
       if (auto status = w.proc->Wait(std::chrono::milliseconds(0))) {
         if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
           return absl::InternalError(absl::StrCat(w.id, " failed (status ", *status,
-                                                  "): ", Tail(o.work_dir + "/" + w.id + ".log")));
+                                                  "): ", Tail(o_.work_dir + "/" + w.id + ".log")));
         }
         w.done = true;
-        say(w.id + " finished");
+        Say(w.id + " finished");
         continue;
       }
       all_done = false;
     }
-    if (all_done) break;
-    if (Clock::now() - start > std::chrono::milliseconds(o.timeout_ms)) {
-      for (WorkerSlot& w : workers) {
-        if (!w.done) w.proc->Signal(SIGKILL);
-      }
-      service.Kill();
-      return absl::DeadlineExceededError("demo: workers did not finish in time");
-    }
-    auto progress = driver.Progress();
-    if (progress.ok()) {
-      result.progress = *progress;
-      const double fraction =
-          static_cast<double>(progress->records_committed_total()) / static_cast<double>(total);
-      if (o.on_status) {
-        o.on_status(absl::StrFormat(
-            "epoch %d/%d  records %d/%d (%.0f%%)  %.0f rec/s  shards todo/doing/done %d/%d/%d  "
-            "requeues %d",
-            std::min(progress->epoch() + 1, progress->epochs()), progress->epochs(),
-            progress->records_committed_total(), total, fraction * 100,
-            progress->records_per_second(), progress->shards_todo(), progress->shards_doing(),
-            progress->shards_done(), progress->requeues()));
-      }
-      while (next_kill < kills.size() && fraction >= kills[next_kill].first) {
-        if (kills[next_kill].second) {
-          say(absl::StrFormat("SIGKILL sharding service at %.0f%% of the job", fraction * 100));
-          service.Kill();
-          RETURN_IF_ERROR(service.Restart());
-          ++result.service_kills;
-          say("sharding service restarted on " + service.address());
-        } else {
-          std::vector<WorkerSlot*> alive;
-          for (WorkerSlot& w : workers) {
-            if (!w.done) alive.push_back(&w);
-          }
-          if (!alive.empty()) {
-            WorkerSlot& w = *alive[rng() % alive.size()];
-            w.proc->Signal(SIGKILL);
-            w.proc->Wait(std::chrono::seconds(10));
-            ++w.incarnation;
-            say(absl::StrFormat("SIGKILL %s at %.0f%% of the job; restarted as incarnation %d",
-                                w.id, fraction * 100, w.incarnation));
-            spawn(w);
-            ++result.worker_kills;
-          }
-        }
-        ++next_kill;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return all_done;
   }
-  if (auto progress = driver.Progress(); progress.ok()) result.progress = *progress;
-  service.Stop();
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  ASSIGN_OR_RETURN(result.verification, VerifyJournals(journals, o.records, o.epochs));
-  return result;
-}
+
+  absl::Status Loop() {
+    for (;;) {
+      ASSIGN_OR_RETURN(const bool all_done, PollWorkers());
+      if (all_done) return absl::OkStatus();
+      if (Clock::now() - start_ > std::chrono::milliseconds(o_.timeout_ms)) {
+        for (WorkerSlot& w : workers_) {
+          if (!w.done) w.proc->Signal(SIGKILL);
+        }
+        service_.Kill();
+        return absl::DeadlineExceededError("demo: workers did not finish in time");
+      }
+      if (auto progress = driver_->Progress(); progress.ok()) {
+        result_.progress = *progress;
+        const double fraction = static_cast<double>(progress->records_committed_total()) /
+                                static_cast<double>(o_.records * o_.epochs);
+        ShowProgress(*progress, fraction);
+        RETURN_IF_ERROR(KillDue(fraction));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  void ShowProgress(const v1::GetProgressResponse& p, double fraction) const {
+    if (!o_.on_status) return;
+    o_.on_status(absl::StrFormat(
+        "epoch %d/%d  records %d/%d (%.0f%%)  %.0f rec/s  shards todo/doing/done %d/%d/%d  "
+        "requeues %d",
+        std::min(p.epoch() + 1, p.epochs()), p.epochs(), p.records_committed_total(),
+        o_.records * o_.epochs, fraction * 100, p.records_per_second(), p.shards_todo(),
+        p.shards_doing(), p.shards_done(), p.requeues()));
+  }
+
+  // The kills whose point of the job has come: the service is SIGKILLed and
+  // restarted, or a random live worker SIGKILLed and started as its next
+  // incarnation.
+  absl::Status KillDue(double fraction) {
+    for (; next_kill_ < kills_.size() && fraction >= kills_[next_kill_].first; ++next_kill_) {
+      if (kills_[next_kill_].second) {
+        Say(absl::StrFormat("SIGKILL sharding service at %.0f%% of the job", fraction * 100));
+        service_.Kill();
+        RETURN_IF_ERROR(service_.Restart());
+        ++result_.service_kills;
+        Say("sharding service restarted on " + service_.address());
+        continue;
+      }
+      std::vector<WorkerSlot*> alive;
+      for (WorkerSlot& w : workers_) {
+        if (!w.done) alive.push_back(&w);
+      }
+      if (alive.empty()) continue;
+      WorkerSlot& w = *alive[rng_() % alive.size()];
+      w.proc->Signal(SIGKILL);
+      w.proc->Wait(std::chrono::seconds(10));
+      ++w.incarnation;
+      Say(absl::StrFormat("SIGKILL %s at %.0f%% of the job; restarted as incarnation %d", w.id,
+                          fraction * 100, w.incarnation));
+      Spawn(w);
+      ++result_.worker_kills;
+    }
+    return absl::OkStatus();
+  }
+
+  const DemoOptions& o_;
+  ServiceProcess service_;
+  client::ShardingClientOptions copts_;
+  std::unique_ptr<client::ShardingClient> driver_;
+  std::vector<WorkerSlot> workers_;
+  std::vector<std::string> journals_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<double, bool>> kills_;  // (fraction, is_service)
+  size_t next_kill_ = 0;
+  Clock::time_point start_;
+  DemoResult result_;
+};
+
+}  // namespace
+
+absl::StatusOr<DemoResult> RunDemo(const DemoOptions& o) { return DemoRun(o).Run(); }
 
 }  // namespace antdt::demo
