@@ -23,6 +23,11 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(const ServeOptions& opti
     builder.AddListeningPort("unix:" + options.unix_socket, grpc::InsecureServerCredentials());
   }
   for (grpc::Service* service : options.services) builder.RegisterService(service);
+  using Option = grpc::ServerBuilder::SyncServerOption;
+  if (options.min_pollers > 0)
+    builder.SetSyncServerOption(Option::MIN_POLLERS, options.min_pollers);
+  if (options.max_pollers > 0)
+    builder.SetSyncServerOption(Option::MAX_POLLERS, options.max_pollers);
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || port == 0) {
     return absl::InvalidArgumentError(

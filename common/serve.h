@@ -35,6 +35,10 @@ struct ServeOptions {
   // Served at /metrics; a new empty registry when null.
   std::shared_ptr<prometheus::Registry> registry;
   std::vector<grpc::Service*> services;  // borrowed: must outlive the Serving
+  // Sync server pollers; 0 keeps gRPC's default. A service whose handlers block
+  // (on a durable write) keeps enough that threads are not made per burst.
+  int min_pollers = 0;
+  int max_pollers = 0;
 };
 
 class Serving {

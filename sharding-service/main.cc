@@ -1,13 +1,12 @@
 // antdt-sharding-service: the stateful dynamic data sharding service.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
 #include <cstdio>
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/serve.h"
 #include "common/server.h"
 #include "sharding-service/config.h"
 #include "sharding-service/ledger.h"
@@ -64,28 +63,19 @@ int main(int argc, char** argv) {
   ShardingServiceImpl service(ledger->get(), *registry);
   auto collector = MakeLedgerCollector(ledger->get());
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
+  ServeOptions so;
+  so.listen = config.listen;
+  so.metrics_listen = config.metrics_listen;
+  so.registry = registry;
+  so.services = {&service};
   // Handlers block until their change is durable: keep enough pollers that
   // threads are not created and torn down on every burst.
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 4);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 64);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    return Fail(absl::InvalidArgumentError("listen: cannot listen on " + config.listen));
-  }
-  const std::string address = BoundAddress(config.listen, port);
-
-  MetricsEndpoint metrics;
-  if (!config.metrics_listen.empty()) {
-    auto ep = StartMetrics(config.metrics_listen, registry);
-    if (!ep.ok()) return Fail(ep.status());
-    metrics = std::move(*ep);
-    metrics.exposer->RegisterCollectable(collector, "/metrics");
+  so.min_pollers = 4;
+  so.max_pollers = 64;
+  auto serving = Serving::Start(so);
+  if (!serving.ok()) return Fail(serving.status());
+  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
+    exposer->RegisterCollectable(collector, "/metrics");
   }
 
   // Lease reaper: expired leases go back to the queue even when nobody calls.
@@ -95,24 +85,18 @@ int main(int argc, char** argv) {
       LogEvent("reaper_error", {{"error", std::string(expired.status().message())}});
   });
 
-  if (!config.ready_file.empty()) {
-    if (auto s = WriteReadyFile(config.ready_file, address, metrics.address); !s.ok()) {
-      return Fail(s);
-    }
-  }
-  LogEvent("serving", {{"listen", address},
-                       {"metrics", metrics.address},
+  if (auto s = (*serving)->WriteReady(config.ready_file); !s.ok()) return Fail(s);
+  LogEvent("serving", {{"listen", (*serving)->address()},
+                       {"metrics", (*serving)->metrics_address()},
                        {"state_dir", config.state_dir},
                        {"recovery_seconds", recovery_s},
                        {"lease_ttl_ms", config.lease_ttl_ms},
                        {"sync", config.sync_full ? "full" : "normal"}});
 
-  int sig = WaitForTerminationSignal();
+  int sig = (*serving)->WaitForSignal();
   LogEvent("shutting_down", {{"signal", sig}});
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   reaper.Stop();
-  server->Wait();
-  metrics.exposer.reset();
+  (*serving)->Shutdown(std::chrono::seconds(5));
   ledger->reset();
   store->reset();  // flushes the last group commit
   LogEvent("stopped");

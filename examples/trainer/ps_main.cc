@@ -10,6 +10,7 @@
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/serve.h"
 #include "common/server.h"
 #include "common/status.h"
 #include "examples/trainer/ps.h"
@@ -149,30 +150,22 @@ int main(int argc, char** argv) {
 
   trainer::ParameterShard shard(*valid);
   ParameterServerImpl service(shard, id, emulated_us, log_every);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return Fail("--listen: cannot listen on " + listen);
-  const std::string address = BoundAddress(listen, port);
-  if (flags->Has("ready-file")) {
-    if (auto s = WriteReadyFile(flags->Get("ready-file"), address, ""); !s.ok()) {
-      return Fail(std::string(s.message()));
-    }
+  auto serving = Serving::Start({listen, "", "", nullptr, {&service}});
+  if (!serving.ok()) return Fail("--" + std::string(serving.status().message()));
+  if (auto s = (*serving)->WriteReady(flags->Get("ready-file")); !s.ok()) {
+    return Fail(std::string(s.message()));
   }
   LogEvent("serving", {{"ps", id},
-                       {"listen", address},
+                       {"listen", (*serving)->address()},
                        {"features", options.features},
                        {"workers", options.workers},
                        {"backup", options.backup},
                        {"learning_rate", options.learning_rate},
                        {"step_timeout_ms", *timeout_ms}});
 
-  const int sig = WaitForTerminationSignal();
+  const int sig = (*serving)->WaitForSignal();
   shard.Shutdown();  // blocked pushes answer now
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server->Wait();
+  (*serving)->Shutdown(std::chrono::seconds(2));
   const trainer::PsStats s = shard.Stats();
   LogEvent("stopped", {{"ps", id},
                        {"signal", sig},

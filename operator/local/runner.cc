@@ -22,6 +22,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/serve.h"
 #include "common/status.h"
 #include "operator/bridge/bridge.h"
 #include "operator/control/control_loop.h"
@@ -142,7 +143,7 @@ class Runner final : public control::Backend {
   Server sharding_;
   std::unique_ptr<client::ShardingClient> driver_;
   std::unique_ptr<monitor::MonitorServiceImpl> monitor_;
-  std::unique_ptr<grpc::Server> monitor_server_;
+  std::unique_ptr<Serving> monitor_server_;
   std::string monitor_address_;
   std::map<std::string, Server> agents_;  // by node
   std::vector<Server> ps_;
@@ -173,13 +174,9 @@ absl::Status Runner::StartMonitor() {
   const monitor::MonitorConfig mc = bridge::MonitorConfigFor(job_.monitor);
   ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(mc));
   monitor_ = std::make_unique<monitor::MonitorServiceImpl>(std::move(m), &RealClock::Get());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(monitor_.get());
-  monitor_server_ = builder.BuildAndStart();
-  if (!monitor_server_) return absl::InternalError("monitor: cannot listen on 127.0.0.1");
-  monitor_address_ = absl::StrCat("127.0.0.1:", port);
+  ASSIGN_OR_RETURN(monitor_server_,
+                   Serving::Start({"127.0.0.1:0", "", "", nullptr, {monitor_.get()}}));
+  monitor_address_ = monitor_server_->address();
   monitor_->Start(100);
   return absl::OkStatus();
 }
@@ -401,8 +398,7 @@ void Runner::Teardown() {
   for (Server& s : ps_) Stop(s);
   for (auto& [node, a] : agents_) Stop(a);
   if (monitor_) monitor_->Stop();
-  if (monitor_server_)
-    monitor_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (monitor_server_) monitor_server_->Shutdown(std::chrono::seconds(1));
   Stop(sharding_);
 }
 
