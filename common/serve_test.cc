@@ -1,0 +1,93 @@
+#include "common/serve.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/process.h"
+
+namespace antdt {
+namespace {
+
+// grpc.health.v1.Health/Check with an empty request (the whole server), as a
+// client with its own stubs would call it; the serialized status.
+std::optional<std::string> HealthCheck(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::CompletionQueue cq;
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  auto call = stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  if (!cq.Next(&tag, &ok) || !ok || !status.ok()) return std::nullopt;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return std::nullopt;
+  std::string out;
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Serving, ServesHealthMetricsAndTheReadyFile) {
+  auto serving = Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", nullptr, {}});
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  const std::string address = (*serving)->address();
+  ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u);
+  EXPECT_NE(address, "127.0.0.1:0");
+  // SERVING (field 1 = 1).
+  EXPECT_EQ(HealthCheck(address), std::string("\x08\x01", 2));
+  ASSERT_FALSE((*serving)->metrics_address().empty());
+  EXPECT_TRUE(HttpGet((*serving)->metrics_address(), "/metrics").has_value());
+  EXPECT_TRUE(HttpGet((*serving)->metrics_address(), "/healthz").has_value());
+
+  const std::string ready = ::testing::TempDir() + "/serve_test.ready";
+  ASSERT_TRUE((*serving)->WriteReady(ready, {{"socket", "unix:/run/x.sock"}}).ok());
+  EXPECT_EQ(Read(ready),
+            address + "\nmetrics=" + (*serving)->metrics_address() + "\nsocket=unix:/run/x.sock\n");
+  EXPECT_TRUE((*serving)->WriteReady("").ok());  // no ready file asked for
+
+  (*serving)->Shutdown(std::chrono::milliseconds(100));
+  EXPECT_FALSE(HealthCheck(address).has_value());
+  (*serving)->Shutdown(std::chrono::milliseconds(100));  // idempotent
+}
+
+TEST(Serving, NoMetricsEndpointUnlessAsked) {
+  auto serving = Serving::Start({"127.0.0.1:0", "", "", nullptr, {}});
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_TRUE((*serving)->metrics_address().empty());
+  EXPECT_EQ((*serving)->exposer(), nullptr);
+}
+
+TEST(Serving, AnAddressThatCannotBeBoundNamesTheFlag) {
+  auto taken = Serving::Start({"127.0.0.1:0", "", "", nullptr, {}});
+  ASSERT_TRUE(taken.ok());
+  auto serving = Serving::Start({"256.1.1.1:0", "", "", nullptr, {}});
+  ASSERT_FALSE(serving.ok());
+  EXPECT_EQ(serving.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(serving.status().message().find("listen: cannot listen on 256.1.1.1:0"),
+            std::string::npos)
+      << serving.status();
+  auto metrics = Serving::Start({"127.0.0.1:0", "", (*taken)->address(), nullptr, {}});
+  ASSERT_FALSE(metrics.ok());
+  EXPECT_NE(metrics.status().message().find("metrics_listen"), std::string::npos)
+      << metrics.status();
+}
+
+}  // namespace
+}  // namespace antdt
