@@ -1,10 +1,20 @@
 #include "sharding-service/config.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace antdt::sharding {
 namespace {
+
+absl::StatusOr<int64_t> ParsePositive(const std::string& value, const std::string& field) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must be a whole number > 0, got \"", value, "\""));
+  }
+  return n;
+}
 
 absl::Status SetField(ServiceConfig& c, const std::string& key, const std::string& value,
                       const std::string& field) {
@@ -18,6 +28,10 @@ absl::Status SetField(ServiceConfig& c, const std::string& key, const std::strin
     c.ready_file = value;
   } else if (key == "lease_ttl" || key == "lease-ttl") {
     ASSIGN_OR_RETURN(c.lease_ttl_ms, ParseDurationMs(value, field));
+  } else if (key == "max_datasets" || key == "max-datasets") {
+    ASSIGN_OR_RETURN(c.max_datasets, ParsePositive(value, field));
+  } else if (key == "max_total_shards" || key == "max-total-shards") {
+    ASSIGN_OR_RETURN(c.max_total_shards, ParsePositive(value, field));
   } else if (key == "sync") {
     if (value != "full" && value != "normal") {
       return absl::InvalidArgumentError(

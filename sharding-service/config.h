@@ -17,6 +17,9 @@ struct ServiceConfig {
   std::string ready_file;
   int64_t lease_ttl_ms = 30'000;
   bool sync_full = true;  // fsync every group commit (power-loss safe)
+  // Totals over every dataset; see LedgerOptions for the defaults' reasons.
+  int64_t max_datasets = 10'000;
+  int64_t max_total_shards = 100'000'000;
 };
 
 // Parses the YAML text of --config; unknown keys are rejected.

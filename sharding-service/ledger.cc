@@ -12,7 +12,6 @@
 namespace antdt::sharding {
 namespace {
 
-constexpr int64_t kMaxShards = 50'000'000;
 constexpr int32_t kLeaseEpochsKept = 8;
 
 uint64_t SplitMix64(uint64_t& state) {
@@ -29,6 +28,11 @@ uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c = 0) {
   x = SplitMix64(s) ^ (c * 0xC2B2AE3D27D4EB4FULL);
   s = x;
   return SplitMix64(s);
+}
+
+// ceil(records / shard_size), without the overflow of records + shard_size - 1.
+int64_t ShardCount(int64_t records, int64_t shard_size) {
+  return records / shard_size + (records % shard_size != 0);
 }
 
 std::string Key(const std::string& job, const std::string& name) {
@@ -148,10 +152,12 @@ struct Ledger::Dataset {
     doing = 0;
     if (!finished()) RebuildTodo();
   }
-  void RecordCommit(const std::string& worker, int64_t delta, int64_t now, int64_t window) {
+  void RecordCommit(const std::string& worker, int64_t delta, int64_t now, int64_t window,
+                    std::vector<Mutation>& batch) {
     if (delta <= 0) return;
     WorkerStats& w = workers[worker];
     w.records_committed += delta;
+    batch.push_back(WorkerRow{row.id, worker, w.records_committed});
     w.samples.emplace_back(now, w.records_committed);
     while (w.samples.size() > 2 && w.samples.front().first < now - window) {
       w.samples.pop_front();
@@ -167,39 +173,96 @@ Ledger::~Ledger() = default;
 
 namespace {
 
-absl::Status ValidateSpec(const v1::DatasetSpec& spec, int64_t* records) {
-  if (spec.job().empty()) return absl::InvalidArgumentError("spec.job: must not be empty");
-  if (spec.name().empty()) return absl::InvalidArgumentError("spec.name: must not be empty");
-  if (spec.job().find('/') != std::string::npos) {
-    return absl::InvalidArgumentError("spec.job: must not contain '/'");
+// `field` names the value in the request (`spec.name`, `worker_id`).
+absl::Status ValidateName(const std::string& value, const std::string& field,
+                          size_t max_bytes = kMaxNameBytes) {
+  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
+  if (value.size() > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", value.size(), " bytes, more than the limit of ", max_bytes));
   }
-  if (spec.files_size() > 0) {
-    int64_t sum = 0;
-    for (int i = 0; i < spec.files_size(); ++i) {
-      const v1::DataFile& f = spec.files(i);
-      if (f.path().empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("spec.files[", i, "].path: must not be empty"));
-      }
-      if (f.records() <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("spec.files[", i, "].records: must be > 0, got ", f.records()));
-      }
-      sum += f.records();
-    }
-    if (spec.record_count() != 0 && spec.record_count() != sum) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    const auto c = static_cast<unsigned char>(value[i]);
+    if (c < 0x20 || c == 0x7f) {
       return absl::InvalidArgumentError(
-          absl::StrCat("spec.record_count: ", spec.record_count(),
-                       " differs from the sum of spec.files[].records (", sum, ")"));
+          absl::StrCat(field, ": must not contain control characters (byte 0x",
+                       absl::Hex(c, absl::kZeroPad2), " at offset ", i, ")"));
     }
-    *records = sum;
-  } else {
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateJob(const std::string& job, const std::string& field) {
+  RETURN_IF_ERROR(ValidateName(job, field));
+  if (job.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": must not contain '/'"));
+  }
+  return absl::OkStatus();
+}
+
+// A dataset named in a call; an empty name is allowed where it means "every
+// dataset of the job".
+absl::Status ValidateRef(const v1::DatasetRef& ref, bool name_optional = false) {
+  RETURN_IF_ERROR(ValidateJob(ref.job(), "dataset.job"));
+  if (name_optional && ref.name().empty()) return absl::OkStatus();
+  return ValidateName(ref.name(), "dataset.name");
+}
+
+// The dataset's records: the sum of its files' (checked), or record_count.
+absl::StatusOr<int64_t> RecordsOf(const v1::DatasetSpec& spec) {
+  if (spec.files_size() == 0) {
     if (spec.record_count() <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "spec.record_count: must be > 0 (or give spec.files), got ", spec.record_count()));
     }
-    *records = spec.record_count();
+    return spec.record_count();
   }
+  int64_t sum = 0;
+  for (int i = 0; i < spec.files_size(); ++i) {
+    const v1::DataFile& f = spec.files(i);
+    const std::string field = absl::StrCat("spec.files[", i, "]");
+    RETURN_IF_ERROR(ValidateName(f.path(), field + ".path", kMaxPathBytes));
+    if (f.records() <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".records: must be > 0, got ", f.records()));
+    }
+    if (__builtin_add_overflow(sum, f.records(), &sum)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".records: the sum of spec.files[].records passes 2^63-1 at this file"));
+    }
+  }
+  if (spec.record_count() != 0 && spec.record_count() != sum) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.record_count: ", spec.record_count(),
+                     " differs from the sum of spec.files[].records (", sum, ")"));
+  }
+  return sum;
+}
+
+// Bytes of the file slices in the largest AcquireShard answer of an
+// unshuffled dataset: a shard lists one slice per file it overlaps.
+int64_t MaxSliceBytes(const v1::DatasetSpec& spec) {
+  constexpr int64_t kSliceOverhead = 32;  // tags, lengths, offset and count varints
+  int64_t largest = 0;
+  int64_t shard = -1;  // the shard whose slices `bytes` counts
+  int64_t bytes = 0;
+  int64_t start = 0;
+  for (const v1::DataFile& f : spec.files()) {
+    const int64_t slice = kSliceOverhead + static_cast<int64_t>(f.path().size());
+    const int64_t first = start / spec.shard_size();
+    const int64_t last = (start + f.records() - 1) / spec.shard_size();
+    if (first != shard) bytes = 0;
+    bytes += slice;
+    largest = std::max(largest, bytes);
+    if (last != first) bytes = slice;  // the file's last shard starts with it
+    shard = last;
+    start += f.records();
+  }
+  return largest;
+}
+
+// Sizes: shard count, records x epochs, and what one answer carries.
+absl::Status ValidateSizes(const v1::DatasetSpec& spec, int64_t records) {
   if (spec.shard_size() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.shard_size: must be > 0, got ", spec.shard_size()));
@@ -208,13 +271,37 @@ absl::Status ValidateSpec(const v1::DatasetSpec& spec, int64_t* records) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.epochs: must be > 0, got ", spec.epochs()));
   }
-  int64_t shards = (*records + spec.shard_size() - 1) / spec.shard_size();
-  if (shards > kMaxShards) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.shard_size: ", spec.shard_size(),
-                                                   " gives ", shards,
-                                                   " shards, more than the limit ", kMaxShards));
+  int64_t total = 0;
+  if (__builtin_mul_overflow(records, static_cast<int64_t>(spec.epochs()), &total)) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.epochs: ", records, " records x ",
+                                                   spec.epochs(), " epochs passes 2^63-1"));
+  }
+  const int64_t shards = ShardCount(records, spec.shard_size());
+  if (shards > kMaxShardsPerDataset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.shard_size: ", spec.shard_size(), " gives ", shards,
+                     " shards, more than the limit ", kMaxShardsPerDataset));
+  }
+  const int64_t largest_shard = std::min(spec.shard_size(), records);
+  if (spec.shuffle() && largest_shard > kMaxShuffledShardSize) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "spec.shard_size: shuffled shards of ", largest_shard, " records, more than the limit ",
+        kMaxShuffledShardSize, " (each AcquireShard answer lists a shuffled shard's record ids)"));
+  }
+  if (!spec.shuffle() && MaxSliceBytes(spec) > kMaxAnswerBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("spec.files: a shard's file slices take ", MaxSliceBytes(spec),
+                     " bytes in an AcquireShard answer, more than the limit ", kMaxAnswerBytes,
+                     " (a smaller spec.shard_size covers fewer files)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ValidateSpec(const v1::DatasetSpec& spec, int64_t* records) {
+  RETURN_IF_ERROR(ValidateJob(spec.job(), "spec.job"));
+  RETURN_IF_ERROR(ValidateName(spec.name(), "spec.name"));
+  ASSIGN_OR_RETURN(*records, RecordsOf(spec));
+  return ValidateSizes(spec, *records);
 }
 
 std::string DescribeDifferences(const v1::DatasetSpec& a, const v1::DatasetSpec& b) {
@@ -269,6 +356,7 @@ absl::Status Ledger::Recover() {
     InitDataset(*ds);
     ds->shards.assign(ds->finished() ? 0 : ds->shard_count, ShardSlot{});
     next_dataset_id_ = std::max(next_dataset_id_, row.id + 1);
+    total_shards_ += ds->shard_count;
     by_id[row.id] = ds.get();
     datasets_[Key(row.job, row.name)] = std::move(ds);
   }
@@ -282,6 +370,11 @@ absl::Status Ledger::Recover() {
     slot.state = row.state;
     slot.committed = row.committed;
     slot.token = row.token;
+  }
+  for (const WorkerRow& row : snap.workers) {
+    auto it = by_id.find(row.dataset_id);
+    if (it != by_id.end())
+      it->second->workers[row.worker].records_committed = row.records_committed;
   }
   const int64_t now = clock_->NowMillis();
   for (const LeaseRow& row : snap.active_leases) {
@@ -329,7 +422,7 @@ void InitDataset(Ledger::Dataset& ds) {
   }
   if (ds.spec.files_size() == 0) records = ds.spec.record_count();
   ds.records = records;
-  ds.shard_count = (records + ds.spec.shard_size() - 1) / ds.spec.shard_size();
+  ds.shard_count = ShardCount(records, ds.spec.shard_size());
 }
 
 // Internal helpers that run with the ledger's mutex held.
@@ -469,24 +562,47 @@ absl::Status Ledger::UnknownToken(const Dataset& ds, uint64_t token) const {
   return absl::NotFoundError(absl::StrCat("token: no lease ", token, " was ever issued"));
 }
 
-#define ANTDT_FIND_DATASET(ref, ds_var)                                                           \
-  if ((ref).job().empty()) return absl::InvalidArgumentError("dataset.job: must not be empty");   \
-  if ((ref).name().empty()) return absl::InvalidArgumentError("dataset.name: must not be empty"); \
-  auto ds_it = datasets_.find(Key((ref).job(), (ref).name()));                                    \
-  if (ds_it == datasets_.end())                                                                   \
-    return absl::NotFoundError(                                                                   \
-        absl::StrCat("dataset: no dataset ", (ref).name(), " in job ", (ref).job()));             \
+#define ANTDT_FIND_DATASET(ref, ds_var)                                               \
+  auto ds_it = datasets_.find(Key((ref).job(), (ref).name()));                        \
+  if (ds_it == datasets_.end())                                                       \
+    return absl::NotFoundError(                                                       \
+        absl::StrCat("dataset: no dataset ", (ref).name(), " in job ", (ref).job())); \
   Dataset& ds_var = *ds_it->second
 
+absl::Status Ledger::CheckTotals(int64_t shards) const {
+  const int64_t datasets = static_cast<int64_t>(datasets_.size() + building_.size());
+  if (datasets >= options_.max_datasets) {
+    return absl::ResourceExhaustedError(absl::StrCat("spec: the service holds ", datasets,
+                                                     " datasets, the limit max_datasets (",
+                                                     options_.max_datasets, ")"));
+  }
+  if (shards > options_.max_total_shards - total_shards_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("spec: the dataset's ", shards, " shards would bring the service's total to ",
+                     total_shards_ + shards, ", more than the limit max_total_shards (",
+                     options_.max_total_shards, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Reserves the key and the shards under the mutex, builds the dataset's shard
+// state (up to kMaxShardsPerDataset slots and the epoch's order) without it,
+// then publishes it: other calls are not held up by a large dataset.
 absl::StatusOr<v1::CreateDatasetResponse> Ledger::CreateDataset(
     const v1::CreateDatasetRequest& req) {
   int64_t records = 0;
   RETURN_IF_ERROR(ValidateSpec(req.spec(), &records));
+  const std::string key = Key(req.spec().job(), req.spec().name());
+  auto ds = std::make_unique<Dataset>();
+  ds->spec = req.spec();
+  ds->row.job = req.spec().job();
+  ds->row.name = req.spec().name();
+  ds->spec.SerializeToString(&ds->row.spec);
+  InitDataset(*ds);
   v1::CreateDatasetResponse resp;
-  uint64_t seq = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::string key = Key(req.spec().job(), req.spec().name());
+    std::unique_lock<std::mutex> lock(mu_);
+    building_done_.wait(lock, [&] { return building_.count(key) == 0; });
     auto it = datasets_.find(key);
     if (it != datasets_.end()) {
       std::string diff = DescribeDifferences(it->second->spec, req.spec());
@@ -497,34 +613,40 @@ absl::StatusOr<v1::CreateDatasetResponse> Ledger::CreateDataset(
       resp.set_created(false);
       resp.set_shard_count(it->second->shard_count);
       resp.set_record_count(it->second->records);
-      seq = store_->LastSeq();
-    } else {
-      auto ds = std::make_unique<Dataset>();
-      ds->spec = req.spec();
-      ds->row.id = next_dataset_id_++;
-      ds->row.job = req.spec().job();
-      ds->row.name = req.spec().name();
-      ds->row.epoch = 0;
-      ds->spec.SerializeToString(&ds->row.spec);
-      InitDataset(*ds);
-      ds->StartEpoch();
-      resp.set_created(true);
-      resp.set_shard_count(ds->shard_count);
-      resp.set_record_count(ds->records);
-      seq = store_->Append({ds->row});
-      LogEvent("dataset_created", {{"dataset", key},
-                                   {"records", ds->records},
-                                   {"shards", ds->shard_count},
-                                   {"epochs", ds->spec.epochs()}});
-      datasets_[key] = std::move(ds);
+      const uint64_t seq = store_->LastSeq();
+      lock.unlock();
+      RETURN_IF_ERROR(store_->WaitDurable(seq));
+      return resp;
     }
+    RETURN_IF_ERROR(CheckTotals(ds->shard_count));
+    building_.insert(key);
+    total_shards_ += ds->shard_count;
+    ds->row.id = next_dataset_id_++;
   }
+  ds->StartEpoch();
+  resp.set_created(true);
+  resp.set_shard_count(ds->shard_count);
+  resp.set_record_count(ds->records);
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seq = store_->Append({ds->row});
+    LogEvent("dataset_created", {{"dataset", key},
+                                 {"records", ds->records},
+                                 {"shards", ds->shard_count},
+                                 {"epochs", ds->spec.epochs()}});
+    datasets_[key] = std::move(ds);
+    building_.erase(key);
+  }
+  building_done_.notify_all();
   RETURN_IF_ERROR(store_->WaitDurable(seq));
   return resp;
 }
 
 absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireShardRequest& req) {
-  if (req.worker_id().empty()) return absl::InvalidArgumentError("worker_id: must not be empty");
+  RETURN_IF_ERROR(ValidateRef(req.dataset()));
+  RETURN_IF_ERROR(ValidateName(req.worker_id(), "worker_id"));
+  if (!req.request_id().empty()) RETURN_IF_ERROR(ValidateName(req.request_id(), "request_id"));
   if (req.incarnation() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("incarnation: must be >= 0, got ", req.incarnation()));
@@ -611,6 +733,7 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireS
 
 absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
     const v1::ReportProgressRequest& req) {
+  RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.token() == 0) return absl::InvalidArgumentError("token: must not be 0");
   if (req.records_done() < 0) {
     return absl::InvalidArgumentError(
@@ -640,7 +763,8 @@ absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
         lease.row.committed = slot.committed;
         batch.push_back(lease.row);
         batch.push_back(ops.RowOf(ds, lease.row.index));
-        ds.RecordCommit(lease.row.worker, delta, clock_->NowMillis(), options_.rate_window_ms);
+        ds.RecordCommit(lease.row.worker, delta, clock_->NowMillis(), options_.rate_window_ms,
+                        batch);
       }
       lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
       resp.mutable_lease()->set_token(lease.row.token);
@@ -669,6 +793,7 @@ absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
 
 absl::StatusOr<v1::CompleteShardResponse> Ledger::CompleteShard(
     const v1::CompleteShardRequest& req) {
+  RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.token() == 0) return absl::InvalidArgumentError("token: must not be 0");
   v1::CompleteShardResponse resp;
   uint64_t seq = 0;
@@ -684,7 +809,8 @@ absl::StatusOr<v1::CompleteShardResponse> Ledger::CompleteShard(
       const int64_t index = it->second.row.index;
       ShardSlot& slot = ds.shards[index];
       const int64_t delta = ds.ShardSize(index) - slot.committed;
-      ds.RecordCommit(it->second.row.worker, delta, clock_->NowMillis(), options_.rate_window_ms);
+      ds.RecordCommit(it->second.row.worker, delta, clock_->NowMillis(), options_.rate_window_ms,
+                      batch);
       slot.committed = ds.ShardSize(index);
       ops.EndLease(ds, req.token(), LeaseState::kCompleted);
       seq = store_->Append(std::move(batch));
@@ -708,13 +834,11 @@ absl::StatusOr<v1::CompleteShardResponse> Ledger::CompleteShard(
 
 absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
     const v1::ReleaseWorkerRequest& req) {
-  if (req.dataset().job().empty()) {
-    return absl::InvalidArgumentError("dataset.job: must not be empty");
-  }
-  if (req.worker_id().empty()) return absl::InvalidArgumentError("worker_id: must not be empty");
-  if (req.incarnation() < -1) {
+  RETURN_IF_ERROR(ValidateRef(req.dataset(), /*name_optional=*/true));
+  RETURN_IF_ERROR(ValidateName(req.worker_id(), "worker_id"));
+  if (req.incarnation() < -1 || req.incarnation() == INT64_MAX) {
     return absl::InvalidArgumentError(
-        absl::StrCat("incarnation: must be >= -1, got ", req.incarnation()));
+        absl::StrCat("incarnation: must be >= -1 and < ", INT64_MAX, ", got ", req.incarnation()));
   }
   v1::ReleaseWorkerResponse resp;
   uint64_t seq = 0;
@@ -768,6 +892,7 @@ absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
 }
 
 absl::StatusOr<v1::CheckpointResponse> Ledger::Checkpoint(const v1::CheckpointRequest& req) {
+  RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", req.step()));
   }
@@ -797,6 +922,7 @@ absl::StatusOr<v1::CheckpointResponse> Ledger::Checkpoint(const v1::CheckpointRe
 }
 
 absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& req) {
+  RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", req.step()));
   }
@@ -858,6 +984,7 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
 }
 
 absl::StatusOr<v1::GetProgressResponse> Ledger::GetProgress(const v1::GetProgressRequest& req) {
+  RETURN_IF_ERROR(ValidateRef(req.dataset()));
   v1::GetProgressResponse resp;
   uint64_t seq = 0;
   {

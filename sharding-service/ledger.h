@@ -7,14 +7,18 @@
 // is lost. Every change is appended to the Store and each call returns only
 // once that change (and all before it) is durable.
 //
-// Thread-safe: one mutex guards the state; durability waits happen outside it.
+// Thread-safe: one mutex guards the state; durability waits, and building a new
+// dataset's shards, happen outside it.
 #pragma once
 
+#include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -26,10 +30,33 @@
 
 namespace antdt::sharding {
 
+// What one request may ask for. Each bound is checked at the edge of the call
+// that carries it, and a refused call changes nothing (docs/sharding.md,
+// "Limits").
+//
+// Names (job, dataset name, worker id, request id): 1 to 253 bytes, like a
+// Kubernetes object name, with no control character (a NUL would cut the name
+// short in the store, and two names would become one).
+inline constexpr size_t kMaxNameBytes = 253;
+// A file path: PATH_MAX on Linux.
+inline constexpr size_t kMaxPathBytes = 4096;
+inline constexpr int64_t kMaxShardsPerDataset = 50'000'000;
+// A shuffled shard's record ids are listed in every AcquireShard answer, at
+// most 10 bytes each: 100,000 of them take at most 1 MB, a quarter of gRPC's
+// default 4 MiB limit on a message a client accepts.
+inline constexpr int64_t kMaxShuffledShardSize = 100'000;
+// The same bound on the file slices of an unshuffled shard.
+inline constexpr int64_t kMaxAnswerBytes = 1'000'000;
+
 struct LedgerOptions {
   int64_t lease_ttl_ms = 30'000;
   int64_t wait_retry_ms = 200;  // retry-after when every shard left is leased
   int64_t rate_window_ms = 30'000;
+  // Totals over every dataset of the service; CreateDataset beyond them is
+  // RESOURCE_EXHAUSTED. A shard takes about 32 bytes of memory (its slot, its
+  // place in the queue): 100M shards are about 3.2 GB.
+  int64_t max_datasets = 10'000;
+  int64_t max_total_shards = 100'000'000;
 };
 
 // Counters over the life of this process, for metrics.
@@ -73,6 +100,9 @@ class Ledger {
  private:
   Ledger(Store* store, const Clock* clock, LedgerOptions options);
   absl::Status Recover();
+  // RESOURCE_EXHAUSTED when one more dataset of `shards` shards passes a
+  // service total. With mu_ held.
+  absl::Status CheckTotals(int64_t shards) const;
   absl::Status UnknownToken(const Dataset& ds, uint64_t token) const;
   // An ended lease of `ds` (recent ones from memory, older from the store);
   // FAILED_PRECONDITION or NOT_FOUND when there is no row for the token.
@@ -84,6 +114,11 @@ class Ledger {
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Dataset>> datasets_;  // "job/name"
+  // Datasets being built outside mu_ by CreateDataset: a second create of the
+  // same key waits on building_done_; their shards count in the totals.
+  std::set<std::string> building_;
+  std::condition_variable building_done_;
+  int64_t total_shards_ = 0;  // of datasets_ and building_
   int64_t next_dataset_id_ = 1;
   uint64_t next_token_ = 1;
 };

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
 
 namespace antdt::sharding {
 namespace {
@@ -14,11 +18,15 @@ class LedgerTest : public ::testing::Test {
  protected:
   void SetUp() override { Reopen(); }
 
-  // Rebuilds the ledger over the same store: what a restart does.
-  void Reopen() {
-    ledger_.reset();
+  static LedgerOptions Options() {
     LedgerOptions options;
     options.lease_ttl_ms = 10'000;
+    return options;
+  }
+
+  // Rebuilds the ledger over the same store: what a restart does.
+  void Reopen(const LedgerOptions& options = Options()) {
+    ledger_.reset();
     auto l = Ledger::Open(&store_, &clock_, options);
     ASSERT_TRUE(l.ok()) << l.status();
     ledger_ = std::move(*l);
@@ -36,11 +44,28 @@ class LedgerTest : public ::testing::Test {
     return spec;
   }
 
-  void Create(const v1::DatasetSpec& spec) {
+  absl::StatusOr<v1::CreateDatasetResponse> CreateResult(const v1::DatasetSpec& spec) {
     v1::CreateDatasetRequest req;
     *req.mutable_spec() = spec;
-    auto r = ledger_->CreateDataset(req);
+    return ledger_->CreateDataset(req);
+  }
+
+  void Create(const v1::DatasetSpec& spec) {
+    auto r = CreateResult(spec);
     ASSERT_TRUE(r.ok()) << r.status();
+  }
+
+  // `call` must be refused with `code` naming `field`, and change nothing: no
+  // store write, and the dataset Ref() answers GetProgress as before.
+  void ExpectRefused(const std::function<absl::Status()>& call, absl::StatusCode code,
+                     const std::string& field) {
+    const uint64_t seq = store_.LastSeq();
+    const std::string before = Progress().SerializeAsString();
+    const absl::Status s = call();
+    EXPECT_EQ(s.code(), code) << field << ": " << s;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s;
+    EXPECT_EQ(store_.LastSeq(), seq) << field;
+    EXPECT_EQ(Progress().SerializeAsString(), before) << field;
   }
 
   v1::DatasetRef Ref() {
@@ -511,6 +536,249 @@ TEST_F(LedgerTest, PerWorkerRateAndEta) {
   EXPECT_EQ(p.workers(0).records_committed(), 100);
   EXPECT_NEAR(p.workers(0).records_per_second(), 20.0, 3.0);
   EXPECT_NEAR(p.eta_seconds(), 900 / p.records_per_second(), 1e-6);
+}
+
+TEST_F(LedgerTest, BadNamesAreRefusedAtTheEdgeAndChangeNothing) {
+  Create(Spec(100, 10));
+  const uint64_t held = Acquire("w").lease().token();
+  const std::string nul("a\0b", 3);
+  const std::string too_long(kMaxNameBytes + 1, 'x');
+  struct Case {
+    std::function<void(v1::DatasetSpec&)> mutate;
+    std::string field;
+  };
+  const std::vector<Case> specs = {
+      {[&](v1::DatasetSpec& s) { s.set_name(nul); }, "spec.name"},
+      {[&](v1::DatasetSpec& s) { s.set_name("tab\there"); }, "spec.name"},
+      {[&](v1::DatasetSpec& s) { s.set_name(too_long); }, "spec.name"},
+      {[&](v1::DatasetSpec& s) { s.set_job(nul); }, "spec.job"},
+      {[&](v1::DatasetSpec& s) { s.set_job("del\x7f"); }, "spec.job"},
+      {[&](v1::DatasetSpec& s) {
+         s.set_record_count(0);
+         s.add_files()->set_path("a\nb");
+         s.mutable_files(0)->set_records(5);
+       },
+       "spec.files[0].path"},
+      {[&](v1::DatasetSpec& s) {
+         s.set_record_count(0);
+         s.add_files()->set_path(std::string(kMaxPathBytes + 1, 'p'));
+         s.mutable_files(0)->set_records(5);
+       },
+       "spec.files[0].path"},
+  };
+  for (const Case& c : specs) {
+    v1::DatasetSpec spec = Spec(100, 10);
+    spec.set_name("other");
+    c.mutate(spec);
+    ExpectRefused([&] { return CreateResult(spec).status(); }, absl::StatusCode::kInvalidArgument,
+                  c.field);
+  }
+  const auto invalid = absl::StatusCode::kInvalidArgument;
+  v1::DatasetRef bad_name = Ref();
+  bad_name.set_name(nul);
+  v1::DatasetRef bad_job = Ref();
+  bad_job.set_job(nul);
+  v1::AcquireShardRequest acq;
+  *acq.mutable_dataset() = Ref();
+  acq.set_worker_id(std::string("w\0x", 3));
+  ExpectRefused([&] { return ledger_->AcquireShard(acq).status(); }, invalid, "worker_id");
+  acq.set_worker_id(too_long);
+  ExpectRefused([&] { return ledger_->AcquireShard(acq).status(); }, invalid, "worker_id");
+  acq.set_worker_id("w2");
+  acq.set_request_id("r\x01");
+  ExpectRefused([&] { return ledger_->AcquireShard(acq).status(); }, invalid, "request_id");
+  acq.set_request_id("");
+  *acq.mutable_dataset() = bad_job;
+  ExpectRefused([&] { return ledger_->AcquireShard(acq).status(); }, invalid, "dataset.job");
+  v1::ReleaseWorkerRequest rel;
+  *rel.mutable_dataset() = Ref();
+  rel.set_worker_id(std::string("w\0", 2));
+  rel.set_incarnation(-1);
+  ExpectRefused([&] { return ledger_->ReleaseWorker(rel).status(); }, invalid, "worker_id");
+  rel.set_worker_id("w");
+  rel.set_incarnation(INT64_MAX);  // + 1 would overflow
+  ExpectRefused([&] { return ledger_->ReleaseWorker(rel).status(); }, invalid, "incarnation");
+  rel.set_incarnation(0);
+  rel.mutable_dataset()->set_name("\x1b[31m");
+  ExpectRefused([&] { return ledger_->ReleaseWorker(rel).status(); }, invalid, "dataset.name");
+  v1::ReportProgressRequest rep;
+  *rep.mutable_dataset() = bad_name;
+  rep.set_token(held);
+  rep.set_records_done(3);
+  ExpectRefused([&] { return ledger_->ReportProgress(rep).status(); }, invalid, "dataset.name");
+  v1::CompleteShardRequest com;
+  *com.mutable_dataset() = bad_name;
+  com.set_token(held);
+  ExpectRefused([&] { return ledger_->CompleteShard(com).status(); }, invalid, "dataset.name");
+  v1::CheckpointRequest ckpt;
+  *ckpt.mutable_dataset() = bad_job;
+  ExpectRefused([&] { return ledger_->Checkpoint(ckpt).status(); }, invalid, "dataset.job");
+  v1::RestoreRequest restore;
+  *restore.mutable_dataset() = bad_name;
+  ExpectRefused([&] { return ledger_->Restore(restore).status(); }, invalid, "dataset.name");
+  v1::GetProgressRequest progress;
+  *progress.mutable_dataset() = bad_name;
+  ExpectRefused([&] { return ledger_->GetProgress(progress).status(); }, invalid, "dataset.name");
+  // At the limit is fine, and the lease held before is intact.
+  v1::DatasetSpec longest = Spec(100, 10);
+  longest.set_name(std::string(kMaxNameBytes, 'n'));
+  EXPECT_TRUE(CreateResult(longest).ok());
+  EXPECT_TRUE(Complete(held).ok());
+}
+
+TEST_F(LedgerTest, SizeArithmeticIsCheckedAndChangesNothing) {
+  Create(Spec(100, 10));
+  auto files = [](std::vector<int64_t> records) {
+    v1::DatasetSpec spec;
+    spec.set_job("job1");
+    spec.set_name("big");
+    spec.set_shard_size(int64_t{1} << 62);
+    spec.set_epochs(1);
+    for (int64_t r : records) {
+      v1::DataFile* f = spec.add_files();
+      f->set_path("f");
+      f->set_records(r);
+    }
+    return spec;
+  };
+  const int64_t quarter = int64_t{1} << 62;
+  // Four files of 2^62 records summed to 0 and made a dataset that waits forever.
+  const v1::DatasetSpec wraps_to_zero = files({quarter, quarter, quarter, quarter});
+  const v1::DatasetSpec wraps_negative = files({INT64_MAX, 1});
+  v1::DatasetSpec epochs = Spec(quarter, quarter, 2);
+  epochs.set_name("big");
+  epochs.set_record_count(INT64_MAX / 2 + 1);
+  epochs.set_shard_size(INT64_MAX);
+  const auto invalid = absl::StatusCode::kInvalidArgument;
+  ExpectRefused([&] { return CreateResult(wraps_to_zero).status(); }, invalid,
+                "spec.files[1].records");
+  ExpectRefused([&] { return CreateResult(wraps_negative).status(); }, invalid,
+                "spec.files[1].records");
+  ExpectRefused([&] { return CreateResult(epochs).status(); }, invalid, "spec.epochs");
+  // The largest sizes that fit are served.
+  epochs.set_epochs(1);
+  epochs.set_record_count(INT64_MAX);
+  auto r = CreateResult(epochs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->shard_count(), 1);
+}
+
+TEST_F(LedgerTest, AnswersAreBoundedAtCreation) {
+  Create(Spec(100, 10));
+  v1::DatasetSpec shuffled = Spec(100'000'000, 10'000'000, 1, /*shuffle=*/true);
+  shuffled.set_name("shuffled");
+  ExpectRefused([&] { return CreateResult(shuffled).status(); },
+                absl::StatusCode::kResourceExhausted, "limit 100000");
+  // Files whose slices in one shard's answer take more than kMaxAnswerBytes.
+  v1::DatasetSpec many = Spec(0, 100'000);
+  many.set_name("many-files");
+  many.set_record_count(0);
+  for (int i = 0; i < 40'000; ++i) {
+    v1::DataFile* f = many.add_files();
+    f->set_path(absl::StrCat(std::string(60, 'p'), i));
+    f->set_records(1);
+  }
+  ExpectRefused([&] { return CreateResult(many).status(); }, absl::StatusCode::kResourceExhausted,
+                "spec.files");
+  // At the limits: the largest answers fit well under gRPC's 4 MiB.
+  many.set_shard_size(10'000);
+  Create(many);
+  shuffled.set_record_count(2 * kMaxShuffledShardSize);
+  shuffled.set_shard_size(kMaxShuffledShardSize);
+  Create(shuffled);
+  for (const char* name : {"many-files", "shuffled"}) {
+    v1::AcquireShardRequest acq;
+    acq.mutable_dataset()->set_job("job1");
+    acq.mutable_dataset()->set_name(name);
+    acq.set_worker_id("w");
+    auto answer = ledger_->AcquireShard(acq);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(answer->result(), AcquireShardResponse::SHARD);
+    EXPECT_LE(answer->ByteSizeLong(), static_cast<size_t>(kMaxAnswerBytes)) << name;
+  }
+  // A shard_size past the records is one shard of them all, as before.
+  v1::DatasetSpec small = Spec(1000, 1'000'000'000, 1, /*shuffle=*/true);
+  small.set_name("small");
+  Create(small);
+}
+
+TEST_F(LedgerTest, ServiceTotalsAreBoundedAndSurviveARestart) {
+  LedgerOptions options = Options();
+  options.max_datasets = 3;
+  options.max_total_shards = 25;
+  Reopen(options);
+  Create(Spec(100, 10));  // 10 shards
+  auto named = [&](const char* name, int64_t records) {
+    v1::DatasetSpec spec = Spec(records, 10);
+    spec.set_name(name);
+    return spec;
+  };
+  Create(named("b", 100));
+  const auto exhausted = absl::StatusCode::kResourceExhausted;
+  ExpectRefused([&] { return CreateResult(named("c", 100)).status(); }, exhausted,
+                "max_total_shards (25)");
+  Create(named("c", 50));
+  ExpectRefused([&] { return CreateResult(named("d", 10)).status(); }, exhausted,
+                "max_datasets (3)");
+  auto again = CreateResult(Spec(100, 10));  // an existing dataset is no new one
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->created());
+  Reopen(options);
+  ExpectRefused([&] { return CreateResult(named("d", 10)).status(); }, exhausted,
+                "max_datasets (3)");
+  options.max_datasets = 4;
+  Reopen(options);
+  ExpectRefused([&] { return CreateResult(named("d", 10)).status(); }, exhausted,
+                "max_total_shards (25)");
+}
+
+TEST_F(LedgerTest, ConcurrentCreatesOfOneNameMakeOneDataset) {
+  // Large enough that building it takes a while outside the mutex.
+  const v1::DatasetSpec spec = Spec(2'000'000, 1, 1, /*shuffle=*/true);
+  std::vector<absl::StatusOr<v1::CreateDatasetResponse>> results(6);
+  std::vector<std::thread> threads;
+  for (auto& r : results) {
+    threads.emplace_back([&] { r = CreateResult(spec); });
+  }
+  v1::DatasetSpec other = spec;
+  other.set_shard_size(2);
+  absl::StatusOr<v1::CreateDatasetResponse> conflicting;
+  threads.emplace_back([&] { conflicting = CreateResult(other); });
+  for (std::thread& t : threads) t.join();
+  int created = 0;
+  for (const auto& r : results) {
+    if (!r.ok()) {
+      // The conflicting spec won the race: every other create names the difference.
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists) << r.status();
+      continue;
+    }
+    created += r->created();
+  }
+  if (conflicting.ok()) {
+    EXPECT_EQ(created, 0);
+  } else {
+    EXPECT_EQ(conflicting.status().code(), absl::StatusCode::kAlreadyExists);
+    EXPECT_EQ(created, 1);
+  }
+  EXPECT_EQ(Progress().shards_todo(), conflicting.ok() ? 1'000'000 : 2'000'000);
+}
+
+TEST_F(LedgerTest, WorkerRecordsSurviveARestart) {
+  Create(Spec(100, 10));
+  auto a = Acquire("a");
+  ASSERT_TRUE(Report(a.lease().token(), 4).ok());
+  ASSERT_TRUE(Complete(a.lease().token()).ok());
+  auto b = Acquire("b");
+  ASSERT_TRUE(Report(b.lease().token(), 3).ok());
+  Reopen();
+  auto p = Progress();
+  ASSERT_EQ(p.workers_size(), 2);
+  EXPECT_EQ(p.workers(0).worker_id(), "a");
+  EXPECT_EQ(p.workers(0).records_committed(), 10);
+  EXPECT_EQ(p.workers(1).worker_id(), "b");
+  EXPECT_EQ(p.workers(1).records_committed(), 3);
+  ASSERT_TRUE(Complete(b.lease().token()).ok());
+  EXPECT_EQ(Progress().workers(1).records_committed(), 10);
 }
 
 }  // namespace

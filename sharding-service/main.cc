@@ -21,10 +21,14 @@ constexpr const char* kUsage = R"(usage: antdt-sharding-service [flags]
   --state-dir DIR             where the SQLite state lives          [antdt-state]
   --ready-file PATH           written with the bound address once serving
   --config FILE               YAML with the same keys (listen, metrics_listen,
-                              state_dir, ready_file, lease_ttl, sync); flags win
+                              state_dir, ready_file, lease_ttl, sync,
+                              max_datasets, max_total_shards); flags win
   --lease-ttl DURATION        lease length, renewed by every report [30s]
   --sync full|normal          full: fsync each group commit; normal: survive
                               a process kill, not a power loss      [full]
+  --max-datasets N            datasets the service holds, in all    [10000]
+  --max-total-shards N        shards of all datasets together       [100000000]
+                              (about 32 bytes of memory each)
 )";
 
 int Fail(const absl::Status& status) {
@@ -39,10 +43,11 @@ int main(int argc, char** argv) {
   using namespace antdt::sharding;
   BlockTerminationSignals();
   int exit_code = 0;
-  const std::optional<ParsedFlags> flags = ParseCommandLine(
-      argc, argv, "antdt-sharding-service", kUsage,
-      {"listen", "metrics-listen", "state-dir", "ready-file", "config", "lease-ttl", "sync"},
-      &exit_code);
+  const std::optional<ParsedFlags> flags =
+      ParseCommandLine(argc, argv, "antdt-sharding-service", kUsage,
+                       {"listen", "metrics-listen", "state-dir", "ready-file", "config",
+                        "lease-ttl", "sync", "max-datasets", "max-total-shards"},
+                       &exit_code);
   if (!flags) return exit_code;
   auto loaded = LoadConfig<ServiceConfig>(*flags, ParseServiceConfig, ApplyServiceFlags);
   if (!loaded.ok()) return Fail(loaded.status());
@@ -54,6 +59,8 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   LedgerOptions options;
   options.lease_ttl_ms = config.lease_ttl_ms;
+  options.max_datasets = config.max_datasets;
+  options.max_total_shards = config.max_total_shards;
   auto ledger = Ledger::Open(store->get(), &RealClock::Get(), options);
   if (!ledger.ok()) return Fail(ledger.status());
   const double recovery_s =
@@ -91,6 +98,8 @@ int main(int argc, char** argv) {
                        {"state_dir", config.state_dir},
                        {"recovery_seconds", recovery_s},
                        {"lease_ttl_ms", config.lease_ttl_ms},
+                       {"max_datasets", config.max_datasets},
+                       {"max_total_shards", config.max_total_shards},
                        {"sync", config.sync_full ? "full" : "normal"}});
 
   int sig = (*serving)->WaitForSignal();

@@ -26,6 +26,7 @@ absl::StatusOr<StoreSnapshot> MemoryStore::Load() {
   for (const auto& [token, row] : leases_) {
     if (row.state == LeaseState::kActive) snap.active_leases.push_back(row);
   }
+  for (const auto& [key, row] : workers_) snap.workers.push_back(row);
   snap.next_token = next_token_;
   return snap;
 }
@@ -54,6 +55,8 @@ uint64_t MemoryStore::Append(std::vector<Mutation> batch) {
       checkpoints_[{c->dataset_id, c->step}] = c->blob;
     } else if (auto* n = std::get_if<NextToken>(&m)) {
       next_token_ = n->value;
+    } else if (auto* w = std::get_if<WorkerRow>(&m)) {
+      workers_[{w->dataset_id, w->worker}] = *w;
     }
   }
   return ++seq_;

@@ -32,6 +32,9 @@ CREATE INDEX IF NOT EXISTS leases_epoch ON leases(dataset_id, epoch);
 CREATE TABLE IF NOT EXISTS checkpoints(
   dataset_id INTEGER NOT NULL, step INTEGER NOT NULL, blob BLOB NOT NULL,
   PRIMARY KEY(dataset_id, step));
+CREATE TABLE IF NOT EXISTS workers(
+  dataset_id INTEGER NOT NULL, worker TEXT NOT NULL, records_committed INTEGER NOT NULL,
+  PRIMARY KEY(dataset_id, worker)) WITHOUT ROWID;
 )sql";
 
 absl::Status SqlError(sqlite3* db, const std::string& what) {
@@ -57,18 +60,30 @@ sqlite3_stmt* Prepare(sqlite3* db, const char* sql) {
   return stmt;
 }
 
+// Text with its length, so that a byte the ledger let through is never a
+// terminator here.
+void BindText(sqlite3_stmt* s, int column, const std::string& text) {
+  sqlite3_bind_text(s, column, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+}
+
+std::string ColumnText(sqlite3_stmt* s, int column) {
+  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, column));
+  if (text == nullptr) return {};
+  return std::string(text, static_cast<size_t>(sqlite3_column_bytes(s, column)));
+}
+
 LeaseRow ReadLeaseRow(sqlite3_stmt* s) {
   LeaseRow row;
   row.token = static_cast<uint64_t>(sqlite3_column_int64(s, 0));
   row.dataset_id = sqlite3_column_int64(s, 1);
   row.epoch = sqlite3_column_int(s, 2);
   row.index = sqlite3_column_int64(s, 3);
-  row.worker = reinterpret_cast<const char*>(sqlite3_column_text(s, 4));
+  row.worker = ColumnText(s, 4);
   row.incarnation = sqlite3_column_int64(s, 5);
   row.begin = sqlite3_column_int64(s, 6);
   row.committed = sqlite3_column_int64(s, 7);
   row.state = static_cast<LeaseState>(sqlite3_column_int(s, 8));
-  row.request_id = reinterpret_cast<const char*>(sqlite3_column_text(s, 9));
+  row.request_id = ColumnText(s, 9);
   return row;
 }
 
@@ -87,9 +102,10 @@ struct SqliteStore::Statements {
   sqlite3_stmt* delete_leases;
   sqlite3_stmt* put_checkpoint;
   sqlite3_stmt* put_meta;
+  sqlite3_stmt* put_worker;
   std::vector<sqlite3_stmt*> all() const {
     return {begin,         commit,        put_dataset,    put_shard, put_lease,
-            delete_shards, delete_leases, put_checkpoint, put_meta};
+            delete_shards, delete_leases, put_checkpoint, put_meta,  put_worker};
   }
 };
 
@@ -135,6 +151,9 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
       Prepare(db, "DELETE FROM leases WHERE dataset_id = ? AND epoch < ?"),
       Prepare(db, "INSERT OR REPLACE INTO checkpoints(dataset_id, step, blob) VALUES(?,?,?)"),
       Prepare(db, "INSERT OR REPLACE INTO meta(key, value) VALUES('next_token', ?)"),
+      Prepare(db,
+              "INSERT OR REPLACE INTO workers(dataset_id, worker, records_committed) "
+              "VALUES(?,?,?)"),
   });
   store->writer_thread_ = std::thread([s = store.get()] { s->WriterLoop(); });
   return store;
@@ -181,8 +200,8 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
                       [&](sqlite3_stmt* r) {
                         DatasetRow row;
                         row.id = sqlite3_column_int64(r, 0);
-                        row.job = reinterpret_cast<const char*>(sqlite3_column_text(r, 1));
-                        row.name = reinterpret_cast<const char*>(sqlite3_column_text(r, 2));
+                        row.job = ColumnText(r, 1);
+                        row.name = ColumnText(r, 2);
                         row.spec.assign(static_cast<const char*>(sqlite3_column_blob(r, 3)),
                                         static_cast<size_t>(sqlite3_column_bytes(r, 3)));
                         row.epoch = sqlite3_column_int(r, 4);
@@ -199,6 +218,11 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
       }));
   RETURN_IF_ERROR(run(absl::StrCat("SELECT ", kLeaseColumns, " FROM leases WHERE state = 0"),
                       [&](sqlite3_stmt* r) { snap.active_leases.push_back(ReadLeaseRow(r)); }));
+  RETURN_IF_ERROR(
+      run("SELECT dataset_id, worker, records_committed FROM workers", [&](sqlite3_stmt* r) {
+        snap.workers.push_back(
+            WorkerRow{sqlite3_column_int64(r, 0), ColumnText(r, 1), sqlite3_column_int64(r, 2)});
+      }));
   RETURN_IF_ERROR(run("COMMIT", [](sqlite3_stmt*) {}));
   return snap;
 }
@@ -248,8 +272,8 @@ void SqliteStore::Apply(const Mutation& m) {
   if (const auto* d = std::get_if<DatasetRow>(&m)) {
     s = st.put_dataset;
     sqlite3_bind_int64(s, 1, d->id);
-    sqlite3_bind_text(s, 2, d->job.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(s, 3, d->name.c_str(), -1, SQLITE_TRANSIENT);
+    BindText(s, 2, d->job);
+    BindText(s, 3, d->name);
     sqlite3_bind_blob(s, 4, d->spec.data(), static_cast<int>(d->spec.size()), SQLITE_TRANSIENT);
     sqlite3_bind_int(s, 5, d->epoch);
     sqlite3_bind_int64(s, 6, d->requeues);
@@ -267,12 +291,12 @@ void SqliteStore::Apply(const Mutation& m) {
     sqlite3_bind_int64(s, 2, l->dataset_id);
     sqlite3_bind_int(s, 3, l->epoch);
     sqlite3_bind_int64(s, 4, l->index);
-    sqlite3_bind_text(s, 5, l->worker.c_str(), -1, SQLITE_TRANSIENT);
+    BindText(s, 5, l->worker);
     sqlite3_bind_int64(s, 6, l->incarnation);
     sqlite3_bind_int64(s, 7, l->begin);
     sqlite3_bind_int64(s, 8, l->committed);
     sqlite3_bind_int(s, 9, static_cast<int>(l->state));
-    sqlite3_bind_text(s, 10, l->request_id.c_str(), -1, SQLITE_TRANSIENT);
+    BindText(s, 10, l->request_id);
   } else if (const auto* ds = std::get_if<DeleteShards>(&m)) {
     s = st.delete_shards;
     sqlite3_bind_int64(s, 1, ds->dataset_id);
@@ -288,6 +312,11 @@ void SqliteStore::Apply(const Mutation& m) {
   } else if (const auto* n = std::get_if<NextToken>(&m)) {
     s = st.put_meta;
     sqlite3_bind_int64(s, 1, static_cast<int64_t>(n->value));
+  } else if (const auto* w = std::get_if<WorkerRow>(&m)) {
+    s = st.put_worker;
+    sqlite3_bind_int64(s, 1, w->dataset_id);
+    BindText(s, 2, w->worker);
+    sqlite3_bind_int64(s, 3, w->records_committed);
   }
   if (sqlite3_step(s) != SQLITE_DONE) {
     LogEvent("fatal", {{"what", "sqlite write"}, {"error", sqlite3_errmsg(writer_)}});

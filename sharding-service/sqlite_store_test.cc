@@ -1,6 +1,9 @@
 #include "sharding-service/sqlite_store.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <set>
@@ -20,6 +23,17 @@ v1::DatasetRef Ref() {
   return ref;
 }
 
+// Dataset j/d: 1000 records in shards of 100.
+v1::CreateDatasetRequest CreateRequest(int epochs) {
+  v1::CreateDatasetRequest create;
+  create.mutable_spec()->set_job("j");
+  create.mutable_spec()->set_name("d");
+  create.mutable_spec()->set_record_count(1000);
+  create.mutable_spec()->set_shard_size(100);
+  create.mutable_spec()->set_epochs(epochs);
+  return create;
+}
+
 std::unique_ptr<Ledger> OpenLedger(Store* store, const Clock* clock) {
   auto l = Ledger::Open(store, clock, LedgerOptions{});
   EXPECT_TRUE(l.ok()) << l.status();
@@ -35,13 +49,7 @@ TEST(SqliteStore, StateSurvivesReopen) {
     auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
     ASSERT_TRUE(store.ok()) << store.status();
     auto ledger = OpenLedger(store->get(), &clock);
-    v1::CreateDatasetRequest create;
-    create.mutable_spec()->set_job("j");
-    create.mutable_spec()->set_name("d");
-    create.mutable_spec()->set_record_count(1000);
-    create.mutable_spec()->set_shard_size(100);
-    create.mutable_spec()->set_epochs(2);
-    ASSERT_TRUE(ledger->CreateDataset(create).ok());
+    ASSERT_TRUE(ledger->CreateDataset(CreateRequest(2)).ok());
     v1::AcquireShardRequest acq;
     *acq.mutable_dataset() = Ref();
     acq.set_worker_id("w");
@@ -92,6 +100,86 @@ TEST(SqliteStore, StateSurvivesReopen) {
   EXPECT_EQ(next->shard().index(), held_index);
   EXPECT_EQ(next->shard().committed(), 42);
   EXPECT_GT(next->lease().token(), held);
+}
+
+// GetProgress's per-worker records, after a SIGKILL of the process that served
+// them (they were kept in memory only, and reset at every restart).
+TEST(SqliteStore, WorkerRecordsSurviveAKill) {
+  antdt::testing::TempDir dir;
+  FakeClock clock;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+    if (!store.ok()) _exit(1);
+    auto ledger = OpenLedger(store->get(), &clock);
+    if (!ledger->CreateDataset(CreateRequest(1)).ok()) _exit(1);
+    v1::AcquireShardRequest acq;
+    *acq.mutable_dataset() = Ref();
+    acq.set_worker_id("a");
+    auto a = ledger->AcquireShard(acq);
+    v1::CompleteShardRequest c;
+    *c.mutable_dataset() = Ref();
+    c.set_token(a->lease().token());
+    if (!ledger->CompleteShard(c).ok()) _exit(1);
+    acq.set_worker_id("b");
+    auto b = ledger->AcquireShard(acq);
+    v1::ReportProgressRequest p;
+    *p.mutable_dataset() = Ref();
+    p.set_token(b->lease().token());
+    p.set_records_done(42);
+    if (!ledger->ReportProgress(p).ok()) _exit(1);
+    kill(getpid(), SIGKILL);  // every answer above was durable
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child failed with status " << status;
+  auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+  ASSERT_TRUE(store.ok());
+  auto ledger = OpenLedger(store->get(), &clock);
+  v1::GetProgressRequest gp;
+  *gp.mutable_dataset() = Ref();
+  auto p = ledger->GetProgress(gp);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->workers_size(), 2);
+  EXPECT_EQ(p->workers(0).worker_id(), "a");
+  EXPECT_EQ(p->workers(0).records_committed(), 100);
+  EXPECT_EQ(p->workers(1).worker_id(), "b");
+  EXPECT_EQ(p->workers(1).records_committed(), 42);
+}
+
+// Names are stored with their length: even a NUL the ledger would refuse
+// comes back whole, so two names never become one.
+TEST(SqliteStore, TextKeepsEveryByte) {
+  antdt::testing::TempDir dir;
+  const std::string job("j\0k", 3), name("a\0b", 3), worker("w\0x", 3);
+  {
+    auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+    ASSERT_TRUE(store.ok());
+    DatasetRow d;
+    d.id = 1;
+    d.job = job;
+    d.name = name;
+    LeaseRow l;
+    l.token = 7;
+    l.dataset_id = 1;
+    l.worker = worker;
+    l.request_id = name;
+    const uint64_t seq = (*store)->Append({d, l, WorkerRow{1, worker, 5}});
+    ASSERT_TRUE((*store)->WaitDurable(seq).ok());
+  }
+  auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+  ASSERT_TRUE(store.ok());
+  auto snap = (*store)->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->datasets.size(), 1u);
+  EXPECT_EQ(snap->datasets[0].job, job);
+  EXPECT_EQ(snap->datasets[0].name, name);
+  ASSERT_EQ(snap->active_leases.size(), 1u);
+  EXPECT_EQ(snap->active_leases[0].worker, worker);
+  EXPECT_EQ(snap->active_leases[0].request_id, name);
+  ASSERT_EQ(snap->workers.size(), 1u);
+  EXPECT_EQ(snap->workers[0].worker, worker);
 }
 
 TEST(SqliteStore, ConcurrentCallsShareCommits) {

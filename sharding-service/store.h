@@ -75,14 +75,21 @@ struct CheckpointRow {
 struct NextToken {
   uint64_t value = 0;
 };
+// Records a worker committed on a dataset over all epochs (GetProgress).
+struct WorkerRow {
+  int64_t dataset_id = 0;
+  std::string worker;
+  int64_t records_committed = 0;
+};
 
 using Mutation = std::variant<DatasetRow, ShardRow, LeaseRow, DeleteShards, DeleteLeasesBefore,
-                              CheckpointRow, NextToken>;
+                              CheckpointRow, NextToken, WorkerRow>;
 
 struct StoreSnapshot {
   std::vector<DatasetRow> datasets;
   std::vector<ShardRow> shards;
   std::vector<LeaseRow> active_leases;
+  std::vector<WorkerRow> workers;
   uint64_t next_token = 1;
 };
 
@@ -124,6 +131,7 @@ class MemoryStore final : public Store {
   std::map<std::pair<int64_t, int64_t>, ShardRow> shards_;
   std::map<uint64_t, LeaseRow> leases_;
   std::map<std::pair<int64_t, int64_t>, std::string> checkpoints_;
+  std::map<std::pair<int64_t, std::string>, WorkerRow> workers_;
 };
 
 }  // namespace antdt::sharding
