@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -65,6 +66,13 @@ class ServiceTest : public ::testing::Test {
     spec.set_shard_size(100);
     spec.set_epochs(1);
     return spec;
+  }
+
+  // SIGKILL, then the binary again on the same port and state.
+  void KillAndRestart(std::vector<std::string> extra = {}) {
+    proc_->Signal(SIGKILL);
+    ASSERT_TRUE(proc_->Wait(std::chrono::seconds(10)));
+    Start(std::move(extra), address_);
   }
 
   TempDir dir_;
@@ -199,6 +207,350 @@ TEST_F(ServiceTest, BadInputNamesTheFieldOverTheWire) {
   s = stub->AcquireShard(&ctx2, acq, &aresp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_NE(s.error_message().find("missing"), std::string::npos);
+}
+
+// Each bad input of issue 14 over the wire: refused with the field or limit
+// named, nothing created, the other tenant's dataset intact after a kill -9.
+TEST_F(ServiceTest, BadInputFromOneTenantChangesNothingForOthers) {
+  Start({"--max-datasets", "2"});
+  auto client = Client("w");
+  ASSERT_TRUE(client.CreateDataset(Spec()).ok());
+  auto lease = client.Acquire();
+  ASSERT_TRUE(lease.ok() && *lease);
+  ASSERT_TRUE(client.Complete(**lease).ok());
+  auto stub = v1::ShardingService::NewStub(channel_);
+  auto create = [&](const std::function<void(v1::DatasetSpec&)>& mutate) {
+    v1::CreateDatasetRequest req;
+    *req.mutable_spec() = Spec();
+    req.mutable_spec()->set_name("other");
+    mutate(*req.mutable_spec());
+    grpc::ClientContext ctx;
+    v1::CreateDatasetResponse resp;
+    return stub->CreateDataset(&ctx, req, &resp);
+  };
+  struct Case {
+    std::function<void(v1::DatasetSpec&)> mutate;
+    grpc::StatusCode code;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::DatasetSpec& s) { s.set_name(std::string("a\0b", 3)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "spec.name"},
+      {[](v1::DatasetSpec& s) { s.set_name(std::string("a\0c", 3)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "spec.name"},
+      {[](v1::DatasetSpec& s) {
+         s.set_record_count(0);
+         for (int i = 0; i < 4; ++i) {
+           s.add_files()->set_path("f");
+           s.mutable_files(i)->set_records(int64_t{1} << 62);
+         }
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "spec.files[1].records"},
+      {[](v1::DatasetSpec& s) {
+         s.set_shuffle(true);
+         s.set_record_count(100'000'000);
+         s.set_shard_size(10'000'000);
+       },
+       grpc::StatusCode::RESOURCE_EXHAUSTED, "spec.shard_size"},
+  };
+  for (const Case& c : cases) {
+    grpc::Status st = create(c.mutate);
+    EXPECT_EQ(st.error_code(), c.code) << c.want << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(c.want), std::string::npos) << st.error_message();
+  }
+  grpc::ClientContext actx;
+  v1::AcquireShardRequest acq;
+  acq.mutable_dataset()->set_job("job");
+  acq.mutable_dataset()->set_name("data");
+  acq.set_worker_id(std::string("w\0x", 3));
+  v1::AcquireShardResponse aresp;
+  grpc::Status st = stub->AcquireShard(&actx, acq, &aresp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("worker_id"), std::string::npos) << st.error_message();
+  ASSERT_TRUE(create([](v1::DatasetSpec&) {}).ok());
+  st = create([](v1::DatasetSpec& s) { s.set_name("third"); });
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("max_datasets (2)"), std::string::npos) << st.error_message();
+
+  KillAndRestart({"--max-datasets", "2"});
+  auto progress = client.Progress();
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  EXPECT_EQ(progress->records_committed_total(), 100);
+  EXPECT_EQ(progress->shards_todo(), 9);
+  ASSERT_EQ(progress->workers_size(), 1);  // per-worker records survive the restart
+  EXPECT_EQ(progress->workers(0).records_committed(), 100);
+  for (const char* name : {"a", "third"}) {
+    grpc::ClientContext ctx;
+    v1::GetProgressRequest req;
+    req.mutable_dataset()->set_job("job");
+    req.mutable_dataset()->set_name(name);
+    v1::GetProgressResponse resp;
+    EXPECT_EQ(stub->GetProgress(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND)
+        << name;
+  }
+}
+
+// A tenant that behaves: consumes job/data one call at a time and counts every
+// record whose commit was acknowledged, per epoch.
+class GoodTenant {
+ public:
+  GoodTenant(const std::unique_ptr<v1::ShardingService::Stub>& stub, int64_t records, int epochs)
+      : stub_(stub), records_(records), counts_(records * epochs, 0) {}
+
+  // One call; false once the dataset is finished.
+  bool Step() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (token_ == 0) {
+      v1::AcquireShardRequest req;
+      *req.mutable_dataset() = Ref();
+      req.set_worker_id("good-worker");
+      v1::AcquireShardResponse resp;
+      grpc::Status s = stub_->AcquireShard(&ctx, req, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (resp.result() == v1::AcquireShardResponse::END_OF_DATA) return false;
+      if (resp.result() != v1::AcquireShardResponse::SHARD) return s.ok();
+      token_ = resp.lease().token();
+      epoch_ = resp.shard().epoch();
+      first_ = resp.shard().start() - resp.shard().committed();
+      done_ = resp.shard().committed();
+      size_ = resp.shard().size();
+      return true;
+    }
+    if (done_ < size_ / 2) {
+      v1::ReportProgressRequest req;
+      *req.mutable_dataset() = Ref();
+      req.set_token(token_);
+      req.set_records_done(size_ / 2);
+      v1::ReportProgressResponse resp;
+      grpc::Status s = stub_->ReportProgress(&ctx, req, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (s.ok()) Count(size_ / 2);
+      return s.ok();
+    }
+    v1::CompleteShardRequest req;
+    *req.mutable_dataset() = Ref();
+    req.set_token(token_);
+    v1::CompleteShardResponse resp;
+    grpc::Status s = stub_->CompleteShard(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok() && !resp.already_completed()) << s.error_message();
+    if (s.ok()) Count(size_);
+    token_ = 0;
+    return s.ok();
+  }
+
+  // Records acknowledged other than exactly once.
+  int64_t NotExactlyOnce() const {
+    return std::count_if(counts_.begin(), counts_.end(), [](int c) { return c != 1; });
+  }
+
+  static v1::DatasetRef Ref() {
+    v1::DatasetRef ref;
+    ref.set_job("job");
+    ref.set_name("data");
+    return ref;
+  }
+
+ private:
+  void Count(int64_t upto) {
+    for (int64_t r = first_ + done_; r < first_ + upto; ++r) ++counts_[epoch_ * records_ + r];
+    done_ = upto;
+  }
+
+  const std::unique_ptr<v1::ShardingService::Stub>& stub_;  // replaced at a restart
+  const int64_t records_;
+  std::vector<int> counts_;
+  uint64_t token_ = 0;
+  int64_t epoch_ = 0, first_ = 0, done_ = 0, size_ = 0;
+};
+
+// Random requests to every RPC from one tenant: malformed names, huge and
+// negative numbers, random tokens and steps.
+class RandomTenant {
+ public:
+  RandomTenant(const std::unique_ptr<v1::ShardingService::Stub>& stub, uint64_t seed)
+      : stub_(stub), rng_(seed) {}
+
+  // One random call; its status.
+  grpc::Status Call() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    switch (Pick(8)) {
+      case 0: {
+        v1::CreateDatasetRequest req;
+        FillSpec(*req.mutable_spec());
+        v1::CreateDatasetResponse resp;
+        return stub_->CreateDataset(&ctx, req, &resp);
+      }
+      case 1: {
+        v1::AcquireShardRequest req;
+        FillRef(*req.mutable_dataset());
+        req.set_worker_id(Name());
+        req.set_incarnation(Number());
+        if (Pick(2)) req.set_request_id(Name());
+        v1::AcquireShardResponse resp;
+        return stub_->AcquireShard(&ctx, req, &resp);
+      }
+      case 2: {
+        v1::ReportProgressRequest req;
+        FillRef(*req.mutable_dataset());
+        req.set_token(Token());
+        req.set_records_done(Number());
+        v1::ReportProgressResponse resp;
+        return stub_->ReportProgress(&ctx, req, &resp);
+      }
+      case 3: {
+        v1::CompleteShardRequest req;
+        FillRef(*req.mutable_dataset());
+        req.set_token(Token());
+        v1::CompleteShardResponse resp;
+        return stub_->CompleteShard(&ctx, req, &resp);
+      }
+      case 4: {
+        v1::ReleaseWorkerRequest req;
+        FillRef(*req.mutable_dataset());
+        if (Pick(2)) req.mutable_dataset()->clear_name();
+        req.set_worker_id(Name());
+        req.set_incarnation(Number());
+        v1::ReleaseWorkerResponse resp;
+        return stub_->ReleaseWorker(&ctx, req, &resp);
+      }
+      case 5: {
+        v1::CheckpointRequest req;
+        FillRef(*req.mutable_dataset());
+        req.set_step(Pick(2) ? Pick(3) : Number());
+        v1::CheckpointResponse resp;
+        return stub_->Checkpoint(&ctx, req, &resp);
+      }
+      case 6: {
+        v1::RestoreRequest req;
+        FillRef(*req.mutable_dataset());
+        req.set_step(Pick(2) ? Pick(3) : Number());
+        v1::RestoreResponse resp;
+        return stub_->Restore(&ctx, req, &resp);
+      }
+      default: {
+        v1::GetProgressRequest req;
+        FillRef(*req.mutable_dataset());
+        v1::GetProgressResponse resp;
+        return stub_->GetProgress(&ctx, req, &resp);
+      }
+    }
+  }
+
+ private:
+  int64_t Pick(int64_t n) { return static_cast<int64_t>(rng_() % static_cast<uint64_t>(n)); }
+
+  // Valid names from a small pool (so that calls meet), empty, control
+  // characters, too long, random ASCII. Never the good tenant's dataset or
+  // worker: what one tenant does to its own data is not under test.
+  std::string Name() {
+    static const char* const kPool[] = {"fz", "d1", "d2", "w1", "w2", "job"};
+    switch (Pick(10)) {
+      case 0:
+        return "";
+      case 1: {
+        std::string s(static_cast<size_t>(Pick(300)), 'x');
+        for (char& c : s) c = static_cast<char>(Pick(0x80));  // NUL and controls too
+        return s;
+      }
+      case 2:
+        return std::string(static_cast<size_t>(Pick(2) ? 253 : 254 + Pick(1000)), 'n');
+      default:
+        return kPool[Pick(6)];
+    }
+  }
+
+  int64_t Number() {
+    static const int64_t kEdges[] = {
+        0, 1, -1, INT64_MAX, INT64_MIN, INT64_MAX - 1, int64_t{1} << 62, 100'000, 100'001};
+    switch (Pick(4)) {
+      case 0:
+        return kEdges[Pick(9)];
+      case 1:
+        return static_cast<int64_t>(rng_());
+      default:
+        return Pick(300);
+    }
+  }
+
+  uint64_t Token() { return Pick(2) ? static_cast<uint64_t>(Pick(400)) : rng_(); }
+
+  void FillRef(v1::DatasetRef& ref) {
+    ref.set_job(Name());
+    ref.set_name(Name());
+    if (ref.job() == "job" && ref.name() == "data") ref.set_name("d1");
+  }
+
+  void FillSpec(v1::DatasetSpec& spec) {
+    spec.set_job(Name());
+    spec.set_name(Name());
+    spec.set_record_count(Number());
+    spec.set_shard_size(Number());
+    static const int32_t kEpochs[] = {0, 1, 2, -1, INT32_MAX, INT32_MIN};
+    spec.set_epochs(kEpochs[Pick(6)]);
+    spec.set_shuffle(Pick(2));
+    spec.set_seed(rng_());
+    for (int64_t i = Pick(4); i > 0; --i) {
+      v1::DataFile* f = spec.add_files();
+      f->set_path(Pick(4) ? "f" : Name());
+      f->set_records(Number());
+    }
+  }
+
+  const std::unique_ptr<v1::ShardingService::Stub>& stub_;  // replaced at a restart
+  std::mt19937_64 rng_;
+};
+
+// A few thousand random requests beside a tenant consuming its dataset: the
+// service never crashes, never answers UNKNOWN or INTERNAL, and the tenant's
+// records are committed exactly once, before and after a kill -9.
+TEST_F(ServiceTest, RandomRequestsNeverCostAnotherTenant) {
+  const std::vector<std::string> flags = {"--sync", "normal", "--max-total-shards", "2000000"};
+  Start(flags);
+  auto stub = v1::ShardingService::NewStub(channel_);
+  v1::DatasetSpec spec = Spec();
+  spec.set_epochs(3);
+  ASSERT_TRUE(Client("setup").CreateDataset(spec).ok());
+  GoodTenant good(stub, spec.record_count(), spec.epochs());
+  RandomTenant random(stub, /*seed=*/14);
+  auto restart = [&] {
+    KillAndRestart(flags);
+    stub = v1::ShardingService::NewStub(channel_);
+  };
+  const std::set<grpc::StatusCode> allowed = {grpc::StatusCode::OK,
+                                              grpc::StatusCode::INVALID_ARGUMENT,
+                                              grpc::StatusCode::NOT_FOUND,
+                                              grpc::StatusCode::ALREADY_EXISTS,
+                                              grpc::StatusCode::FAILED_PRECONDITION,
+                                              grpc::StatusCode::RESOURCE_EXHAUSTED};
+  std::map<grpc::StatusCode, int> codes;
+  bool consuming = true;
+  for (int i = 0; i < 5000; ++i) {
+    grpc::Status s = random.Call();
+    ++codes[s.error_code()];
+    ASSERT_TRUE(allowed.count(s.error_code()))
+        << "call " << i << ": code " << s.error_code() << " " << s.error_message() << "\n"
+        << Log();
+    if (i % 10 == 0 && consuming) consuming = good.Step();
+    if (i == 2500) restart();
+  }
+  while (consuming) consuming = good.Step();
+  ASSERT_TRUE(proc_->Running());
+  EXPECT_EQ(good.NotExactlyOnce(), 0);
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    v1::GetProgressRequest req;
+    *req.mutable_dataset() = GoodTenant::Ref();
+    v1::GetProgressResponse p;
+    ASSERT_TRUE(stub->GetProgress(&ctx, req, &p).ok());
+    EXPECT_TRUE(p.finished());
+    EXPECT_EQ(p.records_committed_total(), 3000);
+    if (i == 0) restart();  // what the random tenant stored recovers too
+  }
+  for (const auto& [code, n] : codes) std::printf("code %d: %d calls\n", code, n);
+  EXPECT_GT(codes[grpc::StatusCode::OK], 100);
+  EXPECT_GT(codes[grpc::StatusCode::INVALID_ARGUMENT], 100);
 }
 
 TEST_F(ServiceTest, StopsCleanlyOnSigterm) {
