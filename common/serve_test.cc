@@ -1,9 +1,14 @@
 #include "common/serve.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "common/process.h"
@@ -65,6 +70,36 @@ TEST(Serving, ServesHealthMetricsAndTheReadyFile) {
   (*serving)->Shutdown(std::chrono::milliseconds(100));
   EXPECT_FALSE(HealthCheck(address).has_value());
   (*serving)->Shutdown(std::chrono::milliseconds(100));  // idempotent
+}
+
+// Opens a TCP connection to `address` and sends `bytes` (maybe none): a client
+// that never finishes its request.
+int OpenIdle(const std::string& address, const std::string& bytes) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  if (!bytes.empty()) (void)!write(fd, bytes.data(), bytes.size());
+  return fd;
+}
+
+TEST(Serving, IdleConnectionsDoNotBlockMetricsOrHealth) {
+  auto serving = Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", nullptr, {}});
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  const std::string metrics = (*serving)->metrics_address();
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(OpenIdle(metrics, ""));
+  for (int i = 0; i < 2; ++i) idle.push_back(OpenIdle(metrics, "GET /metrics HTTP/1.1\r\nHo"));
+  for (int fd : idle) ASSERT_GE(fd, 0);
+  // Answered while the idle connections stay open; before, it waited for
+  // CivetWeb's 30 s request timeout. 10 s leaves room for a loaded machine.
+  auto scrape = std::async(std::launch::async, [&] { return HttpGet(metrics, "/healthz"); });
+  ASSERT_EQ(scrape.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(scrape.get().has_value());
+  for (int fd : idle) close(fd);
 }
 
 TEST(Serving, NoMetricsEndpointUnlessAsked) {

@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 
@@ -44,7 +46,13 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(
   std::string port = listen.substr(listen.rfind(':') + 1);
   try {
     // CivetWeb takes "HOST:PORT" for IPv4 and "[::1]:PORT" for IPv6 as is.
-    ep.exposer = std::make_unique<prometheus::Exposer>(listen, 2);
+    // A connection holds one of its threads until its request is read: with
+    // the defaults (2 threads here, CivetWeb's 30 s request timeout) two idle
+    // or half-sent connections kept /metrics and /healthz from answering for
+    // 30 s. Scrapes are small; a slow client is dropped after 2 s.
+    ep.exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", listen, "num_threads", "8",
+                                 "request_timeout_ms", "2000", "keep_alive_timeout_ms", "500"});
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("metrics_listen: cannot listen on ", listen, ": ", e.what()));
