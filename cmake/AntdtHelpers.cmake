@@ -1,15 +1,23 @@
 # Project-wide helpers: warnings, sanitizers, library and test declarations.
 
 option(ANTDT_WERROR "Treat warnings as errors" OFF)
-option(ANTDT_SANITIZE "Build with AddressSanitizer and UndefinedBehaviorSanitizer" OFF)
+set(ANTDT_SANITIZE "" CACHE STRING
+  "address: AddressSanitizer + UndefinedBehaviorSanitizer; thread: ThreadSanitizer; empty: none")
 
 set(ANTDT_WARNINGS -Wall -Wextra -Wshadow)
 if(ANTDT_WERROR)
   list(APPEND ANTDT_WARNINGS -Werror)
 endif()
-if(ANTDT_SANITIZE)
-  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer)
-  add_link_options(-fsanitize=address,undefined)
+if(ANTDT_SANITIZE MATCHES "^(address|ON)$")
+  set(ANTDT_SANITIZE_FLAGS -fsanitize=address,undefined)
+elseif(ANTDT_SANITIZE STREQUAL "thread")
+  set(ANTDT_SANITIZE_FLAGS -fsanitize=thread)
+elseif(ANTDT_SANITIZE)
+  message(FATAL_ERROR "ANTDT_SANITIZE: must be address, thread or empty, not '${ANTDT_SANITIZE}'")
+endif()
+if(ANTDT_SANITIZE_FLAGS)
+  add_compile_options(${ANTDT_SANITIZE_FLAGS} -fno-omit-frame-pointer)
+  add_link_options(${ANTDT_SANITIZE_FLAGS})
 endif()
 
 # antdt_library(NAME SRCS ... DEPS ...)
@@ -30,6 +38,10 @@ function(antdt_binary name)
 endfunction()
 
 # antdt_test(NAME SRCS ... DEPS ... LABELS ... [TIMEOUT s])
+# Labels: unit (seconds, no processes), integration (real binaries, each under
+# about 20 s), e2e (the long end-to-end runs), tsan (also run under ThreadSanitizer
+# by scripts/sanitize.sh). Target tests-LABEL builds every test with LABEL (and,
+# through its add_dependencies, the binaries it launches) in parallel.
 function(antdt_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
@@ -41,4 +53,10 @@ function(antdt_test name)
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     ENVIRONMENT "ANTDT_BIN_DIR=${CMAKE_BINARY_DIR}/bin;ANTDT_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  foreach(label IN LISTS ARG_LABELS)
+    if(NOT TARGET tests-${label})
+      add_custom_target(tests-${label})
+    endif()
+    add_dependencies(tests-${label} ${name})
+  endforeach()
 endfunction()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs tests under sanitizers:
+#   scripts/sanitize.sh asan [ctest args]  AddressSanitizer + UndefinedBehaviorSanitizer
+#                                          over the unit and integration tests (-LE e2e)
+#   scripts/sanitize.sh tsan [ctest args]  ThreadSanitizer over the tests labelled tsan
+# Builds into build-asan/ or build-tsan/ only the GoogleTest executables of those
+# tests (targets tests-LABEL) and the binaries they launch (their add_dependencies);
+# tests run by python or bash are skipped. The first finding fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:-}
+case "$kind" in
+  asan) sanitize=address build=(tests-unit tests-integration) select=(-LE e2e) ;;
+  tsan) sanitize=thread build=(tests-tsan) select=(-L tsan) ;;
+  *) echo "usage: $0 asan|tsan [ctest args]" >&2; exit 2 ;;
+esac
+shift
+dir=build-$kind
+jobs=${JOBS:-$(nproc)}
+
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANTDT_SANITIZE=$sanitize >/dev/null
+cmake --build "$dir" -j"$jobs" --target "${build[@]}"
+# Of those, the tests whose name is a build target: the GoogleTest executables.
+targets=$(cmake --build "$dir" --target help | sed -n 's/^\.\.\. //p' | sort)
+tests=$(cd "$dir" && ctest -N "${select[@]}" | sed -n 's/^ *Test *#[0-9]*: //p' | sort)
+selected=$(comm -12 <(echo "$targets") <(echo "$tests"))
+
+# Reports go to stderr: a test's own to ctest, a launched binary's to its log in
+# the test's directory, kept under $dir/test-tmp and searched afterwards.
+export TMPDIR=$PWD/$dir/test-tmp ANTDT_KEEP_TEST_DIRS=1
+rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
+export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$PWD/scripts/ubsan.supp
+# gRPC, protobuf and abseil from Debian are not instrumented: TSan would take
+# their libc calls (epoll_wait, close on a socket) for races with our threads.
+# ignore_noninstrumented_modules ignores the memory accesses of such calls; their
+# pthread locking is still seen (abseil's Mutex is not: operator/runtime/CMakeLists.txt).
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1
+
+status=0
+(cd "$dir" && ctest -j"$jobs" --output-on-failure -R "^($(echo $selected | tr ' ' '|'))\$" "$@") ||
+  status=$?
+for log in $(grep -rlaE 'SUMMARY: [A-Za-z]+Sanitizer|runtime error:' "$TMPDIR" || true); do
+  echo "=== $log" && cat "$log"
+  status=1
+done
+exit $status
