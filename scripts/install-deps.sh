@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages AntDT builds and tests with. Idempotent:
-# does nothing when everything is already there.
+# does nothing when everything is already there. --ci adds what CI's checks
+# use beyond the tests: clang-format and clang-tidy.
 set -euo pipefail
 
 PACKAGES=(
@@ -16,6 +17,7 @@ PACKAGES=(
 # client. Debian's is kubernetes-client (1.20); a kubectl already on the PATH
 # (any version from 1.20 to 1.33) is used as it is.
 if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
+if [ "${1:-}" = "--ci" ]; then PACKAGES+=(clang-format clang-tidy); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
