@@ -166,5 +166,23 @@ TEST(LocalRunner, BadManifestsStopBeforeAnythingStarts) {
   }
 }
 
+TEST(LocalRunner, AnUnknownPolicyOverrideStopsBeforeAnythingStarts) {
+  TempDir dir;
+  Write(dir.File("job.yaml"), kJob);
+  Write(dir.File("scenario.yaml"), kScenario);
+  Process run({BinPath("antdt"), "run", dir.File("job.yaml"), "--policy", "antdt-ndd", "--work-dir",
+               dir.File("work")},
+              dir.File("run.log"));
+  auto status = run.Wait(std::chrono::seconds(20));
+  ASSERT_TRUE(status);
+  EXPECT_EQ(WEXITSTATUS(*status), 2);
+  EXPECT_NE(Read(dir.File("run.log"))
+                .find("--policy: must be one of antdt-nd, antdt-dd, custom, none, "
+                      "backup-workers, lb-bsp, got \"antdt-ndd\""),
+            std::string::npos)
+      << Read(dir.File("run.log"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("work")));
+}
+
 }  // namespace
 }  // namespace antdt
