@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -101,6 +102,12 @@ std::optional<std::string> ReadyFileField(const std::string& path, const std::st
     if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
   }
   return std::nullopt;
+}
+
+std::string Tail(const std::string& path, size_t bytes) {
+  std::ifstream in(path);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return all.size() > bytes ? all.substr(all.size() - bytes) : all;
 }
 
 std::optional<std::string> HttpGet(const std::string& address, const std::string& path) {

@@ -43,6 +43,9 @@ std::optional<std::string> WaitForReadyFile(const std::string& path,
 // Value of `key=` in a ready file's later lines, e.g. "metrics".
 std::optional<std::string> ReadyFileField(const std::string& path, const std::string& key);
 
+// The last `bytes` of a file (a child's log), or "" when it cannot be read.
+std::string Tail(const std::string& path, size_t bytes);
+
 // GET http://address/path over a plain socket; the body, or nullopt.
 std::optional<std::string> HttpGet(const std::string& address, const std::string& path);
 

@@ -23,12 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string Tail(const std::string& path, size_t bytes = 2000) {
-  std::ifstream in(path);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return all.size() > bytes ? all.substr(all.size() - bytes) : all;
-}
-
 class ServiceProcess {
  public:
   ServiceProcess(const DemoOptions& o) : o_(o) {}
@@ -44,7 +38,7 @@ class ServiceProcess {
     auto address = WaitForReadyFile(ready, std::chrono::seconds(30));
     if (!address) {
       return absl::UnavailableError("sharding service did not become ready: " +
-                                    Tail(o_.work_dir + "/service.log"));
+                                    Tail(o_.work_dir + "/service.log", 2000));
     }
     address_ = *address;
     return absl::OkStatus();
@@ -158,8 +152,8 @@ class DemoRun {
       if (w.done) continue;
       if (auto status = w.proc->Wait(std::chrono::milliseconds(0))) {
         if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
-          return absl::InternalError(absl::StrCat(w.id, " failed (status ", *status,
-                                                  "): ", Tail(o_.work_dir + "/" + w.id + ".log")));
+          return absl::InternalError(absl::StrCat(w.id, " failed (status ", *status, "): ",
+                                                  Tail(o_.work_dir + "/" + w.id + ".log", 2000)));
         }
         w.done = true;
         Say(w.id + " finished");

@@ -38,14 +38,14 @@ void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& 
 
 std::optional<controller::Observed> ControlLoop::Observe() {
   std::optional<v1::GetJobHealthResponse> health = backend_->Health();
-  std::vector<controller::WorkerState> members = backend_->Members();
-  MeasureRelaunches(members);
+  observed_members_ = backend_->Members();
+  MeasureRelaunches(observed_members_);
   if (!health) return std::nullopt;
   controller::Observed obs;
   obs.now_ms = clock_->NowMillis();
   obs.job = options_.job;
   obs.health = std::move(*health);
-  obs.workers = std::move(members);
+  obs.workers = observed_members_;
   // A member restarted by a decision in the history was restarted then, even
   // when its backend does not remember it (after the backend's own restart).
   for (controller::WorkerState& m : obs.workers) {
@@ -67,15 +67,16 @@ controller::Plan ControlLoop::Decide(const controller::Observed& observed) const
   return controller::Decide(observed, options_.policy);
 }
 
-absl::Status ControlLoop::ExecuteOne(const controller::Decision& d,
-                                     const std::vector<controller::WorkerState>& members) {
+absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
   const std::string& target = controller::ActionTarget(d.action);
   const controller::WorkerState* member = nullptr;
-  for (const controller::WorkerState& m : members) {
+  for (const controller::WorkerState& m : observed_members_) {
     if (m.id == target) member = &m;
   }
-  if (const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action)) {
-    if (member == nullptr || member->node.empty()) return absl::OkStatus();  // gone meanwhile
+  const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action);
+  // A member not running now (being started) gets no directive; the decision
+  // stands (committed, recorded) and it starts with the batch the next plan sees.
+  if (a != nullptr && member != nullptr && !member->node.empty()) {
     v1::Directive directive;
     directive.set_job(options_.job);
     directive.set_worker_id(a->worker);
@@ -100,10 +101,9 @@ absl::Status ControlLoop::ExecuteOne(const controller::Decision& d,
   return absl::OkStatus();
 }
 
-absl::Status ControlLoop::Execute(const controller::Plan& plan,
-                                  const std::vector<controller::WorkerState>& members) {
+absl::Status ControlLoop::Execute(const controller::Plan& plan) {
   for (const controller::Decision& d : plan.decisions) {
-    RETURN_IF_ERROR(ExecuteOne(d, members));
+    RETURN_IF_ERROR(ExecuteOne(d));
     history_.push_back(d);
   }
   return absl::OkStatus();
@@ -121,7 +121,7 @@ absl::StatusOr<controller::Plan> ControlLoop::RunOnce() {
   std::optional<controller::Observed> observed = Observe();
   if (!observed) return controller::Plan{};
   controller::Plan plan = Decide(*observed);
-  RETURN_IF_ERROR(Execute(plan, observed->workers));
+  RETURN_IF_ERROR(Execute(plan));
   return plan;
 }
 

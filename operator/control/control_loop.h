@@ -112,11 +112,10 @@ class ControlLoop {
   // The one call of the policy: controller::Decide over `observed`.
   controller::Plan Decide(const controller::Observed& observed) const;
   // Carries out each decision through the backend in order, then adds it to the
-  // history (so it counts for cool-downs and budgets). `members` is the
-  // observation the plan was made from. Stops at the first error: the
-  // decisions before it are in the history, the rest are not.
-  absl::Status Execute(const controller::Plan& plan,
-                       const std::vector<controller::WorkerState>& members);
+  // history (so it counts for cool-downs and budgets). Members are found in
+  // the last Observe(), the one the plan was made from. Stops at the first
+  // error: the decisions before it are in the history, the rest are not.
+  absl::Status Execute(const controller::Plan& plan);
 
   // Observe -> decide -> execute, when due (every interval_ms). The plan
   // executed; an empty plan when not due or nothing was observed.
@@ -128,14 +127,14 @@ class ControlLoop {
   int measured_restarts() const { return measured_restarts_; }
 
  private:
-  absl::Status ExecuteOne(const controller::Decision& decision,
-                          const std::vector<controller::WorkerState>& members);
+  absl::Status ExecuteOne(const controller::Decision& decision);
   void MeasureRelaunches(const std::vector<controller::WorkerState>& members);
 
   const LoopOptions options_;
   Backend* const backend_;
   const Clock* const clock_;
   std::vector<controller::Decision> history_;
+  std::vector<controller::WorkerState> observed_members_;  // of the last Observe()
   int64_t next_run_ms_ = 0;
   int64_t directive_version_ = 0;
   // Restarts in flight: member id -> (incarnation it restarts from, when).

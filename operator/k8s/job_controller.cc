@@ -43,7 +43,6 @@ struct JobController::JobRuntime {
   // The control loop of this job and the operator's backend of it.
   std::unique_ptr<LoopBackend> backend;
   std::unique_ptr<control::ControlLoop> loop;
-  std::vector<controller::WorkerState> members;  // as the last plan saw them
 };
 
 // The operator as a backend of the control loop, bound to what one sync
@@ -118,7 +117,7 @@ class JobController::LoopBackend final : public control::Backend {
   }
 
   bool SendDirective(const std::string& node, const v1::Directive& directive) override {
-    if (controller_->monitor_->SendDirective(node, directive)) return true;
+    if (controller_->monitor_->hub().SendDirective(node, directive)) return true;
     LogEvent("operator", {{"event", "directive_not_delivered"},
                           {"job", kube::KeyOf(*job_)},
                           {"worker", directive.worker_id()},
@@ -451,14 +450,14 @@ std::optional<controller::Plan> JobController::PlanIfDue(const Json& job, JobRun
   if (!running || finished || !rt.loop->TakeTurn()) return std::nullopt;
   std::optional<controller::Observed> observed = rt.loop->Observe();
   if (!observed) return std::nullopt;  // no reports yet
-  rt.members = observed->workers;
   controller::Plan plan = rt.loop->Decide(*observed);
   // The operator does not run backup workers (a baseline): left out.
-  plan.decisions.erase(std::remove_if(plan.decisions.begin(), plan.decisions.end(),
-                                      [](const controller::Decision& d) {
-                                        return !ToReconcilerAction(d).has_value();
-                                      }),
-                       plan.decisions.end());
+  plan.decisions.erase(
+      std::remove_if(plan.decisions.begin(), plan.decisions.end(),
+                     [](const controller::Decision& d) {
+                       return std::holds_alternative<controller::UseBackupWorkers>(d.action);
+                     }),
+      plan.decisions.end());
   return plan;
 }
 
@@ -562,11 +561,8 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     rt = &RuntimeFor(job, *obs.spec);
     // The Monitor's view, read once for the status and the policy.
     if (monitor_ != nullptr) {
-      v1::GetJobHealthRequest req;
-      req.set_job(obs.spec->name);
-      grpc::ServerContext ctx;
-      health.emplace();
-      if (!monitor_->GetJobHealth(&ctx, &req, &*health).ok()) health.reset();  // no reports yet
+      auto view = monitor_->hub().Health(obs.spec->name);
+      if (view.ok()) health = std::move(*view);  // NOT_FOUND: no reports yet
     }
     const v1::GetJobHealthResponse* h = health ? &*health : nullptr;
     Observe(job, *obs.spec, obs.pods, h, *rt, &obs);
@@ -584,7 +580,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   if (decided) {
     // Then the loop carries them out: directives to the agents (restarts were
     // committed above), and the history (cool-downs, budgets).
-    RETURN_IF_ERROR(rt->loop->Execute(*decided, rt->members));
+    RETURN_IF_ERROR(rt->loop->Execute(*decided));
   }
   *requeue_after_ms = plan.requeue_after_ms;
   if (obs.spec.ok() && plan.requeue_after_ms > 0) {

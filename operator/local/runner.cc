@@ -51,7 +51,7 @@ absl::StatusOr<Server> StartServer(std::vector<std::string> argv, const std::str
   s.log = dir + "/" + name + ".log";
   s.proc = std::make_unique<Process>(argv, s.log);
   auto address = WaitForReadyFile(ready, std::chrono::seconds(30));
-  if (!address) return absl::UnavailableError(name + " did not start: " + Tail(s.log));
+  if (!address) return absl::UnavailableError(name + " did not start: " + Tail(s.log, 1500));
   s.address = *address;
   return s;
 }
@@ -301,16 +301,13 @@ void Runner::WriteSpeeds() {
 }
 
 std::optional<v1::GetJobHealthResponse> Runner::Health() {
-  v1::GetJobHealthRequest req;
-  req.set_job(job_.name);
-  v1::GetJobHealthResponse health;
-  grpc::ServerContext ctx;
-  if (!monitor_->GetJobHealth(&ctx, &req, &health).ok()) return std::nullopt;  // no reports yet
+  absl::StatusOr<v1::GetJobHealthResponse> health = monitor_->hub().Health(job_.name);
+  if (!health.ok()) return std::nullopt;  // NOT_FOUND: no reports yet
   const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
-  for (const v1::WorkerHealth& h : health.workers()) {
+  for (const v1::WorkerHealth& h : health->workers()) {
     result_.timeline.push_back({t, h.worker_id(), h.samples_per_second(), h.score(), h.class_()});
   }
-  return health;
+  return *std::move(health);
 }
 
 std::vector<controller::NodeState> Runner::Nodes() {
@@ -331,7 +328,7 @@ bool Runner::SendDirective(const std::string& node, const v1::Directive& directi
   WorkerSlot* w = workers_->Find(directive.worker_id());
   if (w == nullptr || w->done) return false;
   w->local_batch = directive.adjust_batch().local_batch_size();
-  if (monitor_->SendDirective(node, directive)) return true;
+  if (monitor_->hub().SendDirective(node, directive)) return true;
   Event("directive for " + w->id + " not delivered: agent of " + node + " not connected");
   return false;
 }
@@ -442,7 +439,7 @@ absl::Status Runner::StartJob() {
     d.policy = policy_;
     d.rule = "backup-workers";
     d.reason = "baseline: each step takes the first N-b gradients";
-    RETURN_IF_ERROR(loop_->Execute(plan, Members()));
+    RETURN_IF_ERROR(loop_->Execute(plan));
   }
   return absl::OkStatus();
 }

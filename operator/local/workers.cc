@@ -38,12 +38,6 @@ class ProcessLauncher final : public Launcher {
 
 std::unique_ptr<Launcher> NewProcessLauncher() { return std::make_unique<ProcessLauncher>(); }
 
-std::string Tail(const std::string& path, size_t bytes) {
-  std::ifstream in(path);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return all.size() > bytes ? all.substr(all.size() - bytes) : all;
-}
-
 WorkerSet::WorkerSet(WorkerSetOptions options, Launcher* launcher, const Clock* clock)
     : options_(std::move(options)), launcher_(launcher), clock_(clock) {}
 
@@ -82,7 +76,7 @@ absl::StatusOr<bool> WorkerSet::Poll() {
     if (++w.failures > options_.backoff_limit) {
       return absl::InternalError(absl::StrCat(
           w.id, " failed ", w.failures,
-          " times (runPolicy.backoffLimit): ", Tail(options_.log_dir + "/" + w.id + ".log")));
+          " times (runPolicy.backoffLimit): ", Tail(options_.log_dir + "/" + w.id + ".log", 1500)));
     }
     if (options_.on_event) {
       options_.on_event(absl::StrCat(w.id, " exited (status ", *status, "); restarting"));

@@ -104,7 +104,4 @@ class WorkerSet {
   std::vector<std::unique_ptr<WorkerSlot>> slots_;
 };
 
-// The last `bytes` of a file (a log), or "" when it cannot be read.
-std::string Tail(const std::string& path, size_t bytes = 1500);
-
 }  // namespace antdt::local
