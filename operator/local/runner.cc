@@ -97,7 +97,8 @@ class Runner final : public control::Backend {
   }
   absl::Status RestartElsewhere(const controller::WorkerState& member,
                                 const controller::KillRestart& restart) override {
-    excluded_until_[member.node] = clock_.NowMillis() + job_.straggler_policy.cooldown_ms;
+    // The source node's exclusion is the decision's (exclude_node_until_ms),
+    // which the policy reads from the loop's history.
     return workers_->RestartElsewhere(member.id, restart.to_node);
   }
   bool SendDirective(const std::string& node, const v1::Directive& directive) override;
@@ -150,7 +151,6 @@ class Runner final : public control::Backend {
   std::unique_ptr<Launcher> launcher_ = NewProcessLauncher();
   std::unique_ptr<WorkerSet> workers_;
   std::unique_ptr<control::ControlLoop> loop_;
-  std::map<std::string, int64_t> excluded_until_;  // node -> job ms
   std::map<std::string, std::string> speeds_written_;
   std::vector<std::string> rebalanced_;  // batch changes of the current plan
   RunResult result_;
@@ -317,8 +317,6 @@ std::vector<controller::NodeState> Runner::Nodes() {
     controller::NodeState ns;
     ns.name = n.name;
     ns.spare = n.spare && !busy.count(n.name);
-    auto ex = excluded_until_.find(n.name);
-    ns.excluded_until_ms = ex == excluded_until_.end() ? 0 : ex->second;
     nodes.push_back(ns);
   }
   return nodes;
