@@ -11,6 +11,8 @@ PACKAGES=(
   nlohmann-json3-dev libboost-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-kubernetes python3-yaml
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install ./python, offline
+  python3-torch                                              # antdt.torch, the PyTorch example
   prometheus
 )
 # A kubectl for the tests that drive the API-server emulator with the real

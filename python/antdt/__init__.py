@@ -4,23 +4,21 @@
 `antdt.steps` reports training steps to the node agent and receives the
 Controller's directives. The gRPC stubs (`antdt.v1.sharding_pb2`,
 `antdt.v1.agent_pb2`, `antdt.v1.monitor_pb2` and their `_grpc` modules) are
-generated into the build tree (``build/python/antdt/v1``); this package extends
-its path over every ``antdt`` directory on ``sys.path`` so that both halves
-import as one package.
+generated from ``proto/antdt/v1`` by the build: ``pip install ./python``
+installs them with the package, and the CMake build assembles the whole
+package in ``build/python`` (``PYTHONPATH=build/python``).
 """
 
-from pkgutil import extend_path
+__version__ = "0.1.0"
 
-__path__ = extend_path(__path__, __name__)  # type: ignore[name-defined]
-
-from antdt.sharding import (  # noqa: E402  (after the path is extended)
+from antdt.sharding import (
     FileSlice,
     LeaseLostError,
     Shard,
     ShardingClient,
     ShardingError,
 )
-from antdt.steps import StepReporter, StepTimer  # noqa: E402
+from antdt.steps import StepReporter, StepTimer
 
 __all__ = [
     "FileSlice",

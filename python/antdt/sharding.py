@@ -21,6 +21,9 @@ Example::
     client.create_dataset(record_count=1_000_000, shard_size=1000, epochs=2)
     for shard, record_id in client.records(commit_every=100):
         train_on(record_id)
+
+A worker started by the operator or the local runner finds its service, job,
+dataset, id and incarnation in its environment: ``ShardingClient.from_env()``.
 """
 
 from __future__ import annotations
@@ -34,10 +37,28 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import grpc
 
+from antdt import _env
 from antdt.v1 import sharding_pb2 as pb
 from antdt.v1 import sharding_pb2_grpc as pb_grpc
 
-__all__ = ["FileSlice", "LeaseLostError", "OnCommit", "Shard", "ShardingClient", "ShardingError"]
+__all__ = [
+    "ENV_DATASET",
+    "ENV_INCARNATION",
+    "ENV_SHARDING_ADDR",
+    "FileSlice",
+    "LeaseLostError",
+    "OnCommit",
+    "Shard",
+    "ShardingClient",
+    "ShardingError",
+]
+
+#: The sharding service's ``HOST:PORT``.
+ENV_SHARDING_ADDR = "ANTDT_SHARDING_ADDR"
+#: The dataset's name (default ``"train"``).
+ENV_DATASET = "ANTDT_DATASET"
+#: The worker's incarnation, an integer >= 0 (default 0).
+ENV_INCARNATION = "ANTDT_INCARNATION"
 
 _log = logging.getLogger(__name__)
 
@@ -166,6 +187,31 @@ class ShardingClient:
             ],
         )
         self._stub = pb_grpc.ShardingServiceStub(self._channel)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "ShardingClient":
+        """A client configured by the environment the operator and the local
+        runner give every worker; ``overrides`` are constructor arguments that
+        win over it (``on_commit=...``, ``dataset="eval"``).
+
+        Reads ``$ANTDT_SHARDING_ADDR`` (``address``), ``$ANTDT_JOB``
+        (``job``), ``$ANTDT_DATASET`` (``dataset``, default ``"train"``),
+        ``$ANTDT_WORKER_ID`` (``worker_id``) and ``$ANTDT_INCARNATION``
+        (``incarnation``, default 0), each only when not overridden.
+
+        Raises:
+            ValueError: a required variable is not set, or one is malformed;
+                the message starts with the variable's name.
+        """
+        from_env = {
+            "address": lambda: _env.required(ENV_SHARDING_ADDR),
+            "job": lambda: _env.required(_env.JOB),
+            "dataset": lambda: _env.first_set(ENV_DATASET) or "train",
+            "worker_id": lambda: _env.required(_env.WORKER_ID),
+            "incarnation": lambda: _env.count(ENV_INCARNATION, default=0),
+        }
+        settings = {name: read() for name, read in from_env.items() if name not in overrides}
+        return cls(**settings, **overrides)
 
     # -- lifecycle ---------------------------------------------------------
 

@@ -11,9 +11,14 @@ A report never stalls training for long: each call has a short deadline
 and answered ``False`` instead of raising. Arguments that the agent would
 refuse raise :class:`ValueError` naming the argument, before anything is sent.
 
+Arguments left out are read from the environment the operator and the local
+runner give every worker: the agent's address from ``$ANTDT_AGENT_ADDR`` (or,
+when that is not set, the older ``$ANTDT_AGENT_ADDRESS``), the job from
+``$ANTDT_JOB`` and the worker's id from ``$ANTDT_WORKER_ID``.
+
 Example::
 
-    reporter = StepReporter(None, job="ctr", worker_id="worker-3")  # $ANTDT_AGENT_ADDRESS
+    reporter = StepReporter()  # $ANTDT_AGENT_ADDR, $ANTDT_JOB, $ANTDT_WORKER_ID
     for batch in loader:
         with reporter.step(samples=len(batch)) as s:
             train_on(batch)
@@ -36,15 +41,18 @@ from typing import Any, Dict, Mapping, Optional, Type
 
 import grpc
 
+from antdt import _env
 from antdt.v1 import agent_pb2 as pb
 from antdt.v1 import agent_pb2_grpc as pb_grpc
 from antdt.v1 import monitor_pb2
 
-__all__ = ["ENV_AGENT_ADDRESS", "StepReporter", "StepTimer"]
+__all__ = ["ENV_AGENT_ADDR", "ENV_AGENT_ADDRESS", "StepReporter", "StepTimer"]
 
 _log = logging.getLogger(__name__)
 
 #: The environment variable that holds the agent's address when none is given.
+ENV_AGENT_ADDR = "ANTDT_AGENT_ADDR"
+#: Its older name, read when ``$ANTDT_AGENT_ADDR`` is not set.
 ENV_AGENT_ADDRESS = "ANTDT_AGENT_ADDRESS"
 
 _ROLES = ("worker", "ps")
@@ -56,27 +64,28 @@ class StepReporter:
 
     Args:
         agent_address: ``"unix:/path/agent.sock"`` or ``"HOST:PORT"``; None
-            reads ``$ANTDT_AGENT_ADDRESS``.
-        job, worker_id: this worker's job and stable id.
+            reads ``$ANTDT_AGENT_ADDR``, else ``$ANTDT_AGENT_ADDRESS``.
+        job, worker_id: this worker's job and stable id; None reads
+            ``$ANTDT_JOB`` and ``$ANTDT_WORKER_ID``.
         role: ``"worker"`` or ``"ps"``.
         timeout_s: the deadline of each report.
 
     Raises:
-        ValueError: an argument is invalid, or no address is given or set.
+        ValueError: an argument is invalid, or one is neither given nor set.
     """
 
     def __init__(
         self,
-        agent_address: Optional[str],
-        job: str,
-        worker_id: str,
+        agent_address: Optional[str] = None,
+        job: Optional[str] = None,
+        worker_id: Optional[str] = None,
         role: str = "worker",
         timeout_s: float = 0.2,
     ) -> None:
-        if agent_address is None:
-            agent_address = os.environ.get(ENV_AGENT_ADDRESS, "")
-            if not agent_address:
-                raise ValueError(f"agent_address: not given and ${ENV_AGENT_ADDRESS} is not set")
+        agent_address = _env.given_or_env(
+            "agent_address", agent_address, ENV_AGENT_ADDR, ENV_AGENT_ADDRESS)
+        job = _env.given_or_env("job", job, _env.JOB)
+        worker_id = _env.given_or_env("worker_id", worker_id, _env.WORKER_ID)
         if not agent_address:
             raise ValueError("agent_address: must not be empty")
         if not job:

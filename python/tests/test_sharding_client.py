@@ -13,7 +13,8 @@ import threading
 import time
 import unittest
 from collections import defaultdict
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
+from unittest import mock
 
 import grpc
 
@@ -226,6 +227,49 @@ class ShardingClientTest(unittest.TestCase):
         self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("spec.shard_size", err.exception.message)
         self.assertEqual(c.retries, 0)
+
+
+
+class ShardingClientFromEnvTest(unittest.TestCase):
+    """from_env() reads what the operator and the local runner set; nothing is called."""
+
+    ENV = {"ANTDT_SHARDING_ADDR": "127.0.0.1:7070", "ANTDT_JOB": JOB, "ANTDT_DATASET": "eval",
+           "ANTDT_WORKER_ID": "worker-3", "ANTDT_INCARNATION": "2"}
+
+    def from_env(self, env: Dict[str, str], **overrides: Any) -> ShardingClient:
+        with mock.patch.dict(os.environ, env, clear=True):
+            client = ShardingClient.from_env(**overrides)
+        self.addCleanup(client.close)
+        return client
+
+    def settings(self, c: ShardingClient) -> tuple:
+        return (c.address, c.job, c.dataset, c.worker_id, c.incarnation)
+
+    def test_reads_every_variable(self) -> None:
+        c = self.from_env(self.ENV)
+        self.assertEqual(self.settings(c), ("127.0.0.1:7070", JOB, "eval", "worker-3", 2))
+
+    def test_dataset_and_incarnation_have_defaults(self) -> None:
+        env = {k: v for k, v in self.ENV.items() if k not in ("ANTDT_DATASET", "ANTDT_INCARNATION")}
+        c = self.from_env(env)
+        self.assertEqual((c.dataset, c.incarnation), ("train", 0))
+
+    def test_overrides_win_and_need_no_variable(self) -> None:
+        env = {k: v for k, v in self.ENV.items() if k != "ANTDT_SHARDING_ADDR"}
+        c = self.from_env(env, address="127.0.0.1:1", incarnation=5, retry_budget_s=3.0)
+        self.assertEqual(self.settings(c), ("127.0.0.1:1", JOB, "eval", "worker-3", 5))
+        self.assertEqual(c.retry_budget_s, 3.0)
+
+    def test_missing_or_malformed_variable_raises_naming_it(self) -> None:
+        cases = [(name, None) for name in ("ANTDT_SHARDING_ADDR", "ANTDT_JOB", "ANTDT_WORKER_ID")]
+        cases += [("ANTDT_INCARNATION", bad) for bad in ("two", "-1", "1.5")]
+        for variable, value in cases:
+            env = {k: v for k, v in self.ENV.items() if k != variable}
+            if value is not None:
+                env[variable] = value
+            with self.subTest(variable=variable, value=value):
+                with self.assertRaisesRegex(ValueError, f"^{variable}: "):
+                    self.from_env(env)
 
 
 if __name__ == "__main__":

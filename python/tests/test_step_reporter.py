@@ -24,7 +24,7 @@ from unittest import mock
 import grpc
 
 from antdt import StepReporter
-from antdt.steps import ENV_AGENT_ADDRESS
+from antdt.steps import ENV_AGENT_ADDR, ENV_AGENT_ADDRESS
 from antdt.v1 import agent_pb2, agent_pb2_grpc, monitor_pb2
 from server_process import ServerProcess
 
@@ -105,7 +105,7 @@ class StepReporterAgentTest(unittest.TestCase):
     def test_steps_over_unix_socket_and_tcp_are_counted(self) -> None:
         over_unix = self.reporter(self.agent.socket)
         over_tcp = self.reporter(self.agent.tcp)
-        with mock.patch.dict(os.environ, {ENV_AGENT_ADDRESS: self.agent.socket}):
+        with mock.patch.dict(os.environ, {ENV_AGENT_ADDR: self.agent.socket}):
             from_env = self.reporter(None)
         self.assertEqual(from_env.agent_address, self.agent.socket)
 
@@ -179,9 +179,6 @@ class StepReporterAgentTest(unittest.TestCase):
             with self.subTest(kwargs=kwargs):
                 with self.assertRaisesRegex(ValueError, f"^{name}"):
                     StepReporter(**full)  # type: ignore[arg-type]
-        with mock.patch.dict(os.environ, {}, clear=True):
-            with self.assertRaisesRegex(ValueError, f"^agent_address.*{ENV_AGENT_ADDRESS}"):
-                StepReporter(None, JOB, "w")
 
         # Nothing was sent: no failure counted, and the agent never saw the worker.
         self.assertEqual(r.failures, 0)
@@ -217,6 +214,51 @@ class StepReporterAgentTest(unittest.TestCase):
                 self.assertIsNotNone(r.last_error)
                 self.assertLess(elapsed, 6 * timeout_s + 2.0, r.last_error)
                 self.assertIsNone(r.take_directive())
+
+
+class StepReporterEnvTest(unittest.TestCase):
+    """Arguments left out come from the environment the operator and the runner set."""
+
+    def from_env(self, env: Dict[str, str], **kwargs: str) -> StepReporter:
+        with mock.patch.dict(os.environ, env, clear=True):
+            r = StepReporter(**kwargs)  # type: ignore[arg-type]
+        self.addCleanup(r.close)
+        return r
+
+    def test_agent_address_from_addr_or_older_address(self) -> None:
+        ids = {"ANTDT_JOB": JOB, "ANTDT_WORKER_ID": WORKER}
+        cases = [
+            ("ADDR", {ENV_AGENT_ADDR: "127.0.0.1:1"}, "127.0.0.1:1"),
+            ("ADDRESS", {ENV_AGENT_ADDRESS: "unix:/a.sock"}, "unix:/a.sock"),
+            ("both: ADDR wins", {ENV_AGENT_ADDR: "127.0.0.1:1", ENV_AGENT_ADDRESS: "unix:/a.sock"},
+             "127.0.0.1:1"),
+            ("empty ADDR is unset", {ENV_AGENT_ADDR: "", ENV_AGENT_ADDRESS: "unix:/a.sock"},
+             "unix:/a.sock"),
+        ]
+        for name, env, want in cases:
+            with self.subTest(name):
+                r = self.from_env({**ids, **env})
+                self.assertEqual((r.agent_address, r.job, r.worker_id), (want, JOB, WORKER))
+
+    def test_given_arguments_win_over_the_environment(self) -> None:
+        r = self.from_env({ENV_AGENT_ADDR: "127.0.0.1:1", "ANTDT_JOB": "other",
+                           "ANTDT_WORKER_ID": "other"},
+                          agent_address="127.0.0.1:2", job=JOB, worker_id=WORKER)
+        self.assertEqual((r.agent_address, r.job, r.worker_id), ("127.0.0.1:2", JOB, WORKER))
+
+    def test_neither_given_nor_set_raises_naming_the_argument(self) -> None:
+        full = {ENV_AGENT_ADDR: "127.0.0.1:1", "ANTDT_JOB": JOB, "ANTDT_WORKER_ID": WORKER}
+        for argument, variable, pattern in [
+            ("agent_address", ENV_AGENT_ADDR,
+             f"^agent_address: not given and neither \\${ENV_AGENT_ADDR} nor "
+             f"\\${ENV_AGENT_ADDRESS} is set"),
+            ("job", "ANTDT_JOB", "^job: not given and \\$ANTDT_JOB is not set"),
+            ("worker_id", "ANTDT_WORKER_ID", "^worker_id: not given and \\$ANTDT_WORKER_ID"),
+        ]:
+            env = {k: v for k, v in full.items() if k != variable}
+            with self.subTest(argument):
+                with self.assertRaisesRegex(ValueError, pattern):
+                    self.from_env(env)
 
 
 class FakeAgent(agent_pb2_grpc.AgentServicer):
