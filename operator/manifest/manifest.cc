@@ -321,7 +321,62 @@ absl::Status ParseModel(const YAML::Node& node, ModelSpec* m) {
   return AtLeast(Join(path, "globalBatchSize"), m->global_batch_size, 1);
 }
 
-// `template` is free-form: kept as YAML text, with containers[0].image taken out.
+// A list of strings (`command`, `args`); absent reads as empty.
+absl::Status ReadStringList(const YAML::Node& map, const std::string& path, const char* key,
+                            std::vector<std::string>* out) {
+  const YAML::Node node = Get(map, key);
+  if (!Present(node)) return absl::OkStatus();
+  const std::string field = Join(path, key);
+  if (!node.IsSequence()) {
+    return Invalid(field, absl::StrCat("must be a list of strings, got ", Describe(node)));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    if (!node[i].IsScalar()) {
+      return Invalid(Index(field, i), absl::StrCat("must be a string, got ", Describe(node[i])));
+    }
+    out->push_back(node[i].Scalar());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseEnvVar(const YAML::Node& node, const std::string& path, EnvVar* var) {
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  RETURN_IF_ERROR(CheckMapping(node, path, {"name", "value", "valueFrom"}));
+  RETURN_IF_ERROR(Required(node, path, "name"));
+  RETURN_IF_ERROR(ReadString(node, path, "name", &var->name));
+  if (var->name.empty()) return Invalid(Join(path, "name"), "must not be empty");
+  RETURN_IF_ERROR(ReadString(node, path, "value", &var->value));
+  var->value_from = Present(Get(node, "valueFrom"));
+  if (var->value_from && Present(Get(node, "value"))) {
+    return Invalid(Join(path, "valueFrom"), "not allowed together with value");
+  }
+  return absl::OkStatus();
+}
+
+// containers[0]'s command, args and env (the rest of the container is the
+// pod's business, kept in template_yaml).
+absl::Status ParseContainer(const YAML::Node& node, const std::string& path, ReplicaSpec* r) {
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  const YAML::Node image = Get(node, "image");
+  if (Present(image) && image.IsScalar()) r->image = image.Scalar();
+  RETURN_IF_ERROR(ReadStringList(node, path, "command", &r->container.command));
+  RETURN_IF_ERROR(ReadStringList(node, path, "args", &r->container.args));
+  const YAML::Node env = Get(node, "env");
+  if (!Present(env)) return absl::OkStatus();
+  const std::string env_path = Join(path, "env");
+  if (!env.IsSequence()) {
+    return Invalid(env_path, absl::StrCat("must be a list, got ", Describe(env)));
+  }
+  for (size_t i = 0; i < env.size(); ++i) {
+    EnvVar var;
+    RETURN_IF_ERROR(ParseEnvVar(env[i], Index(env_path, i), &var));
+    r->container.env.push_back(std::move(var));
+  }
+  return absl::OkStatus();
+}
+
+// `template` is free-form: kept as YAML text, with containers[0]'s image,
+// command, args and env taken out.
 absl::Status ParseReplicas(const YAML::Node& node, const std::string& path, int32_t min_replicas,
                            ReplicaSpec* r) {
   if (!Present(node) && min_replicas > 0) return Invalid(path, "required");
@@ -338,8 +393,7 @@ absl::Status ParseReplicas(const YAML::Node& node, const std::string& path, int3
   const YAML::Node spec = Get(tmpl, "spec");
   const YAML::Node containers = Get(spec, "containers");
   if (Present(containers) && containers.IsSequence() && containers.size() > 0) {
-    const YAML::Node image = Get(containers[0], "image");
-    if (Present(image) && image.IsScalar()) r->image = image.Scalar();
+    RETURN_IF_ERROR(ParseContainer(containers[0], Join(path, "template.spec.containers[0]"), r));
   }
   return absl::OkStatus();
 }
@@ -533,7 +587,7 @@ absl::Status ParseNode(const YAML::Node& node, const std::string& path, NodeSpec
 absl::Status ParseSlowdown(const YAML::Node& node, const std::string& path,
                            const std::set<std::string>& nodes, Slowdown* s) {
   if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
-  RETURN_IF_ERROR(CheckMapping(node, path, {"node", "kind", "factor", "start", "duration"}));
+  RETURN_IF_ERROR(CheckMapping(node, path, {"node", "kind", "factor", "start", "duration", "via"}));
   RETURN_IF_ERROR(Required(node, path, "node"));
   RETURN_IF_ERROR(ReadString(node, path, "node", &s->node));
   if (nodes.count(s->node) == 0) {
@@ -546,6 +600,14 @@ absl::Status ParseSlowdown(const YAML::Node& node, const std::string& path,
   RETURN_IF_ERROR(ReadDouble(node, path, "factor", &s->factor));
   if (!(s->factor > 1)) {
     return Invalid(Join(path, "factor"), absl::StrCat("must be > 1, got ", s->factor));
+  }
+  std::string via = "emulated";
+  RETURN_IF_ERROR(ReadString(node, path, "via", &via));
+  if (via == "cpu-quota") {
+    s->via = SlowdownVia::kCpuQuota;
+  } else if (via != "emulated") {
+    return Invalid(Join(path, "via"),
+                   absl::StrCat("must be emulated or cpu-quota, got \"", via, "\""));
   }
   RETURN_IF_ERROR(ReadDurationMs(node, path, "start", &s->start_ms));
   if (s->kind == v1::DETERMINISTIC && s->start_ms != 0) {
@@ -645,24 +707,39 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml) {
   return scenario;
 }
 
+bool Slowdown::ActiveAt(int64_t t_ms) const {
+  if (kind == v1::DETERMINISTIC) return true;
+  if (kind == v1::PERSISTENT) return t_ms >= start_ms;
+  if (kind == v1::TRANSIENT) return t_ms >= start_ms && t_ms < start_ms + duration_ms;
+  return false;
+}
+
 double Scenario::SpeedAt(const std::string& node, int64_t t_ms) const {
   double speed = 1.0;  // a node the scenario does not list runs at nominal speed
   for (const NodeSpec& n : nodes) {
     if (n.name == node) speed = n.speed;
   }
   for (const Slowdown& s : slowdowns) {
-    if (s.node != node) continue;
-    bool active = false;
-    if (s.kind == v1::DETERMINISTIC) {
-      active = true;
-    } else if (s.kind == v1::PERSISTENT) {
-      active = t_ms >= s.start_ms;
-    } else if (s.kind == v1::TRANSIENT) {
-      active = t_ms >= s.start_ms && t_ms < s.start_ms + s.duration_ms;
-    }
-    if (active) speed /= s.factor;
+    if (s.node == node && s.via == SlowdownVia::kEmulated && s.ActiveAt(t_ms)) speed /= s.factor;
   }
   return speed;
+}
+
+double Scenario::CpuQuotaFactorAt(const std::string& node, int64_t t_ms) const {
+  double factor = 1.0;
+  for (const Slowdown& s : slowdowns) {
+    if (s.node == node && s.via == SlowdownVia::kCpuQuota && s.ActiveAt(t_ms)) factor *= s.factor;
+  }
+  return factor;
+}
+
+bool Scenario::UsesCpuQuota(const std::string& node, size_t* index) const {
+  for (size_t i = 0; i < slowdowns.size(); ++i) {
+    if (slowdowns[i].node != node || slowdowns[i].via != SlowdownVia::kCpuQuota) continue;
+    if (index != nullptr) *index = i;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace antdt::manifest

@@ -30,10 +30,24 @@ struct ModelSpec {                  // the demo trainer's model
   int64_t global_batch_size = 256;  // spec.model.globalBatchSize (>= workers)
 };
 
+struct EnvVar {  // spec.*.template.spec.containers[0].env[i]
+  std::string name;
+  std::string value;        // `value`, $(VAR) references expanded when the container starts
+  bool value_from = false;  // `valueFrom` given instead: Kubernetes resolves it, `antdt run` not
+};
+
+// spec.*.template.spec.containers[0], the fields a backend runs by itself.
+struct ContainerSpec {
+  std::vector<std::string> command;  // empty: the image's entrypoint (locally: the demo trainer)
+  std::vector<std::string> args;
+  std::vector<EnvVar> env;
+};
+
 struct ReplicaSpec {
   int32_t replicas = 0;       // spec.{workers,parameterServers}.replicas (>= 0; workers >= 1)
   std::string image;          // spec.*.template.spec.containers[0].image (Kubernetes only)
   std::string template_yaml;  // the pod template as given, re-emitted by the operator
+  ContainerSpec container;    // containers[0]'s command, args and env
 };
 
 struct Rule {  // spec.stragglerPolicy.rules[i]
@@ -106,6 +120,13 @@ absl::StatusOr<Job> ParseJob(const std::string& yaml);
 
 // A straggler scenario for the local runner and the simulator: emulated nodes
 // with their speeds, spares, and slowdowns over time.
+
+// How a slowdown is made (slowdowns[i].via).
+enum class SlowdownVia {
+  kEmulated,  // "emulated": the node's speed file, which the demo trainer reads
+  kCpuQuota,  // "cpu-quota": a real CPU cap on the node's worker processes (cgroup v1)
+};
+
 struct Slowdown {
   std::string node;  // slowdowns[i].node (must name a node)
   // DETERMINISTIC, TRANSIENT or PERSISTENT (spelt in lower case).
@@ -113,6 +134,10 @@ struct Slowdown {
   double factor = 1;        // > 1: that many times slower
   int64_t start_ms = 0;     // slowdowns[i].start (deterministic: 0)
   int64_t duration_ms = 0;  // transient: > 0; others: until the end
+  SlowdownVia via = SlowdownVia::kEmulated;
+  // Deterministic slowdowns apply at every t, persistent ones from start_ms
+  // on, transient ones in [start_ms, start_ms + duration_ms).
+  bool ActiveAt(int64_t t_ms) const;
 };
 
 struct NodeSpec {
@@ -126,11 +151,16 @@ struct Scenario {
   std::string name;
   std::vector<NodeSpec> nodes;
   std::vector<Slowdown> slowdowns;
-  // The speed of `node` at `t_ms` after the job started (speed / factor of
-  // every slowdown active then). Deterministic slowdowns apply at every t,
-  // persistent ones from start_ms on, transient ones in [start_ms,
-  // start_ms + duration_ms). A node the scenario does not list has speed 1.
+  // The emulated speed of `node` at `t_ms` after the job started (speed /
+  // factor of every emulated slowdown active then; cpu-quota ones leave it
+  // alone). A node the scenario does not list has speed 1.
   double SpeedAt(const std::string& node, int64_t t_ms) const;
+  // The product of the factors of the cpu-quota slowdowns of `node` active at
+  // `t_ms`; 1 when none is.
+  double CpuQuotaFactorAt(const std::string& node, int64_t t_ms) const;
+  // True when some slowdown of `node` is via cpu-quota; the index of the first
+  // in `*index` (for error messages).
+  bool UsesCpuQuota(const std::string& node, size_t* index = nullptr) const;
 };
 
 absl::StatusOr<Scenario> ParseScenario(const std::string& yaml);

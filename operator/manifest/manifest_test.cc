@@ -182,6 +182,37 @@ spec:
   EXPECT_EQ(job->local.device_time_per_sample_us, 1500);
 }
 
+TEST(ParseJob, ReadsTheWorkersCommandArgsAndEnv) {
+  absl::StatusOr<Job> job = ParseJob(With(kBase, "spec.workers.template", R"yaml(
+spec:
+  containers:
+    - name: trainer
+      image: pytorch
+      command: [python3, "-u"]
+      args: [train.py, "--lr", "$(ANTDT_LEARNING_RATE)"]
+      env:
+        - {name: A, value: "1"}
+        - {name: B}
+        - name: POD_IP
+          valueFrom: {fieldRef: {fieldPath: status.podIP}}
+)yaml"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const ContainerSpec& c = job->workers.container;
+  EXPECT_EQ(job->workers.image, "pytorch");
+  EXPECT_THAT(c.command, ::testing::ElementsAre("python3", "-u"));
+  EXPECT_THAT(c.args, ::testing::ElementsAre("train.py", "--lr", "$(ANTDT_LEARNING_RATE)"));
+  ASSERT_EQ(c.env.size(), 3u);
+  EXPECT_EQ(c.env[0].name, "A");
+  EXPECT_EQ(c.env[0].value, "1");
+  EXPECT_FALSE(c.env[0].value_from);
+  EXPECT_EQ(c.env[1].value, "");
+  EXPECT_TRUE(c.env[2].value_from);
+  // Without a template there is no command: the demo trainer runs.
+  absl::StatusOr<Job> plain = ParseJob(kBase);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->workers.container.command.empty());
+}
+
 TEST(ParseJob, AcceptsAnObjectAsReadBackFromTheApiServer) {
   std::string yaml = With(kBase, "metadata.uid", "6f1c2a9e-0000-4000-8000-000000000001");
   yaml = With(yaml, "metadata.resourceVersion", "'42'");
@@ -282,6 +313,26 @@ INSTANTIATE_TEST_SUITE_P(
                   "spec.checkpoint.path: must be a string, got a mapping"},
         ErrorCase{"spec.workers.template", "abc",
                   "spec.workers.template: must be a mapping, got \"abc\""},
+        ErrorCase{"spec.workers.template", "{spec: {containers: [{command: python3}]}}",
+                  "spec.workers.template.spec.containers[0].command: must be a list of strings, "
+                  "got \"python3\""},
+        ErrorCase{"spec.workers.template", "{spec: {containers: [{args: [a, [b]]}]}}",
+                  "spec.workers.template.spec.containers[0].args[1]: must be a string, got a "
+                  "list"},
+        ErrorCase{"spec.workers.template", "{spec: {containers: [{env: {A: b}}]}}",
+                  "spec.workers.template.spec.containers[0].env: must be a list, got a mapping"},
+        ErrorCase{"spec.workers.template", "{spec: {containers: [{env: [{value: b}]}]}}",
+                  "spec.workers.template.spec.containers[0].env[0].name: required"},
+        ErrorCase{"spec.workers.template",
+                  "{spec: {containers: [{env: [{name: A, value: b}, {name: B, valu: c}]}]}}",
+                  "spec.workers.template.spec.containers[0].env[1].valu: unknown field"},
+        ErrorCase{"spec.workers.template",
+                  "{spec: {containers: [{env: [{name: A, value: b, valueFrom: {}}]}]}}",
+                  "spec.workers.template.spec.containers[0].env[0].valueFrom: not allowed "
+                  "together with value"},
+        ErrorCase{"spec.parameterServers.template", "{spec: {containers: [abc]}}",
+                  "spec.parameterServers.template.spec.containers[0]: must be a mapping, got "
+                  "\"abc\""},
         // Ranges and required fields.
         ErrorCase{"spec.dataset", std::nullopt, "spec.dataset: required"},
         ErrorCase{"spec.dataset.records", std::nullopt, "spec.dataset.records: required"},
@@ -593,6 +644,42 @@ INSTANTIATE_TEST_SUITE_P(
         SpeedCase{"mixed", 0, 0.5}, SpeedCase{"mixed", 999, 0.5}, SpeedCase{"mixed", 1'000, 1.0},
         SpeedCase{"mixed", 2'000, 0.2}, SpeedCase{"spare", 0, 1.0}));
 
+TEST(ParseScenario, CpuQuotaSlowdownsLeaveTheEmulatedSpeedAlone) {
+  absl::StatusOr<Scenario> s = ParseScenario(R"(
+nodes: [{name: a}, {name: b, speed: 2}]
+slowdowns:
+  - {node: a, kind: persistent, factor: 3, start: 5s, via: cpu-quota}
+  - {node: a, kind: transient, factor: 2, start: 6s, duration: 1s, via: cpu-quota}
+  - {node: b, kind: persistent, factor: 4, start: 1s, via: emulated}
+)");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->slowdowns[0].via, SlowdownVia::kCpuQuota);
+  EXPECT_EQ(s->slowdowns[2].via, SlowdownVia::kEmulated);
+  EXPECT_DOUBLE_EQ(s->SpeedAt("a", 10'000), 1.0);
+  EXPECT_DOUBLE_EQ(s->CpuQuotaFactorAt("a", 4'999), 1.0);
+  EXPECT_DOUBLE_EQ(s->CpuQuotaFactorAt("a", 5'000), 3.0);
+  EXPECT_DOUBLE_EQ(s->CpuQuotaFactorAt("a", 6'500), 6.0);
+  EXPECT_DOUBLE_EQ(s->SpeedAt("b", 2'000), 0.5);
+  EXPECT_DOUBLE_EQ(s->CpuQuotaFactorAt("b", 2'000), 1.0);
+  size_t index = 99;
+  EXPECT_TRUE(s->UsesCpuQuota("a", &index));
+  EXPECT_EQ(index, 0u);
+  EXPECT_FALSE(s->UsesCpuQuota("b"));
+}
+
+TEST(ParseScenario, ExamplePytorchCpuQuota) {
+  absl::StatusOr<Scenario> s =
+      ParseScenario(Read(SourceFile("examples/scenarios/pytorch-cpu-quota.yaml")));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes.size(), 4u);
+  EXPECT_TRUE(s->nodes[3].spare);
+  ASSERT_EQ(s->slowdowns.size(), 1u);
+  EXPECT_EQ(s->slowdowns[0].node, "node-1");
+  EXPECT_EQ(s->slowdowns[0].via, SlowdownVia::kCpuQuota);
+  EXPECT_DOUBLE_EQ(s->CpuQuotaFactorAt("node-1", 5'000), 3.0);
+  EXPECT_DOUBLE_EQ(s->CpuQuotaFactorAt("node-1", 4'999), 1.0);
+}
+
 class ScenarioErrorTest : public ::testing::TestWithParam<TextCase> {};
 
 TEST_P(ScenarioErrorTest, NamesTheFieldPath) {
@@ -667,6 +754,10 @@ INSTANTIATE_TEST_SUITE_P(
                      "slowdowns: [{node: node-0, kind: persistent, factor: 2, duration: 5s}]\n",
                  "slowdowns[0].duration: only allowed for a transient slowdown (a persistent one "
                  "lasts until the end)"},
+        TextCase{"BadVia",
+                 std::string(kNodes) +
+                     "slowdowns: [{node: node-0, kind: persistent, factor: 2, via: cgroup}]\n",
+                 "slowdowns[0].via: must be emulated or cpu-quota, got \"cgroup\""},
         TextCase{"DeterministicDuration",
                  std::string(kNodes) +
                      "slowdowns: [{node: node-1, kind: deterministic, factor: 2, duration: 5s}]\n",
