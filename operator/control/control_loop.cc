@@ -22,7 +22,8 @@ void ControlLoop::Seed(std::vector<controller::Decision> decisions) {
 double ControlLoop::RestartCostSeconds() const {
   const double measured = measured_restarts_ > 0 ? measured_seconds_ / measured_restarts_ : 0;
   const double relaunch = std::max(measured, kMinRelaunchSeconds);
-  return relaunch + static_cast<double>(options_.window_ms) / 1000.0;
+  return relaunch + static_cast<double>(options_.window_ms) / 1000.0 +
+         std::max(0.0, options_.regroup_seconds);
 }
 
 void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& members) {

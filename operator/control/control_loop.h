@@ -12,7 +12,8 @@
 // - the restart-cost model: the mean relaunch time measured on this job's
 //   restarts so far (a decision until the member is alive again at its new
 //   incarnation), never less than kMinRelaunchSeconds, plus one Monitor window
-//   to see the member again;
+//   to see the member again, plus LoopOptions::regroup_seconds (a collective
+//   job's group re-forming, when every rank waits);
 // - directives: one ADJUST_BS directive per batch change, with the decision's
 //   accumulation steps, versions increasing across the loop's lifetime;
 // - the order of a restart: the backend stops the member and starts it
@@ -83,7 +84,19 @@ struct LoopOptions {
   int64_t global_batch_size = 0;  // <= 0: the sum of the current local batches
   int64_t window_ms = 10'000;     // the Monitor's window: a restarted member is seen after it
   int64_t interval_ms = 10'000;   // how often RunOnce decides
+  // Added to every restart's cost: in a job without parameter servers (an
+  // AllReduce group) a restarted rank stalls every rank until the group has
+  // re-formed around it; kDefaultRegroupSeconds there, 0 for a job with
+  // parameter servers (a restarted worker only leaves and rejoins the barrier).
+  double regroup_seconds = 0;
 };
+
+// The regroup cost of a job without parameter servers: a torch.distributed
+// group re-forming after one rank restarted (the survivors see the rank gone,
+// tear down and rendezvous again, the restarted rank imports torch and joins)
+// takes a few seconds on one machine; 5 s is a round figure above that, to be
+// measured per job (bridge::RegroupSeconds).
+inline constexpr double kDefaultRegroupSeconds = 5.0;
 
 // The least a relaunch costs, and what is assumed before one was measured:
 // after it is alive again a member still pulls the parameters and rejoins the

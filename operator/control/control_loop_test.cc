@@ -175,6 +175,45 @@ TEST(ControlLoop, PersistentStragglerRestartedOnSpareAndRelaunchTimeMeasured) {
   EXPECT_EQ(obs->workers[1].last_restart_ms, kStart);
 }
 
+// The seconds a restart of worker-1 (persistent, 4x slower) would save with
+// `remaining` seconds left, as the policy weighs it.
+double SavedByRestart(double remaining) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
+  b.remaining = remaining;
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
+  auto plan = loop.RunOnce();
+  EXPECT_TRUE(plan.ok() && !plan->decisions.empty());
+  return plan.ok() && !plan->decisions.empty() ? plan->decisions[0].evidence.at("saved_seconds")
+                                               : 0;
+}
+
+TEST(ControlLoop, RegroupSecondsAddToTheRestartCost) {
+  // The saving is proportional to the time left: pick the time left at which
+  // a restart saves 2.5 s more than it costs without the regroup (11 s).
+  const double per_second = SavedByRestart(36'000) / 36'000;
+  ASSERT_GT(per_second, 0);
+  const double remaining = (kMinRelaunchSeconds + 10.0 + 2.5) / per_second;
+  for (const double regroup : {0.0, kDefaultRegroupSeconds}) {
+    SCOPED_TRACE(regroup);
+    FakeClock clock(kStart);
+    FakeBackend b;
+    Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
+    b.remaining = remaining;
+    LoopOptions o = Options(vocab::Policy::kAntdtNd);
+    o.regroup_seconds = regroup;
+    ControlLoop loop(o, &b, &clock);
+    EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), kMinRelaunchSeconds + 10.0 + regroup);
+    auto plan = loop.RunOnce();
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    bool restarted = false;
+    for (const std::string& call : b.calls) restarted |= call.rfind("restart worker-1", 0) == 0;
+    // 13.5 s saved: worth 11 s, not 16 s.
+    EXPECT_EQ(restarted, regroup == 0);
+  }
+}
+
 TEST(ControlLoop, SeededHistoryKeepsCooldownsAcrossABackendRestart) {
   FakeClock clock(kStart);
   FakeBackend b;
