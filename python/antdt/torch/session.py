@@ -252,7 +252,7 @@ class Session:
         client = self.client_spec.open()
         journal = Journal.open_and_resolve(self.journal_path, client)
         commits = StepCommits(client, journal)
-        self._restore(optimizer)
+        self._restore(optimizer, client)
         self._form(optimizer)
         records = self._records()
         pending: Optional[_Pending] = None
@@ -461,9 +461,9 @@ class Session:
             self._wrap_ddp()
         return ahead
 
-    def _restore(self, optimizer: torch.optim.Optimizer) -> None:
+    def _restore(self, optimizer: torch.optim.Optimizer, client: Any) -> None:
         if self.checkpoint_path and self.module is not None:
-            step = ckpt.load(self.checkpoint_path, self.module, optimizer)
+            step = ckpt.load(self.checkpoint_path, self.module, optimizer, client)
             if step is not None:
                 self.step = step
 

@@ -190,6 +190,40 @@ class RestartTest(unittest.TestCase):
         finally:
             job.stop()
 
+    def test_checkpoints_agree_with_the_commits_and_restore(self) -> None:
+        # Every rank killed at once (a node pool lost): the next incarnations
+        # restore the model of the last checkpoint, which was saved right
+        # after its step's records were committed.
+        world, records = 2, 4000
+        job = TorchJob(self.workdir, WORKER, world=world, records=records, shard_size=50,
+                       global_batch=32, lease_ttl="3s", extra_env={"TEST_CHECKPOINT_EVERY": "10"})
+        path = os.path.join(self.workdir, "checkpoint", "model.pt")
+        try:
+            job.start_all()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(path) or torch.load(path)["step"] < 30:
+                self.assertLess(time.monotonic(), deadline, job.log(0))
+                time.sleep(0.05)
+            saved = torch.load(path)
+            self.assertEqual(saved["step"] % 10, 0)
+            self.assertEqual(saved["committed"], saved["step"] * 32,
+                             "the checkpoint's model trained on exactly the records committed")
+            for rank in range(world):
+                job.kill(rank)
+            restored = torch.load(path)["step"]
+            for rank in range(world):
+                job.restart(rank)
+            self.assertEqual(job.wait(240), [0] * world, job.log(0) + job.log(1))
+            check = verify_journals([job.journal(r) for r in range(world)], records, 1)
+            self.assertEqual((check["missing"], check["twice"]), (0, 0), check)
+            with open(os.path.join(self.workdir, "trace-0.jsonl")) as f:
+                numbers = [json.loads(line)["step"] for line in f]
+            resumed = [b for a, b in zip(numbers, numbers[1:]) if b <= a]
+            self.assertEqual(resumed, [restored], "the second incarnation went on from the "
+                             "checkpoint's step")
+        finally:
+            job.stop()
+
     def test_kill_a_rank(self) -> None:
         self.kill_and_restart(1)
 

@@ -31,7 +31,8 @@ def main() -> int:
     workdir = os.environ["TEST_WORKDIR"]
     rank = int(os.environ["RANK"])
     session = Session.from_env(sample_fn=sample,
-                               num_workers=int(os.environ.get("TEST_LOADER_WORKERS", "0")))
+                               num_workers=int(os.environ.get("TEST_LOADER_WORKERS", "0")),
+                               checkpoint_every=int(os.environ.get("TEST_CHECKPOINT_EVERY", "0")))
     torch.manual_seed(0)
     net = torch.nn.Linear(FEATURES, 1).to(torch.float64)
     model = session.wrap(net)
