@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "operator/control/control_loop.h"
+
 namespace antdt::bridge {
 
 controller::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
@@ -61,14 +63,29 @@ int64_t InitialLocalBatch(const manifest::Job& job, int32_t i) {
   return g / n + (i < g % n ? 1 : 0);
 }
 
+bool HasWorkerCommand(const manifest::Job& job) { return !job.workers.container.command.empty(); }
+
+bool RunsDemoTrainer(const manifest::Job& job) {
+  if (!HasWorkerCommand(job)) return true;
+  const std::string& first = job.workers.container.command[0];
+  const size_t slash = first.rfind('/');
+  return (slash == std::string::npos ? first : first.substr(slash + 1)) == kDemoTrainer;
+}
+
 int32_t ParameterServerCount(const manifest::Job& job) {
+  if (!RunsDemoTrainer(job)) return job.parameter_servers.replicas;
   return std::max(1, job.parameter_servers.replicas);
 }
 
 int32_t ParameterServerFeatures(const manifest::Job& job, int32_t k) {
   const int32_t p = ParameterServerCount(job);
+  if (p <= 0) return 0;
   const int32_t f = job.model.features;
   return f / p + (k < f % p ? 1 : 0);
+}
+
+double RegroupSeconds(const manifest::Job& job) {
+  return ParameterServerCount(job) == 0 ? control::kDefaultRegroupSeconds : 0;
 }
 
 }  // namespace antdt::bridge

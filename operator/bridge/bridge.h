@@ -33,9 +33,29 @@ int64_t ControlIntervalMs(const manifest::MonitorSpec& spec);
 // spec.workers.replicas, remainders to the lowest ids.
 int64_t InitialLocalBatch(const manifest::Job& job, int32_t i);
 
-// How many parameter servers the job runs (replicas 0 means one) and the
-// feature slice of server k (features split evenly, remainders first).
+// True when spec.workers' pod template gives containers[0] a command: the
+// backends run that (with the worker environment, bridge/worker_env.h)
+// rather than the built-in demo trainer.
+bool HasWorkerCommand(const manifest::Job& job);
+
+// The name of the built-in demo trainer's binary (examples/trainer).
+inline constexpr char kDemoTrainer[] = "antdt-trainer-worker";
+
+// True when the workers run the built-in demo trainer: no command, or a
+// command whose first word is kDemoTrainer (by any path).
+bool RunsDemoTrainer(const manifest::Job& job);
+
+// How many parameter servers the job runs, and the feature slice of server k
+// (features split evenly, remainders first). A job whose workers run a
+// command of their own runs spec.parameterServers.replicas, 0 included (a
+// collective job, e.g. PyTorch DDP); the demo trainer needs one, so at least
+// one for it.
 int32_t ParameterServerCount(const manifest::Job& job);
 int32_t ParameterServerFeatures(const manifest::Job& job, int32_t k);
+
+// LoopOptions::regroup_seconds for the job: control::kDefaultRegroupSeconds
+// when it runs no parameter server (its ranks form one collective group), 0
+// otherwise.
+double RegroupSeconds(const manifest::Job& job);
 
 }  // namespace antdt::bridge
