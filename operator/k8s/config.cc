@@ -69,6 +69,8 @@ absl::Status SetField(OperatorConfig& c, const std::string& raw_key, const std::
     RETURN_IF_ERROR(Port(value, field, &c.ps_port));
   } else if (key == "agent_port") {
     RETURN_IF_ERROR(Port(value, field, &c.agent_port));
+  } else if (key == "master_port") {
+    RETURN_IF_ERROR(Port(value, field, &c.master_port));
   } else if (key == "monitor_window") {
     ASSIGN_OR_RETURN(c.monitor_window_ms, ParseDurationMs(value, field));
   } else {

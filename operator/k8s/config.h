@@ -27,6 +27,7 @@ struct OperatorConfig {
   int32_t sharding_port = 50051;
   int32_t ps_port = 50052;
   int32_t agent_port = 9400;
+  int32_t master_port = 29500;         // MASTER_PORT of every worker (worker-0's rendezvous)
   int64_t monitor_window_ms = 10'000;  // the Monitor's window for every job
 };
 

@@ -354,6 +354,7 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     lo.policy = bridge::PolicySpecFor(spec, spec.straggler_policy.name, lo.interval_ms);
     lo.global_batch_size = spec.model.global_batch_size;
     lo.window_ms = spec.monitor.window_ms;
+    lo.regroup_seconds = bridge::RegroupSeconds(spec);  // a collective job re-forms its group
     rt->loop = std::make_unique<control::ControlLoop>(lo, rt->backend.get(), &RealClock::Get());
     // Decisions a previous operator committed to the status.
     rt->loop->Seed(HistoryFromStatus(job, spec));

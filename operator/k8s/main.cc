@@ -41,6 +41,7 @@ constexpr const char* kUsage = R"(usage: antdt-operator [flags]
   --identity ID               this replica in the Lease                [hostname_pid]
   --image IMAGE               image of the pods the operator renders   [antdt/antdt:0.1.0]
   --sharding-port N --ps-port N --agent-port N                         [50051 50052 9400]
+  --master-port N             the workers' MASTER_PORT (rendezvous)    [29500]
   --monitor-window D          the Monitor's window for every job       [10s]
 )";
 
@@ -102,6 +103,7 @@ antdt::k8s::JobControllerOptions ControllerOptions(const antdt::k8s::OperatorCon
   jo.settings.sharding_port = config.sharding_port;
   jo.settings.ps_port = config.ps_port;
   jo.settings.agent_port = config.agent_port;
+  jo.settings.master_port = config.master_port;
   return jo;
 }
 
@@ -162,7 +164,7 @@ int main(int argc, char** argv) {
                        {"kubeconfig", "namespace", "listen", "metrics-listen", "ready-file",
                         "config", "leader-elect", "leader-election-namespace", "leader-election-id",
                         "lease-duration", "renew-deadline", "retry-period", "identity", "image",
-                        "sharding-port", "ps-port", "agent-port", "monitor-window"},
+                        "sharding-port", "ps-port", "agent-port", "master-port", "monitor-window"},
                        &exit_code);
   if (!flags) return exit_code;
   std::string error;

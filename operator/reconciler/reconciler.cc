@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "operator/bridge/bridge.h"
+#include "operator/bridge/worker_env.h"
 #include "operator/kube/object.h"
 
 namespace antdt::reconciler {
@@ -21,7 +22,6 @@ namespace {
 
 constexpr char kJobApiVersion[] = "antdt.io/v1alpha1";
 constexpr char kHostnameKey[] = "kubernetes.io/hostname";
-constexpr char kDataset[] = "train";
 constexpr char kDefaultShardingStateDir[] = "/var/lib/antdt/sharding";
 constexpr size_t kMaxLastActions = 20;
 constexpr int64_t kRunningRequeueMs = 2000;
@@ -128,35 +128,77 @@ std::string ShardingAddress(const manifest::Job& spec, const Settings& s) {
   return absl::StrCat(ShardingName(spec.name), ".", spec.namespace_, ".svc:", s.sharding_port);
 }
 
-std::string PsAddresses(const manifest::Job& spec, const Settings& s) {
+std::vector<std::string> PsAddresses(const manifest::Job& spec, const Settings& s) {
   std::vector<std::string> out;
   for (int32_t k = 0; k < bridge::ParameterServerCount(spec); ++k) {
     out.push_back(absl::StrCat(PsPodName(spec.name, k), ".", PsServiceName(spec.name), ".",
                                spec.namespace_, ".svc:", s.ps_port));
   }
-  return absl::StrJoin(out, ",");
+  return out;
+}
+
+// PyTorch's rendezvous: worker-0's stable DNS name (its hostname under the
+// workers' headless Service), as Kubeflow's PyTorchJob gives it.
+std::string MasterAddress(const manifest::Job& spec) {
+  return absl::StrCat(WorkerHostname(spec.name, 0), ".", WorkersServiceName(spec.name), ".",
+                      spec.namespace_, ".svc");
+}
+
+// Where a worker (rank `index`) runs, as bridge::WorkerEnv takes it: in
+// Kubernetes terms, $(VAR) references that the kubelet expands. Without
+// spec.checkpoint.path there is no shared storage: no journal, no loss log.
+bridge::WorkerPlacement Placement(const manifest::Job& spec, const Settings& s,
+                                  const WorkerInstance& w) {
+  bridge::WorkerPlacement p;
+  p.sharding_addr = ShardingAddress(spec, s);
+  p.ps_addrs = PsAddresses(spec, s);
+  p.agent_addr = absl::StrCat("$(HOST_IP):", s.agent_port);
+  p.checkpoint_path = spec.checkpoint.path;
+  p.rank = w.index;
+  p.incarnation = static_cast<int32_t>(w.incarnation);
+  p.local_batch = w.local_batch_size;
+  if (!spec.checkpoint.path.empty()) {
+    const std::string dir = absl::StrCat("$(", bridge::kEnvCheckpointPath, ")");
+    p.journal = absl::StrCat(dir, "/journals/", w.id, ".journal");
+    p.loss_log = absl::StrCat(dir, "/loss/", w.id, ".jsonl");
+  }
+  p.master_addr = MasterAddress(spec);
+  p.master_port = s.master_port;
+  return p;
+}
+
+// The downward API's variables, first in every container of the job, so the
+// rest can refer to them as $(VAR).
+std::vector<Json> DownwardEnv() {
+  return {EnvField("POD_IP", "status.podIP"), EnvField("HOST_IP", "status.hostIP"),
+          EnvField("NODE_NAME", "spec.nodeName")};
+}
+
+// A worker's variables: the downward API's, then bridge::WorkerEnv's (the
+// names the local runner sets too). ANTDT_NODE_SPEED_FILE is left to the
+// node (the test kubelet's --speed-dir).
+std::vector<Json> WorkerVariables(const manifest::Job& spec, const Settings& s,
+                                  const WorkerInstance& w) {
+  std::vector<Json> env = DownwardEnv();
+  for (const auto& [name, value] : bridge::WorkerEnv(spec, Placement(spec, s, w))) {
+    if (name != bridge::kEnvNodeSpeedFile) env.push_back(EnvValue(name, value));
+  }
+  return env;
+}
+
+// A parameter server's variables: the downward API's, then the job-wide part
+// of bridge::WorkerEnv (everything up to ANTDT_CHECKPOINT_PATH; the
+// per-worker variables follow it).
+std::vector<Json> ParameterServerVariables(const manifest::Job& spec, const Settings& s) {
+  std::vector<Json> env = DownwardEnv();
+  for (const auto& [name, value] : bridge::WorkerEnv(spec, Placement(spec, s, WorkerInstance{}))) {
+    env.push_back(EnvValue(name, value));
+    if (name == bridge::kEnvCheckpointPath) break;
+  }
+  return env;
 }
 
 std::string FormatDouble(double v) { return absl::StrCat(v); }
-
-// The variables every pod of the job gets, first in containers[0].env, so the
-// user's env and args can refer to them as $(VAR).
-std::vector<Json> CommonEnv(const manifest::Job& spec, const Settings& s) {
-  return {EnvField("POD_IP", "status.podIP"),
-          EnvField("HOST_IP", "status.hostIP"),
-          EnvField("NODE_NAME", "spec.nodeName"),
-          EnvValue("ANTDT_JOB", spec.name),
-          EnvValue("ANTDT_NAMESPACE", spec.namespace_),
-          EnvValue("ANTDT_DATASET", kDataset),
-          EnvValue("ANTDT_WORKERS", std::to_string(spec.workers.replicas)),
-          EnvValue("ANTDT_SHARDING_ADDR", ShardingAddress(spec, s)),
-          EnvValue("ANTDT_PS_ADDRS", PsAddresses(spec, s)),
-          EnvValue("ANTDT_AGENT_ADDR", absl::StrCat("$(HOST_IP):", s.agent_port)),
-          EnvValue("ANTDT_GLOBAL_BATCH", std::to_string(spec.model.global_batch_size)),
-          EnvValue("ANTDT_FEATURES", std::to_string(spec.model.features)),
-          EnvValue("ANTDT_LEARNING_RATE", FormatDouble(spec.model.learning_rate)),
-          EnvValue("ANTDT_CHECKPOINT_PATH", spec.checkpoint.path)};
-}
 
 void PrependEnv(Json& container, std::vector<Json> env) {
   const Json& existing = Get(container, "env");
@@ -397,6 +439,10 @@ Plan InvalidSpecPlan(const Observed& o, const Json& old_status, int64_t generati
 std::string ShardingName(const std::string& job) { return job + "-sharding"; }
 std::string PsServiceName(const std::string& job) { return job + "-ps"; }
 std::string PsPodName(const std::string& job, int32_t k) { return absl::StrCat(job, "-ps-", k); }
+std::string WorkersServiceName(const std::string& job) { return job + "-workers"; }
+std::string WorkerHostname(const std::string& job, int32_t index) {
+  return absl::StrCat(job, "-worker-", index);
+}
 std::string WorkerPodName(const std::string& job, int32_t index, int64_t incarnation) {
   return absl::StrCat(job, "-worker-", index, "-", incarnation);
 }
@@ -464,23 +510,29 @@ bool SetCondition(Json& conditions, const std::string& type, const std::string& 
 // ---- Renderers ----
 
 std::vector<Json> RenderServices(const Json& job, const manifest::Job& spec, const Settings& s) {
-  auto service = [&](const std::string& name, const std::string& role, int32_t port) {
+  auto service = [&](const std::string& name, const std::string& role, const std::string& port_name,
+                     int32_t port) {
     const Json labels = Labels(spec, role, s);
-    return Json{
-        {"apiVersion", "v1"},
-        {"kind", "Service"},
-        {"metadata", Metadata(job, spec, name, labels)},
-        {"spec",
-         {{"clusterIP", "None"},
-          // Workers resolve the servers while they start, before readiness.
-          {"publishNotReadyAddresses", true},
-          {"selector", {{"antdt.io/job", spec.name}, {"antdt.io/role", role}}},
-          {"ports",
-           Json::array(
-               {{{"name", "grpc"}, {"port", port}, {"targetPort", port}, {"protocol", "TCP"}}})}}}};
+    return Json{{"apiVersion", "v1"},
+                {"kind", "Service"},
+                {"metadata", Metadata(job, spec, name, labels)},
+                {"spec",
+                 {{"clusterIP", "None"},
+                  // Pods resolve each other while they start, before readiness.
+                  {"publishNotReadyAddresses", true},
+                  {"selector", {{"antdt.io/job", spec.name}, {"antdt.io/role", role}}},
+                  {"ports", Json::array({{{"name", port_name},
+                                          {"port", port},
+                                          {"targetPort", port},
+                                          {"protocol", "TCP"}}})}}}};
   };
-  return {service(ShardingName(spec.name), "sharding", s.sharding_port),
-          service(PsServiceName(spec.name), "ps", s.ps_port)};
+  std::vector<Json> services = {
+      service(ShardingName(spec.name), "sharding", "grpc", s.sharding_port)};
+  if (bridge::ParameterServerCount(spec) > 0) {
+    services.push_back(service(PsServiceName(spec.name), "ps", "grpc", s.ps_port));
+  }
+  services.push_back(service(WorkersServiceName(spec.name), "worker", "rendezvous", s.master_port));
+  return services;
 }
 
 Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Settings& s) {
@@ -524,7 +576,7 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   const int32_t backup = spec.straggler_policy.name == vocab::Policy::kBackupWorkers
                              ? spec.straggler_policy.backup_workers
                              : 0;
-  std::vector<Json> env = CommonEnv(spec, s);
+  std::vector<Json> env = ParameterServerVariables(spec, s);
   env.push_back(EnvValue("ANTDT_PS_INDEX", std::to_string(k)));
   env.push_back(EnvValue("ANTDT_PS_ID", absl::StrCat("ps-", k)));
   env.push_back(EnvValue("ANTDT_PS_FEATURES", std::to_string(slice)));
@@ -570,11 +622,11 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
   if (!Get(pod_spec, "containers").is_array() || pod_spec["containers"].empty()) {
     pod_spec["containers"] = Json::array({DefaultWorkerContainer(spec, s)});
   }
-  std::vector<Json> env = CommonEnv(spec, s);
-  env.push_back(EnvValue("ANTDT_WORKER_ID", instance.id));
-  env.push_back(EnvValue("ANTDT_INCARNATION", std::to_string(instance.incarnation)));
-  env.push_back(EnvValue("ANTDT_LOCAL_BATCH", std::to_string(instance.local_batch_size)));
-  PrependEnv(pod_spec["containers"][0], env);
+  PrependEnv(pod_spec["containers"][0], WorkerVariables(spec, s, instance));
+  // A stable DNS name across incarnations (the pod's name carries the
+  // incarnation): <hostname>.<job>-workers.<namespace>.svc, MASTER_ADDR for worker-0.
+  pod_spec["hostname"] = WorkerHostname(spec.name, instance.index);
+  pod_spec["subdomain"] = WorkersServiceName(spec.name);
   pod_spec["restartPolicy"] = "Never";  // the operator restarts workers, as new pods
   AddNodeAffinity(pod_spec, instance.excluded_nodes, instance.node);
   return pod;
@@ -872,7 +924,7 @@ void EnsureWorker(const Pass& pass, const WorkerInstance& w, Plan& plan) {
     }
   }
   if (others || pass.children.Pod(w.pod) != nullptr) return;
-  if (w.incarnation > 0) {
+  if (w.incarnation > 0 && pass.p > 0) {
     Write leave;
     leave.kind = Write::Kind::kLeaveParameterServers;
     leave.worker = w.id;
@@ -954,7 +1006,8 @@ struct View {
 View ViewChildren(const Pass& pass, const Records& r) {
   View v;
   v.services_exist = pass.children.HasService(ShardingName(pass.job)) &&
-                     pass.children.HasService(PsServiceName(pass.job));
+                     (pass.p == 0 || pass.children.HasService(PsServiceName(pass.job))) &&
+                     pass.children.HasService(WorkersServiceName(pass.job));
   v.sharding = pass.children.Pod(ShardingName(pass.job));
   for (int32_t k = 0; k < pass.p; ++k) {
     v.servers.push_back(pass.children.Pod(PsPodName(pass.job, k)));
@@ -981,17 +1034,19 @@ void SetCreated(const Pass& pass, const Records& r, const View& v, Conditions& c
                          workers.exist == pass.n;
   if (ConditionTrue(pass.old_status, "Created") || all_exist) {
     c.Set("Created", true, "AllChildrenCreated",
-          absl::StrCat("created the sharding service, ",
-                       Plural(pass.p, "parameter server", "parameter servers"), " and ",
-                       Plural(pass.n, "worker", "workers")));
+          absl::StrCat(
+              "created the sharding service",
+              pass.p > 0 ? ", " + Plural(pass.p, "parameter server", "parameter servers") : "",
+              " and ", Plural(pass.n, "worker", "workers")));
   } else if (!r.dataset_created) {
     c.Set("Created", false, "WaitingForDataset",
           "the parameter servers and workers are created once the sharding service holds the "
           "dataset");
   } else {
     c.Set("Created", false, "CreatingChildren",
-          absl::StrCat(servers.exist, "/", pass.p, " parameter servers and ", workers.exist, "/",
-                       pass.n, " workers created"));
+          absl::StrCat(
+              pass.p > 0 ? absl::StrCat(servers.exist, "/", pass.p, " parameter servers and ") : "",
+              workers.exist, "/", pass.n, " workers created"));
   }
 }
 
@@ -1015,8 +1070,10 @@ void SetRunning(const Pass& pass, const Records& r, const View& v, Conditions& c
                        PhaseText(v.sharding, "not created"), ") to hold the dataset"));
   } else {
     c.Set("Running", false, "PodsNotRunning",
-          absl::StrCat(workers_text, ", ", v.server_tally.running, "/", pass.p,
-                       " parameter servers running",
+          absl::StrCat(workers_text,
+                       pass.p > 0 ? absl::StrCat(", ", v.server_tally.running, "/", pass.p,
+                                                 " parameter servers running")
+                                  : "",
                        sharding_running ? "" : ", the sharding service is not running"));
   }
 }

@@ -14,11 +14,22 @@
 //
 // Children of job J in namespace N (all labelled antdt.io/job=J, owned by J):
 //   Service J-sharding (headless)  + pod J-sharding   antdt-sharding-service
-//   Service J-ps (headless)        + pods J-ps-<k>    antdt-ps (or the PS template)
-//   pods J-worker-<i>-<incarnation>                   the workers' template
+//   Service J-ps (headless)        + pods J-ps-<k>    antdt-ps (or the PS template);
+//                                    none when bridge::ParameterServerCount is 0
+//   Service J-workers (headless)   + pods J-worker-<i>-<incarnation>   the workers' template
 // A worker restart gets a new pod name, so it never collides with the
 // terminating pod of the previous incarnation; the new pod is created only once
-// every other pod of that worker is gone.
+// every other pod of that worker is gone. Every incarnation of worker i has
+// hostname J-worker-<i> under subdomain J-workers, so
+// J-worker-<i>.J-workers.N.svc names it across restarts (MASTER_ADDR is
+// worker-0's, as with Kubeflow's PyTorchJob).
+//
+// Workers' containers[0] get, before the template's own env: POD_IP, HOST_IP,
+// NODE_NAME (downward API), then bridge::WorkerEnv's variables (the local
+// runner's names: ANTDT_*, MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+// LOCAL_RANK) but ANTDT_NODE_SPEED_FILE, which is the node's to give.
+// ANTDT_JOURNAL and ANTDT_LOSS_LOG lie under spec.checkpoint.path
+// (journals/<worker-id>.journal, loss/<worker-id>.jsonl); empty without it.
 //
 // Conditions (status.conditions, metav1.Condition, observedGeneration set):
 //   Created             True once every child has existed (stays True).
@@ -54,7 +65,8 @@ struct Settings {
   std::string image = "antdt/antdt:0.1.0";  // sharding and default PS pods
   int32_t sharding_port = 50051;
   int32_t ps_port = 50052;
-  int32_t agent_port = 9400;  // the node agent's hostPort
+  int32_t agent_port = 9400;    // the node agent's hostPort
+  int32_t master_port = 29500;  // MASTER_PORT: worker-0's rendezvous (torch's default)
   int32_t metrics_port = 9090;
   std::string manager = "antdt-operator";  // app.kubernetes.io/managed-by
 };
@@ -144,6 +156,8 @@ WorkerInstance WorkerInstanceFromJson(const Json& j);
 std::string ShardingName(const std::string& job);  // pod and Service
 std::string PsServiceName(const std::string& job);
 std::string PsPodName(const std::string& job, int32_t k);
+std::string WorkersServiceName(const std::string& job);             // J-workers
+std::string WorkerHostname(const std::string& job, int32_t index);  // J-worker-<i>
 std::string WorkerPodName(const std::string& job, int32_t index, int64_t incarnation);
 
 // How many parameter servers, their feature slices and the workers' initial
@@ -155,6 +169,8 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
                               const Settings& s);
 Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerInstance& instance,
                      const Settings& s);
+// The headless Services: sharding, ps (when the job has parameter servers),
+// workers.
 std::vector<Json> RenderServices(const Json& job, const manifest::Job& spec, const Settings& s);
 
 // metav1 SetStatusCondition on a JSON array of conditions: adds the condition

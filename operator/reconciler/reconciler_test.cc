@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -35,9 +36,9 @@ std::string ReadText(const std::string& path) {
   return ss.str();
 }
 
-Json QuickstartJob() {
-  Json job =
-      kube::YamlToJson(YAML::Load(ReadText(testing::SourcePath("examples/k8s/quickstart.yaml"))));
+// An example job as the API server stores it.
+Json ExampleJob(const std::string& file) {
+  Json job = kube::YamlToJson(YAML::Load(ReadText(testing::SourcePath(file))));
   job["metadata"]["namespace"] = "default";
   job["metadata"]["uid"] = kJobUid;
   job["metadata"]["generation"] = 1;
@@ -45,6 +46,10 @@ Json QuickstartJob() {
   job["metadata"]["creationTimestamp"] = "2026-11-29T20:59:59Z";
   return job;
 }
+
+Json QuickstartJob() { return ExampleJob("examples/k8s/quickstart.yaml"); }
+// PyTorch DDP: no parameter servers, the workers' own command.
+Json PytorchJob() { return ExampleJob("examples/k8s/pytorch.yaml"); }
 
 manifest::Job MustParse(const Json& job) {
   auto spec = manifest::ParseJob(job.dump());
@@ -320,6 +325,87 @@ TEST(RenderTest, WorkerEnvironmentAndAffinity) {
       "preferredDuringSchedulingIgnoredDuringExecution"));
 }
 
+TEST(RenderTest, WorkerRendezvousIsStableAcrossIncarnations) {
+  const Json job = QuickstartJob();
+  const manifest::Job spec = MustParse(job);
+  Settings s;
+  s.master_port = 31000;
+  WorkerInstance w;
+  w.id = "worker-3";
+  w.index = 3;
+  w.local_batch_size = 64;
+  const Json first = RenderWorkerPod(job, spec, w, s);
+  w.incarnation = 2;
+  const Json later = RenderWorkerPod(job, spec, w, s);
+  EXPECT_NE(first["metadata"]["name"], later["metadata"]["name"]);
+  const std::map<std::string, std::string> expected = {
+      {"MASTER_ADDR", "quickstart-k8s-worker-0.quickstart-k8s-workers.default.svc"},
+      {"MASTER_PORT", "31000"},
+      {"RANK", "3"},
+      {"WORLD_SIZE", "4"},
+      {"LOCAL_RANK", "0"},
+      {"ANTDT_RECORDS", "20000"},
+      {"ANTDT_EPOCHS", "2"},
+      {"ANTDT_SHARD_SIZE", "200"},
+      {"ANTDT_SHUFFLE", "false"},
+      {"ANTDT_SEED", "0"},
+      {"ANTDT_JOURNAL", "$(ANTDT_CHECKPOINT_PATH)/journals/worker-3.journal"},
+      {"ANTDT_LOSS_LOG", "$(ANTDT_CHECKPOINT_PATH)/loss/worker-3.jsonl"},
+      {"ANTDT_MODE", "antdt"},
+      // The node gives the emulated speed (the test kubelet's --speed-dir).
+      {"ANTDT_NODE_SPEED_FILE", "<unset>"}};
+  for (const Json* pod : {&first, &later}) {
+    EXPECT_EQ((*pod)["spec"]["hostname"], "quickstart-k8s-worker-3");
+    EXPECT_EQ((*pod)["spec"]["subdomain"], "quickstart-k8s-workers");
+    for (const auto& [name, value] : expected) EXPECT_EQ(Env(*pod, name), value) << name;
+  }
+
+  // The workers' headless Service selects every incarnation, on MASTER_PORT.
+  const std::vector<Json> services = RenderServices(job, spec, s);
+  ASSERT_EQ(services.size(), 3u);
+  const Json& svc = services[2];
+  EXPECT_EQ(svc["metadata"]["name"], "quickstart-k8s-workers");
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 31000);
+  for (const auto& [key, value] : svc["spec"]["selector"].items()) {
+    EXPECT_EQ(later["metadata"]["labels"][key], value) << key;
+  }
+}
+
+TEST(RenderTest, WorkerWithoutCheckpointPathHasNoJournal) {
+  Json job = QuickstartJob();
+  job["spec"].erase("checkpoint");
+  WorkerInstance w;
+  w.id = "worker-0";
+  const Json pod = RenderWorkerPod(job, MustParse(job), w, Settings{});
+  EXPECT_EQ(Env(pod, "ANTDT_JOURNAL"), "");
+  EXPECT_EQ(Env(pod, "ANTDT_LOSS_LOG"), "");
+}
+
+TEST(RenderTest, PytorchWorkerRunsItsTemplateAfterTheOperatorsVariables) {
+  const Json job = PytorchJob();
+  const manifest::Job spec = MustParse(job);
+  EXPECT_EQ(bridge::ParameterServerCount(spec), 0);
+  WorkerInstance w;
+  w.id = "worker-1";
+  w.index = 1;
+  w.local_batch_size = 32;
+  const Json pod = RenderWorkerPod(job, spec, w, Settings{});
+  const Json& container = pod["spec"]["containers"][0];
+  EXPECT_EQ(container["command"], Json::array({"/usr/bin/python3"}));
+  EXPECT_EQ(container["args"], Json::array({"/opt/antdt/examples/pytorch/train.py"}));
+  EXPECT_EQ(container["env"].back(), Json::parse(R"({"name":"OMP_NUM_THREADS","value":"1"})"));
+  for (const auto& [name, value] : std::map<std::string, std::string>{
+           {"ANTDT_PS_ADDRS", ""},
+           {"MASTER_ADDR", "pytorch-k8s-worker-0.pytorch-k8s-workers.default.svc"},
+           {"MASTER_PORT", "29500"},
+           {"WORLD_SIZE", "2"},
+           {"ANTDT_GLOBAL_BATCH", "64"},
+           {"ANTDT_LOCAL_BATCH", "32"}}) {
+    EXPECT_EQ(Env(pod, name), value) << name;
+  }
+}
+
 TEST(RenderTest, ParameterServersSplitTheFeaturesAsTheRunnerDoes) {
   Json job = QuickstartJob();
   job["spec"]["parameterServers"]["replicas"] = 3;
@@ -387,9 +473,10 @@ TEST(TimeTest, Rfc3339RoundTrips) {
 TEST(ReconcileTest, FirstPassCreatesServicesAndShardingPodAndSetsAllConditions) {
   Cluster c;
   const Plan plan = Reconcile(c.Observe(), Settings{});
-  EXPECT_THAT(Describe(plan.writes), ElementsAre("create services quickstart-k8s-sharding",
-                                                 "create services quickstart-k8s-ps",
-                                                 "create pods quickstart-k8s-sharding"));
+  EXPECT_THAT(
+      Describe(plan.writes),
+      ElementsAre("create services quickstart-k8s-sharding", "create services quickstart-k8s-ps",
+                  "create services quickstart-k8s-workers", "create pods quickstart-k8s-sharding"));
   ASSERT_TRUE(plan.status.has_value());
   const Json& st = *plan.status;
   EXPECT_EQ(st["observedGeneration"], 1);
@@ -420,7 +507,7 @@ TEST(ReconcileTest, FirstPassCreatesServicesAndShardingPodAndSetsAllConditions) 
   EXPECT_EQ(plan.requeue_after_ms, 2000);
 
   // Services and pods carry the labels and the owner reference.
-  const Json& pod = plan.writes[2].object;
+  const Json& pod = plan.writes[3].object;
   EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/role"], "sharding");
   EXPECT_EQ(pod["metadata"]["labels"]["app.kubernetes.io/managed-by"], "antdt-operator");
   EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], kJobUid);
@@ -445,7 +532,7 @@ TEST(ReconcileTest, DatasetReadyCreatesParameterServersAndWorkers) {
 TEST(ReconcileTest, IsIdempotent) {
   Cluster c;
   c.dataset_ready = true;
-  EXPECT_EQ(c.Pass().writes.size(), 8u);  // 2 services, the sharding pod, 1 PS, 4 workers
+  EXPECT_EQ(c.Pass().writes.size(), 9u);  // 3 services, the sharding pod, 1 PS, 4 workers
   Plan plan = c.Pass();  // everything exists now: Created turns True, nothing to write
   EXPECT_THAT(plan.writes, IsEmpty());
   ASSERT_TRUE(plan.status.has_value());
@@ -603,6 +690,42 @@ TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {
   fresh.RemoveTerminating();
   EXPECT_THAT(Describe(fresh.Pass().writes),
               ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2-1"));
+}
+
+TEST(ReconcileTest, JobWithoutParameterServersCreatesAndWaitsForNone) {
+  Cluster c;
+  c.job = PytorchJob();
+  Plan plan = c.Pass();
+  EXPECT_THAT(Describe(plan.writes), ElementsAre("create services pytorch-k8s-sharding",
+                                                 "create services pytorch-k8s-workers",
+                                                 "create pods pytorch-k8s-sharding"));
+  c.dataset_ready = true;
+  plan = c.Pass();
+  EXPECT_THAT(Describe(plan.writes), ElementsAre("create pods pytorch-k8s-worker-0-0",
+                                                 "create pods pytorch-k8s-worker-1-0"));
+  c.Settle();
+  EXPECT_EQ(Condition(c.Status(), "Created")["status"], "True");
+  EXPECT_EQ(Condition(c.Status(), "Created")["message"],
+            "created the sharding service and 2 workers");
+  EXPECT_EQ(Condition(c.Status(), "Running")["status"], "True");
+  EXPECT_EQ(c.Status()["parameterServers"]["summary"], "0/0");
+
+  // A restart: no parameter server to leave.
+  c.Pass({KillRestart("worker-1", "node-1", "node-5")});
+  c.RemoveTerminating();
+  plan = c.Pass();
+  EXPECT_THAT(Describe(plan.writes), ElementsAre("create pods pytorch-k8s-worker-1-1"));
+  EXPECT_THAT(c.left, IsEmpty());
+  EXPECT_EQ(plan.writes[0].object["spec"]["hostname"], "pytorch-k8s-worker-1");
+  c.RunAll();
+  c.Pass();
+
+  // Success: only the sharding service is left to stop.
+  c.SetPhase("pytorch-k8s-worker-0-0", "Succeeded");
+  c.SetPhase("pytorch-k8s-worker-1-1", "Succeeded");
+  plan = c.Pass();
+  EXPECT_EQ(Condition(c.Status(), "Succeeded")["status"], "True");
+  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods pytorch-k8s-sharding")));
 }
 
 TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
