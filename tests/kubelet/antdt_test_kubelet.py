@@ -2,7 +2,7 @@
 """antdt-test-kubelet: a kubelet and trivial scheduler for AntDT's Kubernetes end-to-end tests.
 
 Registers Nodes in an API server (the emulator, or any), binds unscheduled pods to them, and runs
-the pods bound to them as local processes from --bin-dir. See README.md."""
+the pods bound to them as local processes from --bin-dir (or the image's Python). See README.md."""
 
 import argparse
 import os
@@ -26,7 +26,8 @@ def parse_args(argv):
     target.add_argument("--server", help="API server URL, e.g. http://127.0.0.1:6443")
     target.add_argument("--kubeconfig", help="kubeconfig file")
     p.add_argument("--nodes", required=True, help="YAML list of {name, labels, hostIP}")
-    p.add_argument("--bin-dir", required=True, help="AntDT binaries (build/bin)")
+    p.add_argument("--bin-dir", required=True, help="AntDT binaries (build/bin); the antdt Python SDK in ../python")
+    p.add_argument("--image-root", help="what the image holds at /opt/antdt (the repository: examples/...)")
     p.add_argument("--work-dir", required=True, help="pod sandboxes and logs")
     p.add_argument("--ip-base", default="127.1.0", help="pod IPs 127.X.Y.10.., node IPs 127.X.(Y+1).1..")
     p.add_argument("--agent-monitor", help="HOST:PORT: run antdt-agent per node, streaming there")
@@ -37,6 +38,10 @@ def parse_args(argv):
     args = p.parse_args(argv)
     args.bin_dir = os.path.abspath(args.bin_dir)
     args.work_dir = os.path.abspath(args.work_dir)
+    if args.image_root:
+        args.image_root = os.path.abspath(args.image_root)
+        if not os.path.isdir(args.image_root):
+            p.error("--image-root: %s is not a directory" % args.image_root)
     parts = args.ip_base.split(".")
     if len(parts) != 3 or parts[0] != "127" or not all(x.isdigit() and int(x) < 255 for x in parts[1:]) \
             or int(parts[2]) >= 254:
@@ -79,7 +84,8 @@ def main(argv):
 
     agents = nodes_lib.Agents(nodes, args.bin_dir, args.work_dir, args.agent_monitor) if args.agent_monitor else None
     scheduler = Scheduler(api, nodes)
-    kubelet = Kubelet(api, nodes, args.bin_dir, args.work_dir, args.ip_base, args.speed_dir)
+    kubelet = Kubelet(api, nodes, args.bin_dir, args.work_dir, args.ip_base, args.speed_dir,
+                      image_root=args.image_root)
     if args.ready_file and not stop.is_set():
         with open(args.ready_file + ".tmp", "w") as f:
             f.write("ok\n")

@@ -135,6 +135,34 @@ class ImageTest(unittest.TestCase):
             self.assertTrue(ctx.exception.message)
 
 
+class PythonImageTest(unittest.TestCase):
+    def test_python_commands_run_the_system_python(self):
+        for command in (["python3"], ["/usr/bin/python3", "-u"]):
+            self.assertEqual(spec.resolve_binary({"image": "antdt/antdt:0.1.0", "command": command}, "/x/bin"),
+                             spec.SYSTEM_PYTHON, command)
+        with self.assertRaises(spec.SpecError):  # another interpreter is not the image's
+            spec.resolve_binary({"image": "antdt/antdt", "command": ["/usr/local/bin/python3"]}, "/x/bin")
+
+    def test_sdk_on_the_path(self):
+        sdk = os.path.join(os.path.realpath("/tmp"), "python")
+        self.assertEqual(spec.python_base_env("/tmp/bin"), {"PYTHONPATH": sdk, "PYTHONDONTWRITEBYTECODE": "1"})
+        cases = [("", sdk), ("/a", "/a:" + sdk), ("/a:" + sdk, "/a:" + sdk), (sdk, sdk)]
+        for given, want in cases:
+            env = spec.keep_sdk_importable([("X", "1"), ("PYTHONPATH", given)], "/tmp/bin")
+            self.assertEqual(env, [("X", "1"), ("PYTHONPATH", want)], given)
+
+    def test_image_paths_map_to_the_image_root(self):
+        argv = ["/usr/bin/python3", "/opt/antdt/examples/pytorch/train.py", "/opt/antdt", "/opt/antdtx/a",
+                "/opt/other", "--x=/opt/antdt/y", "rel/opt/antdt/z"]
+        self.assertEqual(spec.map_image_paths(argv, "/repo"),
+                         ["/usr/bin/python3", "/repo/examples/pytorch/train.py", "/repo/", "/opt/antdtx/a",
+                          "/opt/other", "--x=/opt/antdt/y", "rel/opt/antdt/z"])
+        self.assertEqual(spec.map_image_paths(["/opt/antdt/bin/x"], None), ["/opt/antdt/bin/x"])  # argv[0]
+        with self.assertRaises(spec.SpecError) as ctx:
+            spec.map_image_paths(argv, None)
+        self.assertIn("--image-root", ctx.exception.message)
+
+
 class DnsTest(unittest.TestCase):
     def setUp(self):
         self.pods = [
@@ -166,6 +194,18 @@ class DnsTest(unittest.TestCase):
         for name in ("nip.ns.svc", "missing.ns.svc", "ss.other.svc", "manual.ns.svc", "old.ns.svc",
                      "ss-0.ss.ns.svc", "ps-9.job.ns.svc"):
             self.assertEqual(self.rewrite("x=" + name + ":1"), ("x=" + name + ":1", [name]), name)
+
+    def test_names_of_succeeded_pods_never_resolve(self):
+        done = make_pod("w-0-0", labels={"job": "w"}, hostname="w-0", subdomain="w", ip="127.1.0.20")
+        done["status"]["phase"] = "Succeeded"
+        failed = make_pod("w-1-0", labels={"job": "w"}, hostname="w-1", subdomain="w", ip="127.1.0.21")
+        failed["status"]["phase"] = "Failed"  # the operator starts the next incarnation
+        pods = self.pods + [done, failed]
+        services = self.services + [make_service("w", selector={"job": "w"})]
+        # worker-0 is done for good: the name stays as written and nothing waits for it.
+        self.assertEqual(spec.rewrite_hosts("w-0.w.ns.svc", pods, services), ("w-0.w.ns.svc", []))
+        self.assertEqual(spec.rewrite_hosts("w-1.w.ns.svc", pods, services), ("w-1.w.ns.svc", ["w-1.w.ns.svc"]))
+        self.assertEqual(spec.rewrite_hosts("w-2.w.ns.svc", pods, services), ("w-2.w.ns.svc", ["w-2.w.ns.svc"]))
 
     def test_non_cluster_names_untouched(self):
         for text in ("ss.ns.svc.example.com", "ns.svc", "a.b.c.ss.ns.svc", "127.0.0.1:80", "ss.ns.svcx",
@@ -357,6 +397,35 @@ class KubeletStateMachineTest(unittest.TestCase):
                        services=[make_service("srv", selector={"app": "srv"})])
         with open(os.path.join(self.kubelet.pods[dns["metadata"]["uid"]].sandbox, "cmdline.json")) as f:
             self.assertEqual(json.load(f)["argv"][1:], ["--addr", "127.9.0.99:1"])
+
+    def test_python_worker_with_rendezvous_env(self):
+        """A PyTorch worker: the image's Python runs the example under /opt/antdt, and MASTER_ADDR (an
+        env value naming worker-0 by hostname.subdomain) waits for worker-0's IP, as args do."""
+        root = os.path.join(self.tmp.name, "image")
+        os.makedirs(os.path.join(root, "examples"))
+        with open(os.path.join(root, "examples", "probe.py"), "w") as f:
+            f.write("import json, os, sys\n"
+                    "names = ('MASTER_ADDR', 'RANK', 'PYTHONPATH', 'PYTHONDONTWRITEBYTECODE')\n"
+                    "json.dump({k: os.environ.get(k) for k in names}, sys.stdout)\n")
+        self.kubelet.image_root = root
+        worker = self.pod("w-1-2", ["python3"], labels={"role": "worker"}, hostname="w-1", subdomain="w")
+        container = worker["spec"]["containers"][0]
+        container["args"] = ["/opt/antdt/examples/probe.py"]
+        container["env"] = [{"name": "MASTER_ADDR", "value": "w-0.w.ns.svc"}, {"name": "RANK", "value": "1"},
+                            {"name": "PYTHONPATH", "value": "/extra"}]
+        services = [make_service("w", selector={"role": "worker"})]
+        waiting = lambda: self.status(worker).get("containerStatuses", [{}])[0].get("state", {}).get("waiting", {})  # noqa
+        self.run_until([worker], lambda: "w-0.w.ns.svc" in waiting().get("message", ""), services=services)
+        rank0 = make_pod("w-0-0", labels={"role": "worker"}, hostname="w-0", subdomain="w", ip="127.9.0.77")
+        self.clock.t += 1
+        self.run_until([worker, rank0], lambda: self.status(worker).get("phase") == "Succeeded", services=services)
+        sandbox = self.kubelet.pods[worker["metadata"]["uid"]].sandbox
+        with open(os.path.join(sandbox, "cmdline.json")) as f:
+            self.assertEqual(json.load(f)["argv"], [spec.SYSTEM_PYTHON, os.path.join(root, "examples", "probe.py")])
+        with open(os.path.join(sandbox, "log")) as f:
+            seen = json.load(f)
+        self.assertEqual(seen, {"MASTER_ADDR": "127.9.0.77", "RANK": "1",
+                                "PYTHONPATH": "/extra:" + spec.sdk_dir(self.bin), "PYTHONDONTWRITEBYTECODE": "1"})
 
     def test_graceful_deletion_and_disappearance(self):
         slow = self.pod("slow", ["sleep", "600"], "Always")

@@ -72,10 +72,12 @@ class PodState:
 
 
 class Kubelet:
-    def __init__(self, api, nodes, bin_dir, work_dir, ip_base, speed_dir=None, monotonic=time.monotonic):
+    def __init__(self, api, nodes, bin_dir, work_dir, ip_base, speed_dir=None, monotonic=time.monotonic,
+                 image_root=None):
         self.api = api
         self.nodes = {n["name"]: n for n in nodes}
         self.bin_dir = bin_dir
+        self.image_root = image_root  # stands for the image's /opt/antdt
         self.work_dir = work_dir
         self.speed_dir = speed_dir
         self.ips = IpPool(ip_base)
@@ -149,8 +151,13 @@ class Kubelet:
                               hostIP=self._host_ip(state), hostIPs=[{"ip": self._host_ip(state)}])
         try:
             binary = podspec.resolve_binary(container, self.bin_dir)
-            env = podspec.container_env(view, container, self._base_env(view, state))
-            argv = podspec.container_argv(container, env)
+            base = self._base_env(view, state)
+            if binary == podspec.SYSTEM_PYTHON:
+                base.update(podspec.python_base_env(self.bin_dir))
+            env = podspec.container_env(view, container, base)
+            if binary == podspec.SYSTEM_PYTHON:
+                env = podspec.keep_sdk_importable(env, self.bin_dir)
+            argv = podspec.map_image_paths(podspec.container_argv(container, env), self.image_root)
         except podspec.SpecError as e:
             self._set_waiting(state, e.reason, e.message)
             state.next_start = self.monotonic() + 1.0

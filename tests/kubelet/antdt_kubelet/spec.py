@@ -1,8 +1,8 @@
 """Pure functions over pod, service and node objects (plain dicts as the API serves them).
 
 Nothing here does I/O, reads the clock or touches processes, so every rule is unit-tested directly:
-$(VAR) expansion, env and fieldRef resolution, image-to-binary resolution, the cluster-DNS rewrite
-and the scheduling predicate.
+$(VAR) expansion, env and fieldRef resolution, image-to-binary resolution (and the image's Python),
+the cluster-DNS rewrite and the scheduling predicate.
 """
 
 import os
@@ -125,6 +125,12 @@ def container_argv(container, env):
 
 
 _IMAGES = {"antdt/antdt", "docker.io/antdt/antdt", "ghcr.io/antdt/antdt"}
+#: The image's Python (Debian's, with python3-torch and the antdt SDK installed), and the
+#: commands that run it.
+SYSTEM_PYTHON = "/usr/bin/python3"
+_PYTHON_COMMANDS = {"python3", SYSTEM_PYTHON}
+#: Where the image holds AntDT's files (examples/...): the kubelet's --image-root stands for it.
+IMAGE_ROOT = "/opt/antdt"
 
 
 def image_repository(image):
@@ -136,15 +142,19 @@ def image_repository(image):
 
 
 def resolve_binary(container, bin_dir):
-    """The executable for the container: the project image runs `<bin_dir>/<command[0]>`."""
+    """The executable for the container: the project image runs `<bin_dir>/<command[0]>`, or its
+    Python (`python3`, `/usr/bin/python3`) as this machine's SYSTEM_PYTHON."""
     image = container.get("image", "")
     if image_repository(image) not in _IMAGES:
         raise SpecError("ErrImagePull",
                         "image %r: the test kubelet runs only antdt/antdt or ghcr.io/antdt/antdt" % image)
     command = container.get("command") or []
     if not command:
-        raise SpecError("ErrImagePull", "image %r: spec.containers[0].command must name an AntDT binary" % image)
+        raise SpecError("ErrImagePull", "image %r: spec.containers[0].command must name an AntDT binary or python3"
+                        % image)
     first = command[0]
+    if first in _PYTHON_COMMANDS:
+        return SYSTEM_PYTHON
     root = os.path.realpath(bin_dir)
     if "/" not in first:
         path = os.path.join(root, first)
@@ -155,6 +165,44 @@ def resolve_binary(container, bin_dir):
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         raise SpecError("ErrImagePull", "command %r: no executable %s in the image" % (first, path))
     return path
+
+
+def sdk_dir(bin_dir):
+    """The antdt Python package the build tree assembles beside its binaries (`build/python`), which
+    stands for the SDK installed in the image."""
+    return os.path.join(os.path.dirname(os.path.realpath(bin_dir)), "python")
+
+
+def python_base_env(bin_dir):
+    """What the image's Python adds to the runtime's variables: the SDK importable, and no bytecode
+    written into the image (here: the repository)."""
+    return {"PYTHONPATH": sdk_dir(bin_dir), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def keep_sdk_importable(env, bin_dir):
+    """`env` (a list of (name, value)) with the SDK still on a PYTHONPATH the container set itself, as
+    a package installed in the image's site-packages would be."""
+    sdk = sdk_dir(bin_dir)
+    out = []
+    for name, value in env:
+        if name == "PYTHONPATH" and sdk not in value.split(":"):
+            value = value + ":" + sdk if value else sdk
+        out.append((name, value))
+    return out
+
+
+def map_image_paths(argv, image_root):
+    """argv with every argument that is a path under IMAGE_ROOT (/opt/antdt/...) moved to
+    `image_root` (the repository, whose examples/ the image holds); argv[0] is the executable."""
+    out = [argv[0]] if argv else []
+    for arg in argv[1:]:
+        if arg == IMAGE_ROOT or arg.startswith(IMAGE_ROOT + "/"):
+            if not image_root:
+                raise SpecError("ErrImagePull", "argument %r: the image's %s needs the kubelet's --image-root"
+                                % (arg, IMAGE_ROOT))
+            arg = os.path.join(image_root, arg[len(IMAGE_ROOT) + 1:])
+        out.append(arg)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,20 +218,18 @@ def selector_matches(selector, labels):
     return bool(selector) and all((labels or {}).get(k) == v for k, v in selector.items())
 
 
-def _endpoint_pods(pods, namespace):
-    """Pods that can back DNS answers: alive, with an IP (readiness is not required)."""
-    for pod in pods:
-        if (pod["metadata"].get("namespace") == namespace and not pod["metadata"].get("deletionTimestamp")
-                and pod.get("status", {}).get("podIP")
-                and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")):
-            yield pod
+def _is_endpoint(pod):
+    """A pod that can back DNS answers: alive, with an IP (readiness is not required)."""
+    status = pod.get("status", {})
+    return (not pod["metadata"].get("deletionTimestamp") and status.get("podIP")
+            and status.get("phase") not in ("Succeeded", "Failed"))
 
 
-def resolve_host(host, pods, services):
-    """The pod IP a cluster DNS name resolves to, or None while it does not resolve.
+def _named_pods(host, pods, services):
+    """Every pod (in any state) a cluster DNS name stands for, or None when its Service does not exist.
 
-    A service name answers with its lowest-named selected pod; `hostname.subdomain.ns` needs the
-    headless Service `subdomain` selecting the pod with that spec.hostname and spec.subdomain."""
+    A service name stands for the pods its selector selects; `hostname.subdomain.ns` for those of them
+    with that spec.hostname and spec.subdomain (the headless Service `subdomain` must select them)."""
     labels = host.split(".")
     labels = labels[:labels.index("svc")]
     namespace = labels[-1]
@@ -193,25 +239,42 @@ def resolve_host(host, pods, services):
     if service is None:
         return None
     selector = service.get("spec", {}).get("selector") or {}
-    candidates = [p for p in _endpoint_pods(pods, namespace)
-                  if selector_matches(selector, p["metadata"].get("labels"))]
+    named = [p for p in pods if p["metadata"].get("namespace") == namespace
+             and selector_matches(selector, p["metadata"].get("labels"))]
     if len(labels) == 3:
-        candidates = [p for p in candidates if p["spec"].get("hostname") == labels[0]
-                      and p["spec"].get("subdomain") == service_name]
-    candidates.sort(key=lambda p: p["metadata"]["name"])
-    return candidates[0]["status"]["podIP"] if candidates else None
+        named = [p for p in named if p["spec"].get("hostname") == labels[0]
+                 and p["spec"].get("subdomain") == service_name]
+    return named
+
+
+def resolve_host(host, pods, services):
+    """The pod IP a cluster DNS name resolves to (its lowest-named live pod), or None."""
+    alive = sorted((p for p in _named_pods(host, pods, services) or [] if _is_endpoint(p)),
+                   key=lambda p: p["metadata"]["name"])
+    return alive[0]["status"]["podIP"] if alive else None
+
+
+def never_resolves(host, pods, services):
+    """True when every pod the name stands for has Succeeded: none will run under it again (the
+    operator never restarts a worker that succeeded, e.g. MASTER_ADDR's worker-0 once it is done).
+    A real kubelet starts a container whatever its names resolve to; this one waits for names that
+    may still resolve, and gives up on these."""
+    named = _named_pods(host, pods, services)
+    return bool(named) and all(p.get("status", {}).get("phase") == "Succeeded" for p in named)
 
 
 def rewrite_hosts(text, pods, services):
-    """`text` with every cluster DNS name replaced by its IP, and the names that did not resolve."""
+    """`text` with every cluster DNS name replaced by its IP, and the names that did not resolve
+    (yet: a name that never resolves stays as written, and is not among them)."""
     unresolved = []
 
     def replace(match):
         ip = resolve_host(match.group(0), pods, services)
-        if ip is None:
+        if ip is not None:
+            return ip
+        if not never_resolves(match.group(0), pods, services):
             unresolved.append(match.group(0))
-            return match.group(0)
-        return ip
+        return match.group(0)
 
     return HOST_RE.sub(replace, text), unresolved
 
