@@ -24,11 +24,17 @@ constexpr const char* kUsage = R"(usage: antdt COMMAND [flags]
 commands:
   run     run an AntDTJob on this machine: sharding service, one agent per
           emulated node, Monitor and Controller, parameter servers and workers.
+          Workers run the built-in demo trainer, or the command of the
+          manifest's worker template with the ANTDT_* and PyTorch rendezvous
+          variables (docs/local-runner.md).
           antdt run JOB.yaml [--report DIR] [--work-dir DIR] [--policy NAME]
                              [--scenario FILE] [--no-slowdown]
+          --policy plain: the job without AntDT (a worker command only).
   bench   antdt bench stragglers --job JOB.yaml [--scenario FILE]
-                --policies antdt-nd,none,backup-workers,lb-bsp --out DIR
-          runs the job under each policy and once with no slowdown.
+                --policies antdt-nd,none,plain,backup-workers,lb-bsp --out DIR
+          runs the job under each policy and once with no slowdown; plain is
+          the job without AntDT (torch's DistributedSampler, no journal).
+          Writes results.json, results.md, chart.svg (JCT) and loss.svg.
   demo    run the sharding demo: worker processes consume a dataset through
           the sharding service while one is SIGKILLed mid-epoch and restarted;
           prints whether every record was committed exactly once.

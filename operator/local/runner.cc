@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -27,6 +28,9 @@
 #include "operator/bridge/bridge.h"
 #include "operator/control/control_loop.h"
 #include "operator/controller/policy.h"
+#include "operator/local/cgroup.h"
+#include "operator/local/loss_log.h"
+#include "operator/local/worker_command.h"
 #include "operator/local/workers.h"
 #include "operator/monitor_service/monitor_service.h"
 
@@ -69,14 +73,21 @@ void Stop(Server& s) {
 // scenario and the report.
 class JobClock final : public Clock {
  public:
-  JobClock() : start_(SteadyClock::now()) {}
+  JobClock()
+      : start_(SteadyClock::now()),
+        start_unix_(
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                .count()) {}
   int64_t NowMillis() const override {
     return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start_)
         .count();
   }
+  // The start in seconds since the Unix epoch (for the workers' loss logs).
+  double start_unix() const { return start_unix_; }
 
  private:
   const SteadyClock::time_point start_;
+  const double start_unix_;
 };
 
 // The local backend of the control loop: the job's processes on this machine.
@@ -123,13 +134,16 @@ class Runner final : public control::Backend {
   absl::Status Loop();
   absl::Status Collect();
 
+  void StartLoop();
+  absl::StatusOr<std::vector<const manifest::NodeSpec*>> Placement() const;
+  absl::Status PrepareWorkers();
   absl::Status StartShardingService();
   absl::Status StartMonitor();
   absl::Status StartAgents();
   absl::Status StartParameterServers();
-  void StartWorkers(const std::vector<const manifest::NodeSpec*>& placement);
-  std::vector<std::string> WorkerArgv(const WorkerSlot& w);
-  void WriteSpeeds();
+  absl::Status StartWorkers(const std::vector<const manifest::NodeSpec*>& placement);
+  absl::Status ApplyScenario();
+  void CollectLoss();
   absl::Status Control();
   void ShowProgress();
   void Teardown();
@@ -151,6 +165,8 @@ class Runner final : public control::Backend {
   std::unique_ptr<Launcher> launcher_ = NewProcessLauncher();
   std::unique_ptr<WorkerSet> workers_;
   std::unique_ptr<control::ControlLoop> loop_;
+  WorkerSite site_;
+  std::optional<NodeCgroups> cgroups_;  // nodes with a cpu-quota slowdown
   std::map<std::string, std::string> speeds_written_;
   std::vector<std::string> rebalanced_;  // batch changes of the current plan
   RunResult result_;
@@ -196,6 +212,9 @@ absl::Status Runner::StartAgents() {
     for (const auto& [k, v] : n.labels) labels.push_back(k + "=" + v);
     labels.push_back(absl::StrCat("antdt.io/device-speed=", n.speed < 1 ? n.speed : 1.0));
     argv.insert(argv.end(), {"--labels", absl::StrJoin(labels, ",")});
+    if (const CpuCgroup* group = cgroups_ ? cgroups_->Of(n.name) : nullptr) {
+      argv.insert(argv.end(), {"--cgroup-root", kCpuCgroupRoot, "--cgroups", group->name()});
+    }
     ASSIGN_OR_RETURN(agents_[n.name], StartServer(argv, dir_, "agent-" + n.name));
   }
   return absl::OkStatus();
@@ -228,52 +247,40 @@ absl::Status Runner::StartParameterServers() {
   return absl::OkStatus();
 }
 
-std::vector<std::string> Runner::WorkerArgv(const WorkerSlot& w) {
-  std::vector<std::string> ps;
-  for (const Server& s : ps_) ps.push_back(s.address);
-  return {o_.bin_dir + "/antdt-trainer-worker",
-          "--sharding",
-          sharding_.address,
-          "--job",
-          job_.name,
-          "--dataset",
-          "train",
-          "--worker-id",
-          w.id,
-          "--incarnation",
-          std::to_string(w.incarnation),
-          "--journal",
-          dir_ + "/" + w.id + ".journal",
-          "--ps",
-          absl::StrJoin(ps, ","),
-          "--features",
-          std::to_string(job_.model.features),
-          "--agent",
-          agents_[w.node].address,
-          "--local-batch",
-          std::to_string(w.local_batch),
-          "--device-us-per-sample",
-          std::to_string(job_.local.device_time_per_sample_us),
-          "--speed-file",
-          dir_ + "/nodes/" + w.node + ".speed",
-          "--report-interval",
-          "250ms"};
+// The worker command checked, the port of PyTorch's rendezvous picked, the
+// cgroups of the cpu-quota slowdowns created: before anything starts.
+absl::Status Runner::PrepareWorkers() {
+  site_ = SiteFor(job_, o_.bin_dir, dir_, o_.manifest_dir, o_.plain);
+  RETURN_IF_ERROR(CheckWorkerCommand(job_, site_));
+  ASSIGN_OR_RETURN(site_.master_port, PickFreePort());
+  ASSIGN_OR_RETURN(
+      cgroups_, NodeCgroups::Create(scenario_, kCpuCgroupRoot, absl::StrCat("antdt-", getpid())));
+  return absl::OkStatus();
 }
 
-void Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& placement) {
+absl::Status Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& placement) {
+  site_.sharding_addr = sharding_.address;
+  for (const Server& s : ps_) site_.ps_addrs.push_back(s.address);
   WorkerSetOptions wo;
   wo.log_dir = dir_;
   wo.backoff_limit = job_.run_policy.backoff_limit;
-  wo.argv = [this](const WorkerSlot& w) { return WorkerArgv(w); };
+  wo.launch = [this](const WorkerSlot& w) {
+    return LaunchFor(job_, site_, w, agents_[w.node].address);
+  };
+  wo.on_spawn = [this](const WorkerSlot& w, int pid) {
+    CpuCgroup* group = cgroups_->Of(w.node);
+    return group == nullptr ? absl::OkStatus() : group->AddProcess(pid);
+  };
   wo.retire = [this](const std::string& worker, int32_t incarnation) {
     return Retire(worker, incarnation);
   };
   wo.on_event = [this](const std::string& line) { Event(line); };
   workers_ = std::make_unique<WorkerSet>(std::move(wo), launcher_.get(), &clock_);
   for (int32_t i = 0; i < job_.workers.replicas; ++i) {
-    workers_->Start(absl::StrCat("worker-", i), placement[i]->name,
-                    bridge::InitialLocalBatch(job_, i));
+    RETURN_IF_ERROR(workers_->Start(absl::StrCat("worker-", i), placement[i]->name,
+                                    bridge::InitialLocalBatch(job_, i)));
   }
+  return absl::OkStatus();
 }
 
 void Runner::LeaveParameterServers(const std::string& worker) {
@@ -289,15 +296,17 @@ void Runner::LeaveParameterServers(const std::string& worker) {
   }
 }
 
-void Runner::WriteSpeeds() {
+// The scenario now: each node's speed file and its cgroup's CPU quota.
+absl::Status Runner::ApplyScenario() {
+  const int64_t now = clock_.NowMillis();
   for (const manifest::NodeSpec& n : scenario_.nodes) {
-    const std::string speed =
-        absl::StrFormat("%.4f", scenario_.SpeedAt(n.name, clock_.NowMillis()));
+    const std::string speed = absl::StrFormat("%.4f", scenario_.SpeedAt(n.name, now));
     if (speeds_written_[n.name] == speed) continue;
     if (WriteFileAtomically(dir_ + "/nodes/" + n.name + ".speed", speed + "\n").ok()) {
       speeds_written_[n.name] = speed;
     }
   }
+  return cgroups_ ? cgroups_->Apply(scenario_, now) : absl::OkStatus();
 }
 
 std::optional<v1::GetJobHealthResponse> Runner::Health() {
@@ -395,21 +404,28 @@ void Runner::Teardown() {
   if (monitor_) monitor_->Stop();
   if (monitor_server_) monitor_server_->Shutdown(std::chrono::seconds(1));
   Stop(sharding_);
+  if (cgroups_) {
+    if (absl::Status s = cgroups_->RemoveAll(); !s.ok()) Event("cgroups: " + s.ToString());
+    cgroups_.reset();
+  }
 }
 
-// Start: the sharding service and its dataset, the Monitor, agents, parameter
-// servers and workers, and the control loop over them.
-absl::Status Runner::StartJob() {
+void Runner::StartLoop() {
   control::LoopOptions lo;
   lo.job = job_.name;
   lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
   lo.policy = bridge::PolicySpecFor(job_, policy_, lo.interval_ms);
   lo.global_batch_size = job_.model.global_batch_size;
   lo.window_ms = job_.monitor.window_ms;
+  lo.regroup_seconds = bridge::RegroupSeconds(job_);
   loop_ = std::make_unique<control::ControlLoop>(lo, this, &clock_);
   // The first decision one interval after the job started (its clock), when
   // the Monitor has a window.
   (void)loop_->TakeTurn();
+}
+
+// Worker i on the i-th node that is not a spare.
+absl::StatusOr<std::vector<const manifest::NodeSpec*>> Runner::Placement() const {
   std::vector<const manifest::NodeSpec*> placement;
   for (const manifest::NodeSpec& n : scenario_.nodes) {
     if (!n.spare) placement.push_back(&n);
@@ -419,16 +435,26 @@ absl::Status Runner::StartJob() {
                                                    " workers but the scenario has ",
                                                    placement.size(), " non-spare nodes"));
   }
+  return placement;
+}
+
+// Start: the sharding service and its dataset, the Monitor, agents, parameter
+// servers and workers, and the control loop over them.
+absl::Status Runner::StartJob() {
+  StartLoop();
+  ASSIGN_OR_RETURN(const std::vector<const manifest::NodeSpec*> placement, Placement());
+  RETURN_IF_ERROR(PrepareWorkers());
   RETURN_IF_ERROR(StartShardingService());
   RETURN_IF_ERROR(StartMonitor());
   Event("sharding service on " + sharding_.address + ", monitor on " + monitor_address_);
-  WriteSpeeds();
+  RETURN_IF_ERROR(ApplyScenario());
   RETURN_IF_ERROR(StartAgents());
   RETURN_IF_ERROR(StartParameterServers());
-  StartWorkers(placement);
-  Event(absl::StrFormat("%d workers, %d parameter servers, %d nodes; policy %s",
-                        job_.workers.replicas, static_cast<int>(ps_.size()),
-                        static_cast<int>(scenario_.nodes.size()), result_.policy));
+  RETURN_IF_ERROR(StartWorkers(placement));
+  Event(absl::StrFormat(
+      "%d workers (%s), %d parameter servers, %d nodes; policy %s", job_.workers.replicas,
+      bridge::HasWorkerCommand(job_) ? "worker command" : "demo trainer",
+      static_cast<int>(ps_.size()), static_cast<int>(scenario_.nodes.size()), result_.policy));
 
   if (policy_ == vocab::Policy::kBackupWorkers) {
     controller::Plan plan;
@@ -452,7 +478,7 @@ absl::Status Runner::Loop() {
     if (clock_.NowMillis() > o_.timeout_ms) {
       return absl::DeadlineExceededError("the job did not finish in time");
     }
-    WriteSpeeds();
+    RETURN_IF_ERROR(ApplyScenario());
     ASSIGN_OR_RETURN(const bool all_done, workers_->Poll());
     if (all_done) return absl::OkStatus();
     RETURN_IF_ERROR(Control());
@@ -461,12 +487,8 @@ absl::Status Runner::Loop() {
   }
 }
 
-// Collect: the job's figures, then every process stopped and the journals
-// checked for exactly-once.
-absl::Status Runner::Collect() {
-  result_.jct_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
-  if (auto p = driver_->Progress(); p.ok())
-    result_.records_committed = p->records_committed_total();
+// The loss: from the first parameter server, else from worker-0's loss log.
+void Runner::CollectLoss() {
   if (!ps_.empty()) {
     auto stub = v1::ParameterServer::NewStub(
         grpc::CreateChannel(ps_[0].address, grpc::InsecureChannelCredentials()));
@@ -478,8 +500,27 @@ absl::Status Runner::Collect() {
       result_.final_loss = stats.mean_loss();
       result_.steps = stats.step();
     }
+    return;
   }
+  std::optional<LossCurve> curve = ReadLossLog(dir_ + "/worker-0.loss.jsonl", clock_.start_unix());
+  if (!curve) return;
+  result_.first_loss = curve->first_loss;
+  result_.final_loss = curve->final_loss;
+  result_.steps = curve->steps;
+  result_.loss_curve = std::move(curve->points);
+}
+
+// Collect: the job's figures, then every process stopped and the journals
+// checked for exactly-once (not in plain mode, which writes none).
+absl::Status Runner::Collect() {
+  result_.jct_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
+  if (auto p = driver_->Progress(); p.ok()) {
+    result_.records_committed = p->records_committed_total();
+  }
+  CollectLoss();
   Teardown();
+  result_.journals_checked = !o_.plain;
+  if (o_.plain) return absl::OkStatus();
   std::vector<std::string> journals;
   for (const auto& w : workers_->slots()) journals.push_back(dir_ + "/" + w->id + ".journal");
   ASSIGN_OR_RETURN(result_.verification,
@@ -488,14 +529,16 @@ absl::Status Runner::Collect() {
 }
 
 absl::StatusOr<RunResult> Runner::Run() {
-  policy_ = o_.policy_override.value_or(job_.straggler_policy.name);
+  if (o_.plain) RETURN_IF_ERROR(PlainAllowed(job_));
+  policy_ =
+      o_.plain ? vocab::Policy::kNone : o_.policy_override.value_or(job_.straggler_policy.name);
   if (o_.no_slowdown) scenario_.slowdowns.clear();
   dir_ = o_.work_dir;
   fs::remove_all(dir_);
   fs::create_directories(dir_ + "/nodes");
   SetLogFile(dir_ + "/antdt-run.log");  // the terminal is the progress bar's
   result_.job = job_.name;
-  result_.policy = o_.no_slowdown ? "no-slowdown" : vocab::Name(policy_);
+  result_.policy = o_.no_slowdown ? "no-slowdown" : o_.plain ? "plain" : vocab::Name(policy_);
   absl::Status s = StartJob();
   if (s.ok()) s = Loop();
   if (!s.ok()) {
@@ -506,161 +549,19 @@ absl::StatusOr<RunResult> Runner::Run() {
   return result_;
 }
 
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string HtmlEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
-
 }  // namespace
+
+absl::Status PlainAllowed(const manifest::Job& job) {
+  if (!bridge::RunsDemoTrainer(job)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "plain needs a worker command (spec.workers.template.spec.containers[0].command) whose "
+      "trainer reads ANTDT_MODE; the demo trainer has no plain mode");
+}
 
 absl::StatusOr<RunResult> RunJob(const manifest::Job& job, const manifest::Scenario& scenario,
                                  const RunOptions& options) {
   Runner runner(job, scenario, options);
   return runner.Run();
-}
-
-std::string ReportText(const RunResult& r) {
-  std::string out = absl::StrFormat(
-      "job %s under policy %s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n", r.job,
-      r.policy, r.jct_seconds, r.records_committed, r.steps, r.first_loss, r.final_loss);
-  if (r.actions.empty()) {
-    absl::StrAppend(&out, "actions: none\n");
-  } else {
-    absl::StrAppend(&out,
-                    "actions (batch changes that only keep the global batch are in the report):\n");
-    for (const ActionRecord& a : r.actions) {
-      if (a.action == vocab::ActionKind::kAdjustBatchSize && a.subject.empty()) continue;
-      absl::StrAppendFormat(&out, "  %6.1fs %-14s %-10s %s\n", a.at_seconds, vocab::Name(a.action),
-                            a.worker, a.reason);
-    }
-  }
-  absl::StrAppend(&out, r.verification.Summary());
-  return out;
-}
-
-absl::Status WriteReport(const RunResult& r, const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::InvalidArgumentError("--report: cannot create " + dir);
-  std::string json = absl::StrFormat(
-      "{\n  \"job\": \"%s\",\n  \"policy\": \"%s\",\n  \"jct_seconds\": %.3f,\n"
-      "  \"records_committed\": %d,\n  \"exactly_once\": %s,\n  \"steps\": %d,\n"
-      "  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n  \"actions\": [",
-      JsonEscape(r.job), JsonEscape(r.policy), r.jct_seconds, r.records_committed,
-      r.verification.exactly_once() ? "true" : "false", r.steps, r.first_loss, r.final_loss);
-  for (size_t i = 0; i < r.actions.size(); ++i) {
-    const ActionRecord& a = r.actions[i];
-    absl::StrAppendFormat(&json,
-                          "%s\n    {\"at_seconds\": %.3f, \"action\": \"%s\", \"worker\": \"%s\", "
-                          "\"rule\": \"%s\", \"reason\": \"%s\", \"description\": \"%s\"}",
-                          i ? "," : "", a.at_seconds, vocab::Name(a.action), JsonEscape(a.worker),
-                          JsonEscape(a.rule), JsonEscape(a.reason), JsonEscape(a.description));
-  }
-  absl::StrAppend(&json, r.actions.empty() ? "],\n" : "\n  ],\n", "  \"timeline\": [");
-  for (size_t i = 0; i < r.timeline.size(); ++i) {
-    const ThroughputPoint& p = r.timeline[i];
-    absl::StrAppendFormat(&json,
-                          "%s\n    {\"t\": %.2f, \"worker\": \"%s\", \"samples_per_second\": %.2f, "
-                          "\"score\": %.3f, \"class\": \"%s\"}",
-                          i ? "," : "", p.at_seconds, JsonEscape(p.worker), p.samples_per_second,
-                          p.score, vocab::Name(p.klass));
-  }
-  absl::StrAppend(&json, r.timeline.empty() ? "]\n}\n" : "\n  ]\n}\n");
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/report.json", json));
-
-  // SVG: one polyline per worker, samples/s over time; actions as marks.
-  const double w = 900, h = 360, left = 60, bottom = 40, top = 20, right = 160;
-  double tmax = std::max(1.0, r.jct_seconds), ymax = 1;
-  std::map<std::string, std::vector<std::pair<double, double>>> series;
-  for (const ThroughputPoint& p : r.timeline) {
-    series[p.worker].emplace_back(p.at_seconds, p.samples_per_second);
-    ymax = std::max(ymax, p.samples_per_second);
-  }
-  auto X = [&](double t) { return left + (w - left - right) * t / tmax; };
-  auto Y = [&](double v) { return h - bottom - (h - bottom - top) * v / (ymax * 1.1); };
-  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-  std::string svg = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-      "font-family=\"sans-serif\" font-size=\"11\">\n"
-      "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#333\"/>\n"
-      "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#333\"/>\n"
-      "<text x=\"%.0f\" y=\"%.0f\">time (s), 0 to %.0f</text>\n"
-      "<text x=\"4\" y=\"%.0f\">samples/s (max %.0f)</text>\n",
-      w, h, left, h - bottom, w - right, h - bottom, left, top, left, h - bottom, left, h - 10,
-      tmax, top - 6, ymax);
-  int ci = 0;
-  for (const auto& [worker, pts] : series) {
-    std::string points;
-    for (const auto& [t, v] : pts) absl::StrAppendFormat(&points, "%.1f,%.1f ", X(t), Y(v));
-    const char* color = kColors[ci % 10];
-    absl::StrAppendFormat(&svg,
-                          "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
-                          "points=\"%s\"/>\n<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s</text>\n",
-                          color, points, w - right + 10, top + 14.0 * ci + 10, color,
-                          HtmlEscape(worker));
-    ++ci;
-  }
-  for (const ActionRecord& a : r.actions) {
-    absl::StrAppendFormat(&svg,
-                          "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#000\" "
-                          "stroke-dasharray=\"4 3\"/><text x=\"%.1f\" y=\"%.0f\">%s %s</text>\n",
-                          X(a.at_seconds), top, X(a.at_seconds), h - bottom, X(a.at_seconds) + 3,
-                          top + 10, vocab::Name(a.action), HtmlEscape(a.worker));
-  }
-  svg += "</svg>\n";
-  std::string html = absl::StrCat(
-      "<!doctype html><html><head><meta charset=\"utf-8\"><title>AntDT report: ", HtmlEscape(r.job),
-      "</title><style>body{font-family:sans-serif;margin:2em}"
-      "td,th{padding:2px 8px;text-align:left}pre{background:#f4f4f4;padding:8px}</style></head>"
-      "<body><h1>AntDT job ",
-      HtmlEscape(r.job), "</h1>",
-      absl::StrFormat("<p>policy <b>%s</b>: %.1f s, %d records committed, %s, %d steps, loss "
-                      "%.4f &rarr; %.4f</p>",
-                      HtmlEscape(r.policy), r.jct_seconds, r.records_committed,
-                      r.verification.exactly_once() ? "every record exactly once"
-                                                    : "<b>records lost or committed twice</b>",
-                      r.steps, r.first_loss, r.final_loss),
-      "<h2>Throughput of each worker</h2>", svg,
-      "<h2>Actions</h2><table><tr><th>at</th>"
-      "<th>action</th><th>worker</th><th>why</th></tr>");
-  for (const ActionRecord& a : r.actions) {
-    absl::StrAppendFormat(&html, "<tr><td>%.1f s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
-                          a.at_seconds, vocab::Name(a.action), HtmlEscape(a.worker),
-                          HtmlEscape(a.description));
-  }
-  absl::StrAppend(&html, "</table><h2>Exactly-once check</h2><pre>",
-                  HtmlEscape(r.verification.Summary()), "</pre></body></html>\n");
-  return WriteFileAtomically(dir + "/report.html", html);
 }
 
 }  // namespace antdt::local

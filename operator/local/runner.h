@@ -4,8 +4,11 @@
 // parameter servers and the workers; it plays the straggler scenario by
 // rewriting each node's speed file; it runs the Controller's policy every half
 // window and executes its plans (ADJUST_BS through the agents, KILL_RESTART by
-// killing and respawning a worker on a spare node). At the end it checks the
-// workers' journals for exactly-once and writes a report.
+// killing and respawning a worker on a spare node). The workers run the
+// built-in demo trainer, or the command of the manifest's worker template
+// (worker_command.h). A cpu-quota slowdown caps its node's workers through a
+// cgroup (cgroup.h). At the end it checks the workers' journals for
+// exactly-once and writes a report.
 #pragma once
 
 #include <atomic>
@@ -13,6 +16,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,8 +30,13 @@ namespace antdt::local {
 struct RunOptions {
   std::string bin_dir;                           // where the AntDT binaries are
   std::string work_dir;                          // per-run state, logs, journals
+  std::string manifest_dir;                      // a worker command's working directory
   std::optional<vocab::Policy> policy_override;  // set: run under this policy instead
   bool no_slowdown = false;                      // drop the scenario's slowdowns (the ideal run)
+  // The benchmark's baseline: policy none, ANTDT_MODE=plain (the trainer reads
+  // with torch's DistributedSampler and journals nothing: no exactly-once
+  // check). Only for a worker command (PlainAllowed).
+  bool plain = false;
   int64_t timeout_ms = 900'000;
   std::function<void(const std::string&)> on_status;  // progress line, ~4 per second
   std::function<void(const std::string&)> on_event;   // one line per event
@@ -54,16 +63,25 @@ struct ThroughputPoint {
 
 struct RunResult {
   std::string job;
-  std::string policy;  // its name, or "no-slowdown" for the ideal run
+  std::string policy;  // its name, "no-slowdown" for the ideal run, "plain" for the baseline
   double jct_seconds = 0;
   int64_t records_committed = 0;
+  bool journals_checked = true;  // false: plain, `verification` is empty
   demo::Verification verification;
   std::vector<ActionRecord> actions;
   std::vector<ThroughputPoint> timeline;
+  // From the first parameter server, or, in a job without, worker-0's loss
+  // log (loss_log.h), whose whole curve is kept: (seconds since the job
+  // started, loss).
   double first_loss = -1;
   double final_loss = -1;
   int64_t steps = 0;
+  std::vector<std::pair<double, double>> loss_curve;
 };
+
+// OK when `job` can run plain; otherwise why not (the demo trainer has no
+// plain mode). The caller prefixes its flag.
+absl::Status PlainAllowed(const manifest::Job& job);
 
 absl::StatusOr<RunResult> RunJob(const manifest::Job& job, const manifest::Scenario& scenario,
                                  const RunOptions& options);
@@ -72,5 +90,7 @@ absl::StatusOr<RunResult> RunJob(const manifest::Job& job, const manifest::Scena
 // throughput with the actions marked) into `dir`.
 absl::Status WriteReport(const RunResult& result, const std::string& dir);
 std::string ReportText(const RunResult& result);
+// The exactly-once check's summary, or why there is none.
+std::string VerificationText(const RunResult& result);
 
 }  // namespace antdt::local

@@ -14,9 +14,19 @@
 namespace antdt::local {
 namespace {
 
+// `env -C DIR -- ARGV...`: ARGV in DIR, in the same process.
+std::vector<std::string> InDirectory(const WorkerLaunch& launch) {
+  if (launch.cwd.empty()) return launch.argv;
+  std::vector<std::string> argv = {"/usr/bin/env", "-C", launch.cwd, "--"};
+  argv.insert(argv.end(), launch.argv.begin(), launch.argv.end());
+  return argv;
+}
+
 class ProcessChild final : public Child {
  public:
-  ProcessChild(const std::vector<std::string>& argv, const std::string& log) : proc_(argv, log) {}
+  ProcessChild(const WorkerLaunch& launch, const std::string& log)
+      : proc_(InDirectory(launch), log, launch.env) {}
+  int pid() const override { return proc_.pid(); }
   void Signal(int sig) override { proc_.Signal(sig); }
   std::optional<int> Wait(std::chrono::milliseconds timeout) override {
     return proc_.Wait(timeout);
@@ -28,9 +38,8 @@ class ProcessChild final : public Child {
 
 class ProcessLauncher final : public Launcher {
  public:
-  std::unique_ptr<Child> Launch(const std::vector<std::string>& argv,
-                                const std::string& log_path) override {
-    return std::make_unique<ProcessChild>(argv, log_path);
+  std::unique_ptr<Child> Launch(const WorkerLaunch& launch, const std::string& log_path) override {
+    return std::make_unique<ProcessChild>(launch, log_path);
   }
 };
 
@@ -41,17 +50,22 @@ std::unique_ptr<Launcher> NewProcessLauncher() { return std::make_unique<Process
 WorkerSet::WorkerSet(WorkerSetOptions options, Launcher* launcher, const Clock* clock)
     : options_(std::move(options)), launcher_(launcher), clock_(clock) {}
 
-void WorkerSet::Spawn(WorkerSlot& w) {
-  w.child = launcher_->Launch(options_.argv(w), options_.log_dir + "/" + w.id + ".log");
+absl::Status WorkerSet::Spawn(WorkerSlot& w) {
+  ASSIGN_OR_RETURN(const WorkerLaunch launch, options_.launch(w));
+  w.child = launcher_->Launch(launch, options_.log_dir + "/" + w.id + ".log");
+  if (!options_.on_spawn) return absl::OkStatus();
+  return options_.on_spawn(w, w.child->pid());
 }
 
-void WorkerSet::Start(const std::string& id, const std::string& node, int64_t local_batch) {
+absl::Status WorkerSet::Start(const std::string& id, const std::string& node, int64_t local_batch) {
   auto w = std::make_unique<WorkerSlot>();
   w->id = id;
+  w->rank = static_cast<int32_t>(slots_.size());
   w->node = node;
   w->local_batch = local_batch;
-  Spawn(*w);
+  RETURN_IF_ERROR(Spawn(*w));
   slots_.push_back(std::move(w));
+  return absl::OkStatus();
 }
 
 WorkerSlot* WorkerSet::Find(const std::string& id) {
@@ -88,7 +102,7 @@ absl::StatusOr<bool> WorkerSet::Poll() {
                                      " failed: ", s.ToString()));
     }
     ++w.incarnation;
-    Spawn(w);
+    RETURN_IF_ERROR(Spawn(w));
   }
   return all_done;
 }
@@ -103,8 +117,7 @@ absl::Status WorkerSet::RestartElsewhere(const std::string& id, const std::strin
   w->node = to_node;
   ++w->incarnation;
   w->last_restart_ms = clock_->NowMillis();
-  Spawn(*w);
-  return absl::OkStatus();
+  return Spawn(*w);
 }
 
 std::vector<controller::WorkerState> WorkerSet::Members() const {

@@ -27,24 +27,37 @@ namespace antdt::local {
 class Child {
  public:
   virtual ~Child() = default;
+  // Its process id; -1 when it has none (a fake).
+  virtual int pid() const { return -1; }
   virtual void Signal(int sig) = 0;
   // The wait status once it exited, nullopt while it runs after `timeout`.
   virtual std::optional<int> Wait(std::chrono::milliseconds timeout) = 0;
 };
 
-// Starts child processes: argv[0] with argv, output appended to `log_path`.
+// How one incarnation of a worker is started.
+struct WorkerLaunch {
+  std::vector<std::string> argv;           // argv[0]: a path to the executable
+  std::map<std::string, std::string> env;  // set over the runner's own environment
+  std::string cwd;                         // working directory; empty: the runner's
+};
+
+// Starts child processes: launch.argv[0] with launch.argv, output appended
+// to `log_path`.
 class Launcher {
  public:
   virtual ~Launcher() = default;
-  virtual std::unique_ptr<Child> Launch(const std::vector<std::string>& argv,
+  virtual std::unique_ptr<Child> Launch(const WorkerLaunch& launch,
                                         const std::string& log_path) = 0;
 };
 
 // Real processes (common/process.h); killed with SIGKILL when dropped running.
+// A working directory is entered through `env -C DIR` (coreutils), which then
+// execs the command in the same process.
 std::unique_ptr<Launcher> NewProcessLauncher();
 
 struct WorkerSlot {
   std::string id;
+  int32_t rank = 0;  // its place among the workers (0 for the first started), never changed
   std::string node;
   int32_t incarnation = 0;
   int64_t local_batch = 0;
@@ -57,8 +70,11 @@ struct WorkerSlot {
 struct WorkerSetOptions {
   std::string log_dir;  // <log_dir>/<id>.log
   int backoff_limit = 3;
-  // The command line of a worker's current incarnation on its node.
-  std::function<std::vector<std::string>(const WorkerSlot&)> argv;
+  // How a worker's current incarnation is started on its node.
+  std::function<absl::StatusOr<WorkerLaunch>(const WorkerSlot&)> launch;
+  // Called with each incarnation's process id right after it started (may be
+  // empty); an error stops the run.
+  std::function<absl::Status(const WorkerSlot&, int pid)> on_spawn;
   // A stopped incarnation is retired: the servers told it left, its shards
   // released (control::Backend::Retire).
   std::function<absl::Status(const std::string& worker, int32_t incarnation)> retire;
@@ -70,8 +86,9 @@ class WorkerSet {
  public:
   WorkerSet(WorkerSetOptions options, Launcher* launcher, const Clock* clock);
 
-  // Starts worker `id` (incarnation 0) on `node` with `local_batch`.
-  void Start(const std::string& id, const std::string& node, int64_t local_batch);
+  // Starts worker `id` (incarnation 0, the next rank) on `node` with
+  // `local_batch`; an error when it cannot be launched.
+  absl::Status Start(const std::string& id, const std::string& node, int64_t local_batch);
 
   // Reaps exited workers: exit 0 is done; a failure is retired and started
   // again in place as the next incarnation, until a worker has failed more
@@ -96,7 +113,7 @@ class WorkerSet {
   void KillAll();
 
  private:
-  void Spawn(WorkerSlot& w);
+  absl::Status Spawn(WorkerSlot& w);
 
   const WorkerSetOptions options_;
   Launcher* const launcher_;

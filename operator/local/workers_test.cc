@@ -32,9 +32,9 @@ class FakeChild final : public Child {
 class FakeLauncher final : public Launcher {
  public:
   std::vector<std::unique_ptr<FakeChildState>> launched;
-  std::unique_ptr<Child> Launch(const std::vector<std::string>& argv, const std::string&) override {
+  std::unique_ptr<Child> Launch(const WorkerLaunch& launch, const std::string&) override {
     launched.push_back(std::make_unique<FakeChildState>());
-    launched.back()->argv = argv;
+    launched.back()->argv = launch.argv;
     return std::make_unique<FakeChild>(launched.back().get());
   }
   // The latest launch whose argv starts with `id`.
@@ -54,15 +54,27 @@ struct Fixture {
   FakeLauncher launcher;
   std::vector<std::string> events;
   std::vector<std::string> retired;
+  std::vector<std::string> spawned;
   WorkerSet workers{Options(), &launcher, &clock};
+
+  void Start(const std::string& id, const std::string& node, int64_t local_batch) {
+    ASSERT_TRUE(workers.Start(id, node, local_batch).ok());
+  }
 
   WorkerSetOptions Options() {
     WorkerSetOptions o;
     o.log_dir = "/nonexistent";
     o.backoff_limit = 2;
-    o.argv = [](const WorkerSlot& w) {
-      return std::vector<std::string>{w.id, w.node, absl::StrCat(w.incarnation),
-                                      absl::StrCat(w.local_batch)};
+    o.launch = [](const WorkerSlot& w) -> absl::StatusOr<WorkerLaunch> {
+      if (w.node == "broken") return absl::InvalidArgumentError("cannot launch on broken");
+      return WorkerLaunch{{w.id, w.node, absl::StrCat(w.incarnation), absl::StrCat(w.local_batch),
+                           absl::StrCat("rank=", w.rank)},
+                          {},
+                          ""};
+    };
+    o.on_spawn = [this](const WorkerSlot& w, int) {
+      spawned.push_back(absl::StrCat(w.id, "@", w.incarnation, " on ", w.node));
+      return absl::OkStatus();
     };
     o.retire = [this](const std::string& worker, int32_t incarnation) {
       retired.push_back(absl::StrCat(worker, "@", incarnation));
@@ -75,10 +87,10 @@ struct Fixture {
 
 TEST(WorkerSet, StartsEachWorkerOnItsNodeAndIsDoneWhenAllExitCleanly) {
   Fixture f;
-  f.workers.Start("worker-0", "node-0", 64);
-  f.workers.Start("worker-1", "node-1", 32);
+  f.Start("worker-0", "node-0", 64);
+  f.Start("worker-1", "node-1", 32);
   ASSERT_EQ(f.launcher.launched.size(), 2u);
-  EXPECT_EQ(absl::StrJoin(f.launcher.launched[1]->argv, " "), "worker-1 node-1 0 32");
+  EXPECT_EQ(absl::StrJoin(f.launcher.launched[1]->argv, " "), "worker-1 node-1 0 32 rank=1");
   EXPECT_FALSE(*f.workers.Poll());
   f.launcher.Latest("worker-0")->status = kExitOk;
   EXPECT_FALSE(*f.workers.Poll());
@@ -93,7 +105,7 @@ TEST(WorkerSet, StartsEachWorkerOnItsNodeAndIsDoneWhenAllExitCleanly) {
 
 TEST(WorkerSet, FailedWorkerIsRetiredAndStartedAgainUntilTheBackoffLimit) {
   Fixture f;
-  f.workers.Start("worker-0", "node-0", 64);
+  f.Start("worker-0", "node-0", 64);
   for (int attempt = 1; attempt <= 2; ++attempt) {
     f.launcher.Latest("worker-0")->status = kExitFailed;
     auto done = f.workers.Poll();
@@ -114,14 +126,15 @@ TEST(WorkerSet, FailedWorkerIsRetiredAndStartedAgainUntilTheBackoffLimit) {
 
 TEST(WorkerSet, RestartElsewhereKillsRetiresAndStartsOnTheNewNode) {
   Fixture f;
-  f.workers.Start("worker-0", "node-0", 64);
-  f.workers.Start("worker-1", "node-1", 64);
+  f.Start("worker-0", "node-0", 64);
+  f.Start("worker-1", "node-1", 64);
   FakeChildState* old = f.launcher.Latest("worker-1");
   f.clock.Advance(5'000);
   ASSERT_TRUE(f.workers.RestartElsewhere("worker-1", "spare-0").ok());
   EXPECT_EQ(old->signals, std::vector<int>{SIGKILL});
   EXPECT_EQ(f.retired, std::vector<std::string>{"worker-1@0"});
-  EXPECT_EQ(absl::StrJoin(f.launcher.Latest("worker-1")->argv, " "), "worker-1 spare-0 1 64");
+  EXPECT_EQ(absl::StrJoin(f.launcher.Latest("worker-1")->argv, " "),
+            "worker-1 spare-0 1 64 rank=1");
   const auto members = f.workers.Members();
   EXPECT_EQ(members[1].node, "spare-0");
   EXPECT_EQ(members[1].incarnation, 1);
@@ -134,9 +147,19 @@ TEST(WorkerSet, RestartElsewhereKillsRetiresAndStartsOnTheNewNode) {
   EXPECT_FALSE(f.workers.RestartElsewhere("worker-7", "spare-0").ok());
 }
 
+TEST(WorkerSet, EachIncarnationIsReportedAfterItsLaunchAndALaunchErrorStopsTheRun) {
+  Fixture f;
+  f.Start("worker-0", "node-0", 64);
+  ASSERT_TRUE(f.workers.RestartElsewhere("worker-0", "spare-0").ok());
+  EXPECT_EQ(f.spawned, (std::vector<std::string>{"worker-0@0 on node-0", "worker-0@1 on spare-0"}));
+  absl::Status s = f.workers.RestartElsewhere("worker-0", "broken");
+  EXPECT_EQ(s.message(), "cannot launch on broken");
+  EXPECT_FALSE(f.workers.Start("worker-1", "broken", 64).ok());
+}
+
 TEST(WorkerSet, DoneWorkerIsNotRestarted) {
   Fixture f;
-  f.workers.Start("worker-0", "node-0", 64);
+  f.Start("worker-0", "node-0", 64);
   f.launcher.Latest("worker-0")->status = kExitOk;
   EXPECT_TRUE(*f.workers.Poll());
   ASSERT_TRUE(f.workers.RestartElsewhere("worker-0", "spare-0").ok());
@@ -146,8 +169,8 @@ TEST(WorkerSet, DoneWorkerIsNotRestarted) {
 
 TEST(WorkerSet, KillAllSignalsOnlyRunningWorkers) {
   Fixture f;
-  f.workers.Start("worker-0", "node-0", 64);
-  f.workers.Start("worker-1", "node-1", 64);
+  f.Start("worker-0", "node-0", 64);
+  f.Start("worker-1", "node-1", 64);
   f.launcher.Latest("worker-0")->status = kExitOk;
   f.workers.KillAll();
   EXPECT_TRUE(f.launcher.Latest("worker-0")->signals.empty());

@@ -1,0 +1,205 @@
+// `antdt bench stragglers`: the job once with no slowdown, then once per
+// policy (or plain, the baseline without AntDT), with a table, a JCT chart
+// and a loss chart of the runs.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "cli/local_job.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "operator/local/runner.h"
+#include "operator/local/svg_chart.h"
+#include "operator/vocab/vocab.h"
+
+namespace antdt::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "usage: antdt bench stragglers --job JOB.yaml [--scenario FILE] "
+    "--policies antdt-nd,none,plain,... --out DIR\n";
+
+struct BenchRun {
+  std::string name;
+  vocab::Policy policy = vocab::Policy::kNone;
+  bool ideal = false;  // no slowdown
+  bool plain = false;  // ANTDT_MODE=plain
+};
+
+// The ideal run, then one per name of --policies; an error naming the flag.
+absl::StatusOr<std::vector<BenchRun>> Runs(const std::string& policies, const manifest::Job& job) {
+  std::vector<BenchRun> runs = {{"no-slowdown", vocab::Policy::kNone, true, false}};
+  const std::vector<std::string> names = absl::StrSplit(policies, ',', absl::SkipEmpty());
+  for (const std::string& p : names) {
+    if (p == "plain") {
+      if (absl::Status s = local::PlainAllowed(job); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--policies: ", s.message()));
+      }
+      runs.push_back({p, vocab::Policy::kNone, false, true});
+      continue;
+    }
+    const std::optional<vocab::Policy> policy = vocab::ParsePolicy(p);
+    if (!policy || *policy == vocab::Policy::kCustom) {  // custom needs the job's rules
+      return absl::InvalidArgumentError(absl::StrCat("--policies: unknown policy \"", p, "\""));
+    }
+    runs.push_back({p, *policy, false, false});
+  }
+  return runs;
+}
+
+std::string ExactlyOnce(const local::RunResult& r) {
+  if (!r.journals_checked) return "not checked (plain)";
+  return r.verification.exactly_once() ? "yes" : "no";
+}
+
+std::string ResultsJson(const std::string& scenario, const std::vector<local::RunResult>& results) {
+  const double ideal = results.front().jct_seconds;
+  nlohmann::ordered_json out = {{"scenario", scenario},
+                                {"results", nlohmann::ordered_json::array()}};
+  for (const local::RunResult& r : results) {
+    nlohmann::ordered_json actions = nlohmann::ordered_json::array();
+    for (const local::ActionRecord& a : r.actions) {
+      actions.push_back(
+          {{"at_seconds", a.at_seconds}, {"action", vocab::Name(a.action)}, {"worker", a.worker}});
+    }
+    nlohmann::ordered_json run = {{"policy", r.policy},
+                                  {"jct_seconds", r.jct_seconds},
+                                  {"ratio_to_no_slowdown", r.jct_seconds / ideal},
+                                  {"records_committed", r.records_committed},
+                                  {"exactly_once", nullptr},
+                                  {"exactly_once_checked", r.journals_checked},
+                                  {"first_loss", r.first_loss},
+                                  {"final_loss", r.final_loss},
+                                  {"steps", r.steps},
+                                  {"actions", std::move(actions)}};
+    if (r.journals_checked) run["exactly_once"] = r.verification.exactly_once();
+    out["results"].push_back(std::move(run));
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string ResultsTable(const std::vector<local::RunResult>& results) {
+  const double ideal = results.front().jct_seconds;
+  std::string table =
+      "| policy | JCT (s) | ratio to no-slowdown | actions | records committed | exactly once "
+      "| first loss | final loss |\n|---|---|---|---|---|---|---|---|\n";
+  for (const local::RunResult& r : results) {
+    absl::StrAppendFormat(&table, "| %s | %.1f | %.2f | %d | %d | %s | %.4f | %.4f |\n", r.policy,
+                          r.jct_seconds, r.jct_seconds / ideal, static_cast<int>(r.actions.size()),
+                          r.records_committed, ExactlyOnce(r), r.first_loss, r.final_loss);
+  }
+  return table;
+}
+
+// A bar per run: its JCT as a ratio to the ideal run's.
+std::string RatioChartSvg(const std::vector<local::RunResult>& results) {
+  const double ideal = results.front().jct_seconds;
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"" +
+                    std::to_string(40 + 30 * results.size()) +
+                    "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  double max_ratio = 1;
+  for (const auto& r : results) max_ratio = std::max(max_ratio, r.jct_seconds / ideal);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const double ratio = results[i].jct_seconds / ideal;
+    const double y = 20 + 30.0 * static_cast<double>(i);
+    absl::StrAppendFormat(
+        &svg,
+        "<text x=\"4\" y=\"%.0f\">%s</text><rect x=\"130\" y=\"%.0f\" "
+        "width=\"%.1f\" height=\"20\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.0f\">"
+        "%.2fx (%.1f s)</text>\n",
+        y + 14, local::HtmlEscape(results[i].policy), y, 400 * ratio / max_ratio,
+        results[i].policy == vocab::Name(vocab::Policy::kAntdtNd) ? "#2ca02c" : "#888",
+        135 + 400 * ratio / max_ratio, y + 14, ratio, results[i].jct_seconds);
+  }
+  return svg + "</svg>\n";
+}
+
+// Worker-0's loss against time, one line per run that has a loss log.
+std::string LossChartSvg(const std::vector<local::RunResult>& results) {
+  local::LineChart chart;
+  chart.x_label = "time since the job started (s)";
+  chart.y_label = "training loss (worker-0's loss log)";
+  chart.y_from_zero = false;
+  for (const local::RunResult& r : results) {
+    if (!r.loss_curve.empty()) chart.series.push_back({r.policy, r.loss_curve});
+  }
+  if (chart.series.empty()) {
+    chart.y_label += ": none (the demo trainer reports its loss to the parameter server only)";
+  }
+  return local::LineChartSvg(chart);
+}
+
+absl::Status WriteResults(const std::string& out, const std::string& scenario,
+                          const std::vector<local::RunResult>& results) {
+  RETURN_IF_ERROR(WriteFileAtomically(out + "/results.json", ResultsJson(scenario, results)));
+  RETURN_IF_ERROR(WriteFileAtomically(out + "/results.md", ResultsTable(results)));
+  RETURN_IF_ERROR(WriteFileAtomically(out + "/chart.svg", RatioChartSvg(results)));
+  return WriteFileAtomically(out + "/loss.svg", LossChartSvg(results));
+}
+
+}  // namespace
+
+int BenchCommand(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "stragglers") {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  auto flags = ParseFlags(argc - 1, argv + 1, {"job", "scenario", "policies", "out"});
+  if (!flags.ok() || !flags->Has("job") || !flags->Has("out")) {
+    std::fprintf(stderr, "antdt bench stragglers: --job and --out are required%s%s\n%s",
+                 flags.ok() ? "" : ": ",
+                 flags.ok() ? "" : std::string(flags.status().message()).c_str(), kUsage);
+    return 2;
+  }
+  auto loaded = LoadLocalJob(flags->Get("job"), flags->Get("scenario"));
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "antdt bench: %s\n", std::string(loaded.status().message()).c_str());
+    return 2;
+  }
+  auto runs = Runs(flags->Get("policies", "antdt-nd,none,backup-workers,lb-bsp"), loaded->job);
+  if (!runs.ok()) {
+    std::fprintf(stderr, "antdt bench: %s\n", std::string(runs.status().message()).c_str());
+    return 2;
+  }
+  const std::string out = flags->Get("out");
+  fs::create_directories(out);
+  WatchSignals();
+  std::vector<local::RunResult> results;
+  for (const BenchRun& run : *runs) {
+    local::RunOptions o = RunOptionsFor(*loaded, out + "/runs/" + run.name, true);
+    o.no_slowdown = run.ideal;
+    o.policy_override = run.policy;
+    o.plain = run.plain;
+    std::printf("== %s ==\n", run.name.c_str());
+    std::fflush(stdout);
+    auto r = local::RunJob(loaded->job, loaded->scenario, o);
+    if (!r.ok()) {
+      std::fprintf(stderr, "antdt bench: %s: %s\n", run.name.c_str(),
+                   std::string(r.status().message()).c_str());
+      return 1;
+    }
+    (void)local::WriteReport(*r, out + "/runs/" + run.name + "/report");
+    std::printf("%s: %.1f s, %zu actions, loss %.4f -> %.4f, exactly once: %s\n", run.name.c_str(),
+                r->jct_seconds, r->actions.size(), r->first_loss, r->final_loss,
+                ExactlyOnce(*r).c_str());
+    results.push_back(*std::move(r));
+  }
+  if (absl::Status s = WriteResults(out, loaded->scenario.name, results); !s.ok()) {
+    std::fprintf(stderr, "antdt bench: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::printf("\n%s\nresults: %s/results.json, results.md, chart.svg, loss.svg\n",
+              ResultsTable(results).c_str(), out.c_str());
+  return 0;
+}
+
+}  // namespace antdt::cli

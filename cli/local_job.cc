@@ -1,0 +1,100 @@
+#include "cli/local_job.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "common/server.h"
+
+namespace antdt::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_interrupted{false};
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : p.parent_path().string();
+}
+
+absl::StatusOr<manifest::Scenario> LoadScenario(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.local.scenario: cannot read ", path));
+  }
+  auto parsed = manifest::ParseScenario(*text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+  }
+  return *parsed;
+}
+
+}  // namespace
+
+absl::StatusOr<LocalJob> LoadLocalJob(const std::string& path, const std::string& scenario_flag) {
+  auto text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the manifest"));
+  }
+  auto job = manifest::ParseJob(*text);
+  if (!job.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", job.status().message()));
+  }
+  LocalJob local;
+  local.job = *std::move(job);
+  std::error_code ec;
+  local.manifest_dir = fs::absolute(path, ec).parent_path().lexically_normal().string();
+  std::string scenario_path = scenario_flag;
+  if (scenario_path.empty() && !local.job.local.scenario.empty()) {
+    scenario_path = (fs::path(path).parent_path() / local.job.local.scenario).string();
+  }
+  if (!scenario_path.empty()) {
+    auto scenario = LoadScenario(scenario_path);
+    if (!scenario.ok()) return scenario.status();
+    local.scenario = *std::move(scenario);
+    return local;
+  }
+  // No scenario: one node per worker at full speed, and one spare.
+  local.scenario.name = "uniform";
+  for (int i = 0; i < local.job.workers.replicas; ++i) {
+    local.scenario.nodes.push_back({absl::StrCat("node-", i), 1.0, false, {}});
+  }
+  local.scenario.nodes.push_back({"spare-0", 1.0, true, {}});
+  return local;
+}
+
+local::RunOptions RunOptionsFor(const LocalJob& job, const std::string& work_dir, bool quiet) {
+  local::RunOptions o;
+  o.bin_dir = SelfDir();
+  o.work_dir = work_dir;
+  o.manifest_dir = job.manifest_dir;
+  o.interrupted = &g_interrupted;
+  const bool tty = isatty(STDOUT_FILENO) && !quiet;
+  if (tty) {
+    o.on_status = [](const std::string& line) {
+      std::printf("\r\033[K%s", line.c_str());
+      std::fflush(stdout);
+    };
+  }
+  o.on_event = [tty](const std::string& line) {
+    std::printf(tty ? "\r\033[K%s\n" : "%s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  return o;
+}
+
+void WatchSignals() {
+  std::thread([] {
+    WaitForTerminationSignal();
+    g_interrupted = true;
+  }).detach();
+}
+
+}  // namespace antdt::cli

@@ -1,0 +1,31 @@
+// What `antdt run` and `antdt bench` share: the manifest and its scenario
+// loaded, the runner's options, Ctrl-C.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "operator/local/runner.h"
+#include "operator/manifest/manifest.h"
+
+namespace antdt::cli {
+
+struct LocalJob {
+  manifest::Job job;
+  manifest::Scenario scenario;
+  std::string manifest_dir;  // absolute: a worker command's working directory
+};
+
+// The manifest at `path` and its scenario (`scenario_flag`, else
+// spec.local.scenario beside the manifest, else one node per worker and a
+// spare); errors name the file and field.
+absl::StatusOr<LocalJob> LoadLocalJob(const std::string& path, const std::string& scenario_flag);
+
+// Options for a run of `job` in `work_dir`: progress on a terminal unless
+// `quiet`, events on stdout, interrupted by WatchSignals().
+local::RunOptions RunOptionsFor(const LocalJob& job, const std::string& work_dir, bool quiet);
+
+// Ctrl-C / SIGTERM: the runner sees the flag, stops every child and returns.
+void WatchSignals();
+
+}  // namespace antdt::cli

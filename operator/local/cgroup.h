@@ -1,0 +1,77 @@
+// A real CPU slowdown for the local runner: a cgroup v1 group of the cpu
+// controller (/sys/fs/cgroup/cpu/NAME) whose cpu.cfs_quota_us caps the
+// processes in it to a share of one core. Creating one needs root and the v1
+// cpu controller mounted (docs/local-runner.md, "cpu-quota slowdowns").
+//
+// Thread-safety: none; the runner's thread owns them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "operator/manifest/manifest.h"
+
+namespace antdt::local {
+
+inline constexpr char kCpuCgroupRoot[] = "/sys/fs/cgroup/cpu";
+// cpu.cfs_period_us the groups are given: 100 ms, the kernel's default.
+inline constexpr int64_t kCpuPeriodUs = 100'000;
+
+class CpuCgroup {
+ public:
+  // Creates `root`/`name` with no limit; an error naming the path and errno
+  // when it cannot (not root, no v1 cpu controller, a group of that name).
+  static absl::StatusOr<std::unique_ptr<CpuCgroup>> Create(const std::string& root,
+                                                           const std::string& name);
+  ~CpuCgroup();  // Remove(), its error ignored
+  CpuCgroup(const CpuCgroup&) = delete;
+  CpuCgroup& operator=(const CpuCgroup&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& path() const { return path_; }
+
+  // Moves process `pid` into the group (its children forked later follow).
+  absl::Status AddProcess(pid_t pid);
+  // A share 1/factor of one core (cpu.cfs_quota_us = period / factor);
+  // factor <= 1: no limit (-1).
+  absl::Status SetCpuFactor(double factor);
+  // Removes the group; processes still in it go back to the root group first.
+  // Idempotent.
+  absl::Status Remove();
+
+ private:
+  CpuCgroup(std::string root, std::string name);
+
+  const std::string root_;
+  const std::string name_;
+  const std::string path_;
+  bool removed_ = false;
+};
+
+// The runner's groups: one per node of the scenario with a cpu-quota
+// slowdown, named <prefix>-<node>.
+class NodeCgroups {
+ public:
+  // Creates them under `root`; an error naming the first such slowdown
+  // (slowdowns[i].via) when a group cannot be created.
+  static absl::StatusOr<NodeCgroups> Create(const manifest::Scenario& scenario,
+                                            const std::string& root, const std::string& prefix);
+
+  // The group of `node`; nullptr when it has none.
+  CpuCgroup* Of(const std::string& node) const;
+  // Each group's quota for the scenario at `t_ms` (written when it changes).
+  absl::Status Apply(const manifest::Scenario& scenario, int64_t t_ms);
+  // Removes every group (after their processes were stopped); the first error.
+  absl::Status RemoveAll();
+
+ private:
+  std::map<std::string, std::unique_ptr<CpuCgroup>> groups_;  // by node
+  std::map<std::string, double> factors_;                     // as last written
+};
+
+}  // namespace antdt::local

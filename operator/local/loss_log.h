@@ -1,0 +1,32 @@
+// A worker's loss log (ANTDT_LOSS_LOG): JSON lines, one per optimizer step,
+// appended by every incarnation:
+//   {"time_unix": 1764500000.1, "step": 12, "loss": 0.69, "samples": 256}
+// The runner reads worker-0's for the loss of a job without parameter
+// servers, and keeps the whole curve for the benchmark's chart.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace antdt::local {
+
+struct LossCurve {
+  double first_loss = -1;  // of the first line; -1: no line
+  double final_loss = -1;  // of the last line
+  int64_t steps = 0;       // the highest step seen
+  // (seconds since the job started, loss), in the log's order.
+  std::vector<std::pair<double, double>> points;
+};
+
+// The curve in `text`, times relative to `start_unix`. Lines that are not a
+// JSON object with a numeric loss (a line cut off when the job stopped) are
+// skipped; time_unix and step are optional.
+LossCurve ParseLossLog(const std::string& text, double start_unix);
+
+// The curve in the file at `path`; nullopt when there is no such file.
+std::optional<LossCurve> ReadLossLog(const std::string& path, double start_unix);
+
+}  // namespace antdt::local

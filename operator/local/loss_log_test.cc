@@ -1,0 +1,48 @@
+#include "operator/local/loss_log.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/testing/testing.h"
+
+namespace antdt::local {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Pair;
+
+TEST(LossLog, FirstFinalStepsAndTheCurveAcrossIncarnations) {
+  const LossCurve c = ParseLossLog(
+      R"({"time_unix": 1000.5, "step": 1, "loss": 1.4, "samples": 256}
+{"time_unix": 1001.5, "step": 2, "loss": 1.1, "samples": 256}
+{"time_unix": 1002.0, "step": 3, "loss": 0.9
+not json
+{"step": 9}
+{"time_unix": 1004.0, "step": 3, "loss": 0.95, "samples": 256}
+{"time_unix": 1005.0, "step": 4, "loss": 0.7, "samples": 256}
+)",
+      1000.0);
+  EXPECT_DOUBLE_EQ(c.first_loss, 1.4);
+  EXPECT_DOUBLE_EQ(c.final_loss, 0.7);
+  EXPECT_EQ(c.steps, 4);
+  EXPECT_THAT(c.points,
+              ElementsAre(Pair(0.5, 1.4), Pair(1.5, 1.1), Pair(4.0, 0.95), Pair(5.0, 0.7)));
+}
+
+TEST(LossLog, EmptyAndMissing) {
+  const LossCurve c = ParseLossLog("", 0);
+  EXPECT_EQ(c.first_loss, -1);
+  EXPECT_TRUE(c.points.empty());
+  EXPECT_EQ(ReadLossLog("/nonexistent/worker-0.loss.jsonl", 0), std::nullopt);
+  testing::TempDir dir;
+  std::ofstream(dir.File("l.jsonl")) << "{\"loss\": 2.5}\n";
+  auto read = ReadLossLog(dir.File("l.jsonl"), 0);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_DOUBLE_EQ(read->final_loss, 2.5);
+  EXPECT_EQ(read->steps, 0);
+}
+
+}  // namespace
+}  // namespace antdt::local
