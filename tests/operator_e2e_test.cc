@@ -1,7 +1,10 @@
 // End to end through Kubernetes: the API-server emulator, the test kubelet
 // (pods run as local processes, one agent per node) and antdt-operator, with
 // the real `kubectl` applying the CRD and the job. A job trains for real; the
-// workers' journals prove every record committed exactly once.
+// workers' journals prove every record committed exactly once. The demo
+// trainer's jobs (examples/k8s/quickstart.yaml, with parameter servers) and the
+// PyTorch DDP example (examples/k8s/pytorch.yaml: Debian's python3-torch, the
+// build tree's antdt package; no parameter servers).
 #define _TURN_OFF_PLATFORM_STRING  // cpprest's U() clashes with gtest
 #include <cpprest/http_client.h>
 #include <signal.h>
@@ -68,6 +71,9 @@ class Cluster {
   explicit Cluster(int nodes) : nodes_(nodes) {
     std::random_device rd;
     ip_base_ = absl::StrCat("127.", 20 + rd() % 200, ".", (rd() % 100) * 2);
+    // The workers' MASTER_PORT: torch's store binds it on every address, so
+    // each cluster draws its own (below the ephemeral range), as its IPs.
+    master_port_ = 20000 + static_cast<int>(rd() % 10000);
     emulator_ = std::make_unique<Process>(
         std::vector<std::string>{BinPath("antdt-kube-emulator"), "--listen", "127.0.0.1:0",
                                  "--ready-file", dir_.File("emulator.ready"), "--bookmark-interval",
@@ -154,7 +160,9 @@ class Cluster {
                                                            "--retry-period",
                                                            "500ms",
                                                            "--monitor-window",
-                                                           "1s"},
+                                                           "1s",
+                                                           "--master-port",
+                                                           std::to_string(master_port_)},
                                   dir_.File(name + ".log"));
     auto addr = WaitForReadyFile(ready, std::chrono::seconds(30));
     EXPECT_TRUE(addr.has_value()) << "operator " << name << " did not start";
@@ -176,11 +184,16 @@ class Cluster {
     nodes.close();
     kubelet_ = std::make_unique<Process>(
         std::vector<std::string>{
-            "/usr/bin/python3", SourcePath("tests/kubelet/antdt_test_kubelet.py"), "--server",
-            server_, "--nodes", dir_.File("nodes.yaml"), "--bin-dir",
-            std::string(std::getenv("ANTDT_BIN_DIR")), "--work-dir", dir_.File("kubelet"),
-            "--ip-base", ip_base_, "--agent-monitor", monitor, "--speed-dir", dir_.File("speeds"),
-            "--ready-file", dir_.File("kubelet.ready")},
+            "/usr/bin/python3", SourcePath("tests/kubelet/antdt_test_kubelet.py"),
+            "--server",         server_,
+            "--nodes",          dir_.File("nodes.yaml"),
+            "--bin-dir",        std::string(std::getenv("ANTDT_BIN_DIR")),
+            "--work-dir",       dir_.File("kubelet"),
+            "--ip-base",        ip_base_,
+            "--agent-monitor",  monitor,
+            "--speed-dir",      dir_.File("speeds"),
+            "--image-root",     SourcePath("."),
+            "--ready-file",     dir_.File("kubelet.ready")},
         dir_.File("kubelet.log"));
     ASSERT_TRUE(WaitForReadyFile(dir_.File("kubelet.ready"), std::chrono::seconds(30)))
         << "kubelet did not start";
@@ -191,7 +204,16 @@ class Cluster {
     fs::rename(dir_.File("speeds/" + node + ".speed.tmp"), dir_.File("speeds/" + node + ".speed"));
   }
 
-  // The example job, smaller, its checkpoint path in the test's directory.
+  // An example as a user applies it, its checkpoint path (shared storage) in
+  // the test's directory.
+  Json Example(const std::string& file) {
+    Json job = kube::YamlToJson(YAML::LoadFile(SourcePath(file)));
+    job["metadata"]["namespace"] = "default";
+    job["spec"]["checkpoint"]["path"] = dir_.File("checkpoints/" + Str(job, {"metadata", "name"}));
+    return job;
+  }
+
+  // The quickstart job, smaller.
   Json ExampleJob(const std::string& name, int64_t records, int workers) {
     Json job = kube::YamlToJson(YAML::LoadFile(SourcePath("examples/k8s/quickstart.yaml")));
     job["metadata"]["name"] = name;
@@ -267,13 +289,32 @@ class Cluster {
     return v.ok() ? *v : demo::Verification{};
   }
 
+  std::vector<Json> Services(const std::string& job) {
+    kube::ListOptions o;
+    o.label_selector = "antdt.io/job=" + job;
+    auto l = api_->List(kube::ServicesResource(), "default", o);
+    return l.ok() ? (*l)["items"].get<std::vector<Json>>() : std::vector<Json>{};
+  }
+
+  // The argv and environment the kubelet started `pod` with (its sandbox's
+  // cmdline.json), after $(VAR) expansion and cluster DNS.
+  Json Cmdline(const Json& pod) {
+    const std::string sandbox =
+        dir_.File(absl::StrCat("kubelet/pods/default_", Str(pod, {"metadata", "name"}), "_",
+                               Str(pod, {"metadata", "uid"}), "/cmdline.json"));
+    std::ifstream in(sandbox);
+    return in ? Json::parse(in, nullptr, false) : Json();
+  }
+
   kube::Api* api() { return api_.get(); }
   const std::string& dir() const { return dir_.path(); }
+  int master_port() const { return master_port_; }
 
  private:
   TempDir dir_;
   int nodes_;
   std::string ip_base_;
+  int master_port_ = 0;
   std::string server_;
   std::unique_ptr<Process> emulator_;
   std::unique_ptr<Process> kubelet_;
@@ -547,6 +588,93 @@ TEST(OperatorE2E, StandbyTakesOverWhenTheLeaderIsKilled) {
   // The new leader drives the job to the end.
   Json job = cluster.WaitJob("ha", Finished, std::chrono::seconds(240));
   EXPECT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+}
+
+// The value of containers[0].env `name` in a pod as the operator rendered it.
+std::string EnvOf(const Json& pod, const std::string& name) {
+  for (const Json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e.value("name", "") == name) return e.value("value", "");
+  }
+  return "<unset>";
+}
+
+// Why this machine cannot run the PyTorch example, or "" when it can.
+std::string PytorchMissing() {
+  if (!fs::exists(SourcePath("examples/pytorch/train.py"))) {
+    return "examples/pytorch/train.py is missing (the PyTorch trainer)";
+  }
+  const std::string sdk = BinPath("../python/antdt/torch/__init__.py");
+  if (!fs::exists(sdk)) return sdk + " is missing: build target antdt_python";
+  std::string out;
+  if (RunCommand("/usr/bin/python3 -c 'import torch'", &out) != 0) {
+    return "/usr/bin/python3 cannot import torch (Debian's python3-torch): " + out;
+  }
+  return "";
+}
+
+// examples/k8s/pytorch.yaml as a user applies it: 2 ranks of PyTorch DDP over
+// the rendezvous the operator gives (worker-0's stable DNS name), no
+// parameter servers, every record committed exactly once.
+TEST(OperatorE2E, PytorchJobWithoutParameterServersCommitsEveryRecordOnce) {
+  const std::string missing = PytorchMissing();
+  if (!missing.empty()) GTEST_SKIP() << missing;
+  Cluster cluster(3);
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
+  const std::string monitor = cluster.StartOperator("op-a");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor));
+  const Json spec = cluster.Example("examples/k8s/pytorch.yaml");
+  const std::string name = Str(spec, {"metadata", "name"});
+  const int64_t records = spec["spec"]["dataset"]["records"].get<int64_t>();
+  const int workers = spec["spec"]["workers"]["replicas"].get<int>();
+  ASSERT_FALSE(spec["spec"].contains("parameterServers"));
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+
+  Json job = cluster.WaitJob(name, Finished, std::chrono::seconds(300));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  EXPECT_EQ(job["status"]["parameterServers"].value("desired", -1), 0);
+
+  // No parameter server; the workers' headless Service on MASTER_PORT.
+  std::set<std::string> services;
+  for (const Json& svc : cluster.Services(name)) services.insert(Str(svc, {"metadata", "name"}));
+  EXPECT_EQ(services, (std::set<std::string>{name + "-sharding", name + "-workers"}));
+  std::map<std::string, Json> worker_pods;  // by worker id, the latest incarnation
+  for (const Json& p : cluster.Pods(name)) {
+    EXPECT_NE(Str(p, {"metadata", "labels", "antdt.io/role"}), "ps")
+        << Str(p, {"metadata", "name"});
+    if (Str(p, {"metadata", "labels", "antdt.io/role"}) != "worker") continue;
+    worker_pods[Str(p, {"metadata", "labels", "antdt.io/worker-id"})] = p;
+  }
+  ASSERT_EQ(worker_pods.size(), static_cast<size_t>(workers));
+
+  // The rendezvous, as Kubeflow's PyTorchJob gives it; MASTER_ADDR resolved to
+  // worker-0's pod.
+  const std::string master = absl::StrCat(name, "-worker-0.", name, "-workers.default.svc");
+  const std::string master_ip = Str(worker_pods["worker-0"], {"status", "podIP"});
+  for (int i = 0; i < workers; ++i) {
+    const Json& pod = worker_pods[absl::StrCat("worker-", i)];
+    SCOPED_TRACE(Str(pod, {"metadata", "name"}));
+    EXPECT_EQ(Str(pod, {"spec", "hostname"}), absl::StrCat(name, "-worker-", i));
+    EXPECT_EQ(Str(pod, {"spec", "subdomain"}), name + "-workers");
+    EXPECT_EQ(EnvOf(pod, "MASTER_ADDR"), master);
+    EXPECT_EQ(EnvOf(pod, "MASTER_PORT"), std::to_string(cluster.master_port()));
+    EXPECT_EQ(EnvOf(pod, "RANK"), std::to_string(i));
+    EXPECT_EQ(EnvOf(pod, "WORLD_SIZE"), std::to_string(workers));
+    EXPECT_EQ(EnvOf(pod, "LOCAL_RANK"), "0");
+    const Json started = cluster.Cmdline(pod);
+    ASSERT_TRUE(started.is_object()) << "no cmdline.json";
+    EXPECT_EQ(started["env"].value("MASTER_ADDR", ""), master_ip);
+    EXPECT_EQ(
+        started["env"].value("ANTDT_JOURNAL", ""),
+        cluster.dir() + absl::StrCat("/checkpoints/", name, "/journals/worker-", i, ".journal"));
+  }
+
+  // Every record trained on once, by the workers' own journals; rank 0 logged
+  // the loss.
+  const demo::Verification v = cluster.Verify(name, records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+  const std::string loss_log = cluster.dir() + "/checkpoints/" + name + "/loss/worker-0.jsonl";
+  EXPECT_GT(fs::exists(loss_log) ? fs::file_size(loss_log) : 0, 0u) << loss_log;
 }
 
 }  // namespace
