@@ -35,6 +35,7 @@ std::pair<Range, Range> Ranges(const LineChart& c) {
   if (y.hi <= y.lo) y.hi = y.lo + (y.lo == 0 ? 1 : std::fabs(y.lo) * 0.1);
   const std::vector<double> yt = NiceTicks(y.lo, y.hi, 5);
   y = {std::min(y.lo, yt.front()), std::max(y.hi, yt.back())};
+  if (c.x_max <= 0) x.hi = std::max(x.hi, NiceTicks(x.lo, x.hi, 8).back());
   return {x, y};
 }
 

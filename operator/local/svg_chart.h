@@ -24,7 +24,7 @@ struct LineChart {
   std::string y_label;
   std::vector<ChartSeries> series;
   std::vector<ChartMark> marks;
-  double x_max = 0;         // the x axis' end; 0: the largest x
+  double x_max = 0;         // the x axis' end; 0: the largest x, up to a round tick
   bool y_from_zero = true;  // false: the y axis spans the data (a loss curve)
 };
 
