@@ -33,7 +33,8 @@ constexpr const char* kUsage = R"(usage: antdt-agent [flags]
                               metrics_listen, ready_file, proc_root, cgroup_root,
                               cgroups, labels, nvml_library, interval, buffer)
   --proc-root DIR             the host's /proc (in a pod: a mount)    [/proc]
-  --cgroup-root DIR           the host's cgroup v2 root              [/sys/fs/cgroup]
+  --cgroup-root DIR           the host's cgroup v2 root, or a cgroup v1 cpu
+                              hierarchy (/sys/fs/cgroup/cpu)         [/sys/fs/cgroup]
   --cgroups A,B               cgroups of training pods, relative to the root
   --labels K=V,K=V            node labels (e.g. antdt.io/hardware=a100)
   --nvml-library PATH         NVML to load                            [libnvidia-ml.so.1]

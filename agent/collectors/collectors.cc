@@ -57,6 +57,84 @@ absl::Status ParseCounter(absl::string_view file, size_t index, absl::string_vie
   return absl::OkStatus();
 }
 
+// Whether a line of `lines` starts with `key`.
+bool HasKey(const std::vector<absl::string_view>& lines, absl::string_view key) {
+  for (absl::string_view line : lines) {
+    std::vector<absl::string_view> fields = Fields(line);
+    if (!fields.empty() && fields[0] == key) return true;
+  }
+  return false;
+}
+
+// The counters of "key value" lines (cgroup cpu.stat) whose key is in `keys`;
+// other keys are ignored. Each of the first `required` keys must be present.
+template <size_t N>
+absl::Status ParseKeyedCounters(absl::string_view file, const std::vector<absl::string_view>& lines,
+                                const std::pair<absl::string_view, uint64_t*> (&keys)[N],
+                                size_t required) {
+  bool found[N] = {};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<absl::string_view> fields = Fields(lines[i]);
+    if (fields.empty()) continue;
+    for (size_t k = 0; k < N; ++k) {
+      if (fields[0] != keys[k].first) continue;
+      if (fields.size() != 2) {
+        return LineError(file, i, absl::StrCat("expected \"", fields[0], " <integer>\""));
+      }
+      RETURN_IF_ERROR(ParseCounter(file, i, fields[0], fields[1], keys[k].second));
+      found[k] = true;
+    }
+  }
+  for (size_t k = 0; k < required; ++k) {
+    if (!found[k]) return FileError(file, absl::StrCat("missing ", keys[k].first));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CgroupCpuStat> ParseCgroupV2CpuStat(absl::string_view file,
+                                                   const std::vector<absl::string_view>& lines) {
+  CgroupCpuStat result;
+  const std::pair<absl::string_view, uint64_t*> keys[] = {
+      {"usage_usec", &result.usage_usec},     {"user_usec", &result.user_usec},
+      {"system_usec", &result.system_usec},   {"nr_periods", &result.nr_periods},
+      {"nr_throttled", &result.nr_throttled}, {"throttled_usec", &result.throttled_usec},
+  };
+  // The usage keys; throttling needs the cpu controller.
+  RETURN_IF_ERROR(ParseKeyedCounters(file, lines, keys, /*required=*/3));
+  return result;
+}
+
+absl::StatusOr<CgroupCpuStat> ParseCgroupV1CpuStat(absl::string_view file,
+                                                   const std::vector<absl::string_view>& lines) {
+  CgroupCpuStat result;
+  result.version = CgroupVersion::kV1;
+  uint64_t throttled_ns = 0;
+  const std::pair<absl::string_view, uint64_t*> keys[] = {
+      {"nr_periods", &result.nr_periods},
+      {"nr_throttled", &result.nr_throttled},
+      {"throttled_time", &throttled_ns},
+  };
+  RETURN_IF_ERROR(ParseKeyedCounters(file, lines, keys, /*required=*/3));
+  result.throttled_usec = throttled_ns / 1000;
+  return result;
+}
+
+// The one integer of a single-value cgroup file (memory.current,
+// cpuacct.usage), non-negative.
+template <typename T>
+absl::StatusOr<T> ParseSingleInteger(absl::string_view file, absl::string_view text) {
+  ASSIGN_OR_RETURN(std::vector<absl::string_view> lines, Lines(file, text));
+  std::vector<absl::string_view> fields = Fields(lines[0]);
+  if (lines.size() != 1 || fields.size() != 1) {
+    return FileError(file, "expected a single integer");
+  }
+  T value = 0;
+  if (!absl::SimpleAtoi(fields[0], &value) || absl::StartsWith(fields[0], "-")) {
+    return LineError(file, 0, absl::StrCat("\"", fields[0], "\" is not a non-negative integer"));
+  }
+  return value;
+}
+
 // b - a, or 0 when the counter went backwards.
 uint64_t Delta(uint64_t a, uint64_t b) { return b >= a ? b - a : 0; }
 
@@ -89,6 +167,28 @@ T ReadOptional(FileSource& files, const std::string& path, Parse parse, T absent
   if (value.ok()) return *std::move(value);
   if (!absl::IsNotFound(value.status())) AddError(sample, "cgroup", value.status());
   return absent;
+}
+
+// A cgroup's cpu.stat; for a v1 one, usage_usec from the cpuacct.usage next
+// to it, or 0 when there is none (cpuacct not mounted with cpu). A cpuacct.usage
+// that is there but cannot be read fails the group, as its cpu.stat would:
+// a usage of 0 for one sample would read as a counter reset, then a jump.
+absl::StatusOr<CgroupCpuStat> ReadCgroupCpu(FileSource& files, const std::string& dir) {
+  const std::string stat_file = dir + "/cpu.stat";
+  auto parse_stat = [&](std::string_view text) { return ParseCgroupCpuStat(text, stat_file); };
+  ASSIGN_OR_RETURN(CgroupCpuStat stat, ReadParsed(files, stat_file, parse_stat));
+  if (stat.version != CgroupVersion::kV1) return stat;
+  const std::string usage_file = dir + "/cpuacct.usage";
+  auto parse_usage = [&](std::string_view text) {
+    return ParseCgroupCpuacctUsage(text, usage_file);
+  };
+  absl::StatusOr<uint64_t> usage_ns = ReadParsed(files, usage_file, parse_usage);
+  if (usage_ns.ok()) {
+    stat.usage_usec = *usage_ns / 1000;
+  } else if (!absl::IsNotFound(usage_ns.status())) {
+    return usage_ns.status();
+  }
+  return stat;
 }
 
 }  // namespace
@@ -258,46 +358,19 @@ absl::StatusOr<CgroupCpuStat> ParseCgroupCpuStat(std::string_view input,
   const absl::string_view text = Absl(input);
   const absl::string_view file = Absl(file_name);
   ASSIGN_OR_RETURN(std::vector<absl::string_view> lines, Lines(file, text));
-  CgroupCpuStat result;
-  const std::pair<absl::string_view, uint64_t*> keys[] = {
-      {"usage_usec", &result.usage_usec},     {"user_usec", &result.user_usec},
-      {"system_usec", &result.system_usec},   {"nr_periods", &result.nr_periods},
-      {"nr_throttled", &result.nr_throttled}, {"throttled_usec", &result.throttled_usec},
-  };
-  constexpr size_t kRequired = 3;  // the usage keys; throttling needs the cpu controller
-  bool found[6] = {false, false, false, false, false, false};
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::vector<absl::string_view> fields = Fields(lines[i]);
-    if (fields.empty()) continue;
-    for (size_t k = 0; k < 6; ++k) {
-      if (fields[0] != keys[k].first) continue;
-      if (fields.size() != 2) {
-        return LineError(file, i, absl::StrCat("expected \"", fields[0], " <integer>\""));
-      }
-      RETURN_IF_ERROR(ParseCounter(file, i, fields[0], fields[1], keys[k].second));
-      found[k] = true;
-    }
-  }
-  for (size_t k = 0; k < kRequired; ++k) {
-    if (!found[k]) return FileError(file, absl::StrCat("missing ", keys[k].first));
-  }
-  return result;
+  if (HasKey(lines, "usage_usec")) return ParseCgroupV2CpuStat(file, lines);
+  if (HasKey(lines, "throttled_time")) return ParseCgroupV1CpuStat(file, lines);
+  return FileError(file, "missing usage_usec (cgroup v2) or throttled_time (cgroup v1)");
 }
 
-absl::StatusOr<int64_t> ParseCgroupMemoryCurrent(std::string_view input,
+absl::StatusOr<uint64_t> ParseCgroupCpuacctUsage(std::string_view text,
                                                  std::string_view file_name) {
-  const absl::string_view text = Absl(input);
-  const absl::string_view file = Absl(file_name);
-  ASSIGN_OR_RETURN(std::vector<absl::string_view> lines, Lines(file, text));
-  std::vector<absl::string_view> fields = Fields(lines[0]);
-  if (lines.size() != 1 || fields.size() != 1) {
-    return FileError(file, "expected a single integer");
-  }
-  int64_t bytes = 0;
-  if (!absl::SimpleAtoi(fields[0], &bytes) || bytes < 0) {
-    return LineError(file, 0, absl::StrCat("\"", fields[0], "\" is not a non-negative integer"));
-  }
-  return bytes;
+  return ParseSingleInteger<uint64_t>(Absl(file_name), Absl(text));
+}
+
+absl::StatusOr<int64_t> ParseCgroupMemoryCurrent(std::string_view text,
+                                                 std::string_view file_name) {
+  return ParseSingleInteger<int64_t>(Absl(file_name), Absl(text));
 }
 
 // ---- Rates and levels -------------------------------------------------------
@@ -487,10 +560,7 @@ v1::NodeSample Sampler::Sample(double now_seconds, const std::vector<std::string
     const std::string dir = path.empty() ? kCgroupRoot : absl::StrCat(kCgroupRoot, "/", path);
     auto previous = cgroups_.find(path);
 
-    const std::string stat_file = dir + "/cpu.stat";
-    absl::StatusOr<CgroupCpuStat> cpu_stat =
-        ReadParsed(files_, stat_file,
-                   [&](std::string_view text) { return ParseCgroupCpuStat(text, stat_file); });
+    absl::StatusOr<CgroupCpuStat> cpu_stat = ReadCgroupCpu(files_, dir);
     if (!cpu_stat.ok()) {
       AddError(sample, "cgroup", cpu_stat.status());
       if (previous != cgroups_.end()) cgroups.insert(*previous);

@@ -1,6 +1,6 @@
 // Node collectors of the agent, in three layers:
-//  - parsers: pure functions from the text of one /proc or cgroup v2 file to a
-//    plain struct of its raw values;
+//  - parsers: pure functions from the text of one /proc or cgroup (v1 or v2)
+//    file to a plain struct of its raw values;
 //  - rates: pure functions from two raw samples and the seconds between them
 //    to the monitor.proto messages the agent sends;
 //  - Sampler: reads the files through a FileSource (the only I/O here, so
@@ -83,8 +83,17 @@ struct Pressure {
 };
 absl::StatusOr<Pressure> ParsePressure(std::string_view text, std::string_view file = "pressure");
 
-// A cgroup v2 cpu.stat. The throttling keys exist only where the cpu
-// controller is enabled for the cgroup; absent, they are 0.
+// Which cgroup hierarchy a cpu.stat came from.
+enum class CgroupVersion { kV2, kV1 };
+
+// A cgroup cpu.stat, v2 or v1, told apart by its keys: usage_usec makes it v2
+// (the unified hierarchy), throttled_time v1 (the cpu controller's own
+// hierarchy, e.g. /sys/fs/cgroup/cpu).
+//  - v2 needs usage_usec, user_usec and system_usec; the throttling keys exist
+//    only where the cpu controller is enabled for the cgroup; absent, they are 0.
+//  - v1 needs nr_periods, nr_throttled and throttled_time (nanoseconds, kept
+//    as throttled_usec = throttled_time / 1000). It has no usage: the usage
+//    keys stay 0 here, and the Sampler takes usage_usec from cpuacct.usage.
 struct CgroupCpuStat {
   uint64_t usage_usec = 0;
   uint64_t user_usec = 0;
@@ -92,9 +101,15 @@ struct CgroupCpuStat {
   uint64_t nr_periods = 0;
   uint64_t nr_throttled = 0;
   uint64_t throttled_usec = 0;
+  CgroupVersion version = CgroupVersion::kV2;
 };
 absl::StatusOr<CgroupCpuStat> ParseCgroupCpuStat(std::string_view text,
                                                  std::string_view file = "cpu.stat");
+
+// A cgroup v1 cpuacct.usage: one integer, nanoseconds of CPU since the group
+// was created.
+absl::StatusOr<uint64_t> ParseCgroupCpuacctUsage(std::string_view text,
+                                                 std::string_view file = "cpuacct.usage");
 
 // A cgroup v2 memory.current: one integer, bytes.
 absl::StatusOr<int64_t> ParseCgroupMemoryCurrent(std::string_view text,
@@ -148,9 +163,11 @@ class FileSource {
 };
 
 // The real files: a path under kProcRoot is read under proc_root, one under
-// kCgroupRoot under cgroup_root (on a hybrid cgroup v1/v2 host the v2 tree is
-// "/sys/fs/cgroup/unified"). Any other path, or one with a ".." component, is
-// InvalidArgumentError. Thread-safe.
+// kCgroupRoot under cgroup_root: the cgroup v2 root, which on a hybrid cgroup
+// v1/v2 host is "/sys/fs/cgroup/unified", or a cgroup v1 hierarchy such as
+// "/sys/fs/cgroup/cpu" ("/sys/fs/cgroup/g/cpu.stat" is then read at
+// "/sys/fs/cgroup/cpu/g/cpu.stat"). Any other path, or one with a ".."
+// component, is InvalidArgumentError. Thread-safe.
 class RealFileSource final : public FileSource {
  public:
   explicit RealFileSource(std::string proc_root = kProcRoot, std::string cgroup_root = kCgroupRoot);
@@ -187,8 +204,12 @@ class Sampler {
 
   // now_seconds: seconds since the Unix epoch (time_unix_ms, and the
   // intervals of the rates). cgroup_paths: cgroups relative to the cgroup root
-  // ("" is the root). Each needs cpu.stat; a missing memory.current or
-  // cpu.pressure (controller or PSI off) leaves that field 0 without error.
+  // ("" is the root). Each needs cpu.stat (v2 or v1); a missing memory.current
+  // or cpu.pressure (controller or PSI off) leaves that field 0 without error.
+  // A v1 group's usage is its cpuacct.usage, read in the same directory (where
+  // cpu and cpuacct are mounted together, as "cpu,cpuacct"); without that file
+  // its cpu_usage_cores is 0, without error, and its throttling still counts.
+  // A cpuacct.usage that is there but malformed is an error, as a bad cpu.stat.
   v1::NodeSample Sample(double now_seconds, const std::vector<std::string>& cgroup_paths);
 
  private:

@@ -17,9 +17,10 @@ using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
 // testdata/proc-{a,b} and cgroup-{a,b} were captured from a real machine one
-// second apart (cgroup-* from the cgroup v2 root, /sys/fs/cgroup/unified there);
-// malformed/ and variants/ are hand-made. The expected values below are read
-// from those files.
+// second apart (cgroup-* from the cgroup v2 root, /sys/fs/cgroup/unified there),
+// cgroup-v1-{a,b} from a throttled cgroup v1 group of such a machine;
+// malformed/ and variants/ are mostly hand-made (testdata/README.md). The
+// expected values below are read from those files.
 std::string TestdataPath(const std::string& relative) {
   const char* root = std::getenv("ANTDT_SOURCE_DIR");
   return std::string(root != nullptr ? root : ".") + "/agent/collectors/testdata/" + relative;
@@ -231,9 +232,47 @@ TEST(Variants, CgroupFiles) {
   EXPECT_EQ(*memory, 1234567);
 }
 
+TEST(Variants, CgroupV1CpuStat) {
+  struct Case {
+    const char* fixture;
+    uint64_t nr_periods;
+    uint64_t nr_throttled;
+    uint64_t throttled_usec;
+  };
+  const Case cases[] = {
+      // The root of this host's v1 cpu hierarchy: nr_bursts and burst_time too.
+      {"variants/cgroup-v1-cpu.stat", 0, 0, 0},
+      // A throttled group: throttled_time 1365335037 ns.
+      {"cgroup-v1-a/antdt/cpu.stat", 20, 19, 1365335},
+      {"cgroup-v1-b/antdt/cpu.stat", 31, 30, 2167941},
+      {"variants/cgroup-v1-cpu.stat-wait-sum", 31, 30, 2167941},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.fixture);
+    absl::StatusOr<CgroupCpuStat> stat = ParseCgroupCpuStat(Fixture(c.fixture));
+    ASSERT_TRUE(stat.ok()) << stat.status();
+    EXPECT_EQ(stat->version, CgroupVersion::kV1);
+    EXPECT_EQ(stat->nr_periods, c.nr_periods);
+    EXPECT_EQ(stat->nr_throttled, c.nr_throttled);
+    EXPECT_EQ(stat->throttled_usec, c.throttled_usec);
+    EXPECT_EQ(stat->usage_usec, 0u);  // not in a v1 cpu.stat
+    EXPECT_EQ(stat->user_usec, 0u);
+    EXPECT_EQ(stat->system_usec, 0u);
+  }
+
+  absl::StatusOr<CgroupCpuStat> v2 = ParseCgroupCpuStat(Fixture("cgroup-a/cpu.stat"));
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->version, CgroupVersion::kV2);
+
+  absl::StatusOr<uint64_t> usage =
+      ParseCgroupCpuacctUsage(Fixture("cgroup-v1-a/antdt/cpuacct.usage"));
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_EQ(*usage, 405069652u);
+}
+
 // ---- Malformed and truncated files ------------------------------------------
 
-enum class Kind { kStat, kMeminfo, kNetDev, kPressure, kCpuStat, kMemoryCurrent };
+enum class Kind { kStat, kMeminfo, kNetDev, kPressure, kCpuStat, kMemoryCurrent, kCpuacctUsage };
 
 // Runs one parser; the file names are those the Sampler passes.
 absl::Status Parse(Kind kind, std::string_view text) {
@@ -250,6 +289,8 @@ absl::Status Parse(Kind kind, std::string_view text) {
       return ParseCgroupCpuStat(text, "/sys/fs/cgroup/pod/cpu.stat").status();
     case Kind::kMemoryCurrent:
       return ParseCgroupMemoryCurrent(text, "/sys/fs/cgroup/pod/memory.current").status();
+    case Kind::kCpuacctUsage:
+      return ParseCgroupCpuacctUsage(text, "/sys/fs/cgroup/pod/cpuacct.usage").status();
   }
   return absl::InternalError("unreachable");
 }
@@ -268,12 +309,15 @@ std::string FileName(Kind kind) {
       return "/sys/fs/cgroup/pod/cpu.stat: ";
     case Kind::kMemoryCurrent:
       return "/sys/fs/cgroup/pod/memory.current: ";
+    case Kind::kCpuacctUsage:
+      return "/sys/fs/cgroup/pod/cpuacct.usage: ";
   }
   return "";
 }
 
-constexpr Kind kAllKinds[] = {Kind::kStat,     Kind::kMeminfo, Kind::kNetDev,
-                              Kind::kPressure, Kind::kCpuStat, Kind::kMemoryCurrent};
+constexpr Kind kAllKinds[] = {Kind::kStat,        Kind::kMeminfo, Kind::kNetDev,
+                              Kind::kPressure,    Kind::kCpuStat, Kind::kMemoryCurrent,
+                              Kind::kCpuacctUsage};
 
 struct MalformedCase {
   const char* fixture;
@@ -319,8 +363,21 @@ TEST(Malformed, EachFileGivesAnErrorNamingFileAndLine) {
       {"malformed/pressure-no-equals", Kind::kPressure,
        "line 1: expected key=value, got \"avg10\""},
       {"malformed/pressure-no-some-line", Kind::kPressure, "no \"some\" line"},
-      // A cgroup v1 cpu.stat (real, from this machine) is not a v2 one.
-      {"malformed/cgroup-v1-cpu.stat", Kind::kCpuStat, "missing usage_usec"},
+      {"malformed/cpu.stat-neither-version", Kind::kCpuStat,
+       "missing usage_usec (cgroup v2) or throttled_time (cgroup v1)"},
+      {"malformed/cgroup-v1-cpu.stat-negative", Kind::kCpuStat,
+       "line 3: throttled_time: \"-2167941026\" is not a non-negative integer"},
+      {"malformed/cgroup-v1-cpu.stat-non-numeric", Kind::kCpuStat,
+       "line 2: nr_throttled: \"thirty\" is not a non-negative integer"},
+      {"malformed/cgroup-v1-cpu.stat-cut-mid-line", Kind::kCpuStat,
+       "line 3: truncated: no newline at the end of the file"},
+      {"malformed/cgroup-v1-cpu.stat-missing-nr-throttled", Kind::kCpuStat, "missing nr_throttled"},
+      {"malformed/cgroup-v1-cpu.stat-extra-value", Kind::kCpuStat,
+       "line 3: expected \"throttled_time <integer>\""},
+      {"malformed/cpuacct.usage-negative", Kind::kCpuacctUsage,
+       "line 1: \"-609434911\" is not a non-negative integer"},
+      {"malformed/cpuacct.usage-cut", Kind::kCpuacctUsage,
+       "line 1: truncated: no newline at the end of the file"},
       {"malformed/cpu.stat-cut-mid-line", Kind::kCpuStat,
        "line 2: truncated: no newline at the end of the file"},
       {"malformed/cpu.stat-missing-system", Kind::kCpuStat, "missing system_usec"},
@@ -356,15 +413,21 @@ TEST(Malformed, EmptyFileIsAnErrorForEveryParser) {
   EXPECT_EQ(ParsePressure("").status().message(), "pressure: empty");
   EXPECT_EQ(ParseCgroupCpuStat("").status().message(), "cpu.stat: empty");
   EXPECT_EQ(ParseCgroupMemoryCurrent("").status().message(), "memory.current: empty");
+  EXPECT_EQ(ParseCgroupCpuacctUsage("").status().message(), "cpuacct.usage: empty");
 }
 
 // Every prefix of every real file: a cut mid-line is always an error, and no
 // cut crashes or gives an error that does not name the file.
 TEST(Malformed, EveryTruncationOfTheRealFiles) {
   const std::pair<const char*, Kind> files[] = {
-      {"proc-a/stat", Kind::kStat},          {"proc-a/meminfo", Kind::kMeminfo},
-      {"proc-a/net/dev", Kind::kNetDev},     {"proc-a/pressure/io", Kind::kPressure},
-      {"cgroup-a/cpu.stat", Kind::kCpuStat}, {"variants/memory.current", Kind::kMemoryCurrent},
+      {"proc-a/stat", Kind::kStat},
+      {"proc-a/meminfo", Kind::kMeminfo},
+      {"proc-a/net/dev", Kind::kNetDev},
+      {"proc-a/pressure/io", Kind::kPressure},
+      {"cgroup-a/cpu.stat", Kind::kCpuStat},
+      {"variants/memory.current", Kind::kMemoryCurrent},
+      {"cgroup-v1-a/antdt/cpu.stat", Kind::kCpuStat},
+      {"cgroup-v1-a/antdt/cpuacct.usage", Kind::kCpuacctUsage},
   };
   for (const auto& [fixture, kind] : files) {
     SCOPED_TRACE(fixture);
@@ -715,6 +778,80 @@ TEST(Sampler, ClockGoingBackGivesNoTimeRates) {
   EXPECT_TRUE(sample.has_cpu());  // shares of ticks need no clock
 }
 
+// A cgroup v1 group "antdt" as captured at "a" or "b" (cgroup-v1-*), its
+// cpuacct.usage next to its cpu.stat as under a cpu,cpuacct co-mount.
+void LoadCgroupV1(FakeFileSource& files, const std::string& at, bool with_cpuacct) {
+  const std::string dir = "cgroup-v1-" + at + "/antdt/";
+  files.Set("/sys/fs/cgroup/antdt/cpu.stat", Fixture(dir + "cpu.stat"));
+  if (with_cpuacct) {
+    files.Set("/sys/fs/cgroup/antdt/cpuacct.usage", Fixture(dir + "cpuacct.usage"));
+  } else {
+    files.Remove("/sys/fs/cgroup/antdt/cpuacct.usage");
+  }
+}
+
+TEST(Sampler, CgroupV1ThrottledGroup) {
+  struct Case {
+    const char* name;
+    bool with_cpuacct;
+    double cpu_usage_cores;
+  };
+  const Case cases[] = {
+      // cpuacct.usage 405069652 -> 609434911 ns, read as usec.
+      {"cpu,cpuacct co-mounted", true, (609434 - 405069) / 1e6},
+      // cpuacct mounted apart (as on these hosts): no usage, no error.
+      {"no cpuacct.usage", false, 0.0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    FakeFileSource files;
+    LoadNode(files, "a");
+    LoadCgroupV1(files, "a", c.with_cpuacct);
+    Sampler sampler(files);
+    v1::NodeSample first = sampler.Sample(1000.0, {"antdt"});
+    EXPECT_THAT(first.errors(), IsEmpty());
+    ASSERT_EQ(first.cgroups_size(), 1);
+    EXPECT_EQ(first.cgroups(0).throttled_fraction(), 0.0);  // levels only
+
+    LoadNode(files, "b");
+    LoadCgroupV1(files, "b", c.with_cpuacct);
+    v1::NodeSample sample = sampler.Sample(1001.0, {"antdt"});
+    EXPECT_THAT(sample.errors(), IsEmpty());
+    ASSERT_EQ(sample.cgroups_size(), 1);
+    const v1::CgroupSample& group = sample.cgroups(0);
+    EXPECT_EQ(group.path(), "antdt");
+    EXPECT_DOUBLE_EQ(group.cpu_usage_cores(), c.cpu_usage_cores);
+    EXPECT_DOUBLE_EQ(group.throttled_fraction(), 1.0);  // 11 of 11 periods
+    // throttled_time 1365335037 -> 2167941026 ns
+    EXPECT_DOUBLE_EQ(group.throttled_seconds_per_second(), (2167941 - 1365335) / 1e6);
+    EXPECT_EQ(group.memory_current_bytes(), 0);  // no memory.current in the cpu hierarchy
+  }
+}
+
+TEST(Sampler, CgroupV1BrokenCpuacctUsageFailsTheGroupForThatSample) {
+  FakeFileSource files;
+  LoadNode(files, "a");
+  LoadCgroupV1(files, "a", true);
+  Sampler sampler(files);
+  sampler.Sample(1000.0, {"antdt"});
+  LoadNode(files, "b");
+  LoadCgroupV1(files, "b", true);
+  files.Set("/sys/fs/cgroup/antdt/cpuacct.usage", Fixture("malformed/cpuacct.usage-cut"));
+  v1::NodeSample broken = sampler.Sample(1001.0, {"antdt"});
+  EXPECT_THAT(broken.errors(),
+              ElementsAre("cgroup: /sys/fs/cgroup/antdt/cpuacct.usage: line 1: truncated: no "
+                          "newline at the end of the file"));
+  EXPECT_THAT(broken.cgroups(), IsEmpty());
+
+  // Back: the rates span the interval since the last good read, with no jump.
+  LoadCgroupV1(files, "b", true);
+  v1::NodeSample later = sampler.Sample(1002.0, {"antdt"});
+  EXPECT_THAT(later.errors(), IsEmpty());
+  ASSERT_EQ(later.cgroups_size(), 1);
+  EXPECT_DOUBLE_EQ(later.cgroups(0).cpu_usage_cores(), (609434 - 405069) / 1e6 / 2);
+  EXPECT_DOUBLE_EQ(later.cgroups(0).throttled_fraction(), 1.0);
+}
+
 // ---- The real files ---------------------------------------------------------
 
 TEST(RealFileSource, ReadsUnderTheConfiguredRoots) {
@@ -733,6 +870,29 @@ TEST(RealFileSource, ReadsUnderTheConfiguredRoots) {
               StartsWith("/proc/missing (" + TestdataPath("proc-a") + "/missing): "));
   for (const char* outside : {"/etc/passwd", "/procfoo/stat", "/proc/../etc/passwd", "stat"}) {
     EXPECT_EQ(files.Read(outside).status().code(), absl::StatusCode::kInvalidArgument) << outside;
+  }
+}
+
+TEST(RealFileSource, CgroupV1HierarchyAsRoot) {
+  // As `--cgroup-root /sys/fs/cgroup/cpu --cgroups antdt` would read.
+  RealFileSource files(TestdataPath("proc-a"), TestdataPath("cgroup-v1-a"));
+  Sampler sampler(files);
+  v1::NodeSample sample = sampler.Sample(1.0, {"antdt", "/antdt/", "../cgroup-a"});
+  EXPECT_THAT(sample.errors(),
+              ElementsAre("cgroup: /sys/fs/cgroup/../cgroup-a/cpu.stat: \"..\" in path"));
+  ASSERT_EQ(sample.cgroups_size(), 2);
+  EXPECT_EQ(sample.cgroups(0).path(), "antdt");
+  EXPECT_EQ(sample.cgroups(1).path(), "antdt");
+
+  absl::StatusOr<std::string> usage = files.Read("/sys/fs/cgroup/antdt/cpuacct.usage");
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_EQ(*usage, "405069652\n");
+  for (const char* outside :
+       {"/sys/fs/cgroup/../cgroup-a/cpu.stat", "/sys/fs/cgroup/antdt/../../cgroup-a/cpu.stat",
+        "/sys/fs/cgroupfoo/antdt/cpu.stat", "/sys/fs/cpu.stat", "sys/fs/cgroup/antdt/cpu.stat",
+        "/sys/fs/cgroup/cpu/../../../etc/passwd"}) {
+    absl::StatusOr<std::string> read = files.Read(outside);
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << outside;
   }
 }
 
