@@ -43,11 +43,15 @@ class ElasticGroup:
         rank, world_size: this rank and the number of ranks (fixed).
         master_addr, master_port: where rank 0 hosts the store.
         backend: ``gloo`` (CPU) or ``nccl``.
-        timeout_s: how long a collective or a formation may wait for a peer.
+        timeout_s: how long a formation may wait for the ranks.
+        collective_timeout_s: how long a collective may wait for a peer; a
+            survivor blocked on a live peer that left a failed collective
+            fails after it at the latest, and joins the next formation.
     """
 
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,
-                 backend: str = "gloo", timeout_s: float = 120.0) -> None:
+                 backend: str = "gloo", timeout_s: float = 120.0,
+                 collective_timeout_s: float = 30.0) -> None:
         if world_size < 1:
             raise ValueError(f"world_size ($WORLD_SIZE): must be >= 1, got {world_size}")
         if not 0 <= rank < world_size:
@@ -58,6 +62,7 @@ class ElasticGroup:
         self.master_port = master_port
         self.backend = backend
         self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.collective_timeout = datetime.timedelta(seconds=collective_timeout_s)
         self.formations = 0  #: groups formed by this process
         self.round = -1  #: the round of the current group
         self._store: Optional[dist.TCPStore] = None
@@ -85,7 +90,8 @@ class ElasticGroup:
                 r = self._join(store, deadline)
                 dist.init_process_group(
                     self.backend, store=dist.PrefixStore(f"round{r}/pg", store),
-                    rank=self.rank, world_size=self.world_size, timeout=self.timeout)
+                    rank=self.rank, world_size=self.world_size,
+                    timeout=self.collective_timeout)
                 self.round = r
                 self.formations += 1
                 _log.info("rank %d: group formed (round %d, formation %d)", self.rank, r,
@@ -93,7 +99,7 @@ class ElasticGroup:
                 return
             except GroupError:
                 raise
-            except RuntimeError as e:  # the store went away (rank 0 restarted)
+            except (RuntimeError, OSError) as e:  # the store went away (rank 0 restarted)
                 if time.monotonic() > deadline:
                     raise GroupError(f"rank {self.rank}: no group after "
                                      f"{self.timeout.total_seconds():g} s: {e}") from e
@@ -110,7 +116,7 @@ class ElasticGroup:
                     self.master_addr, self.master_port, None, self.rank == 0,
                     timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
                 return self._store
-            except RuntimeError as e:
+            except (RuntimeError, OSError) as e:  # torch raises TimeoutError too
                 if time.monotonic() > deadline:
                     raise GroupError(f"rank {self.rank}: store at {self.master_addr}:"
                                      f"{self.master_port} unreachable: {e}") from e
@@ -147,7 +153,8 @@ class ElasticGroup:
                     while (self._store.add(f"round{self.round}/finished", 0) < self.world_size
                            and time.monotonic() < deadline):
                         time.sleep(0.05)
-        except RuntimeError as e:
+        except (RuntimeError, OSError) as e:
             _log.debug("finish: %s", e)
         if dist.is_initialized():
             dist.destroy_process_group()
+        self._store = None

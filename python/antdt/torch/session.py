@@ -43,16 +43,18 @@ uncommitted step, the group forms again when the rank's next incarnation joins,
 the model and optimizer state go from the most advanced rank to the others, and
 training goes on. Records are committed exactly once throughout.
 
-BPT as reported to the agent is the rank's own time for the step (data wait and
-compute, up to the moment its last gradient bucket is ready), not the time it
-waits for slower ranks in collectives, which is reported as communication: so
-the Monitor sees which rank is slow although synchronous steps end together.
+BPT as reported to the agent is the rank's own time for the step (assembling
+its records, compute up to the moment its last gradient bucket is ready, the
+optimizer and the commit), not the time it waits for slower ranks in the two
+collectives, which is reported as communication: so the Monitor sees which rank
+is slow although synchronous steps end together.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -112,6 +114,18 @@ class Summary:
     regroups: int = 0  #: times the group formed again after a failure
     batch_changes: int = 0  #: directives applied
     seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _StepTimes:
+    """Where one rank's step went, in seconds."""
+
+    samples: int
+    data: float  #: assembling the step's records
+    exchange: float  #: the per-step collective (waiting for the slowest rank's arrival)
+    compute: float  #: forward and backward, up to the last gradient bucket ready
+    sync: float  #: after that, until backward returned (the gradient allreduce)
+    optimizer: float  #: optimizer.step() and zero_grad()
 
 
 @dataclasses.dataclass
@@ -187,6 +201,7 @@ class Session:
         self._bucket_ready = 0.0
         self._waiting = 0  # steps an unbalanced batch plan has waited
         self._data_wait = 0.0
+        self._times: Optional[_StepTimes] = None
         self._logged_step = -1
 
     @classmethod
@@ -261,15 +276,20 @@ class Session:
             while True:
                 if pending is None:
                     pending = self._assemble(records)
+                failure = None
                 try:
                     finished = self._train(pending, step_fn, optimizer)
                     failures_in_a_row = 0
                 except Exception as e:  # noqa: BLE001 (sorted out just below)
                     if not _is_group_failure(e) or failures_in_a_row >= 5:
                         raise
+                    failure = str(e).splitlines()[0]
+                # Out of the except block: its traceback no longer holds the
+                # broken group's DDP wrapper, so the group really goes away.
+                if failure is not None:
                     failures_in_a_row += 1
                     _log.warning("rank %d: step %d failed (%s); forming the group again",
-                                 self.group.rank, self.step, e)
+                                 self.group.rank, self.step, failure)
                     optimizer.zero_grad(set_to_none=True)
                     if self._form(optimizer):  # others took the step: it is trained
                         self._commit(pending, commits)
@@ -278,7 +298,9 @@ class Session:
                     continue
                 if finished:
                     break
+                committing = time.perf_counter()
                 self._commit(pending, commits)
+                self._report(time.perf_counter() - committing)
                 pending = None
                 self._maybe_checkpoint(optimizer, client)
         finally:
@@ -287,6 +309,8 @@ class Session:
             self.summary.seconds = time.monotonic() - started
             journal.close()
             client.close()
+            if self.reporter is not None:
+                self.reporter.close()
         self.group.finish()
         return self.summary
 
@@ -330,23 +354,26 @@ class Session:
     def _train(self, pending: _Pending, step_fn: Callable[[Step], float],
                optimizer: torch.optim.Optimizer) -> bool:
         """One step (or the finding that every rank is done). True: done."""
+        started = time.perf_counter()
         rows = self._exchange(pending)
         if bool((rows[:, _DONE] == 1).all()) and float(rows[:, _COUNT].sum()) == 0:
             return True
         global_samples = int(rows[:, _COUNT].sum())
         step = self._make_step(pending, global_samples)
-        after_exchange = time.perf_counter()
+        exchanged = time.perf_counter()
         self._bucket_ready = 0.0
         loss_sum = float(step_fn(step))
         trained = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        ready = self._bucket_ready or trained
+        self._times = _StepTimes(step.samples, self._data_wait, exchanged - started,
+                                 ready - exchanged, trained - ready,
+                                 time.perf_counter() - trained)
         self.step += 1
         self.summary.steps = self.step
         self.summary.records_trained += step.samples
         self._prev_loss = (loss_sum if step.samples else 0.0, step.samples)
-        compute = (self._bucket_ready or trained) - after_exchange
-        self._report(step.samples, compute, trained - after_exchange - compute)
         self._decide(rows)
         return False
 
@@ -384,13 +411,17 @@ class Session:
 
     # -- directives -------------------------------------------------------------
 
-    def _report(self, samples: int, compute_s: float, comm_s: float) -> None:
-        if self.reporter is None or samples == 0:
+    def _report(self, commit_s: float) -> None:
+        """Reports the step just committed: as BPT the rank's own time (data,
+        compute up to its last gradient bucket, the optimizer, the commit),
+        as communication the time it waited for the other ranks."""
+        t = self._times
+        if self.reporter is None or t is None or t.samples == 0:
             return
-        data_wait = self._data_wait
-        self.reporter.report(self.step, samples, data_wait + compute_s,
-                             data_wait_seconds=data_wait, compute_seconds=compute_s,
-                             communication_seconds=max(comm_s, 0.0))
+        own_compute = t.compute + t.optimizer + commit_s
+        self.reporter.report(self.step, t.samples, t.data + own_compute,
+                             data_wait_seconds=t.data, compute_seconds=own_compute,
+                             communication_seconds=t.exchange + t.sync)
         directive = self.reporter.take_directive()
         if directive is not None and directive.HasField("adjust_batch"):
             adjust = directive.adjust_batch
@@ -440,6 +471,11 @@ class Session:
         """Forms the group and brings every rank to the most advanced rank's
         model and optimizer. True when that rank is ahead of this one (this
         rank's uncommitted step was taken by the others: it is trained)."""
+        # Drop the old DDP wrapper (it holds the old group): destroying the
+        # group then closes its connections, so a survivor still blocked in a
+        # collective with this rank fails at once instead of at the timeout.
+        self.model = None
+        gc.collect()
         self.group.form()
         steps = torch.zeros(self.group.world_size, dtype=torch.float64)
         steps[self.group.rank] = self.step

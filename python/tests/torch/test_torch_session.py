@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -26,6 +27,7 @@ from torch_job import TorchJob, verify_journals
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "torch_weighting_worker.py")
+EXAMPLE = os.path.join(HERE, "..", "..", "..", "examples", "pytorch", "train.py")
 
 
 def count_lines(path: str) -> int:
@@ -160,33 +162,36 @@ class RestartTest(unittest.TestCase):
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def kill_and_restart(self, victim: int) -> None:
-        world, records = 3, 6000
-        job = TorchJob(self.workdir, WORKER, world=world, records=records, shard_size=50,
-                       global_batch=24, lease_ttl="3s")
-        trace = os.path.join(self.workdir, f"trace-{victim}.jsonl")
+        # The example's model (a 280,000-parameter MLP): its gradient
+        # allreduce is split in chunks, so a survivor can be blocked on a live
+        # peer when the victim dies; the group must still form again at once.
+        world, records = 3, 12288
+        job = TorchJob(self.workdir, EXAMPLE, world=world, records=records, shard_size=256,
+                       global_batch=96, lease_ttl="3s")
+        loss_log = os.path.join(self.workdir, "worker-0.loss.jsonl")
         try:
             job.start_all()
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                if os.path.exists(trace) and count_lines(trace) >= 20:
+                if os.path.exists(loss_log) and count_lines(loss_log) >= 20:
                     break
                 time.sleep(0.01)
             job.kill(victim)
             killed = time.monotonic()
             job.restart(victim)
             codes = job.wait(240)
-            logs = "\n".join(job.log(r) for r in range(world))
-            self.assertEqual(codes, [0] * world, logs)
+            logs = {r: job.log(r) for r in range(world)}
+            self.assertEqual(codes, [0] * world, "\n".join(logs.values()))
+            finished = time.monotonic() - killed
             check = verify_journals([job.journal(r) for r in range(world)], records, 1)
             self.assertEqual((check["missing"], check["twice"]), (0, 0), check)
             self.assertEqual(check["committed"], records)
-            summaries = [json.loads(line)["summary"] for line in logs.splitlines()
-                         if line.startswith('{"rank"')]
-            self.assertEqual(len(summaries), world, logs)
-            survivors = [s for s in summaries if s["regroups"] > 0]
-            self.assertEqual(len(survivors), world - 1, summaries)
-            print(f"\nrank {victim} killed: the job finished {time.monotonic() - killed:.1f} s "
-                  f"later; {check}", flush=True)
+            regroups = {r: [int(n) for n in re.findall(r"regroups=(\d+)", logs[r])]
+                        for r in range(world)}
+            for rank in range(world):  # the survivors formed the group again once
+                self.assertEqual(regroups[rank][-1:], [0 if rank == victim else 1], logs[rank])
+            print(f"\nrank {victim} killed: the job finished {finished:.1f} s later; {check}",
+                  flush=True)
         finally:
             job.stop()
 
