@@ -1,6 +1,7 @@
 #include "operator/local/loss_log.h"
 
 #include <algorithm>
+#include <deque>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -10,6 +11,7 @@ namespace antdt::local {
 
 LossCurve ParseLossLog(const std::string& text, double start_unix) {
   LossCurve curve;
+  std::deque<std::pair<double, double>> last;  // (loss, samples) of the last lines
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -21,10 +23,20 @@ LossCurve ParseLossLog(const std::string& text, double start_unix) {
     if (j.contains("step") && j["step"].is_number_integer()) {
       curve.steps = std::max(curve.steps, j["step"].get<int64_t>());
     }
+    const double samples = j.contains("samples") && j["samples"].is_number()
+                               ? std::max(j["samples"].get<double>(), 0.0)
+                               : 1.0;
     if (curve.points.empty()) curve.first_loss = loss;
-    curve.final_loss = loss;
+    last.emplace_back(loss, samples);
+    if (last.size() > kFinalLossSteps) last.pop_front();
     curve.points.emplace_back(t, loss);
   }
+  double sum = 0, weight = 0;
+  for (const auto& [loss, samples] : last) {
+    sum += loss * samples;
+    weight += samples;
+  }
+  if (weight > 0) curve.final_loss = sum / weight;
   return curve;
 }
 

@@ -13,17 +13,21 @@
 
 namespace antdt::local {
 
+inline constexpr int kFinalLossSteps = 10;
+
 struct LossCurve {
   double first_loss = -1;  // of the first line; -1: no line
-  double final_loss = -1;  // of the last line
-  int64_t steps = 0;       // the highest step seen
+  // The sample-weighted mean of the last kFinalLossSteps lines: the last
+  // step alone is often a small partial batch, too noisy to compare runs by.
+  double final_loss = -1;
+  int64_t steps = 0;  // the highest step seen
   // (seconds since the job started, loss), in the log's order.
   std::vector<std::pair<double, double>> points;
 };
 
 // The curve in `text`, times relative to `start_unix`. Lines that are not a
 // JSON object with a numeric loss (a line cut off when the job stopped) are
-// skipped; time_unix and step are optional.
+// skipped; time_unix, step and samples (weight 1 when absent) are optional.
 LossCurve ParseLossLog(const std::string& text, double start_unix);
 
 // The curve in the file at `path`; nullopt when there is no such file.

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "common/testing/testing.h"
 
 namespace antdt::local {
@@ -25,10 +26,24 @@ not json
 )",
       1000.0);
   EXPECT_DOUBLE_EQ(c.first_loss, 1.4);
-  EXPECT_DOUBLE_EQ(c.final_loss, 0.7);
+  EXPECT_DOUBLE_EQ(c.final_loss, (1.4 + 1.1 + 0.95 + 0.7) / 4);  // fewer than 10 steps
   EXPECT_EQ(c.steps, 4);
   EXPECT_THAT(c.points,
               ElementsAre(Pair(0.5, 1.4), Pair(1.5, 1.1), Pair(4.0, 0.95), Pair(5.0, 0.7)));
+}
+
+TEST(LossLog, FinalLossIsTheSampleWeightedMeanOfTheLastTenSteps) {
+  std::string text;
+  for (int step = 1; step <= 12; ++step) {  // steps 1-2 fall out of the window
+    text += absl::StrCat(R"({"step": )", step, R"(, "loss": )", step <= 2 ? 100 : 1,
+                         R"(, "samples": 96})", "\n");
+  }
+  text += R"({"step": 13, "loss": 4.0, "samples": 8})"
+          "\n";  // a short last step
+  const LossCurve c = ParseLossLog(text, 0);
+  // Steps 4..13: nine of 96 samples at loss 1, one of 8 at loss 4.
+  EXPECT_DOUBLE_EQ(c.final_loss, (9 * 96 * 1.0 + 8 * 4.0) / (9 * 96 + 8));
+  EXPECT_DOUBLE_EQ(c.first_loss, 100);
 }
 
 TEST(LossLog, EmptyAndMissing) {

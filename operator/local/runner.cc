@@ -533,7 +533,9 @@ absl::StatusOr<RunResult> Runner::Run() {
   policy_ =
       o_.plain ? vocab::Policy::kNone : o_.policy_override.value_or(job_.straggler_policy.name);
   if (o_.no_slowdown) scenario_.slowdowns.clear();
-  dir_ = o_.work_dir;
+  // Absolute: a worker command runs in the manifest's directory, and its
+  // journal, loss log and checkpoint paths point here.
+  dir_ = fs::absolute(o_.work_dir).lexically_normal().string();
   fs::remove_all(dir_);
   fs::create_directories(dir_ + "/nodes");
   SetLogFile(dir_ + "/antdt-run.log");  // the terminal is the progress bar's
