@@ -39,6 +39,7 @@ def main() -> int:
     optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
     trace = open(os.path.join(workdir, f"trace-{rank}.jsonl"), "a")
     propose = os.environ.get("TEST_PROPOSE", "")
+    incarnation = int(os.environ.get("ANTDT_INCARNATION", "0"))
 
     def train_step(step) -> float:
         if propose:
@@ -56,7 +57,7 @@ def main() -> int:
             total += loss.item()
             if step.samples:
                 ids.extend(int(r) for r in rid)
-        trace.write(json.dumps({"step": step.number, "ids": ids,
+        trace.write(json.dumps({"step": step.number, "ids": ids, "incarnation": incarnation,
                                 "micro": len(step.micro_batches) if step.samples else 0}) + "\n")
         trace.flush()
         return total
