@@ -58,9 +58,9 @@ std::string ReportJson(const RunResult& r) {
     const ThroughputPoint& p = r.timeline[i];
     absl::StrAppendFormat(&json,
                           "%s\n    {\"t\": %.2f, \"worker\": \"%s\", \"samples_per_second\": %.2f, "
-                          "\"score\": %.3f, \"class\": \"%s\"}",
+                          "\"score\": %.3f, \"class\": \"%s\", \"cause\": \"%s\"}",
                           i ? "," : "", p.at_seconds, JsonEscape(p.worker), p.samples_per_second,
-                          p.score, vocab::Name(p.klass));
+                          p.score, vocab::Name(p.klass), v1::Cause_Name(p.cause));
   }
   absl::StrAppend(&json, r.timeline.empty() ? "],\n" : "\n  ],\n", "  \"loss_curve\": [");
   for (size_t i = 0; i < r.loss_curve.size(); ++i) {

@@ -314,7 +314,8 @@ std::optional<v1::GetJobHealthResponse> Runner::Health() {
   if (!health.ok()) return std::nullopt;  // NOT_FOUND: no reports yet
   const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
   for (const v1::WorkerHealth& h : health->workers()) {
-    result_.timeline.push_back({t, h.worker_id(), h.samples_per_second(), h.score(), h.class_()});
+    result_.timeline.push_back(
+        {t, h.worker_id(), h.samples_per_second(), h.score(), h.class_(), h.cause()});
   }
   return *std::move(health);
 }

@@ -59,6 +59,7 @@ struct ThroughputPoint {
   double samples_per_second = 0;
   double score = 0;
   v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
+  v1::Cause cause = v1::CAUSE_UNSPECIFIED;  // the Monitor's, with the class
 };
 
 struct RunResult {

@@ -1,0 +1,84 @@
+"""`antdt run` of the PyTorch example with a real CPU straggler: node-1's rank
+is capped to a third of a core by a cgroup v1 quota; the agent sees the
+throttling, the Monitor names the rank a straggler with cause CPU_THROTTLING,
+antdt-nd moves samples away from it, and every record is committed exactly
+once (the ranks' journals). Needs root (the cgroup) and Debian's python3-torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+try:
+    import torch  # noqa: F401
+except ImportError:  # pragma: no cover
+    torch = None
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+CGROUP = "/sys/fs/cgroup/cpu"
+
+
+def job_yaml(records: int) -> str:
+    """examples/pytorch/job.yaml, smaller, with absolute paths."""
+    with open(os.path.join(REPO, "examples", "pytorch", "job.yaml")) as f:
+        text = f.read()
+    text = text.replace("records: 49152", f"records: {records}").replace("epochs: 3", "epochs: 2")
+    text = text.replace("args: [train.py]",
+                        f"args: [{os.path.join(REPO, 'examples', 'pytorch', 'train.py')}]")
+    return text.replace("scenario: ../scenarios/pytorch-cpu-quota.yaml",
+                        "scenario: " + os.path.join(REPO, "examples", "scenarios",
+                                                    "pytorch-cpu-quota.yaml"))
+
+
+@unittest.skipIf(torch is None, "needs Debian's python3-torch (/usr/bin/python3)")
+@unittest.skipUnless(os.access(CGROUP, os.W_OK),
+                     f"{CGROUP} is not writable: the cpu-quota straggler needs root and the "
+                     "cgroup v1 cpu controller")
+class AntdtRunPytorchTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="antdt-run-pytorch-")
+        self.antdt = os.path.join(os.environ.get("ANTDT_BIN_DIR", ""), "antdt")
+        if not os.access(self.antdt, os.X_OK):
+            self.skipTest(f"{self.antdt} is not built")
+
+    def tearDown(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_cpu_quota_straggler_named_and_mitigated(self) -> None:
+        manifest = os.path.join(self.dir, "job.yaml")
+        with open(manifest, "w") as f:
+            f.write(job_yaml(24576))
+        report = os.path.join(self.dir, "report")
+        run = subprocess.run([self.antdt, "run", manifest, "--report", report, "--work-dir",
+                              os.path.join(self.dir, "work")],
+                             capture_output=True, text=True, timeout=400)
+        out = run.stdout + run.stderr
+        self.assertEqual(run.returncode, 0, out)
+        self.assertIn("0 parameter servers", out)
+        self.assertIn("RESULT: every record committed exactly once", out)
+        with open(os.path.join(report, "report.json")) as f:
+            r = json.load(f)
+        slow = [p for p in r["timeline"] if p["worker"] == "worker-1"
+                and p["class"] in ("transient", "persistent")]
+        self.assertTrue(slow, "worker-1 named a straggler")
+        self.assertIn("CPU_THROTTLING", {p["cause"] for p in slow},
+                      "the cause, from the agent's cgroup samples")
+        others = [p for p in r["timeline"] if p["worker"] != "worker-1"]
+        self.assertNotIn("CPU_THROTTLING", {p["cause"] for p in others})
+        moved = [a for a in r["actions"] if a["action"] == "ADJUST_BS"
+                 and a["worker"] == "worker-1"]
+        self.assertTrue(moved, r["actions"])
+        self.assertIn("-> ", moved[0]["reason"])
+        before, after = (int(x) for x in moved[0]["reason"].split("local batch ")[1]
+                         .split(" (")[0].split(" -> "))
+        self.assertLess(after, before, "samples moved away from the capped rank")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "work", "ps-0.log")))
+
+
+if __name__ == "__main__":
+    unittest.main()
