@@ -36,20 +36,56 @@ absl::Status WriteControl(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
 }  // namespace
 
+CgroupVersion VersionOf(const std::string& root) {
+  return Exists(root + "/cgroup.controllers") ? CgroupVersion::kV2 : CgroupVersion::kV1;
+}
+
+std::string CpuCgroupRoot() {
+  if (Exists(std::string(kCpuCgroupRoot) + "/cpu.cfs_quota_us")) return kCpuCgroupRoot;
+  std::ifstream controllers(std::string(kUnifiedCgroupRoot) + "/cgroup.controllers");
+  for (std::string c; controllers >> c;) {
+    if (c == "cpu") return kUnifiedCgroupRoot;
+  }
+  return kCpuCgroupRoot;
+}
+
+std::string QuotaText(CgroupVersion version, double factor) {
+  const bool limited = factor > 1;
+  const int64_t quota =
+      limited ? std::max<int64_t>(1000, static_cast<int64_t>(kCpuPeriodUs / factor)) : -1;
+  if (version == CgroupVersion::kV1) return absl::StrCat(quota);
+  return absl::StrCat(limited ? absl::StrCat(quota) : "max", " ", kCpuPeriodUs);
+}
+
 CpuCgroup::CpuCgroup(std::string root, std::string name)
-    : root_(std::move(root)), name_(std::move(name)), path_(root_ + "/" + name_) {}
+    : root_(std::move(root)),
+      version_(VersionOf(root_)),
+      name_(std::move(name)),
+      path_(root_ + "/" + name_) {}
 
 absl::StatusOr<std::unique_ptr<CpuCgroup>> CpuCgroup::Create(const std::string& root,
                                                              const std::string& name) {
   std::unique_ptr<CpuCgroup> group(new CpuCgroup(root, name));
+  if (group->version_ == CgroupVersion::kV2) {
+    // The cpu controller must be enabled for the root's children; already
+    // enabled is not an error.
+    RETURN_IF_ERROR(WriteControl(root + "/cgroup.subtree_control", "+cpu"));
+  }
   if (mkdir(group->path_.c_str(), 0755) != 0) {
     const int err = errno;
     group->removed_ = true;  // not ours to remove
     return ErrnoError("mkdir " + group->path_, err);
   }
-  RETURN_IF_ERROR(WriteControl(group->path_ + "/cpu.cfs_period_us", absl::StrCat(kCpuPeriodUs)));
+  if (group->version_ == CgroupVersion::kV1) {  // v2 has the period in cpu.max
+    RETURN_IF_ERROR(WriteControl(group->path_ + "/cpu.cfs_period_us", absl::StrCat(kCpuPeriodUs)));
+  }
   RETURN_IF_ERROR(group->SetCpuFactor(1));
   return group;
 }
@@ -61,9 +97,8 @@ absl::Status CpuCgroup::AddProcess(pid_t pid) {
 }
 
 absl::Status CpuCgroup::SetCpuFactor(double factor) {
-  const int64_t quota =
-      factor > 1 ? std::max<int64_t>(1000, static_cast<int64_t>(kCpuPeriodUs / factor)) : -1;
-  return WriteControl(path_ + "/cpu.cfs_quota_us", absl::StrCat(quota));
+  const char* file = version_ == CgroupVersion::kV1 ? "/cpu.cfs_quota_us" : "/cpu.max";
+  return WriteControl(path_ + file, QuotaText(version_, factor));
 }
 
 absl::Status CpuCgroup::Remove() {
@@ -95,7 +130,8 @@ absl::StatusOr<NodeCgroups> NodeCgroups::Create(const manifest::Scenario& scenar
     if (!group.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("slowdowns[", index, "].via: cpu-quota needs a writable ", root,
-                       " (root and the cgroup v1 cpu controller): ", group.status().message()));
+                       " (root, and the cgroup v1 cpu controller or cgroup v2 with cpu): ",
+                       group.status().message()));
     }
     groups.factors_[n.name] = 1;
     groups.groups_[n.name] = *std::move(group);

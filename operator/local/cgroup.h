@@ -1,7 +1,9 @@
-// A real CPU slowdown for the local runner: a cgroup v1 group of the cpu
-// controller (/sys/fs/cgroup/cpu/NAME) whose cpu.cfs_quota_us caps the
-// processes in it to a share of one core. Creating one needs root and the v1
-// cpu controller mounted (docs/local-runner.md, "cpu-quota slowdowns").
+// A real CPU slowdown for the local runner: a cgroup of the cpu controller
+// whose quota caps the processes in it to a share of one core. Both versions:
+// v1 (/sys/fs/cgroup/cpu/NAME, cpu.cfs_period_us and cpu.cfs_quota_us), as on
+// hybrid hosts like these machines, and v2 (/sys/fs/cgroup/NAME, cpu.max,
+// with +cpu in the root's cgroup.subtree_control), as on current Kubernetes
+// nodes. Creating one needs root (docs/local-runner.md, "cpu-quota slowdowns").
 //
 // Thread-safety: none; the runner's thread owns them.
 #pragma once
@@ -18,7 +20,23 @@
 
 namespace antdt::local {
 
-inline constexpr char kCpuCgroupRoot[] = "/sys/fs/cgroup/cpu";
+inline constexpr char kCpuCgroupRoot[] = "/sys/fs/cgroup/cpu";  // v1
+inline constexpr char kUnifiedCgroupRoot[] = "/sys/fs/cgroup";  // v2
+
+enum class CgroupVersion { kV1, kV2 };
+
+// v2 when `root` holds cgroup.controllers (a cgroup2 hierarchy), else v1.
+CgroupVersion VersionOf(const std::string& root);
+
+// Where this host caps CPU: the v1 cpu controller when it is mounted (a hybrid
+// host), else the unified hierarchy when its cgroup.controllers lists cpu;
+// kCpuCgroupRoot when neither (Create then names what is missing).
+std::string CpuCgroupRoot();
+
+// The text a quota is written as: v1 cpu.cfs_quota_us ("3333", "-1": no
+// limit) or v2 cpu.max ("3333 10000", "max 10000"), for a share 1/factor of
+// one core over a kCpuPeriodUs period.
+std::string QuotaText(CgroupVersion version, double factor);
 // cpu.cfs_period_us the groups are given: 10 ms rather than the kernel's 100 ms,
 // so a training step of tens of milliseconds runs at a steady share of a core
 // instead of in 100 ms bursts and stalls.
@@ -50,6 +68,7 @@ class CpuCgroup {
   CpuCgroup(std::string root, std::string name);
 
   const std::string root_;
+  const CgroupVersion version_;
   const std::string name_;
   const std::string path_;
   bool removed_ = false;

@@ -166,7 +166,8 @@ class Runner final : public control::Backend {
   std::unique_ptr<WorkerSet> workers_;
   std::unique_ptr<control::ControlLoop> loop_;
   WorkerSite site_;
-  std::optional<NodeCgroups> cgroups_;  // nodes with a cpu-quota slowdown
+  std::optional<NodeCgroups> cgroups_;               // nodes with a cpu-quota slowdown
+  const std::string cgroup_root_ = CpuCgroupRoot();  // v1 cpu controller, or v2
   std::map<std::string, std::string> speeds_written_;
   std::vector<std::string> rebalanced_;  // batch changes of the current plan
   RunResult result_;
@@ -213,7 +214,7 @@ absl::Status Runner::StartAgents() {
     labels.push_back(absl::StrCat("antdt.io/device-speed=", n.speed < 1 ? n.speed : 1.0));
     argv.insert(argv.end(), {"--labels", absl::StrJoin(labels, ",")});
     if (const CpuCgroup* group = cgroups_ ? cgroups_->Of(n.name) : nullptr) {
-      argv.insert(argv.end(), {"--cgroup-root", kCpuCgroupRoot, "--cgroups", group->name()});
+      argv.insert(argv.end(), {"--cgroup-root", cgroup_root_, "--cgroups", group->name()});
     }
     ASSIGN_OR_RETURN(agents_[n.name], StartServer(argv, dir_, "agent-" + n.name));
   }
@@ -253,8 +254,8 @@ absl::Status Runner::PrepareWorkers() {
   site_ = SiteFor(job_, o_.bin_dir, dir_, o_.manifest_dir, o_.plain);
   RETURN_IF_ERROR(CheckWorkerCommand(job_, site_));
   ASSIGN_OR_RETURN(site_.master_port, PickFreePort());
-  ASSIGN_OR_RETURN(
-      cgroups_, NodeCgroups::Create(scenario_, kCpuCgroupRoot, absl::StrCat("antdt-", getpid())));
+  ASSIGN_OR_RETURN(cgroups_,
+                   NodeCgroups::Create(scenario_, cgroup_root_, absl::StrCat("antdt-", getpid())));
   return absl::OkStatus();
 }
 
