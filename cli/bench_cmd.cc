@@ -79,9 +79,15 @@ std::string ResultsJson(const std::string& scenario, const std::vector<local::Ru
                                   {"exactly_once_checked", r.journals_checked},
                                   {"first_loss", r.first_loss},
                                   {"final_loss", r.final_loss},
+                                  {"held_out_log_loss", nullptr},
+                                  {"held_out_accuracy", nullptr},
                                   {"steps", r.steps},
                                   {"actions", std::move(actions)}};
     if (r.journals_checked) run["exactly_once"] = r.verification.exactly_once();
+    if (r.held_out_log_loss >= 0) {
+      run["held_out_log_loss"] = r.held_out_log_loss;
+      run["held_out_accuracy"] = r.held_out_accuracy;
+    }
     out["results"].push_back(std::move(run));
   }
   return out.dump(2) + "\n";
@@ -91,11 +97,16 @@ std::string ResultsTable(const std::vector<local::RunResult>& results) {
   const double ideal = results.front().jct_seconds;
   std::string table =
       "| policy | JCT (s) | ratio to no-slowdown | actions | records committed | exactly once "
-      "| first loss | final loss |\n|---|---|---|---|---|---|---|---|\n";
+      "| first loss | final loss | held-out log-loss | held-out accuracy |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const local::RunResult& r : results) {
-    absl::StrAppendFormat(&table, "| %s | %.1f | %.2f | %d | %d | %s | %.4f | %.4f |\n", r.policy,
-                          r.jct_seconds, r.jct_seconds / ideal, static_cast<int>(r.actions.size()),
-                          r.records_committed, ExactlyOnce(r), r.first_loss, r.final_loss);
+    const bool held_out = r.held_out_log_loss >= 0;
+    absl::StrAppendFormat(&table, "| %s | %.1f | %.2f | %d | %d | %s | %.4f | %.4f | %s | %s |\n",
+                          r.policy, r.jct_seconds, r.jct_seconds / ideal,
+                          static_cast<int>(r.actions.size()), r.records_committed, ExactlyOnce(r),
+                          r.first_loss, r.final_loss,
+                          held_out ? absl::StrFormat("%.4f", r.held_out_log_loss) : "-",
+                          held_out ? absl::StrFormat("%.4f", r.held_out_accuracy) : "-");
   }
   return table;
 }

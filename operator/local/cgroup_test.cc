@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/process.h"
 #include "common/testing/testing.h"
-#include "common/testing/testing.h"
 
 namespace antdt::local {
 namespace {

@@ -46,4 +46,17 @@ std::optional<LossCurve> ReadLossLog(const std::string& path, double start_unix)
   return ParseLossLog(*text, start_unix);
 }
 
+std::optional<HeldOut> ReadHeldOut(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("log_loss") || !j["log_loss"].is_number()) {
+    return std::nullopt;
+  }
+  HeldOut h;
+  h.log_loss = j["log_loss"].get<double>();
+  if (j.contains("accuracy") && j["accuracy"].is_number()) h.accuracy = j["accuracy"].get<double>();
+  return h;
+}
+
 }  // namespace antdt::local

@@ -33,4 +33,14 @@ LossCurve ParseLossLog(const std::string& text, double start_unix);
 // The curve in the file at `path`; nullopt when there is no such file.
 std::optional<LossCurve> ReadLossLog(const std::string& path, double start_unix);
 
+// The final model on held-out data, as a trainer may write it beside its loss
+// log (`<ANTDT_LOSS_LOG>.eval.json`, examples/pytorch/train.py):
+//   {"log_loss": 0.41, "accuracy": 0.83, "records": 4096}
+struct HeldOut {
+  double log_loss = -1;
+  double accuracy = -1;
+};
+// nullopt when there is no such file or it is not such an object.
+std::optional<HeldOut> ReadHeldOut(const std::string& path);
+
 }  // namespace antdt::local

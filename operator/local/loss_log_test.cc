@@ -59,5 +59,17 @@ TEST(LossLog, EmptyAndMissing) {
   EXPECT_EQ(read->steps, 0);
 }
 
+TEST(LossLog, HeldOutEvaluation) {
+  antdt::testing::TempDir dir;
+  EXPECT_EQ(ReadHeldOut(dir.File("none.json")), std::nullopt);
+  std::ofstream(dir.File("eval.json")) << R"({"log_loss": 0.41, "accuracy": 0.83})";
+  auto h = ReadHeldOut(dir.File("eval.json"));
+  ASSERT_TRUE(h.has_value());
+  EXPECT_DOUBLE_EQ(h->log_loss, 0.41);
+  EXPECT_DOUBLE_EQ(h->accuracy, 0.83);
+  std::ofstream(dir.File("bad.json")) << R"({"accuracy": 0.83})";
+  EXPECT_EQ(ReadHeldOut(dir.File("bad.json")), std::nullopt);
+}
+
 }  // namespace
 }  // namespace antdt::local

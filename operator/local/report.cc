@@ -39,12 +39,14 @@ std::string ReportJson(const RunResult& r) {
   std::string json = absl::StrFormat(
       "{\n  \"job\": \"%s\",\n  \"policy\": \"%s\",\n  \"jct_seconds\": %.3f,\n"
       "  \"records_committed\": %d,\n  \"exactly_once\": %s,\n  \"exactly_once_checked\": %s,\n"
-      "  \"steps\": %d,\n  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n  \"actions\": [",
+      "  \"steps\": %d,\n  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n"
+      "  \"held_out_log_loss\": %.6f,\n  \"held_out_accuracy\": %.6f,\n  \"actions\": [",
       JsonEscape(r.job), JsonEscape(r.policy), r.jct_seconds, r.records_committed,
       !r.journals_checked             ? "null"
       : r.verification.exactly_once() ? "true"
                                       : "false",
-      r.journals_checked ? "true" : "false", r.steps, r.first_loss, r.final_loss);
+      r.journals_checked ? "true" : "false", r.steps, r.first_loss, r.final_loss,
+      r.held_out_log_loss, r.held_out_accuracy);
   for (size_t i = 0; i < r.actions.size(); ++i) {
     const ActionRecord& a = r.actions[i];
     absl::StrAppendFormat(&json,
@@ -140,6 +142,10 @@ std::string ReportText(const RunResult& r) {
   std::string out = absl::StrFormat(
       "job %s under policy %s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n", r.job,
       r.policy, r.jct_seconds, r.records_committed, r.steps, r.first_loss, r.final_loss);
+  if (r.held_out_log_loss >= 0) {
+    absl::StrAppendFormat(&out, "held-out data: log-loss %.4f, accuracy %.4f\n",
+                          r.held_out_log_loss, r.held_out_accuracy);
+  }
   if (r.actions.empty()) {
     absl::StrAppend(&out, "actions: none\n");
   } else {

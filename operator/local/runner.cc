@@ -504,7 +504,12 @@ void Runner::CollectLoss() {
     }
     return;
   }
-  std::optional<LossCurve> curve = ReadLossLog(dir_ + "/worker-0.loss.jsonl", clock_.start_unix());
+  const std::string log = dir_ + "/worker-0.loss.jsonl";
+  if (std::optional<HeldOut> h = ReadHeldOut(log + ".eval.json")) {
+    result_.held_out_log_loss = h->log_loss;
+    result_.held_out_accuracy = h->accuracy;
+  }
+  std::optional<LossCurve> curve = ReadLossLog(log, clock_.start_unix());
   if (!curve) return;
   result_.first_loss = curve->first_loss;
   result_.final_loss = curve->final_loss;

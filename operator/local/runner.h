@@ -76,6 +76,9 @@ struct RunResult {
   // started, loss).
   double first_loss = -1;
   double final_loss = -1;
+  // The final model on held-out data, when the trainer reports it (-1: not).
+  double held_out_log_loss = -1;
+  double held_out_accuracy = -1;
   int64_t steps = 0;
   std::vector<std::pair<double, double>> loss_curve;
 };
