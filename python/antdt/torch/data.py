@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Union
 
 import torch.utils.data
 

@@ -201,6 +201,7 @@ class Session:
         self._bucket_ready = 0.0
         self._waiting = 0  # steps an unbalanced batch plan has waited
         self._data_wait = 0.0
+        self._exhausted = False  # the data iterator ended
         self._times: Optional[_StepTimes] = None
         self._logged_step = -1
 
@@ -328,12 +329,11 @@ class Session:
         want = self.local_batch * self.accumulation_steps
         got: List[Record] = []
         started = time.perf_counter()
-        exhausted = getattr(records, "antdt_exhausted", False)
-        while len(got) < want and not exhausted:
+        while len(got) < want and not self._exhausted:
             try:
                 item = next(records)
             except StopIteration:
-                exhausted = True
+                self._exhausted = True  # a DataLoader iterator must not be asked again
                 break
             if item is WAIT:
                 if got:
@@ -343,12 +343,7 @@ class Session:
                 continue
             got.append(item)
         self._data_wait = time.perf_counter() - started
-        pending = _Pending(got, exhausted)
-        if exhausted:
-            try:
-                setattr(records, "antdt_exhausted", True)
-            except AttributeError:
-                pass
+        pending = _Pending(got, self._exhausted)
         return pending
 
     def _train(self, pending: _Pending, step_fn: Callable[[Step], float],
