@@ -83,6 +83,43 @@ class AntdtRunPytorchTest(unittest.TestCase):
             self.assertLess(after, before, f"samples moved away from the capped rank: {action}")
         self.assertFalse(os.path.exists(os.path.join(self.dir, "work", "ps-0.log")))
 
+    def test_kill_restart_of_a_rank_regroups(self) -> None:
+        # A custom rule restarts the capped rank on the spare node: the others
+        # form the process group again with its next incarnation and go on.
+        manifest = os.path.join(self.dir, "job.yaml")
+        with open(manifest, "w") as f:
+            f.write(job_yaml(24576).replace("    name: antdt-nd\n", """    name: custom
+    minSavingRatio: 0
+    rules:
+      - signal: score
+        threshold: 1.5
+        windows: 2
+        action: KILL_RESTART
+        budget: 1
+"""))
+        report, work = os.path.join(self.dir, "report"), os.path.join(self.dir, "work")
+        run = subprocess.run([self.antdt, "run", manifest, "--report", report, "--work-dir", work],
+                             capture_output=True, text=True, timeout=400)
+        out = run.stdout + run.stderr
+        self.assertEqual(run.returncode, 0, out)
+        self.assertIn("RESULT: every record committed exactly once", out)
+        with open(os.path.join(report, "report.json")) as f:
+            r = json.load(f)
+        restarts = [a for a in r["actions"] if a["action"] == "KILL_RESTART"]
+        self.assertEqual([a["worker"] for a in restarts], ["worker-1"], r["actions"])
+        self.assertIn("spare-0", restarts[0]["description"])
+        logs = {}
+        for rank in range(3):
+            with open(os.path.join(work, f"worker-{rank}.log"), errors="replace") as f:
+                logs[rank] = f.read()
+        for rank in (0, 2):  # the survivors formed the group again, once
+            self.assertIn("regroups=1", logs[rank], logs[rank][-2000:])
+        self.assertIn("regroups=0", logs[1], "the new incarnation finished")
+        after = [p for p in r["timeline"] if p["worker"] == "worker-1"
+                 and p["t"] > restarts[0]["at_seconds"] + 4]
+        self.assertNotIn("CPU_THROTTLING", {p["cause"] for p in after},
+                         "uncapped on the spare node")
+
 
 if __name__ == "__main__":
     unittest.main()
