@@ -10,9 +10,12 @@
 #include <signal.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
@@ -199,6 +202,13 @@ class Cluster {
         << "kubelet did not start";
   }
 
+  // The CRD, operator op-a and the kubelet (whose agents report to op-a).
+  void Start() {
+    ASSERT_NO_FATAL_FAILURE(ApplyCrd());
+    const std::string monitor = StartOperator("op-a");
+    ASSERT_NO_FATAL_FAILURE(StartKubelet(monitor));
+  }
+
   void WriteSpeed(const std::string& node, double speed) {
     std::ofstream(dir_.File("speeds/" + node + ".speed.tmp")) << speed << "\n";
     fs::rename(dir_.File("speeds/" + node + ".speed.tmp"), dir_.File("speeds/" + node + ".speed"));
@@ -296,14 +306,36 @@ class Cluster {
     return l.ok() ? (*l)["items"].get<std::vector<Json>>() : std::vector<Json>{};
   }
 
+  // The directory the kubelet runs `pod`'s container in (its cwd).
+  std::string Sandbox(const Json& pod) {
+    return dir_.File(absl::StrCat("kubelet/pods/default_", Str(pod, {"metadata", "name"}), "_",
+                                  Str(pod, {"metadata", "uid"})));
+  }
+
   // The argv and environment the kubelet started `pod` with (its sandbox's
   // cmdline.json), after $(VAR) expansion and cluster DNS.
   Json Cmdline(const Json& pod) {
-    const std::string sandbox =
-        dir_.File(absl::StrCat("kubelet/pods/default_", Str(pod, {"metadata", "name"}), "_",
-                               Str(pod, {"metadata", "uid"}), "/cmdline.json"));
-    std::ifstream in(sandbox);
+    std::ifstream in(Sandbox(pod) + "/cmdline.json");
     return in ? Json::parse(in, nullptr, false) : Json();
+  }
+
+  // What `pod`'s container wrote to stdout and stderr.
+  std::string PodLog(const Json& pod) {
+    std::ifstream in(Sandbox(pod) + "/log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  // The pid of the process the kubelet started as the pod named `pod`'s
+  // container (its event=container_started line), or 0 before it started.
+  int ContainerPid(const std::string& pod) {
+    std::ifstream in(dir_.File("kubelet.log"));
+    const std::string key = "event=container_started pod=default/" + pod + " pid=";
+    int pid = 0;
+    for (std::string line; std::getline(in, line);) {
+      const size_t at = line.find(key);
+      if (at != std::string::npos) pid = std::atoi(line.c_str() + at + key.size());
+    }
+    return pid;
   }
 
   kube::Api* api() { return api_.get(); }
@@ -612,6 +644,31 @@ std::string PytorchMissing() {
   return "";
 }
 
+// The job's worker pods by worker id, each its latest incarnation.
+std::map<std::string, Json> LatestWorkerPods(const std::vector<Json>& pods) {
+  std::map<std::string, Json> latest;
+  const auto incarnation = [](const Json& p) {
+    return std::stoi("0" + Str(p, {"metadata", "labels", "antdt.io/incarnation"}));
+  };
+  for (const Json& p : pods) {
+    if (Str(p, {"metadata", "labels", "antdt.io/role"}) != "worker") continue;
+    Json& slot = latest[Str(p, {"metadata", "labels", "antdt.io/worker-id"})];
+    if (slot.is_null() || incarnation(p) > incarnation(slot)) slot = p;
+  }
+  return latest;
+}
+
+// Waits for the job `name` to finish: it succeeded, and its workers' own
+// journals show every one of its `records` trained on once.
+void ExpectSucceededExactlyOnce(Cluster& cluster, const std::string& name, int64_t records,
+                                Json* job) {
+  *job = cluster.WaitJob(name, Finished, std::chrono::seconds(300));
+  ASSERT_EQ(Condition(*job, "Succeeded"), "True") << job->dump(2);
+  EXPECT_EQ((*job)["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  const demo::Verification v = cluster.Verify(name, records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+}
+
 // examples/k8s/pytorch.yaml as a user applies it: 2 ranks of PyTorch DDP over
 // the rendezvous the operator gives (worker-0's stable DNS name), no
 // parameter servers, every record committed exactly once.
@@ -619,9 +676,7 @@ TEST(OperatorE2E, PytorchJobWithoutParameterServersCommitsEveryRecordOnce) {
   const std::string missing = PytorchMissing();
   if (!missing.empty()) GTEST_SKIP() << missing;
   Cluster cluster(3);
-  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
-  const std::string monitor = cluster.StartOperator("op-a");
-  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor));
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
   const Json spec = cluster.Example("examples/k8s/pytorch.yaml");
   const std::string name = Str(spec, {"metadata", "name"});
   const int64_t records = spec["spec"]["dataset"]["records"].get<int64_t>();
@@ -629,22 +684,19 @@ TEST(OperatorE2E, PytorchJobWithoutParameterServersCommitsEveryRecordOnce) {
   ASSERT_FALSE(spec["spec"].contains("parameterServers"));
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
 
-  Json job = cluster.WaitJob(name, Finished, std::chrono::seconds(300));
-  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
-  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  Json job;
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, name, records, &job));
   EXPECT_EQ(job["status"]["parameterServers"].value("desired", -1), 0);
 
   // No parameter server; the workers' headless Service on MASTER_PORT.
   std::set<std::string> services;
   for (const Json& svc : cluster.Services(name)) services.insert(Str(svc, {"metadata", "name"}));
   EXPECT_EQ(services, (std::set<std::string>{name + "-sharding", name + "-workers"}));
-  std::map<std::string, Json> worker_pods;  // by worker id, the latest incarnation
   for (const Json& p : cluster.Pods(name)) {
     EXPECT_NE(Str(p, {"metadata", "labels", "antdt.io/role"}), "ps")
         << Str(p, {"metadata", "name"});
-    if (Str(p, {"metadata", "labels", "antdt.io/role"}) != "worker") continue;
-    worker_pods[Str(p, {"metadata", "labels", "antdt.io/worker-id"})] = p;
   }
+  std::map<std::string, Json> worker_pods = LatestWorkerPods(cluster.Pods(name));
   ASSERT_EQ(worker_pods.size(), static_cast<size_t>(workers));
 
   // The rendezvous, as Kubeflow's PyTorchJob gives it; MASTER_ADDR resolved to
@@ -669,12 +721,78 @@ TEST(OperatorE2E, PytorchJobWithoutParameterServersCommitsEveryRecordOnce) {
         cluster.dir() + absl::StrCat("/checkpoints/", name, "/journals/worker-", i, ".journal"));
   }
 
-  // Every record trained on once, by the workers' own journals; rank 0 logged
-  // the loss.
-  const demo::Verification v = cluster.Verify(name, records);
-  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+  // Rank 0 logged the loss.
   const std::string loss_log = cluster.dir() + "/checkpoints/" + name + "/loss/worker-0.jsonl";
   EXPECT_GT(fs::exists(loss_log) ? fs::file_size(loss_log) : 0, 0u) << loss_log;
+}
+
+size_t LineCount(const std::string& file) {
+  std::ifstream in(file);
+  return std::count(std::istreambuf_iterator<char>(in), {}, '\n');
+}
+
+// The PyTorch example with 3 ranks and more data; a rank's container is
+// SIGKILLed mid-epoch (a crash, an OOM kill): the operator starts its next
+// incarnation, the survivors form the process group again with it and keep
+// their processes, and still every record is committed exactly once.
+TEST(OperatorE2E, PytorchRankSigkilledMidEpochRegroupsAndCommitsOnce) {
+  const std::string missing = PytorchMissing();
+  if (!missing.empty()) GTEST_SKIP() << missing;
+  Cluster cluster(3);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
+  Json spec = cluster.Example("examples/k8s/pytorch.yaml");
+  const std::string name = Str(spec, {"metadata", "name"});
+  const int64_t records = 24576;  // 384 steps of 64: time to kill a rank in the middle
+  spec["spec"]["dataset"]["records"] = records;
+  spec["spec"]["workers"]["replicas"] = 3;
+  spec["spec"]["stragglerPolicy"] = {{"name", "none"}};  // the one restart is the kill's
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+
+  // Once rank 0 has taken 20 steps, worker-1's container process is killed.
+  // Not worker-0's: the test kubelet resolves MASTER_ADDR once, when a
+  // container starts, so the survivors would not find a worker-0 restarted
+  // with a new IP (a real cluster's DNS answers at each connect).
+  const std::string victim = name + "-worker-1-0";
+  const std::string loss_log = cluster.dir() + "/checkpoints/" + name + "/loss/worker-0.jsonl";
+  Json pod;
+  int pid = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto p = cluster.api()->Get(kube::PodsResource(), "default", victim);
+        if (p.ok()) pod = *p;
+        pid = cluster.ContainerPid(victim);
+        return p.ok() && pid > 0 && LineCount(loss_log) >= 20;
+      },
+      std::chrono::seconds(180)))
+      << "pid " << pid << ", " << LineCount(loss_log) << " steps";
+  // That pid is the container (its cwd the pod's sandbox), not a reused one.
+  ASSERT_TRUE(fs::equivalent(absl::StrCat("/proc/", pid, "/cwd"), cluster.Sandbox(pod)));
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+
+  Json job;
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, name, records, &job));
+  // The failure, as `kubectl get events` shows it.
+  bool event = false;
+  for (const Json& e : cluster.Events()) {
+    event =
+        event || (e.value("reason", "") == "WorkerFailed" &&
+                  e.value("message", "").find("restarting as incarnation 1") != std::string::npos);
+  }
+  EXPECT_TRUE(event);
+  // worker-1's next incarnation finished the job with the others' first: they
+  // formed the group again with it once (their final Summary), it never had to.
+  std::map<std::string, Json> worker_pods = LatestWorkerPods(cluster.Pods(name));
+  ASSERT_EQ(worker_pods.size(), 3u);
+  EXPECT_EQ(Str(worker_pods["worker-1"], {"metadata", "name"}), name + "-worker-1-1");
+  for (const auto& [id, p] : worker_pods) {
+    SCOPED_TRACE(Str(p, {"metadata", "name"}));
+    const bool restarted = id == "worker-1";
+    EXPECT_EQ(Str(p, {"metadata", "labels", "antdt.io/incarnation"}), restarted ? "1" : "0");
+    EXPECT_EQ(Str(p, {"status", "phase"}), "Succeeded");
+    const std::string log = cluster.PodLog(p);
+    EXPECT_NE(log.find(restarted ? "regroups=0," : "regroups=1,"), std::string::npos)
+        << log.substr(log.size() > 2000 ? log.size() - 2000 : 0);
+  }
 }
 
 }  // namespace
