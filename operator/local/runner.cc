@@ -504,7 +504,7 @@ void Runner::CollectLoss() {
     }
     return;
   }
-  const std::string log = dir_ + "/worker-0.loss.jsonl";
+  const std::string log = LossLogPath(dir_, "worker-0");
   if (std::optional<HeldOut> h = ReadHeldOut(log + ".eval.json")) {
     result_.held_out_log_loss = h->log_loss;
     result_.held_out_accuracy = h->accuracy;
@@ -529,7 +529,7 @@ absl::Status Runner::Collect() {
   result_.journals_checked = !o_.plain;
   if (o_.plain) return absl::OkStatus();
   std::vector<std::string> journals;
-  for (const auto& w : workers_->slots()) journals.push_back(dir_ + "/" + w->id + ".journal");
+  for (const auto& w : workers_->slots()) journals.push_back(JournalPath(dir_, w->id));
   ASSIGN_OR_RETURN(result_.verification,
                    demo::VerifyJournals(journals, job_.dataset.records, job_.dataset.epochs));
   return absl::OkStatus();

@@ -33,6 +33,18 @@ bool IsExecutableFile(const fs::path& p) {
   return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
 }
 
+}  // namespace
+
+std::string JournalPath(const std::string& work_dir, const std::string& id) {
+  return work_dir + "/" + id + ".journal";
+}
+
+std::string LossLogPath(const std::string& work_dir, const std::string& id) {
+  return work_dir + "/" + id + ".loss.jsonl";
+}
+
+namespace {
+
 // The worker environment of `slot` (bridge::WorkerEnv) plus PYTHONPATH.
 bridge::EnvList BaseEnv(const manifest::Job& job, const WorkerSite& site, const WorkerSlot& slot,
                         const std::string& agent_addr) {
@@ -44,8 +56,8 @@ bridge::EnvList BaseEnv(const manifest::Job& job, const WorkerSite& site, const 
   p.rank = slot.rank;
   p.incarnation = slot.incarnation;
   p.local_batch = slot.local_batch;
-  p.journal = site.work_dir + "/" + slot.id + ".journal";
-  p.loss_log = site.work_dir + "/" + slot.id + ".loss.jsonl";
+  p.journal = JournalPath(site.work_dir, slot.id);
+  p.loss_log = LossLogPath(site.work_dir, slot.id);
   p.mode = site.mode;
   p.node_speed_file = site.work_dir + "/nodes/" + slot.node + ".speed";
   p.master_addr = "127.0.0.1";
@@ -70,7 +82,7 @@ std::vector<std::string> DemoTrainerArgv(const manifest::Job& job, const WorkerS
           "--incarnation",
           std::to_string(w.incarnation),
           "--journal",
-          site.work_dir + "/" + w.id + ".journal",
+          JournalPath(site.work_dir, w.id),
           "--ps",
           absl::StrJoin(site.ps_addrs, ","),
           "--features",

@@ -31,6 +31,11 @@ struct WorkerSite {
   int64_t device_time_per_sample_us = 0;  // the demo trainer's emulated compute
 };
 
+// Where worker `id` of a run in `work_dir` keeps its journal of commits (the
+// exactly-once check reads it) and its loss log (the runner reads worker-0's).
+std::string JournalPath(const std::string& work_dir, const std::string& id);
+std::string LossLogPath(const std::string& work_dir, const std::string& id);
+
 // The site's fields that follow from the job and options alone (not the
 // servers' addresses): ANTDT_CHECKPOINT_PATH is <work_dir>/checkpoint unless
 // spec.checkpoint.path is set; PYTHONPATH starts with <bin_dir>/../python

@@ -33,7 +33,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -51,6 +51,7 @@ __all__ = [
     "Shard",
     "ShardingClient",
     "ShardingError",
+    "Wait",
 ]
 
 #: The sharding service's ``HOST:PORT``.
@@ -87,6 +88,14 @@ class LeaseLostError(ShardingError):
     The records acknowledged before stay committed; the rest of the shard went
     back to the queue and will be handed out again.
     """
+
+
+@dataclass(frozen=True)
+class Wait:
+    """The service's WAIT: every remaining shard is leased to other workers;
+    ask again after ``retry_after_s``."""
+
+    retry_after_s: float
 
 
 @dataclass(frozen=True)
@@ -260,23 +269,32 @@ class ShardingClient:
         While every remaining shard is leased to others the service answers
         WAIT, and this sleeps its ``retry_after_ms`` and asks again.
         """
+        # One request id for every ask: a retry whose first answer was lost
+        # gets the same lease back.
+        request_id = uuid.uuid4().hex
+        while True:
+            got = self.try_acquire(request_id)
+            if not isinstance(got, Wait):
+                return got
+            time.sleep(got.retry_after_s)
+
+    def try_acquire(self, request_id: Optional[str] = None) -> "Union[Shard, Wait, None]":
+        """One ask: a leased shard, :class:`Wait` while every remaining shard
+        is leased to others, or None once every epoch is done."""
         request = pb.AcquireShardRequest(
             dataset=self._ref(),
             worker_id=self.worker_id,
             incarnation=self.incarnation,
-            # A retry whose first answer was lost gets the same lease back.
-            request_id=uuid.uuid4().hex,
+            request_id=request_id or uuid.uuid4().hex,
         )
-        while True:
-            resp = self._call("AcquireShard", request)
-            if resp.result == pb.AcquireShardResponse.SHARD:
-                return Shard.from_proto(resp.shard, resp.lease)
-            if resp.result == pb.AcquireShardResponse.END_OF_DATA:
-                return None
-            if resp.result == pb.AcquireShardResponse.WAIT:
-                time.sleep(resp.retry_after_ms / 1000.0 if resp.retry_after_ms > 0 else _DEFAULT_WAIT_S)
-                continue
-            raise ShardingError(grpc.StatusCode.UNKNOWN, f"AcquireShard: unexpected result {resp.result}")
+        resp = self._call("AcquireShard", request)
+        if resp.result == pb.AcquireShardResponse.SHARD:
+            return Shard.from_proto(resp.shard, resp.lease)
+        if resp.result == pb.AcquireShardResponse.END_OF_DATA:
+            return None
+        if resp.result == pb.AcquireShardResponse.WAIT:
+            return Wait(resp.retry_after_ms / 1000.0 if resp.retry_after_ms > 0 else _DEFAULT_WAIT_S)
+        raise ShardingError(grpc.StatusCode.UNKNOWN, f"AcquireShard: unexpected result {resp.result}")
 
     def report(self, shard: Shard, records_done: int) -> int:
         """Commits the shard's first ``records_done`` records (counted from the

@@ -22,14 +22,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-import uuid
 from typing import Any, Callable, Dict, Iterator, List, Union
 
 import torch.utils.data
 
-from antdt.sharding import LeaseLostError, Shard, ShardingClient, ShardingError
+from antdt.sharding import LeaseLostError, Shard, ShardingClient, ShardingError, Wait
 from antdt.torch.journal import Journal
-from antdt.v1 import sharding_pb2 as pb
 
 __all__ = ["ClientSpec", "Record", "ShardedDataset", "StepCommits", "WAIT"]
 
@@ -103,35 +101,18 @@ class ShardedDataset(torch.utils.data.IterableDataset):
         client = self.client.open()
         try:
             while True:
-                shard = acquire_once(client)
+                shard = client.try_acquire()
                 if shard is None:
                     return
-                if shard is WAIT:
-                    time.sleep(self.wait_s)
+                if isinstance(shard, Wait):
+                    time.sleep(min(self.wait_s, shard.retry_after_s))
                     yield WAIT
                     continue
-                assert isinstance(shard, Shard)
                 for i, record_id in enumerate(shard.record_ids):
                     yield Record(record_id, shard.epoch, shard.token, shard.committed + i,
                                  shard.size, self.sample_fn(record_id))
         finally:
             client.close()
-
-
-def acquire_once(client: ShardingClient) -> Union[Shard, _Wait, None]:
-    """One AcquireShard call: a shard, :data:`WAIT`, or None at END_OF_DATA."""
-    request = pb.AcquireShardRequest(
-        dataset=pb.DatasetRef(job=client.job, name=client.dataset),
-        worker_id=client.worker_id,
-        incarnation=client.incarnation,
-        request_id=uuid.uuid4().hex,
-    )
-    resp = client._call("AcquireShard", request)  # retries transient failures
-    if resp.result == pb.AcquireShardResponse.SHARD:
-        return Shard.from_proto(resp.shard, resp.lease)
-    if resp.result == pb.AcquireShardResponse.END_OF_DATA:
-        return None
-    return WAIT
 
 
 @dataclasses.dataclass

@@ -59,7 +59,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, TextIO
 
 import torch
 import torch.distributed as dist
@@ -204,6 +204,7 @@ class Session:
         self._exhausted = False  # the data iterator ended
         self._times: Optional[_StepTimes] = None
         self._logged_step = -1
+        self._loss_log: Optional[TextIO] = None
 
     @classmethod
     def from_env(cls, sample_fn: Callable[[int], Any], backend: str = "gloo",
@@ -310,6 +311,9 @@ class Session:
             self.summary.seconds = time.monotonic() - started
             journal.close()
             client.close()
+            if self._loss_log is not None:
+                self._loss_log.close()
+                self._loss_log = None
             if self.reporter is not None:
                 self.reporter.close()
         self.group.finish()
@@ -514,9 +518,10 @@ class Session:
         self._logged_step = self.step
         line = {"time_unix": round(time.time(), 3), "step": self.step,
                 "loss": float(rows[:, _LOSS].sum()) / n, "samples": int(n)}
-        os.makedirs(os.path.dirname(os.path.abspath(self.loss_log_path)), exist_ok=True)
-        with open(self.loss_log_path, "a") as f:
-            f.write(json.dumps(line) + "\n")
+        if self._loss_log is None:  # opened once, a line written (and flushed) per step
+            os.makedirs(os.path.dirname(os.path.abspath(self.loss_log_path)), exist_ok=True)
+            self._loss_log = open(self.loss_log_path, "a", buffering=1)
+        self._loss_log.write(json.dumps(line) + "\n")
 
 
 class _ModelProxy:
