@@ -7,7 +7,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -174,19 +178,52 @@ absl::StatusOr<WorkerLaunch> LaunchFor(const manifest::Job& job, const WorkerSit
   return launch;
 }
 
-absl::StatusOr<int> PickFreePort() {
+std::pair<int, int> EphemeralPortRange(const std::string& path) {
+  std::ifstream in(path);
+  int lo = 0;
+  int hi = 0;
+  if (!(in >> lo >> hi) || lo < 1 || hi > 65535 || lo > hi) return {32768, 60999};
+  return {lo, hi};
+}
+
+namespace {
+
+// Binds 127.0.0.1:port (0: the kernel picks) and releases it; the port bound.
+absl::StatusOr<int> BindAndRelease(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
   const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
                   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   const int err = errno;
   close(fd);
-  if (!ok) return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(err)));
+  if (!ok) {
+    return absl::UnavailableError(
+        absl::StrCat("bind 127.0.0.1:", port, ": ", std::strerror(err)));
+  }
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+}  // namespace
+
+absl::StatusOr<int> PickFreePort(const std::string& range_path) {
+  // Below the ephemeral range: between this pick and the rank that binds it
+  // later, no outgoing connection or port-0 listener (gloo's, gRPC's) of any
+  // process can be given the port by the kernel.
+  const int lo = EphemeralPortRange(range_path).first;
+  const int first = std::max(1024, lo - 8192);
+  if (first < lo) {
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_int_distribution<int> pick(first, lo - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      if (absl::StatusOr<int> port = BindAndRelease(pick(rng)); port.ok()) return port;
+    }
+  }
+  return BindAndRelease(0);
 }
 
 }  // namespace antdt::local

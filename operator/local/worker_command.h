@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,7 +60,15 @@ absl::StatusOr<WorkerLaunch> LaunchFor(const manifest::Job& job, const WorkerSit
 std::optional<std::string> FindExecutable(const std::string& name, const std::string& bin_dir,
                                           const std::string& cwd, const std::string& path_env);
 
-// A TCP port free on 127.0.0.1 now (bound to port 0 and released).
-absl::StatusOr<int> PickFreePort();
+// The kernel's ephemeral port range, [lo, hi], from `path`
+// (/proc/sys/net/ipv4/ip_local_port_range); Linux's default when unreadable.
+std::pair<int, int> EphemeralPortRange(const std::string& path);
+
+// A TCP port free on 127.0.0.1 now, for a listener a child binds later (the
+// workers' MASTER_PORT): chosen at random below the ephemeral range, so that
+// no socket the kernel numbers itself takes it in the meantime; a port-0 pick
+// when there is no room below the range.
+absl::StatusOr<int> PickFreePort(
+    const std::string& range_path = "/proc/sys/net/ipv4/ip_local_port_range");
 
 }  // namespace antdt::local

@@ -139,5 +139,29 @@ TEST(PickFreePort, APortThatCanBeBound) {
   EXPECT_LT(*port, 65536);
 }
 
+TEST(PickFreePort, BelowTheEphemeralRange) {
+  const std::string range = ::testing::TempDir() + "/ip_local_port_range";
+  {
+    std::ofstream(range) << "40000\t60999\n";
+  }
+  EXPECT_EQ(EphemeralPortRange(range), std::make_pair(40000, 60999));
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<int> port = PickFreePort(range);
+    ASSERT_TRUE(port.ok()) << port.status();
+    EXPECT_GE(*port, 40000 - 8192);
+    EXPECT_LT(*port, 40000);
+  }
+}
+
+TEST(PickFreePort, AnUnreadableRangeIsLinuxsDefault) {
+  EXPECT_EQ(EphemeralPortRange("/nonexistent/ip_local_port_range"),
+            std::make_pair(32768, 60999));
+  const std::string range = ::testing::TempDir() + "/bad_port_range";
+  {
+    std::ofstream(range) << "60999 1024\n";
+  }
+  EXPECT_EQ(EphemeralPortRange(range), std::make_pair(32768, 60999));
+}
+
 }  // namespace
 }  // namespace antdt::local

@@ -104,12 +104,15 @@ class ElasticGroup:
                     raise GroupError(f"rank {self.rank}: no group after "
                                      f"{self.timeout.total_seconds():g} s: {e}") from e
                 _log.info("rank %d: forming again: %s", self.rank, e)
-                self._store = None
+                if self.rank != 0:  # reconnect (to rank 0's next store, if it restarted)
+                    self._store = None
+                # Rank 0 keeps its store: the others' rounds live there.
                 time.sleep(0.2)
 
     def _connect(self, deadline: float) -> dist.TCPStore:
         if self._store is not None:
             return self._store
+        logged = 0.0
         while True:
             try:
                 self._store = dist.TCPStore(
@@ -117,9 +120,14 @@ class ElasticGroup:
                     timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
                 return self._store
             except (RuntimeError, OSError) as e:  # torch raises TimeoutError too
+                what = "cannot host" if self.rank == 0 else "cannot reach"
                 if time.monotonic() > deadline:
-                    raise GroupError(f"rank {self.rank}: store at {self.master_addr}:"
-                                     f"{self.master_port} unreachable: {e}") from e
+                    raise GroupError(f"rank {self.rank}: {what} the store at "
+                                     f"{self.master_addr}:{self.master_port}: {e}") from e
+                if time.monotonic() - logged > 5:  # say why it waits, every 5 s
+                    logged = time.monotonic()
+                    _log.warning("rank %d: %s the store at %s:%d yet: %s", self.rank, what,
+                                 self.master_addr, self.master_port, str(e).splitlines()[0])
                 time.sleep(0.2)
 
     def _join(self, store: dist.TCPStore, deadline: float) -> int:

@@ -270,7 +270,7 @@ class Session:
         journal = Journal.open_and_resolve(self.journal_path, client)
         commits = StepCommits(client, journal)
         self._restore(optimizer, client)
-        self._form(optimizer)
+        self._form_retrying(optimizer)
         records = self._records()
         pending: Optional[_Pending] = None
         failures_in_a_row = 0
@@ -293,7 +293,7 @@ class Session:
                     _log.warning("rank %d: step %d failed (%s); forming the group again",
                                  self.group.rank, self.step, failure)
                     optimizer.zero_grad(set_to_none=True)
-                    if self._form(optimizer):  # others took the step: it is trained
+                    if self._form_retrying(optimizer):  # others took the step: it is trained
                         self._commit(pending, commits)
                         pending = None
                     self.summary.regroups += 1
@@ -465,6 +465,22 @@ class Session:
         self._proposal = None
 
     # -- the group ---------------------------------------------------------------
+
+    def _form_retrying(self, optimizer: torch.optim.Optimizer, attempts: int = 5) -> bool:
+        """:meth:`_form`, again when a rank fails while the group forms (its
+        state exchange, DDP's first broadcast): up to ``attempts`` times."""
+        for attempt in range(1, attempts + 1):
+            failure = None
+            try:
+                return self._form(optimizer)
+            except Exception as e:  # noqa: BLE001 (sorted out just below)
+                if not _is_group_failure(e) or attempt == attempts:
+                    raise
+                failure = str(e).splitlines()[0]
+            # Out of the except block, as in run(): the broken group goes away.
+            _log.warning("rank %d: forming the group failed (%s); again", self.group.rank,
+                         failure)
+        raise AssertionError("unreachable")
 
     def _form(self, optimizer: torch.optim.Optimizer) -> bool:
         """Forms the group and brings every rank to the most advanced rank's

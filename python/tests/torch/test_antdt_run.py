@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import unittest
@@ -35,6 +36,19 @@ def job_yaml(records: int) -> str:
                                                     "pytorch-cpu-quota.yaml"))
 
 
+def logs_tail(work: str) -> str:
+    """The end of every log in the job's work directory: the workers' and the
+    runner's at length, the others' briefly."""
+    names = sorted(n for n in os.listdir(work) if n.endswith(".log")) if os.path.isdir(work) else []
+    names.sort(key=lambda n: not n.startswith(("worker-", "antdt-run")))
+    parts = []
+    for name in names:
+        chars = 4000 if name.startswith(("worker-", "antdt-run")) else 800
+        with open(os.path.join(work, name), errors="replace") as f:
+            parts.append(f"--- {name} (end)\n{f.read()[-chars:]}")
+    return "\n".join(parts)
+
+
 @unittest.skipIf(torch is None, "needs Debian's python3-torch (/usr/bin/python3)")
 @unittest.skipUnless(os.access(CGROUP, os.W_OK),
                      f"{CGROUP} is not writable: the cpu-quota straggler needs root and the "
@@ -47,18 +61,34 @@ class AntdtRunPytorchTest(unittest.TestCase):
             self.skipTest(f"{self.antdt} is not built")
 
     def tearDown(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not os.environ.get("ANTDT_TEST_KEEP"):  # set it to look at a job's files
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run_job(self, manifest: str, report: str, work: str) -> subprocess.CompletedProcess:
+        """`antdt run` in its own session: on a timeout the whole process
+        group goes (no orphaned worker or agent), and the failure carries the
+        tail of every log of the job."""
+        proc = subprocess.Popen([self.antdt, "run", manifest, "--report", report, "--work-dir",
+                                 work], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=200)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            self.fail(f"antdt run timed out after 200 s; its output:\n{out[-3000:]}\n"
+                      + logs_tail(work))
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
     def test_cpu_quota_straggler_named_and_mitigated(self) -> None:
         manifest = os.path.join(self.dir, "job.yaml")
         with open(manifest, "w") as f:
             f.write(job_yaml(24576))
         report = os.path.join(self.dir, "report")
-        run = subprocess.run([self.antdt, "run", manifest, "--report", report, "--work-dir",
-                              os.path.join(self.dir, "work")],
-                             capture_output=True, text=True, timeout=400)
-        out = run.stdout + run.stderr
-        self.assertEqual(run.returncode, 0, out)
+        work = os.path.join(self.dir, "work")
+        run = self.run_job(manifest, report, work)
+        out = run.stdout
+        self.assertEqual(run.returncode, 0, out + logs_tail(work))
         self.assertIn("0 parameter servers", out)
         self.assertIn("RESULT: every record committed exactly once", out)
         with open(os.path.join(report, "report.json")) as f:
@@ -98,10 +128,9 @@ class AntdtRunPytorchTest(unittest.TestCase):
         budget: 1
 """))
         report, work = os.path.join(self.dir, "report"), os.path.join(self.dir, "work")
-        run = subprocess.run([self.antdt, "run", manifest, "--report", report, "--work-dir", work],
-                             capture_output=True, text=True, timeout=400)
-        out = run.stdout + run.stderr
-        self.assertEqual(run.returncode, 0, out)
+        run = self.run_job(manifest, report, work)
+        out = run.stdout
+        self.assertEqual(run.returncode, 0, out + logs_tail(work))
         self.assertIn("RESULT: every record committed exactly once", out)
         with open(os.path.join(report, "report.json")) as f:
             r = json.load(f)
