@@ -4,10 +4,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -202,8 +202,7 @@ absl::StatusOr<int> BindAndRelease(int port) {
   const int err = errno;
   close(fd);
   if (!ok) {
-    return absl::UnavailableError(
-        absl::StrCat("bind 127.0.0.1:", port, ": ", std::strerror(err)));
+    return absl::UnavailableError(absl::StrCat("bind 127.0.0.1:", port, ": ", std::strerror(err)));
   }
   return static_cast<int>(ntohs(addr.sin_port));
 }

@@ -141,9 +141,7 @@ TEST(PickFreePort, APortThatCanBeBound) {
 
 TEST(PickFreePort, BelowTheEphemeralRange) {
   const std::string range = ::testing::TempDir() + "/ip_local_port_range";
-  {
-    std::ofstream(range) << "40000\t60999\n";
-  }
+  { std::ofstream(range) << "40000\t60999\n"; }
   EXPECT_EQ(EphemeralPortRange(range), std::make_pair(40000, 60999));
   for (int i = 0; i < 20; ++i) {
     absl::StatusOr<int> port = PickFreePort(range);
@@ -154,12 +152,9 @@ TEST(PickFreePort, BelowTheEphemeralRange) {
 }
 
 TEST(PickFreePort, AnUnreadableRangeIsLinuxsDefault) {
-  EXPECT_EQ(EphemeralPortRange("/nonexistent/ip_local_port_range"),
-            std::make_pair(32768, 60999));
+  EXPECT_EQ(EphemeralPortRange("/nonexistent/ip_local_port_range"), std::make_pair(32768, 60999));
   const std::string range = ::testing::TempDir() + "/bad_port_range";
-  {
-    std::ofstream(range) << "60999 1024\n";
-  }
+  { std::ofstream(range) << "60999 1024\n"; }
   EXPECT_EQ(EphemeralPortRange(range), std::make_pair(32768, 60999));
 }
 
