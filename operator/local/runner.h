@@ -38,6 +38,11 @@ struct RunOptions {
   // check). Only for a worker command (PlainAllowed).
   bool plain = false;
   int64_t timeout_ms = 900'000;
+  // Every process of the job serves /metrics on 127.0.0.1 (port 0, the address
+  // in its ready file), listed for Prometheus's file-based discovery in
+  // <work_dir>/prometheus/targets.json; with `prometheus`, Debian's prometheus
+  // is started on them too (the URL in an event).
+  bool prometheus = false;
   std::function<void(const std::string&)> on_status;  // progress line, ~4 per second
   std::function<void(const std::string&)> on_event;   // one line per event
   const std::atomic<bool>* interrupted = nullptr;     // set by a signal handler: stop everything
