@@ -29,7 +29,9 @@
 #include "operator/control/control_loop.h"
 #include "operator/controller/policy.h"
 #include "operator/local/cgroup.h"
+#include "operator/local/job_metrics.h"
 #include "operator/local/loss_log.h"
+#include "operator/local/prometheus.h"
 #include "operator/local/worker_command.h"
 #include "operator/local/workers.h"
 #include "operator/monitor_service/monitor_service.h"
@@ -43,6 +45,7 @@ namespace fs = std::filesystem;
 struct Server {
   std::unique_ptr<Process> proc;
   std::string address;
+  std::string metrics;  // HOST:PORT of its /metrics; empty: none
   std::string log;
 };
 
@@ -57,6 +60,7 @@ absl::StatusOr<Server> StartServer(std::vector<std::string> argv, const std::str
   auto address = WaitForReadyFile(ready, std::chrono::seconds(30));
   if (!address) return absl::UnavailableError(name + " did not start: " + Tail(s.log, 1500));
   s.address = *address;
+  s.metrics = ReadyFileField(ready, "metrics").value_or("");
   return s;
 }
 
@@ -140,6 +144,7 @@ class Runner final : public control::Backend {
   absl::Status StartShardingService();
   absl::Status StartMonitor();
   absl::Status StartAgents();
+  absl::Status StartPrometheus();
   absl::Status StartParameterServers();
   absl::Status StartWorkers(const std::vector<const manifest::NodeSpec*>& placement);
   absl::Status ApplyScenario();
@@ -158,8 +163,11 @@ class Runner final : public control::Backend {
   Server sharding_;
   std::unique_ptr<client::ShardingClient> driver_;
   std::unique_ptr<monitor::MonitorServiceImpl> monitor_;
-  std::unique_ptr<Serving> monitor_server_;
+  JobMetrics metrics_{job_.namespace_, job_.name, job_.straggler_policy.max_actions};
+  std::shared_ptr<prometheus::Collectable> monitor_collector_;  // the exposer holds it weakly
+  std::unique_ptr<Serving> monitor_server_;  // the Monitor's gRPC, the runner's /metrics
   std::string monitor_address_;
+  std::unique_ptr<Process> prometheus_;   // with RunOptions::prometheus
   std::map<std::string, Server> agents_;  // by node
   std::vector<Server> ps_;
   std::unique_ptr<Launcher> launcher_ = NewProcessLauncher();
@@ -174,10 +182,11 @@ class Runner final : public control::Backend {
 };
 
 absl::Status Runner::StartShardingService() {
-  ASSIGN_OR_RETURN(sharding_, StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen",
-                                           "127.0.0.1:0", "--state-dir", dir_ + "/sharding",
-                                           "--lease-ttl", "10s", "--sync", "normal"},
-                                          dir_, "sharding-service"));
+  ASSIGN_OR_RETURN(sharding_,
+                   StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen", "127.0.0.1:0",
+                                "--state-dir", dir_ + "/sharding", "--lease-ttl", "10s", "--sync",
+                                "normal", "--metrics-listen", "127.0.0.1:0"},
+                               dir_, "sharding-service"));
   client::ShardingClientOptions copts;
   copts.job = job_.name;
   copts.dataset = "train";
@@ -191,9 +200,15 @@ absl::Status Runner::StartMonitor() {
   const monitor::MonitorConfig mc = bridge::MonitorConfigFor(job_.monitor);
   ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(mc));
   monitor_ = std::make_unique<monitor::MonitorServiceImpl>(std::move(m), &RealClock::Get());
-  ASSIGN_OR_RETURN(monitor_server_,
-                   Serving::Start({"127.0.0.1:0", "", "", nullptr, {monitor_.get()}}));
+  // The runner's /metrics: the Monitor's series and the job's own.
+  ASSIGN_OR_RETURN(
+      monitor_server_,
+      Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", metrics_.registry(), {monitor_.get()}}));
   monitor_address_ = monitor_server_->address();
+  monitor_collector_ = WithNamespace(monitor_->Collector(), job_.namespace_);
+  if (prometheus::Exposer* exposer = monitor_server_->exposer()) {
+    exposer->RegisterCollectable(monitor_collector_, "/metrics");
+  }
   monitor_->Start(100);
   return absl::OkStatus();
 }
@@ -208,7 +223,9 @@ absl::Status Runner::StartAgents() {
                                      "--monitor",
                                      monitor_address_,
                                      "--interval",
-                                     "1s"};
+                                     "1s",
+                                     "--metrics-listen",
+                                     "127.0.0.1:0"};
     std::vector<std::string> labels;
     for (const auto& [k, v] : n.labels) labels.push_back(k + "=" + v);
     labels.push_back(absl::StrCat("antdt.io/device-speed=", n.speed < 1 ? n.speed : 1.0));
@@ -218,6 +235,51 @@ absl::Status Runner::StartAgents() {
     }
     ASSIGN_OR_RETURN(agents_[n.name], StartServer(argv, dir_, "agent-" + n.name));
   }
+  return absl::OkStatus();
+}
+
+// Every /metrics of the job listed for Prometheus's file-based discovery and,
+// with RunOptions::prometheus, Debian's prometheus scraping them.
+absl::Status Runner::StartPrometheus() {
+  std::vector<ScrapeTarget> targets;
+  targets.push_back({monitor_server_->metrics_address(), {{"component", "runner"}}});
+  targets.push_back({sharding_.metrics, {{"component", "sharding-service"}}});
+  for (const auto& [node, a] : agents_) {
+    targets.push_back({a.metrics, {{"component", "agent"}, {"node", node}}});
+  }
+  const std::string dir = dir_ + "/prometheus";
+  fs::create_directories(dir);
+  RETURN_IF_ERROR(WriteScrapeTargets(dir + "/targets.json", targets));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      dir + "/prometheus.yml",
+      LocalPrometheusConfig(dir + "/targets.json", ShippedRulesFile(o_.bin_dir))));
+  if (!o_.prometheus) return absl::OkStatus();
+  const char* path = std::getenv("PATH");
+  const std::optional<std::string> binary =
+      FindExecutable("prometheus", "/nonexistent", dir, path == nullptr ? "" : path);
+  if (!binary) {
+    return absl::FailedPreconditionError(
+        "--prometheus: no prometheus on the PATH (Debian's package prometheus)");
+  }
+  ASSIGN_OR_RETURN(const int port, PickFreePort());
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  prometheus_ = std::make_unique<Process>(
+      std::vector<std::string>{*binary, "--config.file=" + dir + "/prometheus.yml",
+                               "--storage.tsdb.path=" + dir + "/data",
+                               "--web.listen-address=" + address, "--log.level=warn"},
+      dir_ + "/prometheus.log");
+  const bool ready = WaitFor(
+      [&] {
+        std::optional<std::string> body = HttpGet(address, "/-/ready");
+        return body && body->find("Ready") != std::string::npos;
+      },
+      std::chrono::seconds(30));
+  if (!ready) {
+    return absl::UnavailableError("prometheus did not start: " +
+                                  Tail(dir_ + "/prometheus.log", 1500));
+  }
+  Event(absl::StrCat("prometheus on http://", address, " scraping ", targets.size(), " targets (",
+                     dir, "/prometheus.yml)"));
   return absl::OkStatus();
 }
 
@@ -351,6 +413,8 @@ void Runner::RecordAction(const controller::Decision& d) {
   rec.rule = d.rule;
   rec.reason = d.reason;
   rec.subject = d.subject;
+  const auto saved = d.evidence.find("saved_seconds");
+  metrics_.Action(vocab::Name(rec.action), d.rule, saved == d.evidence.end() ? 0.0 : saved->second);
   if (const auto* b = std::get_if<controller::UseBackupWorkers>(&d.action)) {
     rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
   }
@@ -376,9 +440,11 @@ absl::Status Runner::Control() {
 }
 
 void Runner::ShowProgress() {
-  if (!o_.on_status) return;
   auto p = driver_->Progress();
   if (!p.ok()) return;
+  const int64_t total = job_.dataset.records * job_.dataset.epochs;
+  metrics_.Progress(p->records_committed_total(), total, p->records_per_second(), p->eta_seconds());
+  if (!o_.on_status) return;
   int stragglers = 0;
   if (!result_.timeline.empty()) {
     const double last = result_.timeline.back().at_seconds;
@@ -387,7 +453,6 @@ void Runner::ShowProgress() {
       if (vocab::IsStraggler(it->klass)) ++stragglers;
     }
   }
-  const int64_t total = job_.dataset.records * job_.dataset.epochs;
   const double frac =
       static_cast<double>(p->records_committed_total()) / static_cast<double>(total);
   const int width = 24;
@@ -406,6 +471,11 @@ void Runner::Teardown() {
   if (monitor_) monitor_->Stop();
   if (monitor_server_) monitor_server_->Shutdown(std::chrono::seconds(1));
   Stop(sharding_);
+  if (prometheus_) {
+    prometheus_->Signal(SIGTERM);
+    if (!prometheus_->Wait(std::chrono::seconds(10))) prometheus_->Signal(SIGKILL);
+    prometheus_.reset();
+  }
   if (cgroups_) {
     if (absl::Status s = cgroups_->RemoveAll(); !s.ok()) Event("cgroups: " + s.ToString());
     cgroups_.reset();
@@ -451,6 +521,7 @@ absl::Status Runner::StartJob() {
   Event("sharding service on " + sharding_.address + ", monitor on " + monitor_address_);
   RETURN_IF_ERROR(ApplyScenario());
   RETURN_IF_ERROR(StartAgents());
+  RETURN_IF_ERROR(StartPrometheus());
   RETURN_IF_ERROR(StartParameterServers());
   RETURN_IF_ERROR(StartWorkers(placement));
   Event(absl::StrFormat(

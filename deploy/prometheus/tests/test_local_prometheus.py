@@ -1,0 +1,139 @@
+"""`antdt run --prometheus` of the quickstart job (a straggler, antdt-nd): a
+real Prometheus (Debian's) scrapes every process of the job through the
+runner's file-based discovery, evaluates antdt-rules.yaml, and
+
+- every recording rule returns data for the job, none for another namespace;
+- the job's own series carry its namespace and job (honor_labels: the job
+  label is the job's, not the scrape's);
+- `promtool check metrics` is clean on every endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+RULES = os.path.join(HERE, "..", "antdt-rules.yaml")
+
+
+def recording_rules() -> list:
+    with open(RULES) as f:
+        groups = yaml.safe_load(f)["groups"]
+    return [r["record"] for g in groups for r in g["rules"] if "record" in r]
+
+
+def get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+def query(prometheus: str, expr: str) -> list:
+    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    body = json.loads(get(url))
+    if body.get("status") != "success":
+        raise AssertionError(f"{expr}: {body}")
+    return body["data"]["result"]
+
+
+@unittest.skipUnless(shutil.which("prometheus") and shutil.which("promtool"),
+                     "needs Debian's prometheus (scripts/install-deps.sh installs it)")
+class LocalPrometheusTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.antdt = os.path.join(os.environ.get("ANTDT_BIN_DIR", ""), "antdt")
+        if not os.access(self.antdt, os.X_OK):
+            self.skipTest(f"{self.antdt} is not built")
+        self.dir = tempfile.mkdtemp(prefix="antdt-prometheus-")
+        self.work = os.path.join(self.dir, "work")
+
+    def tearDown(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_rules_and_series_of_a_local_job(self) -> None:
+        proc = subprocess.Popen(
+            [self.antdt, "run", os.path.join(REPO, "examples", "jobs", "quickstart.yaml"),
+             "--prometheus", "--quiet", "--work-dir", self.work],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        lines: list = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader.start()
+        try:
+            self.check_while_running(proc, lines)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+            reader.join(timeout=10)
+        self.assertEqual(proc.returncode, 0, "".join(lines))
+        self.assertIn("RESULT: every record committed exactly once", "".join(lines))
+
+    def check_while_running(self, proc: subprocess.Popen, lines: list) -> None:
+        prometheus = self.wait_for_url(proc, lines)
+        records = recording_rules()
+        self.assertTrue(records)
+        found: dict = {}
+        checked_metrics = False
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if not checked_metrics and self.targets_up(prometheus) >= 3:
+                self.check_metrics_endpoints()
+                checked_metrics = True
+            for record in records:
+                if record not in found:
+                    result = query(prometheus,
+                                   f'{record}{{namespace="default",job="quickstart"}}')
+                    if result:
+                        found[record] = result
+            if checked_metrics and len(found) == len(records):
+                break
+            time.sleep(1)
+        self.assertTrue(checked_metrics, "promtool check metrics ran on every endpoint")
+        self.assertEqual(sorted(found), sorted(records), "every recording rule has data")
+        for record in records:  # another namespace's jobs: none of this one's data
+            self.assertEqual(query(prometheus, f'{record}{{namespace="other"}}'), [], record)
+        scores = query(prometheus, 'antdt_monitor_straggler_score{namespace="default"}')
+        self.assertTrue(scores)
+        self.assertEqual({s["metric"]["job"] for s in scores}, {"quickstart"},
+                         "the job label is the job's (honor_labels), not the scrape's")
+        self.assertNotIn("exported_job", scores[0]["metric"])
+
+    def wait_for_url(self, proc: subprocess.Popen, lines: list) -> str:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for line in list(lines):
+                if "prometheus on http://" in line:
+                    return "http://" + line.split("prometheus on http://")[1].split()[0]
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.fail("no 'prometheus on' line: " + "".join(lines))
+
+    def targets_up(self, prometheus: str) -> int:
+        return len(query(prometheus, 'up{component=~"runner|sharding-service|agent"} == 1'))
+
+    def check_metrics_endpoints(self) -> None:
+        with open(os.path.join(self.work, "prometheus", "targets.json")) as f:
+            targets = [t for group in json.load(f) for t in group["targets"]]
+        self.assertGreaterEqual(len(targets), 3)
+        for target in targets:
+            text = get(f"http://{target}/metrics")
+            check = subprocess.run(["promtool", "check", "metrics"], input=text,
+                                   capture_output=True, timeout=30)
+            self.assertEqual(check.returncode, 0,
+                             f"{target}: {check.stdout.decode()} {check.stderr.decode()}")
+
+
+if __name__ == "__main__":
+    unittest.main()

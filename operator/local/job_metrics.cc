@@ -1,0 +1,99 @@
+#include "operator/local/job_metrics.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "prometheus/metric_family.h"
+
+namespace antdt::local {
+
+JobMetrics::JobMetrics(std::string ns, std::string job, int64_t action_budget)
+    : ns_(std::move(ns)),
+      job_(std::move(job)),
+      committed_(prometheus::BuildGauge()
+                     .Name("antdt_job_records_committed")
+                     .Help("Records committed, over every epoch.")
+                     .Register(*registry_)),
+      records_(prometheus::BuildGauge()
+                   .Name("antdt_job_records")
+                   .Help("Records the job commits in all: records times epochs.")
+                   .Register(*registry_)),
+      pace_(prometheus::BuildGauge()
+                .Name("antdt_job_records_per_second")
+                .Help("Records committed per second, recently.")
+                .Register(*registry_)),
+      eta_(prometheus::BuildGauge()
+               .Name("antdt_job_eta_seconds")
+               .Help("Seconds left at the recent pace (the sharding service's estimate).")
+               .Register(*registry_)),
+      actions_(prometheus::BuildCounter()
+                   .Name("antdt_controller_actions_total")
+                   .Help("Straggler actions the Controller carried out, by action and rule.")
+                   .Register(*registry_)),
+      saved_(prometheus::BuildCounter()
+                 .Name("antdt_controller_estimated_saved_seconds_total")
+                 .Help("Job seconds the Controller expected its actions to save.")
+                 .Register(*registry_)),
+      budget_(prometheus::BuildGauge()
+                  .Name("antdt_controller_action_budget")
+                  .Help("Actions the straggler policy may take in all (maxActions).")
+                  .Register(*registry_)) {
+  std::lock_guard<std::mutex> lock(mu_);
+  saved_.Add(Job());  // 0 until the first action: a series to compare with
+  budget_.Add(Job()).Set(static_cast<double>(action_budget));
+}
+
+void JobMetrics::Progress(int64_t committed, int64_t total, double records_per_second,
+                          double eta_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  committed_.Add(Job()).Set(static_cast<double>(committed));
+  records_.Add(Job()).Set(static_cast<double>(total));
+  pace_.Add(Job()).Set(records_per_second);
+  if (eta_seconds >= 0) eta_.Add(Job()).Set(eta_seconds);
+}
+
+void JobMetrics::Action(const std::string& kind, const std::string& rule, double saved_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prometheus::Labels labels = Job();
+  labels["action"] = kind;
+  labels["rule"] = rule;
+  actions_.Add(labels).Increment();
+  if (saved_seconds > 0) saved_.Add(Job()).Increment(saved_seconds);
+}
+
+namespace {
+
+class NamespaceAdder final : public prometheus::Collectable {
+ public:
+  NamespaceAdder(std::shared_ptr<prometheus::Collectable> inner, std::string ns)
+      : inner_(std::move(inner)), ns_(std::move(ns)) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> families = inner_->Collect();
+    for (prometheus::MetricFamily& f : families) {
+      for (prometheus::ClientMetric& m : f.metric) {
+        auto has = [&](const char* name) {
+          return std::any_of(
+              m.label.begin(), m.label.end(),
+              [&](const prometheus::ClientMetric::Label& l) { return l.name == name; });
+        };
+        if (has("job") && !has("namespace")) m.label.push_back({"namespace", ns_});
+      }
+    }
+    return families;
+  }
+
+ private:
+  const std::shared_ptr<prometheus::Collectable> inner_;
+  const std::string ns_;
+};
+
+}  // namespace
+
+std::shared_ptr<prometheus::Collectable> WithNamespace(
+    std::shared_ptr<prometheus::Collectable> inner, std::string ns) {
+  return std::make_shared<NamespaceAdder>(std::move(inner), std::move(ns));
+}
+
+}  // namespace antdt::local

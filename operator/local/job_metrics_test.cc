@@ -1,0 +1,93 @@
+#include "operator/local/job_metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "operator/local/prometheus.h"
+#include "prometheus/metric_family.h"
+
+namespace antdt::local {
+namespace {
+
+using ::testing::HasSubstr;
+
+// name{labels} -> value, every series of `families`.
+std::map<std::string, double> Series(const std::vector<prometheus::MetricFamily>& families) {
+  std::map<std::string, double> out;
+  for (const prometheus::MetricFamily& f : families) {
+    for (const prometheus::ClientMetric& m : f.metric) {
+      std::string key = f.name + "{";
+      for (const auto& l : m.label) key += l.name + "=" + l.value + ",";
+      key += "}";
+      out[key] = f.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+    }
+  }
+  return out;
+}
+
+TEST(JobMetrics, EverySeriesCarriesNamespaceAndJob) {
+  JobMetrics m("team-a", "resnet", 10);
+  m.Progress(250, 1000, 50, 15);
+  m.Action("KILL_RESTART", "antdt-nd:persistent-restart", 42.5);
+  m.Action("ADJUST_BS", "antdt-nd:rebalance", 0);
+  const auto series = Series(m.registry()->Collect());
+  EXPECT_EQ(series.at("antdt_job_records_committed{job=resnet,namespace=team-a,}"), 250);
+  EXPECT_EQ(series.at("antdt_job_records{job=resnet,namespace=team-a,}"), 1000);
+  EXPECT_EQ(series.at("antdt_job_eta_seconds{job=resnet,namespace=team-a,}"), 15);
+  EXPECT_EQ(series.at("antdt_controller_action_budget{job=resnet,namespace=team-a,}"), 10);
+  EXPECT_EQ(
+      series.at("antdt_controller_estimated_saved_seconds_total{job=resnet,namespace=team-a,}"),
+      42.5);
+  EXPECT_EQ(series.at("antdt_controller_actions_total{action=KILL_RESTART,job=resnet,namespace="
+                      "team-a,rule=antdt-nd:persistent-restart,}"),
+            1);
+  for (const auto& [key, value] : series) {
+    EXPECT_THAT(key, HasSubstr("namespace=team-a")) << key;
+    EXPECT_THAT(key, HasSubstr("job=resnet")) << key;
+  }
+}
+
+TEST(JobMetrics, NoEtaBeforeThereIsAPace) {
+  JobMetrics m("default", "j", 3);
+  m.Progress(0, 1000, 0, -1);
+  EXPECT_EQ(
+      Series(m.registry()->Collect()).count("antdt_job_eta_seconds{job=j,namespace=default,}"), 0u);
+}
+
+class Fixed final : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    prometheus::MetricFamily f{"x", "h", prometheus::MetricType::Gauge, {}};
+    prometheus::ClientMetric with_job;
+    with_job.label = {{"job", "j"}, {"worker", "w"}};
+    prometheus::ClientMetric with_ns;
+    with_ns.label = {{"job", "j"}, {"namespace", "kept"}};
+    prometheus::ClientMetric node;
+    node.label = {{"node", "n"}};
+    f.metric = {with_job, with_ns, node};
+    return {f};
+  }
+};
+
+TEST(WithNamespace, AddsTheNamespaceToJobSeriesOnly) {
+  auto wrapped = WithNamespace(std::make_shared<Fixed>(), "team-b");
+  const auto series = Series(wrapped->Collect());
+  EXPECT_EQ(series.count("x{job=j,worker=w,namespace=team-b,}"), 1u);
+  EXPECT_EQ(series.count("x{job=j,namespace=kept,}"), 1u);  // its own wins
+  EXPECT_EQ(series.count("x{node=n,}"), 1u);                // no job: no namespace
+}
+
+TEST(LocalPrometheusConfig, HonorsTheJobsLabelsAndQuotesPaths) {
+  const std::string c = LocalPrometheusConfig("/w/a b/targets.json", "/s/rules: x.yaml");
+  EXPECT_THAT(c, HasSubstr("honor_labels: true"));
+  EXPECT_THAT(c, HasSubstr("files: [\"/w/a b/targets.json\"]"));
+  EXPECT_THAT(c, HasSubstr("rule_files: [\"/s/rules: x.yaml\"]"));
+  EXPECT_THAT(LocalPrometheusConfig("/t.json", ""), ::testing::Not(HasSubstr("rule_files")));
+}
+
+}  // namespace
+}  // namespace antdt::local
