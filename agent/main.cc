@@ -31,7 +31,8 @@ constexpr const char* kUsage = R"(usage: antdt-agent [flags]
   --state-dir DIR             accepted for uniformity; unused
   --config FILE               YAML with the same keys (node, listen, socket, monitor,
                               metrics_listen, ready_file, proc_root, cgroup_root,
-                              cgroups, labels, nvml_library, interval, buffer)
+                              cgroups, labels, nvml_library, interval, buffer,
+                              worker_idle_after)
   --proc-root DIR             the host's /proc (in a pod: a mount)    [/proc]
   --cgroup-root DIR           the host's cgroup v2 root, or a cgroup v1 cpu
                               hierarchy (/sys/fs/cgroup/cpu)         [/sys/fs/cgroup]
@@ -40,6 +41,8 @@ constexpr const char* kUsage = R"(usage: antdt-agent [flags]
   --nvml-library PATH         NVML to load                            [libnvidia-ml.so.1]
   --interval DURATION         sampling interval                       [1s]
   --buffer N                  messages kept while the Monitor is away [10000]
+  --worker-idle-after DURATION  a worker silent this long left the node:
+                              its antdt_worker_* series are removed   [2m]
   --once                      print two samples' worth as text and exit
 )";
 
@@ -165,6 +168,11 @@ int Serve(const antdt::agent::AgentConfig& config, NodeSampling& sampling) {
       outbox.Push(std::move(m));
     }
     gauges.Set(outbox);
+    for (const auto& [job, worker] :
+         service.ForgetIdle(std::chrono::milliseconds(config.worker_idle_after_ms))) {
+      view.Forget(job, worker);
+      LogEvent("worker_left", {{"job", job}, {"worker", worker}});
+    }
   });
   std::vector<std::pair<std::string, std::string>> fields;
   if (!config.socket.empty()) fields.emplace_back("socket", "unix:" + config.socket);
@@ -196,11 +204,11 @@ int Serve(const antdt::agent::AgentConfig& config, NodeSampling& sampling) {
 int main(int argc, char** argv) {
   using namespace antdt;
   BlockTerminationSignals();
-  auto flags = ParseFlags(
-      argc, argv,
-      {"node", "listen", "socket", "monitor", "metrics-listen", "ready-file", "state-dir", "config",
-       "proc-root", "cgroup-root", "cgroups", "labels", "nvml-library", "interval", "buffer"},
-      {"once", "help"});
+  auto flags = ParseFlags(argc, argv,
+                          {"node", "listen", "socket", "monitor", "metrics-listen", "ready-file",
+                           "state-dir", "config", "proc-root", "cgroup-root", "cgroups", "labels",
+                           "nvml-library", "interval", "buffer", "worker-idle-after"},
+                          {"once", "help"});
   if (!flags.ok()) {
     std::fputs(kUsage, stderr);
     return Fail(flags.status());

@@ -11,6 +11,12 @@
 #include "prometheus/metric_family.h"
 
 namespace antdt::agent {
+namespace {
+
+const prometheus::Histogram::BucketBoundaries kStepBuckets = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+}  // namespace
 
 // ---- NodeView ---------------------------------------------------------------
 
@@ -23,6 +29,11 @@ void NodeView::SetHealth(const v1::HealthUpdate& update) {
   std::lock_guard<std::mutex> lock(mu_);
   health_.clear();
   for (const v1::WorkerHealth& w : update.workers()) health_[{w.job(), w.worker_id()}] = w;
+}
+
+void NodeView::Forget(const std::string& job, const std::string& worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  health_.erase({job, worker});
 }
 
 v1::NodeSample NodeView::sample() const {
@@ -274,18 +285,46 @@ void AgentServiceImpl::Account(const v1::StepReport& report) {
   const v1::StepReport* step = &report;
   const std::map<std::string, std::string> labels = {
       {"job", step->job()}, {"worker", step->worker_id()}, {"role", step->role()}};
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-  step_seconds_.Add(labels, kBuckets).Observe(step->bpt_seconds());
+  std::lock_guard<std::mutex> lock(mu_);
+  step_seconds_.Add(labels, kStepBuckets).Observe(step->bpt_seconds());
   steps_.Add(labels).Increment();
   samples_.Add(labels).Increment(static_cast<double>(step->samples()));
+  const WorkerKey key{step->job(), step->worker_id()};
+  labels_[key][step->role()] = labels;
+  last_report_[key] = std::chrono::steady_clock::now();
   if (step->bpt_seconds() > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
     const double inst = static_cast<double>(step->samples()) / step->bpt_seconds();
-    auto [it, fresh] = rate_.emplace(step->worker_id(), inst);
+    auto [it, fresh] = rate_.emplace(key, inst);
     if (!fresh) it->second = 0.8 * it->second + 0.2 * inst;
     samples_per_second_.Add(labels).Set(it->second);
   }
+}
+
+std::vector<std::pair<std::string, std::string>> AgentServiceImpl::ForgetIdle(
+    std::chrono::milliseconds idle) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<WorkerKey> forgotten;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = last_report_.begin(); it != last_report_.end();) {
+    if (now - it->second < idle) {
+      ++it;
+      continue;
+    }
+    const WorkerKey key = it->first;
+    for (const auto& [role, labels] : labels_[key]) {
+      step_seconds_.Remove(&step_seconds_.Add(labels, kStepBuckets));
+      steps_.Remove(&steps_.Add(labels));
+      samples_.Remove(&samples_.Add(labels));
+      if (samples_per_second_.Has(labels)) {
+        samples_per_second_.Remove(&samples_per_second_.Add(labels));
+      }
+    }
+    labels_.erase(key);
+    rate_.erase(key);
+    it = last_report_.erase(it);
+    forgotten.push_back(key);
+  }
+  return forgotten;
 }
 
 // ---- MonitorLink ----------------------------------------------------------------

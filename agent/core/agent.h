@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,8 @@ class NodeView {
  public:
   void SetSample(const v1::NodeSample& sample);
   void SetHealth(const v1::HealthUpdate& update);
+  // Drops the health of a worker that left this node (AgentServiceImpl::ForgetIdle).
+  void Forget(const std::string& job, const std::string& worker);
   v1::NodeSample sample() const;
   std::vector<v1::WorkerHealth> health() const;
 
@@ -54,8 +57,15 @@ class AgentServiceImpl final : public v1::Agent::Service {
   grpc::Status ReportStep(grpc::ServerContext* ctx, const v1::ReportStepRequest* req,
                           v1::ReportStepResponse* resp) override;
 
+  // A worker that reported no step for `idle` has left this node (it ended,
+  // or was restarted elsewhere): its antdt_worker_* series are removed, so
+  // that nothing shows it as live here. Returns the (job, worker) pairs
+  // forgotten now.
+  std::vector<std::pair<std::string, std::string>> ForgetIdle(std::chrono::milliseconds idle);
+
  private:
-  void Account(const v1::StepReport& step);  // step metrics
+  using WorkerKey = std::pair<std::string, std::string>;  // job, worker
+  void Account(const v1::StepReport& step);               // step metrics
   const std::string node_;
   Outbox* const outbox_;
   const DirectiveTable* const directives_;
@@ -64,7 +74,10 @@ class AgentServiceImpl final : public v1::Agent::Service {
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Gauge>& samples_per_second_;
   std::mutex mu_;
-  std::map<std::string, double> rate_;  // EWMA of samples/s per worker
+  std::map<WorkerKey, double> rate_;  // EWMA of samples/s per worker of a job
+  // The label sets each worker's series were made with, and its last report.
+  std::map<WorkerKey, std::map<std::string, std::map<std::string, std::string>>> labels_;
+  std::map<WorkerKey, std::chrono::steady_clock::time_point> last_report_;
 };
 
 struct MonitorLinkOptions {

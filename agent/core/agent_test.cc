@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "prometheus/text_serializer.h"
 
 namespace antdt::agent {
@@ -78,6 +81,53 @@ TEST(ValidateStep, NamesTheField) {
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(st.message().find(c.field), std::string::npos) << st;
   }
+}
+
+// A worker restarted on another node (or done) stops reporting here: after
+// the idle time its series go, another job's worker of the same name stays,
+// and the Monitor's health for it is dropped from the node's view.
+TEST(AgentService, ForgetsAWorkerThatLeftTheNode) {
+  Outbox box(100);
+  DirectiveTable table;
+  prometheus::Registry registry;
+  AgentServiceImpl service("node-a", &box, &table, registry);
+  grpc::ServerContext ctx;
+  v1::ReportStepResponse resp;
+  auto report = [&](const std::string& job) {
+    v1::ReportStepRequest req;
+    req.mutable_step()->set_job(job);
+    req.mutable_step()->set_worker_id("worker-1");
+    req.mutable_step()->set_role("worker");
+    req.mutable_step()->set_bpt_seconds(0.5);
+    req.mutable_step()->set_samples(100);
+    ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
+  };
+  report("old");
+  report("other");
+  NodeView view;
+  v1::HealthUpdate health;
+  health.add_workers()->set_job("old");
+  health.mutable_workers(0)->set_worker_id("worker-1");
+  health.mutable_workers(0)->set_class_(v1::PERSISTENT);
+  view.SetHealth(health);
+  auto text = [&] { return prometheus::TextSerializer().Serialize(registry.Collect()); };
+  EXPECT_NE(text().find("job=\"old\""), std::string::npos);
+  EXPECT_TRUE(service.ForgetIdle(std::chrono::hours(1)).empty());
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  report("other");  // still reporting
+  const auto forgotten = service.ForgetIdle(std::chrono::milliseconds(20));
+  ASSERT_EQ(forgotten.size(), 1u);
+  EXPECT_EQ(forgotten[0], std::make_pair(std::string("old"), std::string("worker-1")));
+  for (const auto& [job, worker] : forgotten) view.Forget(job, worker);
+  EXPECT_EQ(text().find("job=\"old\""), std::string::npos) << text();
+  EXPECT_NE(text().find("antdt_worker_samples_per_second{job=\"other\""), std::string::npos);
+  EXPECT_TRUE(view.health().empty());
+  report("old");  // it comes back: its series start again
+  EXPECT_NE(
+      text().find("antdt_worker_steps_total{job=\"old\",role=\"worker\",worker=\"worker-1\"} 1"),
+      std::string::npos)
+      << text();
 }
 
 TEST(AgentService, StampsTheNodeQueuesTheStepAndReturnsDirectives) {
@@ -210,12 +260,13 @@ TEST(AgentConfig, ParsesListsMapsAndDurationsAndNamesBadFields) {
   EXPECT_EQ(c->cgroups, (std::vector<std::string>{"kubepods/a", "kubepods/b"}));
   EXPECT_EQ(c->labels.at("antdt.io/hardware"), "h200");
   EXPECT_EQ(c->interval_ms, 500);
-  for (const auto& [yaml, field] :
-       std::vector<std::pair<std::string, std::string>>{{"interval: 10ms\n", "interval"},
-                                                        {"monitor: nowhere\n", "monitor"},
-                                                        {"buffer: -3\n", "buffer"},
-                                                        {"bogus: 1\n", "bogus"},
-                                                        {"labels: {zone: [a]}\n", "labels.zone"}}) {
+  for (const auto& [yaml, field] : std::vector<std::pair<std::string, std::string>>{
+           {"interval: 10ms\n", "interval"},
+           {"monitor: nowhere\n", "monitor"},
+           {"buffer: -3\n", "buffer"},
+           {"worker_idle_after: 10ms\n", "worker_idle_after"},
+           {"bogus: 1\n", "bogus"},
+           {"labels: {zone: [a]}\n", "labels.zone"}}) {
     auto r = ParseAgentConfig(yaml);
     ASSERT_FALSE(r.ok()) << yaml;
     EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status();

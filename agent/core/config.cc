@@ -52,6 +52,8 @@ absl::Status SetField(AgentConfig& c, std::string key, const std::string& value,
     c.nvml_library = value;
   } else if (key == "interval") {
     ASSIGN_OR_RETURN(c.interval_ms, ParseDurationMs(value, field));
+  } else if (key == "worker_idle_after") {
+    ASSIGN_OR_RETURN(c.worker_idle_after_ms, ParseDurationMs(value, field));
   } else if (key == "buffer") {
     if (!absl::SimpleAtoi(value, &c.buffer) || c.buffer <= 0) {
       return absl::InvalidArgumentError(
@@ -90,6 +92,9 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
     RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
   if (c.interval_ms < 100) {
     return absl::InvalidArgumentError("interval: must be at least 100ms");
+  }
+  if (c.worker_idle_after_ms < 1000) {
+    return absl::InvalidArgumentError("worker_idle_after: must be at least 1s");
   }
   return absl::OkStatus();
 }

@@ -26,6 +26,9 @@ struct AgentConfig {
   std::map<std::string, std::string> labels;
   std::string nvml_library;  // default: libnvidia-ml.so.1
   int64_t interval_ms = 1000;
+  // A worker with no step report for this long has left the node: its series
+  // go (AgentServiceImpl::ForgetIdle).
+  int64_t worker_idle_after_ms = 120'000;
   int64_t buffer = 10'000;  // messages kept while the Monitor is away
 };
 

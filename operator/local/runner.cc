@@ -64,6 +64,13 @@ absl::StatusOr<Server> StartServer(std::vector<std::string> argv, const std::str
   return s;
 }
 
+// How long an agent keeps the series of a worker that stopped reporting: three
+// Monitor windows (at least 5 s), so a worker restarted elsewhere soon shows
+// on its new node only.
+int64_t WorkerIdleAfterMs(const manifest::Job& job) {
+  return std::max<int64_t>(3 * job.monitor.window_ms, 5'000);
+}
+
 void Stop(Server& s) {
   if (!s.proc) return;
   s.proc->Signal(SIGTERM);
@@ -215,17 +222,12 @@ absl::Status Runner::StartMonitor() {
 
 absl::Status Runner::StartAgents() {
   for (const manifest::NodeSpec& n : scenario_.nodes) {
-    std::vector<std::string> argv = {o_.bin_dir + "/antdt-agent",
-                                     "--node",
-                                     n.name,
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--monitor",
-                                     monitor_address_,
-                                     "--interval",
-                                     "1s",
-                                     "--metrics-listen",
-                                     "127.0.0.1:0"};
+    std::vector<std::string> argv = {
+        o_.bin_dir + "/antdt-agent", "--node", n.name, "--listen", "127.0.0.1:0", "--monitor",
+        monitor_address_, "--interval", "1s", "--metrics-listen", "127.0.0.1:0",
+        // A worker restarted elsewhere leaves no
+        // series behind for long.
+        "--worker-idle-after", absl::StrCat(WorkerIdleAfterMs(job_), "ms")};
     std::vector<std::string> labels;
     for (const auto& [k, v] : n.labels) labels.push_back(k + "=" + v);
     labels.push_back(absl::StrCat("antdt.io/device-speed=", n.speed < 1 ? n.speed : 1.0));
