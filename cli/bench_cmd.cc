@@ -1,9 +1,11 @@
 // `antdt bench stragglers`: the job once with no slowdown, then once per
 // policy (or plain, the baseline without AntDT), with a table, a JCT chart
 // and a loss chart of the runs.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,8 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "cli/commands.h"
 #include "cli/local_job.h"
 #include "common/config.h"
+#include "common/server.h"
 #include "common/status.h"
 #include "operator/local/runner.h"
 #include "operator/local/svg_chart.h"
@@ -23,10 +27,6 @@ namespace antdt::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kUsage =
-    "usage: antdt bench stragglers --job JOB.yaml [--scenario FILE] "
-    "--policies antdt-nd,none,plain,... --out DIR\n";
 
 struct BenchRun {
   std::string name;
@@ -157,31 +157,27 @@ absl::Status WriteResults(const std::string& out, const std::string& scenario,
   return WriteFileAtomically(out + "/loss.svg", LossChartSvg(results));
 }
 
-}  // namespace
+struct BenchFlags {
+  std::string job;
+  std::string scenario;
+  std::string policies = "antdt-nd,none,backup-workers,lb-bsp";
+  std::string out;
+  bool prometheus = false;
+};
 
-int BenchCommand(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) != "stragglers") {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  auto flags = ParseFlags(argc - 1, argv + 1, {"job", "scenario", "policies", "out"});
-  if (!flags.ok() || !flags->Has("job") || !flags->Has("out")) {
-    std::fprintf(stderr, "antdt bench stragglers: --job and --out are required%s%s\n%s",
-                 flags.ok() ? "" : ": ",
-                 flags.ok() ? "" : std::string(flags.status().message()).c_str(), kUsage);
-    return 2;
-  }
-  auto loaded = LoadLocalJob(flags->Get("job"), flags->Get("scenario"));
+int Stragglers(const BenchFlags& f) {
+  BlockTerminationSignals();
+  auto loaded = LoadLocalJob(f.job, f.scenario);
   if (!loaded.ok()) {
     std::fprintf(stderr, "antdt bench: %s\n", std::string(loaded.status().message()).c_str());
     return 2;
   }
-  auto runs = Runs(flags->Get("policies", "antdt-nd,none,backup-workers,lb-bsp"), loaded->job);
+  auto runs = Runs(f.policies, loaded->job);
   if (!runs.ok()) {
     std::fprintf(stderr, "antdt bench: %s\n", std::string(runs.status().message()).c_str());
     return 2;
   }
-  const std::string out = flags->Get("out");
+  const std::string& out = f.out;
   fs::create_directories(out);
   WatchSignals();
   std::vector<local::RunResult> results;
@@ -190,6 +186,7 @@ int BenchCommand(int argc, char** argv) {
     o.no_slowdown = run.ideal;
     o.policy_override = run.policy;
     o.plain = run.plain;
+    o.prometheus = f.prometheus;
     std::printf("== %s ==\n", run.name.c_str());
     std::fflush(stdout);
     auto r = local::RunJob(loaded->job, loaded->scenario, o);
@@ -211,6 +208,34 @@ int BenchCommand(int argc, char** argv) {
   std::printf("\n%s\nresults: %s/results.json, results.md, chart.svg, loss.svg\n",
               ResultsTable(results).c_str(), out.c_str());
   return 0;
+}
+
+}  // namespace
+
+Command AddBenchCommand(CLI::App* parent) {
+  CLI::App* bench = parent->add_subcommand("bench", "benchmarks of the local runner");
+  bench->require_subcommand(1);
+  CLI::App* app = bench->add_subcommand(
+      "stragglers", "the job under each policy and once with no slowdown, side by side");
+  app->footer(
+      "Writes results.json, results.md, chart.svg (JCT) and loss.svg into --out, each run's\n"
+      "logs and report under OUT/runs/.");
+  auto f = std::make_shared<BenchFlags>();
+  app->add_option("--job", f->job, "the AntDTJob manifest")->type_name("JOB.yaml")->required();
+  app->add_option("--scenario", f->scenario,
+                  "the straggler scenario instead of spec.local.scenario")
+      ->type_name("FILE");
+  app->add_option(
+         "--policies", f->policies,
+         absl::StrCat("the policies to compare, comma-separated: any of\n", vocab::PolicyNames(),
+                      " but custom,\nand plain: the job without AntDT (torch's "
+                      "DistributedSampler, no journal)"))
+      ->type_name("P1,P2,...")
+      ->capture_default_str();
+  app->add_option("--out", f->out, "where the results go")->type_name("DIR")->required();
+  app->add_flag("--prometheus", f->prometheus,
+                "start Debian's prometheus scraping every process of the job; prints its URL");
+  return {bench, [f] { return Stragglers(*f); }};
 }
 
 }  // namespace antdt::cli

@@ -1,9 +1,12 @@
 #include "cli/local_job.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -18,16 +21,20 @@ namespace fs = std::filesystem;
 
 std::atomic<bool> g_interrupted{false};
 
-std::string SelfDir() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? "." : p.parent_path().string();
+// Why `path` cannot be read, in the system's words ("No such file or
+// directory"); ReadFile says only that it cannot.
+std::string WhyUnreadable(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  return "read failed";
 }
 
 absl::StatusOr<manifest::Scenario> LoadScenario(const std::string& path) {
   auto text = ReadFile(path);
   if (!text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.local.scenario: cannot read ", path));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.local.scenario: cannot read ", path, ": ", WhyUnreadable(path)));
   }
   auto parsed = manifest::ParseScenario(*text);
   if (!parsed.ok()) {
@@ -38,10 +45,17 @@ absl::StatusOr<manifest::Scenario> LoadScenario(const std::string& path) {
 
 }  // namespace
 
+std::string BinDir() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : p.parent_path().string();
+}
+
 absl::StatusOr<LocalJob> LoadLocalJob(const std::string& path, const std::string& scenario_flag) {
   auto text = ReadFile(path);
   if (!text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the manifest"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot read the manifest: ", WhyUnreadable(path)));
   }
   auto job = manifest::ParseJob(*text);
   if (!job.ok()) {
@@ -72,7 +86,7 @@ absl::StatusOr<LocalJob> LoadLocalJob(const std::string& path, const std::string
 
 local::RunOptions RunOptionsFor(const LocalJob& job, const std::string& work_dir, bool quiet) {
   local::RunOptions o;
-  o.bin_dir = SelfDir();
+  o.bin_dir = BinDir();
   o.work_dir = work_dir;
   o.manifest_dir = job.manifest_dir;
   o.interrupted = &g_interrupted;

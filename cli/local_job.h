@@ -1,5 +1,5 @@
 // What `antdt run` and `antdt bench` share: the manifest and its scenario
-// loaded, the runner's options, Ctrl-C.
+// loaded, the runner's options, Ctrl-C; and where the AntDT binaries are.
 #pragma once
 
 #include <string>
@@ -16,9 +16,13 @@ struct LocalJob {
   std::string manifest_dir;  // absolute: a worker command's working directory
 };
 
+// The directory of this executable, where the other AntDT binaries are ("."
+// when /proc/self/exe cannot be read).
+std::string BinDir();
+
 // The manifest at `path` and its scenario (`scenario_flag`, else
 // spec.local.scenario beside the manifest, else one node per worker and a
-// spare); errors name the file and field.
+// spare); errors name the file and field, or why a file cannot be read.
 absl::StatusOr<LocalJob> LoadLocalJob(const std::string& path, const std::string& scenario_flag);
 
 // Options for a run of `job` in `work_dir`: progress on a terminal unless

@@ -1,10 +1,13 @@
 // `antdt run JOB.yaml`: the local runner.
+#include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "cli/commands.h"
 #include "cli/local_job.h"
-#include "common/config.h"
+#include "common/server.h"
 #include "operator/local/runner.h"
 #include "operator/vocab/vocab.h"
 
@@ -35,27 +38,29 @@ bool ApplyPolicyFlag(const std::string& name, const manifest::Job& job, local::R
   return true;
 }
 
-}  // namespace
+struct RunFlags {
+  std::string manifest;
+  std::string report;
+  std::string work_dir;
+  std::string policy;
+  std::string scenario;
+  bool no_slowdown = false;
+  bool quiet = false;
+  bool prometheus = false;
+};
 
-int RunCommand(int argc, char** argv) {
-  auto flags = ParseFlags(argc, argv, {"report", "work-dir", "policy", "scenario"},
-                          {"no-slowdown", "quiet"});
-  if (!flags.ok() || flags->positional.size() != 1) {
-    std::fprintf(stderr,
-                 "usage: antdt run JOB.yaml [--report DIR] [--work-dir DIR] "
-                 "[--policy NAME|plain] [--scenario FILE] [--no-slowdown]\n%s\n",
-                 flags.ok() ? "" : std::string(flags.status().message()).c_str());
-    return 2;
-  }
-  auto loaded = LoadLocalJob(flags->positional[0], flags->Get("scenario"));
+int Run(const RunFlags& f) {
+  BlockTerminationSignals();
+  auto loaded = LoadLocalJob(f.manifest, f.scenario);
   if (!loaded.ok()) {
     std::fprintf(stderr, "antdt run: %s\n", std::string(loaded.status().message()).c_str());
     return 2;
   }
   local::RunOptions o = RunOptionsFor(
-      *loaded, flags->Get("work-dir", "antdt-run/" + loaded->job.name), flags->Has("quiet"));
-  if (!ApplyPolicyFlag(flags->Get("policy"), loaded->job, &o)) return 2;
-  o.no_slowdown = flags->Has("no-slowdown");
+      *loaded, f.work_dir.empty() ? "antdt-run/" + loaded->job.name : f.work_dir, f.quiet);
+  if (!ApplyPolicyFlag(f.policy, loaded->job, &o)) return 2;
+  o.no_slowdown = f.no_slowdown;
+  o.prometheus = f.prometheus;
   WatchSignals();
   auto result = local::RunJob(loaded->job, loaded->scenario, o);
   if (o.on_status) std::printf("\r\033[K");
@@ -64,14 +69,47 @@ int RunCommand(int argc, char** argv) {
     return result.status().code() == absl::StatusCode::kCancelled ? 130 : 1;
   }
   std::printf("%s", local::ReportText(*result).c_str());
-  if (flags->Has("report")) {
-    if (auto s = local::WriteReport(*result, flags->Get("report")); !s.ok()) {
+  if (!f.report.empty()) {
+    if (auto s = local::WriteReport(*result, f.report); !s.ok()) {
       std::fprintf(stderr, "antdt run: %s\n", std::string(s.message()).c_str());
       return 1;
     }
-    std::printf("report: %s/report.html and report.json\n", flags->Get("report").c_str());
+    std::printf("report: %s/report.html and report.json\n", f.report.c_str());
   }
   return !result->journals_checked || result->verification.exactly_once() ? 0 : 1;
+}
+
+}  // namespace
+
+Command AddRunCommand(CLI::App* parent) {
+  CLI::App* app =
+      parent->add_subcommand("run", "run an AntDTJob on this machine (docs/local-runner.md)");
+  app->footer(
+      "Runs the sharding service, one agent per emulated node, the Monitor and the Controller,\n"
+      "the parameter servers and the workers. Workers run the built-in demo trainer, or the\n"
+      "command of the manifest's worker template with the ANTDT_* and PyTorch rendezvous\n"
+      "variables. Ctrl-C or SIGTERM stops every child.");
+  auto f = std::make_shared<RunFlags>();
+  app->add_option("JOB.yaml", f->manifest, "the AntDTJob manifest")->required();
+  app->add_option("--report", f->report, "write report.html and report.json into DIR")
+      ->type_name("DIR");
+  app->add_option("--work-dir", f->work_dir,
+                  "state, logs and journals of the run [antdt-run/<job name>]")
+      ->type_name("DIR");
+  app->add_option("--policy", f->policy,
+                  absl::StrCat("the straggler policy instead of the manifest's: one of\n",
+                               vocab::PolicyNames(),
+                               ",\nor plain: the job without AntDT (a worker command only)"))
+      ->type_name("NAME|plain");
+  app->add_option("--scenario", f->scenario,
+                  "the straggler scenario instead of spec.local.scenario")
+      ->type_name("FILE");
+  app->add_flag("--no-slowdown", f->no_slowdown,
+                "the scenario's nodes without their slowdowns (the ideal run)");
+  app->add_flag("--quiet", f->quiet, "no progress bar, only the events");
+  app->add_flag("--prometheus", f->prometheus,
+                "start Debian's prometheus scraping every process of the job; prints its URL");
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace antdt::cli

@@ -1,0 +1,142 @@
+// The `antdt` command line as a user meets it: --help and -h on every command,
+// --version, and bad command lines (an unknown flag, a bad number, a missing
+// or unreadable manifest, an unknown policy) answered with exit 2 and an
+// error naming the flag, before any job starts.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/testing/testing.h"
+
+namespace antdt {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;  // -1: killed or still running after 20 s
+  std::string out;
+  std::string err;
+};
+
+// `antdt ARGS...` as a process, its stdout and stderr apart.
+Outcome Antdt(const std::vector<std::string>& args) {
+  testing::TempDir dir;
+  std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$@\" 2>'" + dir.File("err") + "'", "sh",
+                                   testing::BinPath("antdt")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Outcome o;
+  {
+    testing::Process p(argv, dir.File("out"));
+    std::optional<int> status = p.Wait(std::chrono::seconds(20));
+    if (status && WIFEXITED(*status)) o.exit_code = WEXITSTATUS(*status);
+  }
+  o.out = ReadFile(dir.File("out")).value_or("");
+  o.err = ReadFile(dir.File("err")).value_or("");
+  return o;
+}
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(Cli, HelpOnEveryCommandExitsZeroAndListsItsFlags) {
+  const struct {
+    std::vector<std::string> command;
+    std::vector<std::string> mentions;
+  } cases[] = {
+      {{}, {"run", "bench", "demo", "monitor", "--version"}},
+      {{"run"},
+       {"JOB.yaml", "--report", "--work-dir", "--policy", "--scenario", "--no-slowdown", "--quiet",
+        "--prometheus", "plain"}},
+      {{"bench"}, {"stragglers"}},
+      {{"bench", "stragglers"},
+       {"--job", "--scenario", "--policies", "--out", "--prometheus",
+        "antdt-nd,none,backup-workers,lb-bsp"}},
+      {{"demo"},
+       {"--workers", "--records", "--shard-size", "--epochs", "--worker-kills", "--service-kills",
+        "--record-us", "--seed", "--work-dir", "antdt-demo"}},
+      {{"monitor"},
+       {"--listen", "--ready-file", "--metrics-listen", "--config", "--state-dir", "--tick",
+        "127.0.0.1:7071", "200ms"}},
+  };
+  for (const auto& c : cases) {
+    for (const char* help : {"--help", "-h"}) {
+      std::vector<std::string> args = c.command;
+      args.push_back(help);
+      const Outcome o = Antdt(args);
+      const std::string name = "antdt " + ::testing::PrintToString(args);
+      EXPECT_EQ(o.exit_code, 0) << name << "\n" << o.out << o.err;
+      EXPECT_EQ(o.err, "") << name;
+      for (const std::string& m : c.mentions) EXPECT_TRUE(Has(o.out, m)) << name << ": " << m;
+    }
+  }
+}
+
+TEST(Cli, HelpAsACommandShowsTheHelp) {
+  const Outcome o = Antdt({"help"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_TRUE(Has(o.out, "monitor")) << o.out;
+}
+
+TEST(Cli, VersionPrintsTheProjectVersion) {
+  const Outcome o = Antdt({"--version"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "antdt " ANTDT_VERSION "\n");
+}
+
+TEST(Cli, NoCommandShowsTheHelpAndExitsTwo) {
+  const Outcome o = Antdt({});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "run")) << o.err;
+  EXPECT_TRUE(Has(o.err, "monitor")) << o.err;
+}
+
+TEST(Cli, BadCommandLinesExitTwoNamingTheFlag) {
+  const struct {
+    std::vector<std::string> args;
+    std::string names;
+  } cases[] = {
+      {{"run", "job.yaml", "--bogus"}, "--bogus"},
+      {{"--bogus"}, "--bogus"},
+      {{"frobnicate"}, "frobnicate"},
+      {{"run"}, "JOB.yaml"},
+      {{"run", "job.yaml", "--report"}, "--report"},
+      {{"bench"}, "antdt bench"},
+      {{"bench", "stragglers", "--job", "job.yaml"}, "--out"},
+      {{"demo", "--workers", "0"}, "--workers: must be an integer >= 1, got \"0\""},
+      {{"demo", "--record-us", "-1"}, "--record-us: must be an integer >= 0, got \"-1\""},
+      {{"demo", "--epochs", "two"}, "--epochs"},
+      {{"monitor", "--tick", "5"}, "--tick"},
+  };
+  for (const auto& c : cases) {
+    const Outcome o = Antdt(c.args);
+    const std::string name = "antdt " + ::testing::PrintToString(c.args);
+    EXPECT_EQ(o.exit_code, 2) << name << "\n" << o.err;
+    EXPECT_TRUE(Has(o.err, c.names)) << name << ": " << o.err;
+  }
+}
+
+TEST(Cli, AMissingManifestSaysWhy) {
+  const Outcome o = Antdt({"run", "/nonexistent/job.yaml"});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err,
+                  "antdt run: /nonexistent/job.yaml: cannot read the manifest: No such file or "
+                  "directory"))
+      << o.err;
+}
+
+TEST(Cli, AnUnknownPolicyStopsBeforeTheJobStarts) {
+  testing::TempDir dir;
+  const Outcome o = Antdt({"run", testing::SourcePath("examples/jobs/quickstart.yaml"), "--policy",
+                           "foo", "--work-dir", dir.File("work")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "--policy: must be one of")) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("work")));
+}
+
+}  // namespace
+}  // namespace antdt
