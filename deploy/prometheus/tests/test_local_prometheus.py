@@ -71,10 +71,11 @@ class LocalPrometheusTest(unittest.TestCase):
         reader.start()
         try:
             self.check_while_running(proc, lines)
+            proc.wait(timeout=200)  # the job goes on to its end
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=60)
+                proc.wait(timeout=60)
             reader.join(timeout=10)
         self.assertEqual(proc.returncode, 0, "".join(lines))
         self.assertIn("RESULT: every record committed exactly once", "".join(lines))
