@@ -80,6 +80,67 @@ class LocalPrometheusTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, "".join(lines))
         self.assertIn("RESULT: every record committed exactly once", "".join(lines))
 
+    def test_a_restarted_worker_is_live_on_its_new_node_only(self) -> None:
+        # quickstart with a rule that restarts its straggler on the spare node.
+        with open(os.path.join(REPO, "examples", "jobs", "quickstart.yaml")) as f:
+            job = yaml.safe_load(f)
+        job["spec"]["stragglerPolicy"] = {
+            "name": "custom", "minSavingRatio": 0,
+            "rules": [{"signal": "score", "threshold": 1.3, "windows": 1,
+                       "action": "KILL_RESTART", "budget": 1}]}
+        job["spec"]["local"]["scenario"] = os.path.join(REPO, "examples", "scenarios",
+                                                        "quickstart.yaml")
+        manifest = os.path.join(self.dir, "job.yaml")
+        with open(manifest, "w") as f:
+            yaml.safe_dump(job, f)
+        proc = subprocess.Popen([self.antdt, "run", manifest, "--prometheus", "--quiet",
+                                 "--work-dir", self.work],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        lines: list = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader.start()
+        try:
+            prometheus = self.wait_for_url(proc, lines)
+            worker, from_node, to_node = self.wait_for_restart(proc, lines)
+            # The old node's agent forgets the worker (three 2 s windows);
+            # Prometheus marks its series stale at the next scrape.
+            # While the old node's agent is up and scraped (at the job's end
+            # every agent stops, and every series goes stale).
+            nodes: set = set()
+            old_agent = f'up{{component="agent",node="{from_node}"}} == 1'
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and proc.poll() is None:
+                live = query(prometheus, f'antdt_worker_steps_total{{worker="{worker}"}}')
+                nodes = {r["metric"].get("node") for r in live}
+                if nodes == {to_node} and query(prometheus, old_agent):
+                    break
+                time.sleep(0.5)
+            self.assertEqual(nodes, {to_node}, "".join(lines))
+            self.assertTrue(query(prometheus, old_agent), f"{from_node}'s agent still up")
+            health = query(prometheus,
+                           f'antdt_monitor_straggler_class{{worker="{worker}",role="worker"}}')
+            self.assertEqual({r["metric"]["node"] for r in health}, {to_node})
+            proc.wait(timeout=200)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=60)
+            reader.join(timeout=10)
+        self.assertEqual(proc.returncode, 0, "".join(lines))
+
+    def wait_for_restart(self, proc: subprocess.Popen, lines: list) -> tuple:
+        """(worker, node it left, node it went to) of the first KILL_RESTART line."""
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            for line in list(lines):
+                if " KILL_RESTART " in line and "restart on " in line:
+                    worker = line.split(" KILL_RESTART ")[1].split(":")[0].strip()
+                    from_node = line.split(" excluded until")[0].split()[-1]
+                    return worker, from_node, line.split("restart on ")[1].split()[0]
+            time.sleep(0.2)
+        self.fail("no KILL_RESTART: " + "".join(lines))
+
     def check_while_running(self, proc: subprocess.Popen, lines: list) -> None:
         prometheus = self.wait_for_url(proc, lines)
         records = recording_rules()
