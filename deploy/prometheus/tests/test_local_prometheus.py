@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +26,13 @@ import urllib.request
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+DASHBOARDS = os.path.join(HERE, "..", "..", "helm", "antdt", "dashboards")
+sys.path.insert(0, DASHBOARDS)
+from queries import panel_queries  # noqa: E402  (the dashboards' own reader)
+
+# Panels that a local job leaves empty: no cgroup watched by default, no GPU.
+NEEDS_HARDWARE = {"cgroup CPU throttling", "GPU throttling"}
+
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 RULES = os.path.join(HERE, "..", "antdt-rules.yaml")
 
@@ -33,6 +41,17 @@ def recording_rules() -> list:
     with open(RULES) as f:
         groups = yaml.safe_load(f)["groups"]
     return [r["record"] for g in groups for r in g["rules"] if "record" in r]
+
+
+def dashboard_queries(namespace: str, job: str) -> dict:
+    """expr -> the panel it is from, for every panel of every dashboard."""
+    out = {}
+    for name in sorted(os.listdir(DASHBOARDS)):
+        if name.endswith(".json"):
+            for title, expr in panel_queries(os.path.join(DASHBOARDS, name), namespace, job):
+                if title not in NEEDS_HARDWARE:
+                    out.setdefault(expr, f"{name}: {title}")
+    return out
 
 
 def get(url: str, timeout: float = 5.0) -> bytes:
@@ -145,6 +164,9 @@ class LocalPrometheusTest(unittest.TestCase):
         prometheus = self.wait_for_url(proc, lines)
         records = recording_rules()
         self.assertTrue(records)
+        panels = dashboard_queries("default", "quickstart")
+        self.assertGreater(len(panels), 20)
+        panel_data: dict = {}
         found: dict = {}
         checked_metrics = False
         deadline = time.monotonic() + 120
@@ -158,13 +180,25 @@ class LocalPrometheusTest(unittest.TestCase):
                                    f'{record}{{namespace="default",job="quickstart"}}')
                     if result:
                         found[record] = result
-            if checked_metrics and len(found) == len(records):
+            for expr, panel in panels.items():
+                if expr not in panel_data and query(prometheus, expr):
+                    panel_data[expr] = panel
+            if checked_metrics and len(found) == len(records) and len(panel_data) == len(panels):
                 break
             time.sleep(1)
         self.assertTrue(checked_metrics, "promtool check metrics ran on every endpoint")
         self.assertEqual(sorted(found), sorted(records), "every recording rule has data")
+        self.assertEqual(sorted(set(panels.values()) - set(panel_data.values())), [],
+                         "every dashboard panel's query returned data for the job")
         for record in records:  # another namespace's jobs: none of this one's data
             self.assertEqual(query(prometheus, f'{record}{{namespace="other"}}'), [], record)
+        for expr, panel in dashboard_queries("other", "other-job").items():
+            if "other" not in expr:
+                continue  # a fleet-wide panel (e.g. agents connected)
+            # Nothing of this job; a stat's `or vector(0)` may say 0.
+            for sample in query(prometheus, expr):
+                self.assertEqual((sample["metric"], sample["value"][1]), ({}, "0"),
+                                 f"{panel}: {expr}")
         scores = query(prometheus, 'antdt_monitor_straggler_score{namespace="default"}')
         self.assertTrue(scores)
         self.assertEqual({s["metric"]["job"] for s in scores}, {"quickstart"},
