@@ -562,12 +562,19 @@ absl::Status Runner::Loop() {
   }
 }
 
-// The loss: from the first parameter server, else from worker-0's loss log.
+// The loss: from the first parameter server, else from worker-0's loss log;
+// the held-out evaluation from worker-0's `<loss log>.eval.json` either way.
 void Runner::CollectLoss() {
+  const std::string log = LossLogPath(dir_, "worker-0");
+  if (std::optional<HeldOut> h = ReadHeldOut(log + ".eval.json")) {
+    result_.held_out_log_loss = h->log_loss;
+    result_.held_out_accuracy = h->accuracy;
+  }
   if (!ps_.empty()) {
     auto stub = v1::ParameterServer::NewStub(
         grpc::CreateChannel(ps_[0].address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::StatsRequest req;
     v1::ParameterServerStats stats;
     if (stub->Stats(&ctx, req, &stats).ok()) {
@@ -576,11 +583,6 @@ void Runner::CollectLoss() {
       result_.steps = stats.step();
     }
     return;
-  }
-  const std::string log = LossLogPath(dir_, "worker-0");
-  if (std::optional<HeldOut> h = ReadHeldOut(log + ".eval.json")) {
-    result_.held_out_log_loss = h->log_loss;
-    result_.held_out_accuracy = h->accuracy;
   }
   std::optional<LossCurve> curve = ReadLossLog(log, clock_.start_unix());
   if (!curve) return;
