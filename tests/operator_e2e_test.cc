@@ -492,6 +492,25 @@ TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {
   }
   const demo::Verification v = cluster.Verify("slow", records);
   EXPECT_TRUE(v.exactly_once()) << v.Summary();
+
+  // The job's series on the operator's /metrics, with its namespace; gone
+  // once the job is deleted.
+  std::string metrics = cluster.OperatorMetrics("op-a");
+  EXPECT_NE(metrics.find("antdt_controller_actions_total{action=\"KILL_RESTART\",job=\"slow\","
+                         "namespace=\"default\""),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("antdt_job_records_committed{job=\"slow\",namespace=\"default\"}"),
+            std::string::npos)
+      << metrics;
+  cluster.Kubectl("delete adt slow");
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        metrics = cluster.OperatorMetrics("op-a");
+        return !metrics.empty() && metrics.find("job=\"slow\"") == std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << metrics;
 }
 
 TEST(OperatorE2E, KilledMidReconcileConvergesWithoutDuplicatePods) {

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "operator/bridge/bridge.h"
 #include "operator/control/control_loop.h"
+#include "operator/control/job_metrics.h"
 #include "operator/vocab/vocab.h"
 
 namespace antdt::k8s {
@@ -43,6 +44,8 @@ struct JobController::JobRuntime {
   // The control loop of this job and the operator's backend of it.
   std::unique_ptr<LoopBackend> backend;
   std::unique_ptr<control::ControlLoop> loop;
+  // Its series on the operator's /metrics; they go with the runtime.
+  std::unique_ptr<control::JobMetrics> metrics;
 };
 
 // The operator as a backend of the control loop, bound to what one sync
@@ -141,6 +144,11 @@ class JobController::LoopBackend final : public control::Backend {
     if (controller_->actions_total_ != nullptr) {
       controller_->actions_total_->Add({{"action", controller::ActionName(d.action)}}).Increment();
     }
+    if (rt_->metrics) {
+      const auto saved = d.evidence.find("saved_seconds");
+      rt_->metrics->Action(controller::ActionName(d.action), d.rule,
+                           saved == d.evidence.end() ? 0.0 : saved->second);
+    }
   }
 
  private:
@@ -213,7 +221,7 @@ std::optional<reconciler::Action> ToReconcilerAction(const controller::Decision&
 
 JobController::JobController(kube::Api* api, monitor::MonitorServiceImpl* monitor,
                              JobControllerOptions options, prometheus::Registry* registry)
-    : api_(api), monitor_(monitor), options_(std::move(options)) {
+    : api_(api), monitor_(monitor), options_(std::move(options)), registry_(registry) {
   kube::InformerOptions io;
   io.name = "antdtjobs";
   jobs_ = std::make_unique<kube::Informer>(api_, kube::AntDTJobsResource(),
@@ -345,7 +353,13 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
   const std::string uid = kube::StringAt(job, {"metadata", "uid"});
   auto& rt = runtimes_[key];
   if (!rt || rt->uid != uid) {
+    rt.reset();  // a re-created job's series start again, not shared with the old one's
     rt = std::make_unique<JobRuntime>();
+    if (registry_ != nullptr) {
+      rt->metrics = std::make_unique<control::JobMetrics>(
+          *registry_, kube::StringAt(job, {"metadata", "namespace"}), spec.name,
+          spec.straggler_policy.max_actions);
+    }
     rt->uid = uid;
     rt->backend = std::make_unique<LoopBackend>(this);
     control::LoopOptions lo;
@@ -417,6 +431,10 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
         pr.eta_seconds = p->eta_seconds();
         pr.done = p->finished();
         rt.progress = pr;
+        if (rt.metrics) {
+          rt.metrics->Progress(pr.records_committed, pr.records_total, p->records_per_second(),
+                               p->eta_seconds());
+        }
       }
     }
   }
@@ -541,8 +559,16 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   std::optional<Json> found = jobs_->Get(key);
   if (!found || !kube::At(*found, {"metadata", "deletionTimestamp"}).is_null()) {
     std::lock_guard<std::mutex> lock(mu_);
-    runtimes_.erase(key);  // its children go with it (owner references)
-    return absl::OkStatus();
+    if (runtimes_.erase(key) > 0 && monitor_ != nullptr) {
+      // The Monitor keys jobs by name: forget it unless a job of the same
+      // name lives on in another namespace.
+      const std::string name = key.substr(key.find('/') + 1);
+      const bool shared = std::any_of(runtimes_.begin(), runtimes_.end(), [&](const auto& kv) {
+        return kv.first.substr(kv.first.find('/') + 1) == name;
+      });
+      if (!shared) monitor_->hub().ForgetJob(name);
+    }
+    return absl::OkStatus();  // its children go with it (owner references)
   }
   const Json& job = *found;
   const std::string ns = kube::StringAt(job, {"metadata", "namespace"});

@@ -90,6 +90,7 @@ class JobController {
   prometheus::Family<prometheus::Counter>* reconcile_errors_ = nullptr;
   prometheus::Family<prometheus::Histogram>* reconcile_time_ = nullptr;
   prometheus::Family<prometheus::Counter>* actions_total_ = nullptr;
+  prometheus::Registry* registry_ = nullptr;  // each job's series (control::JobMetrics)
   prometheus::Family<prometheus::Gauge>* jobs_gauge_ = nullptr;
 };
 

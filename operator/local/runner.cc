@@ -27,9 +27,9 @@
 #include "common/status.h"
 #include "operator/bridge/bridge.h"
 #include "operator/control/control_loop.h"
+#include "operator/control/job_metrics.h"
 #include "operator/controller/policy.h"
 #include "operator/local/cgroup.h"
-#include "operator/local/job_metrics.h"
 #include "operator/local/loss_log.h"
 #include "operator/local/prometheus.h"
 #include "operator/local/worker_command.h"
@@ -170,7 +170,9 @@ class Runner final : public control::Backend {
   Server sharding_;
   std::unique_ptr<client::ShardingClient> driver_;
   std::unique_ptr<monitor::MonitorServiceImpl> monitor_;
-  JobMetrics metrics_{job_.namespace_, job_.name, job_.straggler_policy.max_actions};
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  control::JobMetrics metrics_{*registry_, job_.namespace_, job_.name,
+                               job_.straggler_policy.max_actions};
   std::shared_ptr<prometheus::Collectable> monitor_collector_;  // the exposer holds it weakly
   std::unique_ptr<Serving> monitor_server_;  // the Monitor's gRPC, the runner's /metrics
   std::string monitor_address_;
@@ -208,11 +210,10 @@ absl::Status Runner::StartMonitor() {
   ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(mc));
   monitor_ = std::make_unique<monitor::MonitorServiceImpl>(std::move(m), &RealClock::Get());
   // The runner's /metrics: the Monitor's series and the job's own.
-  ASSIGN_OR_RETURN(
-      monitor_server_,
-      Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", metrics_.registry(), {monitor_.get()}}));
+  ASSIGN_OR_RETURN(monitor_server_,
+                   Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", registry_, {monitor_.get()}}));
   monitor_address_ = monitor_server_->address();
-  monitor_collector_ = WithNamespace(monitor_->Collector(), job_.namespace_);
+  monitor_collector_ = control::WithNamespace(monitor_->Collector(), job_.namespace_);
   if (prometheus::Exposer* exposer = monitor_server_->exposer()) {
     exposer->RegisterCollectable(monitor_collector_, "/metrics");
   }

@@ -627,6 +627,8 @@ std::vector<std::string> Monitor::Jobs() const {
   return names;
 }
 
+void Monitor::Forget(const std::string& job) { jobs_.erase(job); }
+
 std::vector<WindowPoint> Monitor::History(const std::string& job,
                                           const std::string& worker_id) const {
   auto jit = jobs_.find(job);

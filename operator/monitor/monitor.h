@@ -232,6 +232,9 @@ class Monitor {
   // job answers an empty response.
   v1::GetJobHealthResponse Health(const std::string& job, int64_t now_ms) const;
   std::vector<std::string> Jobs() const;  // sorted
+  // Drops everything about `job` (it ended, or was deleted): its members,
+  // windows and history; a later report starts it again.
+  void Forget(const std::string& job);
   // The member's last history_windows windows with a report, oldest first.
   std::vector<WindowPoint> History(const std::string& job, const std::string& worker_id) const;
   const MonitorStats& Stats() const { return stats_; }

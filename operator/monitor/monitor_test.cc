@@ -947,6 +947,11 @@ TEST(MonitorWindowTest, JobsAreIndependent) {
   EXPECT_EQ(Find(b, WorkerId(2))->role(), "worker");  // empty role is a worker
   EXPECT_EQ(m.Health("c/job", 5).workers_size(), 0);
   EXPECT_EQ(m.Health("c/job", 5).job(), "c/job");
+  // A job that ended is forgotten whole; the other keeps its members.
+  m.Forget("b/job");
+  EXPECT_EQ(m.Jobs(), (std::vector<std::string>{"a/job"}));
+  EXPECT_EQ(m.Health("b/job", 0).workers_size(), 0);
+  EXPECT_EQ(m.Health("a/job", 0).workers_size(), 8);
 }
 
 TEST(MonitorWindowTest, TooFewPeersAreNotClassified) {

@@ -101,6 +101,11 @@ bool MonitorHub::SendDirective(const std::string& node, const v1::Directive& dir
   return sent;
 }
 
+void MonitorHub::ForgetJob(const std::string& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  monitor_.Forget(job);
+}
+
 absl::StatusOr<v1::GetJobHealthResponse> MonitorHub::Health(const std::string& job) const {
   if (job.empty()) return absl::InvalidArgumentError("job: must not be empty");
   std::lock_guard<std::mutex> lock(mu_);

@@ -54,6 +54,8 @@ class MonitorHub {
   // The job's health now. INVALID_ARGUMENT for an empty name, NOT_FOUND for a
   // job with no reports.
   absl::StatusOr<v1::GetJobHealthResponse> Health(const std::string& job) const;
+  // Forgets the job (Monitor::Forget): its series leave /metrics.
+  void ForgetJob(const std::string& job);
 
   // Starts the ticker that calls Tick every `tick_ms`.
   void Start(int64_t tick_ms);

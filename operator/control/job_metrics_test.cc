@@ -1,16 +1,16 @@
-#include "operator/local/job_metrics.h"
+#include "operator/control/job_metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "operator/local/prometheus.h"
 #include "prometheus/metric_family.h"
 
-namespace antdt::local {
+namespace antdt::control {
 namespace {
 
 using ::testing::HasSubstr;
@@ -30,11 +30,12 @@ std::map<std::string, double> Series(const std::vector<prometheus::MetricFamily>
 }
 
 TEST(JobMetrics, EverySeriesCarriesNamespaceAndJob) {
-  JobMetrics m("team-a", "resnet", 10);
+  prometheus::Registry registry;
+  JobMetrics m(registry, "team-a", "resnet", 10);
   m.Progress(250, 1000, 50, 15);
   m.Action("KILL_RESTART", "antdt-nd:persistent-restart", 42.5);
   m.Action("ADJUST_BS", "antdt-nd:rebalance", 0);
-  const auto series = Series(m.registry()->Collect());
+  const auto series = Series(registry.Collect());
   EXPECT_EQ(series.at("antdt_job_records_committed{job=resnet,namespace=team-a,}"), 250);
   EXPECT_EQ(series.at("antdt_job_records{job=resnet,namespace=team-a,}"), 1000);
   EXPECT_EQ(series.at("antdt_job_eta_seconds{job=resnet,namespace=team-a,}"), 15);
@@ -52,10 +53,31 @@ TEST(JobMetrics, EverySeriesCarriesNamespaceAndJob) {
 }
 
 TEST(JobMetrics, NoEtaBeforeThereIsAPace) {
-  JobMetrics m("default", "j", 3);
+  prometheus::Registry registry;
+  JobMetrics m(registry, "default", "j", 3);
   m.Progress(0, 1000, 0, -1);
+  EXPECT_EQ(Series(registry.Collect()).count("antdt_job_eta_seconds{job=j,namespace=default,}"),
+            0u);
+}
+
+// Jobs of one process share the registry; a job's series go with it.
+TEST(JobMetrics, AJobsSeriesGoWhenItEnds) {
+  prometheus::Registry registry;
+  auto a = std::make_unique<JobMetrics>(registry, "ns-a", "train", 10);
+  JobMetrics b(registry, "ns-b", "train", 10);  // the same name in another namespace
+  a->Progress(10, 100, 1, 90);
+  a->Action("KILL_RESTART", "r", 5);
+  b.Progress(20, 100, 1, 80);
+  const std::string b_committed = "antdt_job_records_committed{job=train,namespace=ns-b,}";
+  EXPECT_EQ(Series(registry.Collect()).at(b_committed), 20);
   EXPECT_EQ(
-      Series(m.registry()->Collect()).count("antdt_job_eta_seconds{job=j,namespace=default,}"), 0u);
+      Series(registry.Collect()).count("antdt_controller_action_budget{job=train,namespace=ns-a,}"),
+      1u);
+  a.reset();
+  for (const auto& [key, value] : Series(registry.Collect())) {
+    EXPECT_EQ(key.find("namespace=ns-a"), std::string::npos) << key;
+  }
+  EXPECT_EQ(Series(registry.Collect()).at(b_committed), 20);
 }
 
 class Fixed final : public prometheus::Collectable {
@@ -81,13 +103,5 @@ TEST(WithNamespace, AddsTheNamespaceToJobSeriesOnly) {
   EXPECT_EQ(series.count("x{node=n,}"), 1u);                // no job: no namespace
 }
 
-TEST(LocalPrometheusConfig, HonorsTheJobsLabelsAndQuotesPaths) {
-  const std::string c = LocalPrometheusConfig("/w/a b/targets.json", "/s/rules: x.yaml");
-  EXPECT_THAT(c, HasSubstr("honor_labels: true"));
-  EXPECT_THAT(c, HasSubstr("files: [\"/w/a b/targets.json\"]"));
-  EXPECT_THAT(c, HasSubstr("rule_files: [\"/s/rules: x.yaml\"]"));
-  EXPECT_THAT(LocalPrometheusConfig("/t.json", ""), ::testing::Not(HasSubstr("rule_files")));
-}
-
 }  // namespace
-}  // namespace antdt::local
+}  // namespace antdt::control

@@ -1,56 +1,71 @@
-#include "operator/local/job_metrics.h"
+#include "operator/control/job_metrics.h"
 
 #include <algorithm>
 #include <utility>
-#include <vector>
 
 #include "prometheus/metric_family.h"
 
-namespace antdt::local {
+namespace antdt::control {
 
-JobMetrics::JobMetrics(std::string ns, std::string job, int64_t action_budget)
+JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::string job,
+                       int64_t action_budget)
     : ns_(std::move(ns)),
       job_(std::move(job)),
       committed_(prometheus::BuildGauge()
                      .Name("antdt_job_records_committed")
                      .Help("Records committed, over every epoch.")
-                     .Register(*registry_)),
+                     .Register(registry)),
       records_(prometheus::BuildGauge()
                    .Name("antdt_job_records")
                    .Help("Records the job commits in all: records times epochs.")
-                   .Register(*registry_)),
+                   .Register(registry)),
       pace_(prometheus::BuildGauge()
                 .Name("antdt_job_records_per_second")
                 .Help("Records committed per second, recently.")
-                .Register(*registry_)),
+                .Register(registry)),
       eta_(prometheus::BuildGauge()
                .Name("antdt_job_eta_seconds")
                .Help("Seconds left at the recent pace (the sharding service's estimate).")
-               .Register(*registry_)),
+               .Register(registry)),
       actions_(prometheus::BuildCounter()
                    .Name("antdt_controller_actions_total")
                    .Help("Straggler actions the Controller carried out, by action and rule.")
-                   .Register(*registry_)),
+                   .Register(registry)),
       saved_(prometheus::BuildCounter()
                  .Name("antdt_controller_estimated_saved_seconds_total")
                  .Help("Job seconds the Controller expected its actions to save.")
-                 .Register(*registry_)),
+                 .Register(registry)),
       budget_(prometheus::BuildGauge()
                   .Name("antdt_controller_action_budget")
                   .Help("Actions the straggler policy may take in all (maxActions).")
-                  .Register(*registry_)) {
+                  .Register(registry)) {
   std::lock_guard<std::mutex> lock(mu_);
   saved_.Add(Job());  // 0 until the first action: a series to compare with
-  budget_.Add(Job()).Set(static_cast<double>(action_budget));
+  GaugeOf(budget_).Set(static_cast<double>(action_budget));
+}
+
+JobMetrics::~JobMetrics() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto [family, gauge] : gauges_) family->Remove(gauge);
+  for (prometheus::Counter* c : actions_made_) actions_.Remove(c);
+  saved_.Remove(&saved_.Add(Job()));
+}
+
+// The job's gauge of `family`, remembered for removal. Under mu_.
+prometheus::Gauge& JobMetrics::GaugeOf(prometheus::Family<prometheus::Gauge>& family) {
+  prometheus::Gauge& g = family.Add(Job());
+  const auto known = std::find(gauges_.begin(), gauges_.end(), std::make_pair(&family, &g));
+  if (known == gauges_.end()) gauges_.emplace_back(&family, &g);
+  return g;
 }
 
 void JobMetrics::Progress(int64_t committed, int64_t total, double records_per_second,
                           double eta_seconds) {
   std::lock_guard<std::mutex> lock(mu_);
-  committed_.Add(Job()).Set(static_cast<double>(committed));
-  records_.Add(Job()).Set(static_cast<double>(total));
-  pace_.Add(Job()).Set(records_per_second);
-  if (eta_seconds >= 0) eta_.Add(Job()).Set(eta_seconds);
+  GaugeOf(committed_).Set(static_cast<double>(committed));
+  GaugeOf(records_).Set(static_cast<double>(total));
+  GaugeOf(pace_).Set(records_per_second);
+  if (eta_seconds >= 0) GaugeOf(eta_).Set(eta_seconds);
 }
 
 void JobMetrics::Action(const std::string& kind, const std::string& rule, double saved_seconds) {
@@ -58,7 +73,11 @@ void JobMetrics::Action(const std::string& kind, const std::string& rule, double
   prometheus::Labels labels = Job();
   labels["action"] = kind;
   labels["rule"] = rule;
-  actions_.Add(labels).Increment();
+  prometheus::Counter& c = actions_.Add(labels);
+  c.Increment();
+  if (std::find(actions_made_.begin(), actions_made_.end(), &c) == actions_made_.end()) {
+    actions_made_.push_back(&c);
+  }
   if (saved_seconds > 0) saved_.Add(Job()).Increment(saved_seconds);
 }
 
@@ -96,4 +115,4 @@ std::shared_ptr<prometheus::Collectable> WithNamespace(
   return std::make_shared<NamespaceAdder>(std::move(inner), std::move(ns));
 }
 
-}  // namespace antdt::local
+}  // namespace antdt::control

@@ -1,12 +1,14 @@
-// What a local job exposes on the runner's /metrics beside the Monitor's
-// series: the job's progress and the Controller's actions, with the
-// `namespace` and `job` labels every per-job series carries.
+// A job's own series, beside the Monitor's: its progress and the Controller's
+// actions, with the `namespace` and `job` labels every per-job series carries.
+// The local runner and the operator both keep one per job; the series go when
+// it is destroyed (the job ended, or was deleted).
 #pragma once
 
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
@@ -14,15 +16,17 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
-namespace antdt::local {
+namespace antdt::control {
 
 class JobMetrics {
  public:
-  // `action_budget`: the actions the policy may take in all (maxActions).
-  JobMetrics(std::string ns, std::string job, int64_t action_budget);
-
-  // The series, for an exposer (it holds them weakly).
-  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  // Series in `registry` (shared by every job of a process; it must outlive
+  // this). `action_budget`: the actions the policy may take in all (maxActions).
+  JobMetrics(prometheus::Registry& registry, std::string ns, std::string job,
+             int64_t action_budget);
+  ~JobMetrics();  // removes this job's series
+  JobMetrics(const JobMetrics&) = delete;
+  JobMetrics& operator=(const JobMetrics&) = delete;
 
   // Records committed of `total` (every epoch), the recent pace and the
   // sharding service's estimate of the seconds left (< 0: none yet).
@@ -33,10 +37,10 @@ class JobMetrics {
 
  private:
   prometheus::Labels Job() const { return {{"namespace", ns_}, {"job", job_}}; }
+  prometheus::Gauge& GaugeOf(prometheus::Family<prometheus::Gauge>& family);
 
   const std::string ns_;
   const std::string job_;
-  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   prometheus::Family<prometheus::Gauge>& committed_;
   prometheus::Family<prometheus::Gauge>& records_;
   prometheus::Family<prometheus::Gauge>& pace_;
@@ -45,6 +49,8 @@ class JobMetrics {
   prometheus::Family<prometheus::Counter>& saved_;
   prometheus::Family<prometheus::Gauge>& budget_;
   std::mutex mu_;
+  std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges_;
+  std::vector<prometheus::Counter*> actions_made_;  // guarded by mu_
 };
 
 // `inner`'s series, each with a `namespace` label added where it has a `job`
@@ -52,4 +58,4 @@ class JobMetrics {
 std::shared_ptr<prometheus::Collectable> WithNamespace(
     std::shared_ptr<prometheus::Collectable> inner, std::string ns);
 
-}  // namespace antdt::local
+}  // namespace antdt::control
