@@ -38,9 +38,19 @@ JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::stri
       budget_(prometheus::BuildGauge()
                   .Name("antdt_controller_action_budget")
                   .Help("Actions the straggler policy may take in all (maxActions).")
-                  .Register(registry)) {
+                  .Register(registry)),
+      job_lost_(prometheus::BuildCounter()
+                    .Name("antdt_job_straggler_lost_seconds_total")
+                    .Help("Job seconds lost to stragglers against the peers' median pace (an "
+                          "estimate from the Monitor's scores).")
+                    .Register(registry)),
+      worker_lost_(prometheus::BuildCounter()
+                       .Name("antdt_worker_straggler_lost_seconds_total")
+                       .Help("Seconds a straggling worker lost against its peers' median pace.")
+                       .Register(registry)) {
   std::lock_guard<std::mutex> lock(mu_);
-  saved_.Add(Job());  // 0 until the first action: a series to compare with
+  saved_.Add(Job());     // 0 until the first action: a series to compare with
+  job_lost_.Add(Job());  // 0 until the first straggler
   GaugeOf(budget_).Set(static_cast<double>(action_budget));
 }
 
@@ -49,6 +59,30 @@ JobMetrics::~JobMetrics() {
   for (auto [family, gauge] : gauges_) family->Remove(gauge);
   for (prometheus::Counter* c : actions_made_) actions_.Remove(c);
   saved_.Remove(&saved_.Add(Job()));
+  job_lost_.Remove(&job_lost_.Add(Job()));
+  for (prometheus::Counter* c : workers_lost_) worker_lost_.Remove(c);
+}
+
+void JobMetrics::StragglerTime(int64_t now_ms, const v1::GetJobHealthResponse& health) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t last = std::exchange(last_view_ms_, now_ms);
+  if (last < 0 || now_ms <= last) return;
+  const double dt = static_cast<double>(now_ms - last) / 1000.0;
+  double slowest = 1;
+  for (const v1::WorkerHealth& w : health.workers()) {
+    const bool straggler = w.class_() == v1::DETERMINISTIC || w.class_() == v1::TRANSIENT ||
+                           w.class_() == v1::PERSISTENT;
+    if (w.role() == "ps" || !straggler || !(w.score() > 1)) continue;
+    slowest = std::max(slowest, w.score());
+    prometheus::Labels labels = Job();
+    labels["worker"] = w.worker_id();
+    prometheus::Counter& c = worker_lost_.Add(labels);
+    c.Increment(dt * (1 - 1 / w.score()));
+    if (std::find(workers_lost_.begin(), workers_lost_.end(), &c) == workers_lost_.end()) {
+      workers_lost_.push_back(&c);
+    }
+  }
+  job_lost_.Add(Job()).Increment(dt * (1 - 1 / slowest));
 }
 
 // The job's gauge of `family`, remembered for removal. Under mu_.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "antdt/v1/monitor.pb.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -34,6 +35,12 @@ class JobMetrics {
   // An action carried out: its kind and rule, and the seconds the Controller
   // expected it to save (0: no estimate).
   void Action(const std::string& kind, const std::string& rule, double saved_seconds);
+  // The Monitor's view at `now_ms`: since the previous view, each straggler
+  // (a worker of class deterministic, transient or persistent, score s > 1)
+  // lost (1 - 1/s) of the time against its peers' median pace, and the job
+  // (its synchronous steps go at the slowest worker's pace) lost
+  // (1 - 1/max s). An estimate against the no-straggler pace the Monitor sees.
+  void StragglerTime(int64_t now_ms, const v1::GetJobHealthResponse& health);
 
  private:
   prometheus::Labels Job() const { return {{"namespace", ns_}, {"job", job_}}; }
@@ -48,6 +55,10 @@ class JobMetrics {
   prometheus::Family<prometheus::Counter>& actions_;
   prometheus::Family<prometheus::Counter>& saved_;
   prometheus::Family<prometheus::Gauge>& budget_;
+  prometheus::Family<prometheus::Counter>& job_lost_;
+  prometheus::Family<prometheus::Counter>& worker_lost_;
+  int64_t last_view_ms_ = -1;                       // guarded by mu_
+  std::vector<prometheus::Counter*> workers_lost_;  // guarded by mu_
   std::mutex mu_;
   std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges_;
   std::vector<prometheus::Counter*> actions_made_;  // guarded by mu_

@@ -80,6 +80,53 @@ TEST(JobMetrics, AJobsSeriesGoWhenItEnds) {
   EXPECT_EQ(Series(registry.Collect()).at(b_committed), 20);
 }
 
+v1::WorkerHealth* Member(v1::GetJobHealthResponse& h, const std::string& id, double score,
+                         v1::StragglerClass cls) {
+  v1::WorkerHealth* w = h.add_workers();
+  w->set_worker_id(id);
+  w->set_role("worker");
+  w->set_score(score);
+  w->set_class_(cls);
+  return w;
+}
+
+// Two seconds with a persistent straggler at 2x and a transient one at 1.25x:
+// the job (at the slowest pace) lost 1 s, the workers 1 s and 0.4 s; healthy
+// members, leaders and parameter servers lose nothing.
+TEST(JobMetrics, TimeLostToStragglers) {
+  prometheus::Registry registry;
+  JobMetrics m(registry, "ns", "j", 10);
+  v1::GetJobHealthResponse h;
+  Member(h, "worker-0", 1.0, v1::HEALTHY);
+  Member(h, "worker-1", 2.0, v1::PERSISTENT);
+  Member(h, "worker-2", 1.25, v1::TRANSIENT);
+  Member(h, "worker-3", 0.5, v1::LEADER);
+  Member(h, "ps-0", 3.0, v1::PERSISTENT)->set_role("ps");
+  m.StragglerTime(10'000, h);  // the first view: no interval yet
+  m.StragglerTime(12'000, h);
+  auto series = Series(registry.Collect());
+  EXPECT_DOUBLE_EQ(series.at("antdt_job_straggler_lost_seconds_total{job=j,namespace=ns,}"), 1.0);
+  EXPECT_DOUBLE_EQ(
+      series.at("antdt_worker_straggler_lost_seconds_total{job=j,namespace=ns,worker=worker-1,}"),
+      1.0);
+  EXPECT_DOUBLE_EQ(
+      series.at("antdt_worker_straggler_lost_seconds_total{job=j,namespace=ns,worker=worker-2,}"),
+      0.4);
+  EXPECT_EQ(
+      series.count("antdt_worker_straggler_lost_seconds_total{job=j,namespace=ns,worker=worker-"
+                   "0,}"),
+      0u);
+  EXPECT_EQ(
+      series.count("antdt_worker_straggler_lost_seconds_total{job=j,namespace=ns,worker=ps-0,}"),
+      0u);
+  // No stragglers: the job loses nothing more.
+  v1::GetJobHealthResponse calm;
+  Member(calm, "worker-1", 1.02, v1::HEALTHY);
+  m.StragglerTime(20'000, calm);
+  series = Series(registry.Collect());
+  EXPECT_DOUBLE_EQ(series.at("antdt_job_straggler_lost_seconds_total{job=j,namespace=ns,}"), 1.0);
+}
+
 class Fixed final : public prometheus::Collectable {
  public:
   std::vector<prometheus::MetricFamily> Collect() const override {

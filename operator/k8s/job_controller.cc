@@ -66,6 +66,7 @@ class JobController::LoopBackend final : public control::Backend {
 
   std::optional<v1::GetJobHealthResponse> Health() override {
     if (health_ == nullptr) return std::nullopt;
+    if (rt_->metrics) rt_->metrics->StragglerTime(RealClock::Get().NowMillis(), *health_);
     return *health_;
   }
 

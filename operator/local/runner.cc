@@ -378,6 +378,7 @@ absl::Status Runner::ApplyScenario() {
 std::optional<v1::GetJobHealthResponse> Runner::Health() {
   absl::StatusOr<v1::GetJobHealthResponse> health = monitor_->hub().Health(job_.name);
   if (!health.ok()) return std::nullopt;  // NOT_FOUND: no reports yet
+  metrics_.StragglerTime(clock_.NowMillis(), *health);
   const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
   for (const v1::WorkerHealth& h : health->workers()) {
     result_.timeline.push_back(
