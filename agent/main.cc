@@ -107,12 +107,13 @@ class NodeSampling {
   std::unique_ptr<antdt::agent::GpuSource> gpus_;
 };
 
-// The outbox's state as gauges, set at every sample.
+// The outbox's state, set at every sample: what it dropped (counters) and
+// holds (a gauge).
 struct OutboxGauges {
   explicit OutboxGauges(prometheus::Registry& registry)
-      : dropped(prometheus::BuildGauge()
-                    .Name("antdt_agent_dropped_messages")
-                    .Help("Messages dropped while the Monitor was unreachable, since start.")
+      : dropped(prometheus::BuildCounter()
+                    .Name("antdt_agent_dropped_messages_total")
+                    .Help("Messages dropped while the Monitor was unreachable.")
                     .Register(registry)),
         dropped_samples(dropped.Add({{"kind", "node_sample"}})),
         dropped_steps(dropped.Add({{"kind", "step_report"}})),
@@ -122,13 +123,18 @@ struct OutboxGauges {
                      .Register(registry)
                      .Add({})) {}
   void Set(const antdt::agent::Outbox& outbox) {
-    dropped_samples.Set(static_cast<double>(outbox.dropped_node_samples()));
-    dropped_steps.Set(static_cast<double>(outbox.dropped_step_reports()));
+    // The outbox counts since start; the counters move by what is new.
+    auto catch_up = [](prometheus::Counter& c, int64_t total) {
+      if (static_cast<double>(total) > c.Value())
+        c.Increment(static_cast<double>(total) - c.Value());
+    };
+    catch_up(dropped_samples, outbox.dropped_node_samples());
+    catch_up(dropped_steps, outbox.dropped_step_reports());
     buffered.Set(static_cast<double>(outbox.size()));
   }
-  prometheus::Family<prometheus::Gauge>& dropped;
-  prometheus::Gauge& dropped_samples;
-  prometheus::Gauge& dropped_steps;
+  prometheus::Family<prometheus::Counter>& dropped;
+  prometheus::Counter& dropped_samples;
+  prometheus::Counter& dropped_steps;
   prometheus::Gauge& buffered;
 };
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "operator/vocab/vocab.h"
 #include "prometheus/metric_family.h"
 
 namespace antdt::monitor {
@@ -211,9 +212,9 @@ std::vector<MetricFamily> IngestFamilies(const MonitorStats& stats, int64_t stre
 }
 
 MetricFamily AgentDroppedFamily(const std::map<std::string, v1::AgentDropped>& dropped) {
-  MetricFamily family{"antdt_monitor_agent_dropped_messages",
+  MetricFamily family{"antdt_monitor_agent_dropped_messages_total",
                       "Messages agents dropped while disconnected, as they reported.",
-                      MetricType::Gauge,
+                      MetricType::Counter,
                       {}};
   for (const auto& [node, d] : dropped) {
     Add(family, {{"node", node}, {"kind", "node_sample"}}, static_cast<double>(d.node_samples()));
@@ -236,6 +237,11 @@ std::vector<MetricFamily> HealthFamilies(const std::vector<v1::GetJobHealthRespo
                      "Likely cause (antdt.v1.Cause); 0 when not a straggler.",
                      MetricType::Gauge,
                      {}};
+  MetricFamily info{"antdt_monitor_straggler_info",
+                    "1 for each member, with its class and likely cause by name (cause NONE when "
+                    "not a straggler).",
+                    MetricType::Gauge,
+                    {}};
   for (const v1::GetJobHealthResponse& job : jobs) {
     for (const v1::WorkerHealth& w : job.workers()) {
       const Labels labels = {
@@ -243,9 +249,14 @@ std::vector<MetricFamily> HealthFamilies(const std::vector<v1::GetJobHealthRespo
       Add(score, labels, w.score());
       Add(cls, labels, static_cast<double>(w.class_()));
       Add(cause, labels, static_cast<double>(w.cause()));
+      Labels named = labels;
+      named.push_back({"class", vocab::Name(w.class_())});
+      named.push_back({"cause", w.cause() == v1::CAUSE_UNSPECIFIED ? std::string("NONE")
+                                                                   : vocab::CauseName(w.cause())});
+      Add(info, named, 1);
     }
   }
-  return {score, cls, cause};
+  return {score, cls, cause, info};
 }
 
 class MonitorCollector final : public prometheus::Collectable {

@@ -197,9 +197,11 @@ TEST_F(MonitorHubTest, MetricsCountStreamsDropsAndHealth) {
            "antdt_monitor_agent_streams_total 1",
            "antdt_monitor_reports_total{kind=\"step\"} 3",
            "antdt_monitor_windows_closed_total 1",
-           "antdt_monitor_agent_dropped_messages{node=\"node-a\",kind=\"step_report\"} 7",
+           "antdt_monitor_agent_dropped_messages_total{node=\"node-a\",kind=\"step_report\"} 7",
            "antdt_monitor_straggler_class{job=\"team/ctr\",worker=\"w-2\",role=\"worker\","
            "node=\"node-b\"} 4",
+           "antdt_monitor_straggler_info{job=\"team/ctr\",worker=\"w-2\",role=\"worker\","
+           "node=\"node-b\",class=\"transient\",cause=\"",
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
   }
