@@ -14,6 +14,7 @@ PACKAGES=(
   python3-venv python3-pip python3-setuptools python3-wheel  # pip install ./python, offline
   python3-torch                                              # antdt.torch, the PyTorch example
   prometheus
+  chromium                                                   # report_browser_test, headless
 )
 # A kubectl for the tests that drive the API-server emulator with the real
 # client. Debian's is kubernetes-client (1.20); a kubectl already on the PATH

@@ -37,6 +37,13 @@ constexpr char kBackupStart[] = "backup-workers:start";
 // Short numbers for reasons: at most three decimals.
 std::string Num(double v) { return absl::StrCat(std::round(v * 1000) / 1000); }
 
+// A duration in milliseconds as seconds for a sentence: "4 s", "12.3 s". The
+// policy's clock is the caller's (job-relative locally, Unix time on a
+// cluster), so sentences say "x s ago" or "for x s", never a clock reading.
+std::string Secs(int64_t ms) {
+  return absl::StrCat(std::round(static_cast<double>(ms) / 100) / 10, " s");
+}
+
 std::string RuleName(const Rule& rule, size_t index) {
   return rule.name.empty() ? absl::StrCat("rules[", index, "]") : rule.name;
 }
@@ -301,8 +308,8 @@ class Planner {
         const double slowdown = CapacitySlowdown(m);
         if (slowdown >= spec_.compensated_slowdown) {
           restart_rule = kNdCompensatedRestart;
-          what = absl::StrCat(what, ", compensated by ADJUST_BS since ", last->at_ms, " and still ",
-                              Num(slowdown), "x slower than its peers");
+          what = absl::StrCat(what, ", compensated by ADJUST_BS ", Secs(o_.now_ms - last->at_ms),
+                              " ago and still ", Num(slowdown), "x slower than its peers");
         }
       }
       if (!restart_rule.empty()) {
@@ -349,8 +356,9 @@ class Planner {
     if (last_round_ms_ != kNever && last_round_ms_ + spec_.cooldown_ms > o_.now_ms) {
       WaitUntil(last_round_ms_ + spec_.cooldown_ms);
       Skip("job",
-           absl::StrCat("batch re-plan in cool-down until ", last_round_ms_ + spec_.cooldown_ms,
-                        " (last round at ", last_round_ms_, ")"));
+           absl::StrCat("batch re-plan in cool-down until ",
+                        Secs(last_round_ms_ + spec_.cooldown_ms - o_.now_ms),
+                        " from now (last round ", Secs(o_.now_ms - last_round_ms_), " ago)"));
       return;
     }
     std::vector<const Member*> parts;
@@ -515,8 +523,9 @@ class Planner {
     if (until <= o_.now_ms) return true;
     WaitUntil(until);
     if (!what.empty()) {
-      Skip(m.id(), absl::StrCat(what, ": in cool-down until ", until, " after ",
-                                ActionName(last->action), " (", last->rule, ") at ", last->at_ms));
+      Skip(m.id(), absl::StrCat(what, ": in cool-down until ", Secs(until - o_.now_ms),
+                                " from now after ", ActionName(last->action), " (", last->rule,
+                                ") ", Secs(o_.now_ms - last->at_ms), " ago"));
     }
     return false;
   }
@@ -602,8 +611,8 @@ class Planner {
     const WorkerState& w = *m.state;
     if (w.last_restart_ms >= 0 && w.last_restart_ms + spec_.cooldown_ms > o_.now_ms) {
       WaitUntil(w.last_restart_ms + spec_.cooldown_ms);
-      *why = absl::StrCat("restarted at ", w.last_restart_ms, ", within the cool-down (until ",
-                          w.last_restart_ms + spec_.cooldown_ms, ")");
+      *why = absl::StrCat("restarted ", Secs(o_.now_ms - w.last_restart_ms),
+                          " ago, within the cool-down (", Secs(spec_.cooldown_ms), ")");
       return false;
     }
     if (o_.remaining_seconds < 0) {
@@ -645,7 +654,8 @@ class Planner {
     Emit(KillRestart{w.id, w.node, node->name, exclude_until}, rule, w.id,
          absl::StrCat(what, ": restart on ", node->name, " saves ", Num(saved), "s of ",
                       Num(o_.remaining_seconds), "s left, cost ", Num(cost), "s; ",
-                      w.node.empty() ? "source node" : w.node, " excluded until ", exclude_until),
+                      w.node.empty() ? "source node" : w.node,
+                      " excluded until its cool-down ends (", Secs(spec_.cooldown_ms), ")"),
          std::move(evidence));
     return true;
   }

@@ -291,6 +291,41 @@ TEST(NdPolicy, RestartedWorkerIsNotRestartedWithinTheCooldown) {
   EXPECT_EQ(d->rule, "antdt-nd:persistent-adjust");
 }
 
+// Sentences say durations in seconds, never a reading of the policy's clock
+// (Unix milliseconds on a cluster, job milliseconds locally).
+TEST(NdPolicy, SentencesSayDurationsInSeconds) {
+  auto no_clock = [](const Plan& p) {
+    for (const Decision& d : p.decisions) {
+      EXPECT_FALSE(absl::StrContains(d.reason, "170000")) << d.reason;
+    }
+    for (const std::string& s : p.skipped) EXPECT_FALSE(absl::StrContains(s, "170000")) << s;
+  };
+  const Plan restart =
+      Decide(Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}})), Spec(Policy::kAntdtNd));
+  const Decision* d = Find(restart, "w-3");
+  ASSERT_NE(d, nullptr) << Dump(restart);
+  EXPECT_TRUE(absl::StrContains(d->reason, "node-w-3 excluded until its cool-down ends (60 s)"))
+      << d->reason;
+  no_clock(restart);
+
+  Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 1.6, 1}}));
+  o.history = Decide(o, Spec(Policy::kAntdtNd)).decisions;
+  o.now_ms = kNow + 12'500;
+  const Plan again = Decide(o, Spec(Policy::kAntdtNd));
+  EXPECT_TRUE(Skipped(again, "w-3",
+                      "in cool-down until 47.5 s from now after ADJUST_BS "
+                      "(antdt-nd:transient-adjust) 12.5 s ago"))
+      << Dump(again);
+  no_clock(again);
+
+  o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
+  o.workers[3].last_restart_ms = kNow - 20'000;
+  const Plan recent = Decide(o, Spec(Policy::kAntdtNd));
+  EXPECT_TRUE(Skipped(recent, "w-3", "restarted 20 s ago, within the cool-down (60 s)"))
+      << Dump(recent);
+  no_clock(recent);
+}
+
 TEST(NdPolicy, BudgetIsRespected) {
   // Ten interventions so far: nothing more.
   Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 1.6, 1}}));
@@ -444,6 +479,8 @@ TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
   const Decision* d = Find(p, "w-3");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->rule, "antdt-nd:compensated-restart");
+  EXPECT_TRUE(absl::StrContains(d->reason, "compensated by ADJUST_BS 70 s ago and still 2"))
+      << d->reason;
   EXPECT_NEAR(d->evidence.at("capacity_slowdown"), 2.0, 0.05);
   // On its healthy node it gets a median worker's share back in the same
   // plan, the others giving up what they took; the global batch is kept.

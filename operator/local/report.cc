@@ -1,12 +1,15 @@
 // report.json, report.html and the terminal's summary of a run.
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/config.h"
 #include "common/status.h"
 #include "operator/local/runner.h"
@@ -40,29 +43,35 @@ std::string ReportJson(const RunResult& r) {
       "{\n  \"job\": \"%s\",\n  \"policy\": \"%s\",\n  \"jct_seconds\": %.3f,\n"
       "  \"records_committed\": %d,\n  \"exactly_once\": %s,\n  \"exactly_once_checked\": %s,\n"
       "  \"steps\": %d,\n  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n"
-      "  \"held_out_log_loss\": %.6f,\n  \"held_out_accuracy\": %.6f,\n  \"actions\": [",
+      "  \"held_out_log_loss\": %.6f,\n  \"held_out_accuracy\": %.6f,\n"
+      "  \"estimated_saved_seconds\": %.3f,\n  \"none_jct_seconds\": %s,\n  \"actions\": [",
       JsonEscape(r.job), JsonEscape(r.policy), r.jct_seconds, r.records_committed,
       !r.journals_checked             ? "null"
       : r.verification.exactly_once() ? "true"
                                       : "false",
       r.journals_checked ? "true" : "false", r.steps, r.first_loss, r.final_loss,
-      r.held_out_log_loss, r.held_out_accuracy);
+      r.held_out_log_loss, r.held_out_accuracy, r.estimated_saved_seconds,
+      r.none_jct_seconds < 0 ? "null" : absl::StrFormat("%.3f", r.none_jct_seconds));
   for (size_t i = 0; i < r.actions.size(); ++i) {
     const ActionRecord& a = r.actions[i];
     absl::StrAppendFormat(&json,
                           "%s\n    {\"at_seconds\": %.3f, \"action\": \"%s\", \"worker\": \"%s\", "
-                          "\"rule\": \"%s\", \"reason\": \"%s\", \"description\": \"%s\"}",
+                          "\"rule\": \"%s\", \"subject\": \"%s\", \"cause\": \"%s\", "
+                          "\"reason\": \"%s\", \"description\": \"%s\"}",
                           i ? "," : "", a.at_seconds, vocab::Name(a.action), JsonEscape(a.worker),
-                          JsonEscape(a.rule), JsonEscape(a.reason), JsonEscape(a.description));
+                          JsonEscape(a.rule), JsonEscape(a.subject), v1::Cause_Name(a.cause),
+                          JsonEscape(a.reason), JsonEscape(a.description));
   }
   absl::StrAppend(&json, r.actions.empty() ? "],\n" : "\n  ],\n", "  \"timeline\": [");
   for (size_t i = 0; i < r.timeline.size(); ++i) {
     const ThroughputPoint& p = r.timeline[i];
     absl::StrAppendFormat(&json,
-                          "%s\n    {\"t\": %.2f, \"worker\": \"%s\", \"samples_per_second\": %.2f, "
-                          "\"score\": %.3f, \"class\": \"%s\", \"cause\": \"%s\"}",
-                          i ? "," : "", p.at_seconds, JsonEscape(p.worker), p.samples_per_second,
-                          p.score, vocab::Name(p.klass), v1::Cause_Name(p.cause));
+                          "%s\n    {\"t\": %.2f, \"worker\": \"%s\", \"role\": \"%s\", "
+                          "\"samples_per_second\": %.2f, \"score\": %.3f, \"class\": \"%s\", "
+                          "\"cause\": \"%s\"}",
+                          i ? "," : "", p.at_seconds, JsonEscape(p.worker), JsonEscape(p.role),
+                          p.samples_per_second, p.score, vocab::Name(p.klass),
+                          v1::Cause_Name(p.cause));
   }
   absl::StrAppend(&json, r.timeline.empty() ? "],\n" : "\n  ],\n", "  \"loss_curve\": [");
   for (size_t i = 0; i < r.loss_curve.size(); ++i) {
@@ -73,21 +82,82 @@ std::string ReportJson(const RunResult& r) {
   return json;
 }
 
-// Each worker's samples/s over time, the actions as marks.
+// Each worker's samples/s over time (parameter servers have none), the
+// listed actions as numbered marks.
 std::string ThroughputSvg(const RunResult& r) {
   LineChart chart;
   chart.x_label = "time since the job started (s)";
-  chart.y_label = "samples/s of each worker";
+  chart.y_label = "throughput of each worker (samples/s)";
   chart.x_max = r.jct_seconds;
   std::map<std::string, std::vector<std::pair<double, double>>> series;
   for (const ThroughputPoint& p : r.timeline) {
-    series[p.worker].emplace_back(p.at_seconds, p.samples_per_second);
+    if (p.role == "worker") series[p.worker].emplace_back(p.at_seconds, p.samples_per_second);
   }
   for (auto& [worker, points] : series) chart.series.push_back({worker, std::move(points)});
   for (const ActionRecord& a : r.actions) {
-    chart.marks.push_back({a.at_seconds, absl::StrCat(vocab::Name(a.action), " ", a.worker)});
+    if (a.rebalance()) continue;
+    chart.marks.push_back(
+        {a.at_seconds,
+         absl::StrFormat("%.1f s %s %s", a.at_seconds, vocab::Name(a.action), a.worker),
+         a.action == vocab::ActionKind::kKillRestart ? "#d62728" : "#333"});
   }
   return LineChartSvg(chart);
+}
+
+// The Monitor's cause for a reader: "" when it named none (not a straggler).
+std::string CauseName(v1::Cause cause) {
+  if (cause == v1::CAUSE_UNSPECIFIED) return "";
+  return cause == v1::CAUSE_UNKNOWN ? "unknown" : v1::Cause_Name(cause);
+}
+
+// "7.7 s (Controller's estimate)", and against policy none when a benchmark ran it.
+std::string TimeSaved(const RunResult& r) {
+  std::string out =
+      absl::StrFormat("time saved (Controller's estimate): %.1f s", r.estimated_saved_seconds);
+  if (r.none_jct_seconds >= 0) {
+    absl::StrAppendFormat(&out, "; measured against policy none (%.1f s): %.1f s",
+                          r.none_jct_seconds, r.none_jct_seconds - r.jct_seconds);
+  }
+  return out;
+}
+
+int Rebalances(const RunResult& r) {
+  return static_cast<int>(std::count_if(r.actions.begin(), r.actions.end(),
+                                        [](const ActionRecord& a) { return a.rebalance(); }));
+}
+
+// One row of the actions table: the sentence, the raw fields behind a toggle.
+std::string ActionRow(const std::string& number, const ActionRecord& a) {
+  return absl::StrFormat(
+      "<tr><td>%s</td><td>%.1f s</td><td>%s</td><td>%s</td><td>%s</td><td>%s<details><summary>"
+      "evidence</summary><code>%s</code></details></td></tr>\n",
+      number, a.at_seconds, vocab::Name(a.action), HtmlEscape(a.worker), CauseName(a.cause),
+      HtmlEscape(a.reason), HtmlEscape(a.description));
+}
+
+// The listed actions numbered as on the chart; the batch changes that only
+// keep the global batch in a table of their own, folded.
+std::string ActionsHtml(const RunResult& r) {
+  const std::string head =
+      "<table><tr><th>#</th><th>at</th><th>action</th><th>worker</th><th>cause</th>"
+      "<th>why</th></tr>\n";
+  std::string listed, folded;
+  int number = 0;
+  for (const ActionRecord& a : r.actions) {
+    if (a.rebalance()) {
+      absl::StrAppend(&folded, ActionRow("", a));
+    } else {
+      absl::StrAppend(&listed, ActionRow(std::to_string(++number), a));
+    }
+  }
+  std::string html = number ? absl::StrCat(head, listed, "</table>") : "<p>none</p>";
+  if (!folded.empty()) {
+    absl::StrAppendFormat(&html,
+                          "<details><summary>%d batch changes that only keep the global batch"
+                          "</summary>%s%s</table></details>",
+                          Rebalances(r), head, folded);
+  }
+  return html;
 }
 
 std::string VerificationLine(const RunResult& r) {
@@ -100,13 +170,14 @@ std::string ReportHtml(const RunResult& r) {
   std::string html = absl::StrCat(
       "<!doctype html><html><head><meta charset=\"utf-8\"><title>AntDT report: ", HtmlEscape(r.job),
       "</title><style>body{font-family:sans-serif;margin:2em}"
-      "td,th{padding:2px 8px;text-align:left}pre{background:#f4f4f4;padding:8px}</style></head>"
+      "td,th{padding:2px 8px;text-align:left;vertical-align:top;white-space:nowrap}"
+      "td:last-child{white-space:normal}pre{background:#f4f4f4;padding:8px}</style></head>"
       "<body><h1>AntDT job ",
       HtmlEscape(r.job), "</h1>",
       absl::StrFormat("<p>policy <b>%s</b>: %.1f s, %d records committed, %s, %d steps, loss "
-                      "%.4f &rarr; %.4f</p>",
+                      "%.4f &rarr; %.4f</p><p>%s</p>",
                       HtmlEscape(r.policy), r.jct_seconds, r.records_committed, VerificationLine(r),
-                      r.steps, r.first_loss, r.final_loss),
+                      r.steps, r.first_loss, r.final_loss, HtmlEscape(TimeSaved(r))),
       "<h2>Throughput of each worker</h2>", ThroughputSvg(r));
   if (!r.loss_curve.empty()) {
     LineChart loss;
@@ -117,15 +188,7 @@ std::string ReportHtml(const RunResult& r) {
     loss.series.push_back({r.policy, r.loss_curve});
     absl::StrAppend(&html, "<h2>Loss</h2>", LineChartSvg(loss));
   }
-  absl::StrAppend(&html,
-                  "<h2>Actions</h2><table><tr><th>at</th>"
-                  "<th>action</th><th>worker</th><th>why</th></tr>");
-  for (const ActionRecord& a : r.actions) {
-    absl::StrAppendFormat(&html, "<tr><td>%.1f s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
-                          a.at_seconds, vocab::Name(a.action), HtmlEscape(a.worker),
-                          HtmlEscape(a.description));
-  }
-  absl::StrAppend(&html, "</table><h2>Exactly-once check</h2><pre>",
+  absl::StrAppend(&html, "<h2>Actions</h2>", ActionsHtml(r), "<h2>Exactly-once check</h2><pre>",
                   HtmlEscape(VerificationText(r)), "</pre></body></html>\n");
   return html;
 }
@@ -138,23 +201,53 @@ std::string VerificationText(const RunResult& r) {
          "not the sharding service, and writes no journal)\n";
 }
 
+std::string EvidenceText(const ActionRecord& a) {
+  if (a.cause == v1::CAUSE_UNSPECIFIED && !a.evidence.count("saved_seconds")) return "";
+  std::vector<std::string> parts;
+  if (a.cause != v1::CAUSE_UNSPECIFIED) parts.push_back(absl::StrCat("cause ", CauseName(a.cause)));
+  auto field = [&](const char* key) {
+    const auto it = a.evidence.find(key);
+    return it == a.evidence.end() ? std::optional<double>() : it->second;
+  };
+  if (auto score = field("score")) parts.push_back(absl::StrFormat("score %.2f", *score));
+  if (auto windows = field("windows_slow"); windows && *windows > 0) {
+    parts.push_back(absl::StrFormat("%.0f slow window%s", *windows, *windows == 1 ? "" : "s"));
+  }
+  if (auto saved = field("saved_seconds"))
+    parts.push_back(absl::StrFormat("saves ~%.1f s", *saved));
+  if (auto cost = field("cost_seconds")) parts.push_back(absl::StrFormat("costs %.1f s", *cost));
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string ActionLine(const ActionRecord& a) {
+  return absl::StrFormat("%.1f s %s %s: %s", a.at_seconds, vocab::Name(a.action), a.worker,
+                         a.reason);
+}
+
 std::string ReportText(const RunResult& r) {
   std::string out = absl::StrFormat(
-      "job %s under policy %s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n", r.job,
-      r.policy, r.jct_seconds, r.records_committed, r.steps, r.first_loss, r.final_loss);
+      "job %s under policy %s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n%s\n",
+      r.job, r.policy, r.jct_seconds, r.records_committed, r.steps, r.first_loss, r.final_loss,
+      TimeSaved(r));
   if (r.held_out_log_loss >= 0) {
     absl::StrAppendFormat(&out, "held-out data: log-loss %.4f, accuracy %.4f\n",
                           r.held_out_log_loss, r.held_out_accuracy);
   }
-  if (r.actions.empty()) {
-    absl::StrAppend(&out, "actions: none\n");
-  } else {
-    absl::StrAppend(&out,
-                    "actions (batch changes that only keep the global batch are in the report):\n");
-    for (const ActionRecord& a : r.actions) {
-      if (a.action == vocab::ActionKind::kAdjustBatchSize && a.subject.empty()) continue;
-      absl::StrAppendFormat(&out, "  %6.1fs %-14s %-10s %s\n", a.at_seconds, vocab::Name(a.action),
-                            a.worker, a.reason);
+  const int rebalances = Rebalances(r);
+  const int listed = static_cast<int>(r.actions.size()) - rebalances;
+  absl::StrAppendFormat(&out, "actions: %d", listed);
+  if (rebalances > 0) {
+    absl::StrAppendFormat(&out,
+                          " (and %d batch changes that only keep the global batch, in the "
+                          "report)",
+                          rebalances);
+  }
+  absl::StrAppend(&out, listed ? ", in seconds since the job started:\n" : "\n");
+  for (const ActionRecord& a : r.actions) {
+    if (a.rebalance()) continue;
+    absl::StrAppend(&out, "  ", ActionLine(a), "\n");
+    if (const std::string evidence = EvidenceText(a); !evidence.empty()) {
+      absl::StrAppend(&out, "      ", evidence, "\n");
     }
   }
   absl::StrAppend(&out, VerificationText(r));

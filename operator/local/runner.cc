@@ -31,6 +31,7 @@
 #include "operator/controller/policy.h"
 #include "operator/local/cgroup.h"
 #include "operator/local/loss_log.h"
+#include "operator/local/progress.h"
 #include "operator/local/prometheus.h"
 #include "operator/local/worker_command.h"
 #include "operator/local/workers.h"
@@ -382,7 +383,7 @@ std::optional<v1::GetJobHealthResponse> Runner::Health() {
   const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
   for (const v1::WorkerHealth& h : health->workers()) {
     result_.timeline.push_back(
-        {t, h.worker_id(), h.samples_per_second(), h.score(), h.class_(), h.cause()});
+        {t, h.worker_id(), h.samples_per_second(), h.score(), h.class_(), h.cause(), h.role()});
   }
   return *std::move(health);
 }
@@ -417,19 +418,31 @@ void Runner::RecordAction(const controller::Decision& d) {
   rec.rule = d.rule;
   rec.reason = d.reason;
   rec.subject = d.subject;
+  rec.evidence = d.evidence;
+  // The Monitor's cause for the subject, from its last view.
+  for (auto p = result_.timeline.rbegin(); !d.subject.empty() && p != result_.timeline.rend();
+       ++p) {
+    if (p->worker != d.subject) continue;
+    rec.cause = p->cause;
+    break;
+  }
   const auto saved = d.evidence.find("saved_seconds");
-  metrics_.Action(vocab::Name(rec.action), d.rule, saved == d.evidence.end() ? 0.0 : saved->second);
+  const double saved_seconds = saved == d.evidence.end() ? 0.0 : saved->second;
+  result_.estimated_saved_seconds += saved_seconds;
+  metrics_.Action(vocab::Name(rec.action), d.rule, saved_seconds);
   if (const auto* b = std::get_if<controller::UseBackupWorkers>(&d.action)) {
     rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
   }
-  const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action);
-  if (a != nullptr && d.subject.empty()) {
+  if (rec.rebalance()) {
     // Batch changes that only keep the global batch constant are summed up in
     // one line per plan by Control().
-    rebalanced_.push_back(absl::StrCat(a->worker, "->", a->local_batch_size));
+    const auto& a = std::get<controller::AdjustBatchSize>(d.action);
+    rebalanced_.push_back(absl::StrCat(a.worker, "->", a.local_batch_size));
   } else {
-    Event(absl::StrFormat("%.1fs %s %s: %s", rec.at_seconds, vocab::Name(rec.action), rec.worker,
-                          d.reason));
+    Event(ActionLine(rec));
+    if (const std::string evidence = EvidenceText(rec); !evidence.empty()) {
+      Event("    " + evidence);
+    }
   }
   result_.actions.push_back(rec);
 }
@@ -449,23 +462,23 @@ void Runner::ShowProgress() {
   const int64_t total = job_.dataset.records * job_.dataset.epochs;
   metrics_.Progress(p->records_committed_total(), total, p->records_per_second(), p->eta_seconds());
   if (!o_.on_status) return;
-  int stragglers = 0;
+  ProgressFigures f;
   if (!result_.timeline.empty()) {
     const double last = result_.timeline.back().at_seconds;
     for (auto it = result_.timeline.rbegin();
          it != result_.timeline.rend() && it->at_seconds == last; ++it) {
-      if (vocab::IsStraggler(it->klass)) ++stragglers;
+      if (vocab::IsStraggler(it->klass)) ++f.stragglers;
     }
   }
-  const double frac =
-      static_cast<double>(p->records_committed_total()) / static_cast<double>(total);
-  const int width = 24;
-  const int filled = static_cast<int>(frac * width);
-  o_.on_status(absl::StrFormat(
-      "[%s%s] %3.0f%%  epoch %d/%d  %d/%d records  %.0f rec/s  stragglers %d  actions %d",
-      std::string(filled, '#'), std::string(width - filled, '.'), frac * 100,
-      std::min(p->epoch() + 1, p->epochs()), p->epochs(), p->records_committed_total(), total,
-      p->records_per_second(), stragglers, static_cast<int>(result_.actions.size())));
+  for (const ActionRecord& a : result_.actions) ++(a.rebalance() ? f.rebalances : f.actions);
+  f.committed = p->records_committed_total();
+  f.total = total;
+  f.epoch = std::min(p->epoch() + 1, p->epochs());
+  f.epochs = p->epochs();
+  f.records_per_second = p->records_per_second();
+  f.eta_seconds = p->eta_seconds();
+  // One column short of the width: a full line would wrap in some terminals.
+  o_.on_status(ProgressLine(f, TerminalColumns(STDOUT_FILENO) - 1));
 }
 
 void Runner::Teardown() {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,9 +55,25 @@ struct ActionRecord {
   std::string worker;
   std::string description;  // one line, key=value, with the evidence
   std::string rule;
-  std::string reason;
+  std::string reason;   // the decision's sentence
   std::string subject;  // empty: a batch change that keeps the global batch
+  // The Monitor's cause for the subject when it was decided (its last view).
+  v1::Cause cause = v1::CAUSE_UNSPECIFIED;
+  std::map<std::string, double> evidence;  // the decision's: score, saved_seconds, ...
+
+  // A batch change that only keeps the global batch around another's action:
+  // counted apart and left out of the lists a user reads first.
+  bool rebalance() const {
+    return action == vocab::ActionKind::kAdjustBatchSize && subject.empty();
+  }
 };
+
+// The cause and the decision's evidence in a few words, for a line beside the
+// action: "cause CPU_CONTENTION, score 2.55, 1 slow window, saves ~3.4 s";
+// empty when there is neither a cause nor a saving (the sentence has the score).
+std::string EvidenceText(const ActionRecord& action);
+// "8.6 s KILL_RESTART worker-5: <the decision's sentence>".
+std::string ActionLine(const ActionRecord& action);
 
 struct ThroughputPoint {
   double at_seconds = 0;
@@ -65,6 +82,7 @@ struct ThroughputPoint {
   double score = 0;
   v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
   v1::Cause cause = v1::CAUSE_UNSPECIFIED;  // the Monitor's, with the class
+  std::string role = "worker";              // or "ps": only workers have a throughput
 };
 
 struct RunResult {
@@ -86,6 +104,11 @@ struct RunResult {
   double held_out_accuracy = -1;
   int64_t steps = 0;
   std::vector<std::pair<double, double>> loss_curve;
+  // The Controller's estimate of the job seconds its actions save: the sum of
+  // its decisions' evidence "saved_seconds".
+  double estimated_saved_seconds = 0;
+  // The same job under policy none, when a benchmark ran it (-1: not run).
+  double none_jct_seconds = -1;
 };
 
 // OK when `job` can run plain; otherwise why not (the demo trainer has no

@@ -1,6 +1,13 @@
 // Hand-written SVG line charts for the run report (each worker's throughput)
 // and the benchmark (each run's loss): axes with ticks, one polyline per
 // series, a legend, vertical marks. Pure: data in, SVG text out.
+//
+// Marks are numbered: the number sits in a badge above the plot, in the first
+// row where it overlaps no other badge (so any number of marks at one time
+// stay readable), and the numbered labels are listed in columns below the
+// chart. Classes for scripts reading the rendered chart: "series" (a
+// polyline, with data-name), "mark-label" (a badge), "mark-entry" (a label
+// in the list).
 #pragma once
 
 #include <string>
@@ -14,9 +21,10 @@ struct ChartSeries {
   std::vector<std::pair<double, double>> points;  // (x, y), drawn in order
 };
 
-struct ChartMark {  // a dashed vertical line at x, labelled
+struct ChartMark {  // a dashed vertical line at x, numbered, its label listed below
   double x = 0;
   std::string label;
+  std::string color = "#000";
 };
 
 struct LineChart {
@@ -28,7 +36,8 @@ struct LineChart {
   bool y_from_zero = true;  // false: the y axis spans the data (a loss curve)
 };
 
-// The chart as one <svg> element, 900 x 360 with the legend on the right.
+// The chart as one <svg> element, 900 wide with the legend on the right; 360
+// high plus the rows of badges above and of the list below.
 std::string LineChartSvg(const LineChart& chart);
 
 // `s` with < > & " escaped, for SVG and HTML text.

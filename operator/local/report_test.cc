@@ -1,0 +1,106 @@
+// The terminal's summary and report.html/report.json of a run.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/config.h"
+#include "common/testing/testing.h"
+#include "operator/local/runner.h"
+
+namespace antdt::local {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Read(const std::string& path) { return ReadFile(path).value_or(""); }
+
+// A restart with its batch changes, as the runner records them.
+RunResult Sample() {
+  RunResult r;
+  r.job = "paper-mix";
+  r.policy = "antdt-nd";
+  r.jct_seconds = 63.5;
+  r.records_committed = 400'000;
+  r.journals_checked = false;
+  r.estimated_saved_seconds = 3.411;
+  ActionRecord restart;
+  restart.at_seconds = 8.6;
+  restart.action = vocab::ActionKind::kKillRestart;
+  restart.worker = "worker-5";
+  restart.subject = "worker-5";
+  restart.rule = "antdt-nd:persistent-restart";
+  restart.cause = v1::CPU_THROTTLING;
+  restart.reason =
+      "PERSISTENT worker (score 1.594, 5 slow windows): restart on spare-0 saves 3.411s of "
+      "89.879s left, cost 2s; node-5 excluded until its cool-down ends (4 s)";
+  restart.description =
+      "action=KILL_RESTART worker=worker-5 from_node=node-5 to_node=spare-0 "
+      "exclude_node_until_ms=12603 at_ms=8603 saved_seconds=3.411";
+  restart.evidence = {
+      {"score", 1.594}, {"windows_slow", 5}, {"saved_seconds", 3.411}, {"cost_seconds", 2}};
+  r.actions.push_back(restart);
+  for (const char* w : {"worker-0", "worker-1", "worker-2"}) {
+    ActionRecord keep;
+    keep.at_seconds = 8.6;
+    keep.worker = w;
+    keep.rule = "antdt-nd:rebalance";
+    keep.reason = "keeps the global batch 512 around worker-5";
+    keep.description = "action=ADJUST_BS local_batch_size=70 at_ms=8603";
+    r.actions.push_back(keep);
+  }
+  for (double t : {3.0, 4.0}) {
+    r.timeline.push_back({t, "ps-0", 0, 1, v1::HEALTHY, v1::CAUSE_UNSPECIFIED, "ps"});
+    r.timeline.push_back({t, "worker-0", 950, 1, v1::HEALTHY, v1::CAUSE_UNSPECIFIED, "worker"});
+    r.timeline.push_back({t, "worker-5", 240, 3.9, v1::PERSISTENT, v1::CPU_THROTTLING, "worker"});
+  }
+  return r;
+}
+
+TEST(ReportText, ListsTheActionsWithTheirCauseAndEvidenceInSeconds) {
+  const std::string text = ReportText(Sample());
+  EXPECT_THAT(text, HasSubstr("time saved (Controller's estimate): 3.4 s\n"));
+  EXPECT_THAT(text, HasSubstr("actions: 1 (and 3 batch changes that only keep the global batch"));
+  EXPECT_THAT(text, HasSubstr("\n  8.6 s KILL_RESTART worker-5: PERSISTENT worker"));
+  EXPECT_THAT(text,
+              HasSubstr("\n      cause CPU_THROTTLING, score 1.59, 5 slow windows, saves ~3.4 s, "
+                        "costs 2.0 s\n"));
+  EXPECT_THAT(text, Not(HasSubstr("keeps the global batch")));
+  // Seconds, never the controller's milliseconds.
+  EXPECT_THAT(text, Not(HasSubstr("8603")));
+  EXPECT_THAT(text, Not(HasSubstr("12603")));
+}
+
+TEST(ReportText, ComparesWithPolicyNoneWhenABenchmarkRanIt) {
+  RunResult r = Sample();
+  EXPECT_THAT(ReportText(r), Not(HasSubstr("policy none")));
+  r.none_jct_seconds = 75.0;
+  EXPECT_THAT(ReportText(r), HasSubstr("measured against policy none (75.0 s): 11.5 s"));
+}
+
+TEST(WriteReport, TheWhyIsTheSentenceWithTheFieldsBehindAToggle) {
+  antdt::testing::TempDir dir;
+  ASSERT_TRUE(WriteReport(Sample(), dir.path()).ok());
+  const std::string html = Read(dir.File("report.html"));
+  EXPECT_THAT(html, HasSubstr("<td>CPU_THROTTLING</td><td>PERSISTENT worker (score 1.594"));
+  EXPECT_THAT(html, HasSubstr("(4 s)<details><summary>evidence</summary><code>action=KILL_RESTART "
+                              "worker=worker-5 from_node=node-5"));
+  EXPECT_THAT(html, HasSubstr("<details><summary>3 batch changes that only keep the global batch"));
+  EXPECT_THAT(html, HasSubstr("time saved (Controller's estimate): 3.4 s"));
+  // Workers only in the throughput chart; the restart is mark 1.
+  EXPECT_THAT(html, HasSubstr("data-name=\"worker-0\""));
+  EXPECT_THAT(html, HasSubstr("data-name=\"worker-5\""));
+  EXPECT_THAT(html, Not(HasSubstr("data-name=\"ps-0\"")));
+  EXPECT_THAT(html, HasSubstr(">8.6 s KILL_RESTART worker-5</text></g>"));
+  EXPECT_EQ(html.find("class=\"mark-entry\""), html.rfind("class=\"mark-entry\""));
+
+  const std::string json = Read(dir.File("report.json"));
+  EXPECT_THAT(json, HasSubstr("\"estimated_saved_seconds\": 3.411,"));
+  EXPECT_THAT(json, HasSubstr("\"none_jct_seconds\": null,"));
+  EXPECT_THAT(json, HasSubstr("\"cause\": \"CPU_THROTTLING\", \"reason\": \"PERSISTENT"));
+  EXPECT_THAT(json, HasSubstr("\"worker\": \"ps-0\", \"role\": \"ps\""));
+}
+
+}  // namespace
+}  // namespace antdt::local
