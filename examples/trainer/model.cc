@@ -23,6 +23,18 @@ constexpr uint64_t kTrueWeights = 0x7472756577ULL;  // streams of the hash, kept
 constexpr uint64_t kFeatures = 0x66656174ULL;
 constexpr uint64_t kNoise = 0x6e6f6973ULL;
 
+// The margin params . x.
+double Margin(const std::vector<float>& params, const Example& e) {
+  double z = 0;
+  for (size_t j = 0; j < params.size(); ++j) z += static_cast<double>(params[j]) * e.x[j];
+  return z;
+}
+
+// log(1 + e^z) - y z, written so that neither branch overflows.
+double LogisticLoss(double z, float y) {
+  return (z > 0 ? z + std::log1p(std::exp(-z)) : std::log1p(std::exp(z))) - y * z;
+}
+
 }  // namespace
 
 Example SyntheticExample(int64_t record_id, int64_t features, uint64_t seed) {
@@ -44,14 +56,37 @@ GradientSum Gradient(const std::vector<float>& params, const std::vector<Example
   GradientSum out;
   std::vector<double> grad(params.size(), 0.0);
   for (const Example& e : examples) {
-    double z = 0;
-    for (size_t j = 0; j < params.size(); ++j) z += static_cast<double>(params[j]) * e.x[j];
-    // loss = log(1 + e^z) - y z, written so that neither branch overflows.
-    out.loss += (z > 0 ? z + std::log1p(std::exp(-z)) : std::log1p(std::exp(z))) - e.y * z;
+    const double z = Margin(params, e);
+    out.loss += LogisticLoss(z, e.y);
     const double p = 1 / (1 + std::exp(-z));
     for (size_t j = 0; j < params.size(); ++j) grad[j] += (p - e.y) * e.x[j];
   }
   out.gradient.assign(grad.begin(), grad.end());
+  return out;
+}
+
+Evaluation Evaluate(const std::vector<float>& params, const std::vector<Example>& examples) {
+  Evaluation out;
+  double loss = 0;
+  int64_t correct = 0;
+  for (const Example& e : examples) {
+    const double z = Margin(params, e);
+    loss += LogisticLoss(z, e.y);
+    correct += (z >= 0) == (e.y == 1.0f);
+  }
+  out.records = static_cast<int64_t>(examples.size());
+  const auto n = static_cast<double>(std::max<int64_t>(out.records, 1));
+  out.log_loss = loss / n;
+  out.accuracy = static_cast<double>(correct) / n;
+  return out;
+}
+
+std::vector<Example> HeldOutExamples(int64_t count, int64_t features, uint64_t seed) {
+  std::vector<Example> out;
+  out.reserve(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  for (int64_t i = 0; i < count; ++i) {
+    out.push_back(SyntheticExample(kHeldOutFirstId + i, features, seed));
+  }
   return out;
 }
 

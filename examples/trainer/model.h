@@ -30,6 +30,22 @@ struct GradientSum {
 // summed (not averaged) over `examples`. Each example has params.size() features.
 GradientSum Gradient(const std::vector<float>& params, const std::vector<Example>& examples);
 
+// The final model on held-out data: the mean logistic loss and the fraction of
+// examples whose prediction (sigmoid(params . x) >= 0.5) matches the label.
+struct Evaluation {
+  double log_loss = 0;
+  double accuracy = 0;
+  int64_t records = 0;
+};
+// Over `examples` (not empty, each with params.size() features).
+Evaluation Evaluate(const std::vector<float>& params, const std::vector<Example>& examples);
+
+// The held-out set: `count` examples of the same generator and seed (so the
+// same true model) as the training records, with ids from kHeldOutFirstId on,
+// far above any dataset's ids, so never a training record.
+inline constexpr int64_t kHeldOutFirstId = int64_t{1} << 62;
+std::vector<Example> HeldOutExamples(int64_t count, int64_t features, uint64_t seed);
+
 // Feature slice [begin, begin + size) of parameter server `index` out of
 // `count`: contiguous, in order, the first features % count one larger.
 struct Slice {

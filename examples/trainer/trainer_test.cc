@@ -57,6 +57,45 @@ TEST(GradientTest, MatchesNumericalDerivative) {
   }
 }
 
+TEST(EvaluateTest, APerfectModelHasAccuracyOneAndLogLossNearZero) {
+  // Labels that params {40, -40} separate with a margin of at least 20.
+  const std::vector<Example> examples = {
+      {{1.0f, -1.0f}, 1}, {{-0.5f, 0.5f}, 0}, {{0.5f, 0.0f}, 1}, {{0.0f, 0.6f}, 0}};
+  const Evaluation e = Evaluate({40.0f, -40.0f}, examples);
+  EXPECT_EQ(e.records, 4);
+  EXPECT_DOUBLE_EQ(e.accuracy, 1.0);
+  EXPECT_GE(e.log_loss, 0.0);
+  EXPECT_LT(e.log_loss, 1e-8);
+  // The same model with its sign flipped is wrong on every example, confidently.
+  const Evaluation wrong = Evaluate({-40.0f, 40.0f}, examples);
+  EXPECT_DOUBLE_EQ(wrong.accuracy, 0.0);
+  EXPECT_GT(wrong.log_loss, 20.0);
+}
+
+TEST(EvaluateTest, AnUntrainedModelHasLogLossLn2AndAccuracyAboutAHalf) {
+  const std::vector<Example> held_out = HeldOutExamples(4'096, 16, 7);
+  ASSERT_EQ(held_out.size(), 4'096u);
+  int positives = 0;
+  for (const Example& e : held_out) positives += e.y == 1.0f;
+  const double positive_fraction = positives / 4'096.0;
+  EXPECT_NEAR(positive_fraction, 0.5, 0.05);  // balanced
+  const Evaluation e = Evaluate(std::vector<float>(16, 0.0f), held_out);
+  EXPECT_NEAR(e.log_loss, std::log(2.0), 1e-9);
+  // A zero margin predicts 1 for every example: right on the positives.
+  EXPECT_DOUBLE_EQ(e.accuracy, positive_fraction);
+}
+
+TEST(HeldOutExamplesTest, SameGeneratorDisjointIds) {
+  const std::vector<Example> held_out = HeldOutExamples(3, 8, 7);
+  ASSERT_EQ(held_out.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) {  // the generator's records after kHeldOutFirstId
+    EXPECT_EQ(held_out[static_cast<size_t>(i)].x, SyntheticExample(kHeldOutFirstId + i, 8, 7).x);
+  }
+  EXPECT_NE(held_out[0].x, SyntheticExample(0, 8, 7).x);
+  EXPECT_EQ(HeldOutExamples(3, 8, 7)[2].x, held_out[2].x);  // deterministic
+  EXPECT_GT(kHeldOutFirstId, int64_t{1} << 40);             // far above any dataset's ids
+}
+
 TEST(PsSliceTest, ContiguousInOrder) {
   EXPECT_EQ(PsSlice(10, 0, 3).begin, 0);
   EXPECT_EQ(PsSlice(10, 0, 3).size, 4);
@@ -242,15 +281,11 @@ TEST(TrainingTest, LossGoesDownOverTwoHundredSteps) {
   EXPECT_NEAR(first, std::log(2.0), 1e-6);  // the untrained model
   EXPECT_LT(last, 0.75 * first);
   // Held-out records: the model learned the true direction, not the noise.
-  const std::vector<Example> held_out = Examples(1'000'000, 2'000, features);
-  int correct = 0;
-  for (const Example& e : held_out) {
-    double z = 0;
-    for (int64_t j = 0; j < features; ++j)
-      z += params[static_cast<size_t>(j)] * e.x[static_cast<size_t>(j)];
-    correct += (z > 0) == (e.y == 1.0f);
-  }
-  EXPECT_GT(correct, 0.8 * static_cast<double>(held_out.size()));
+  const Evaluation trained = Evaluate(params, HeldOutExamples(2'000, features, 7));
+  const Evaluation untrained =
+      Evaluate(std::vector<float>(features, 0.0f), HeldOutExamples(2'000, features, 7));
+  EXPECT_GT(trained.accuracy, 0.8);
+  EXPECT_LT(trained.log_loss, 0.8 * untrained.log_loss);
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // to every parameter server in parallel and gets the new parameters, then
 // commits the batch's records under the journal protocol of
 // examples/demo/journal.h. Steps go to the node agent when --agent is given;
-// an AdjustBatch directive changes the local batch size.
+// an AdjustBatch directive changes the local batch size. With --eval-out, at
+// the end of the data it pulls the final parameters and writes their held-out
+// log-loss and accuracy there (the local runner gives it to worker-0 only).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "client/sharding_client.h"
@@ -49,6 +52,9 @@ constexpr const char* kUsage = R"(usage: antdt-trainer-worker [flags]
   --commit-every-steps K        commit the records every K steps       [1]
   --log-every-steps N           one log line per N steps               [50]
   --seed S                      the synthetic dataset                  [1]
+  --eval-out PATH               at the end, the final model's held-out
+                                log-loss and accuracy as JSON to PATH  [off]
+  --eval-records N              the held-out set's size                [4096]
 )";
 
 int Fail(const std::string& message) {
@@ -252,10 +258,10 @@ class ParameterServers {
 };
 
 struct WorkerConfig {
-  std::string sharding, journal, speed_file;
+  std::string sharding, journal, speed_file, eval_out;
   client::ShardingClientOptions options;
   std::vector<std::string> ps_addresses;
-  int64_t features = 0, batch = 32, commit_every = 1, log_every = 50;
+  int64_t features = 0, batch = 32, commit_every = 1, log_every = 50, eval_records = 4096;
   uint64_t seed = 1;
   double device_us = 0;
   std::optional<client::StepReporterOptions> reporter;
@@ -293,6 +299,11 @@ absl::StatusOr<WorkerConfig> ParseWorkerConfig(const ParsedFlags& flags) {
     return bad("--log-every-steps: must be an integer > 0");
   }
   if (!absl::SimpleAtoi(flags.Get("seed", "1"), &c.seed)) return bad("--seed: must be an integer");
+  if (!absl::SimpleAtoi(flags.Get("eval-records", "4096"), &c.eval_records) ||
+      c.eval_records <= 0) {
+    return bad("--eval-records: must be an integer > 0");
+  }
+  c.eval_out = flags.Get("eval-out");
   c.speed_file = flags.Get("speed-file");
   c.sharding = flags.Get("sharding");
   c.journal = flags.Get("journal");
@@ -468,18 +479,38 @@ class TrainingLoop {
   double speed_ = 1;
 };
 
+// The end of the data: every shard is committed, and a worker commits a batch
+// only once the step that took its gradient has completed, so no gradient is
+// left to apply and the parameters the servers hold now are the final model.
+// Pulls them and writes their held-out evaluation to c.eval_out.
+absl::Status WriteHeldOut(ParameterServers& ps, const WorkerConfig& c) {
+  RETURN_IF_ERROR(ps.Pull());
+  const trainer::Evaluation e =
+      trainer::Evaluate(ps.params(), trainer::HeldOutExamples(c.eval_records, c.features, c.seed));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      c.eval_out, absl::StrFormat("{\"log_loss\": %.6f, \"accuracy\": %.6f, \"records\": %d, "
+                                  "\"step\": %d}\n",
+                                  e.log_loss, e.accuracy, e.records, ps.step())));
+  LogEvent("held_out", {{"worker", c.options.worker_id},
+                        {"step", ps.step()},
+                        {"log_loss", e.log_loss},
+                        {"accuracy", e.accuracy},
+                        {"records", e.records}});
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace antdt
 
 int main(int argc, char** argv) {
   using namespace antdt;
   int exit_code = 0;
-  const std::optional<ParsedFlags> flags =
-      ParseCommandLine(argc, argv, "antdt-trainer-worker", kUsage,
-                       {"sharding", "job", "dataset", "worker-id", "incarnation", "journal", "ps",
-                        "features", "agent", "local-batch", "device-us-per-sample", "speed-file",
-                        "commit-every-steps", "log-every-steps", "seed", "report-interval"},
-                       &exit_code);
+  const std::optional<ParsedFlags> flags = ParseCommandLine(
+      argc, argv, "antdt-trainer-worker", kUsage,
+      {"sharding", "job", "dataset", "worker-id", "incarnation", "journal", "ps", "features",
+       "agent", "local-batch", "device-us-per-sample", "speed-file", "commit-every-steps",
+       "log-every-steps", "seed", "report-interval", "eval-out", "eval-records"},
+      &exit_code);
   if (!flags) return exit_code;
   absl::StatusOr<WorkerConfig> config = ParseWorkerConfig(*flags);
   if (!config.ok()) return Fail(std::string(config.status().message()));
@@ -503,6 +534,11 @@ int main(int argc, char** argv) {
                     reporter ? &*reporter : nullptr);
   if (absl::Status s = loop.Run(); !s.ok()) return Fail(std::string(s.message()));
   ps.Leave();
+  if (!config->eval_out.empty()) {
+    if (absl::Status s = WriteHeldOut(ps, *config); !s.ok()) {
+      return Fail("held-out evaluation: " + std::string(s.message()));
+    }
+  }
   LogEvent("worker_done", {{"worker", options.worker_id},
                            {"incarnation", options.incarnation},
                            {"steps", loop.steps()},

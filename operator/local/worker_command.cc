@@ -47,6 +47,10 @@ std::string LossLogPath(const std::string& work_dir, const std::string& id) {
   return work_dir + "/" + id + ".loss.jsonl";
 }
 
+std::string HeldOutPath(const std::string& work_dir, const std::string& id) {
+  return LossLogPath(work_dir, id) + ".eval.json";
+}
+
 namespace {
 
 // The worker environment of `slot` (bridge::WorkerEnv) plus PYTHONPATH.
@@ -163,6 +167,9 @@ absl::StatusOr<WorkerLaunch> LaunchFor(const manifest::Job& job, const WorkerSit
   WorkerLaunch launch;
   if (!bridge::HasWorkerCommand(job)) {
     launch.argv = DemoTrainerArgv(job, site, slot, agent_addr);
+    if (slot.rank == 0) {  // every incarnation of worker-0 evaluates the final model
+      launch.argv.insert(launch.argv.end(), {"--eval-out", HeldOutPath(site.work_dir, slot.id)});
+    }
     launch.env = {base.begin(), base.end()};
     return launch;
   }

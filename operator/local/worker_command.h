@@ -36,6 +36,9 @@ struct WorkerSite {
 // exactly-once check reads it) and its loss log (the runner reads worker-0's).
 std::string JournalPath(const std::string& work_dir, const std::string& id);
 std::string LossLogPath(const std::string& work_dir, const std::string& id);
+// <LossLogPath>.eval.json: the final model's held-out evaluation, written by
+// worker-0 (the demo trainer's --eval-out; examples/pytorch/train.py).
+std::string HeldOutPath(const std::string& work_dir, const std::string& id);
 
 // The site's fields that follow from the job and options alone (not the
 // servers' addresses): ANTDT_CHECKPOINT_PATH is <work_dir>/checkpoint unless

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "common/testing/testing.h"
@@ -14,6 +15,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Pair;
 
 void Executable(const std::string& path) {
@@ -101,6 +103,29 @@ TEST(LaunchFor, TheDemoTrainerWithoutACommand) {
   EXPECT_THAT(launch->argv, Contains("/w/nodes/node-0.speed"));
   EXPECT_EQ(launch->cwd, "");
   EXPECT_THAT(launch->env, Contains(Pair("ANTDT_WORKER_ID", "worker-0")));
+}
+
+TEST(LaunchFor, OnlyWorker0OfTheDemoTrainerEvaluatesHeldOutData) {
+  manifest::Job job = CommandJob();
+  job.workers.container = {};
+  WorkerSlot slot;
+  slot.id = "worker-0";
+  slot.rank = 0;
+  slot.incarnation = 2;  // a restarted worker-0 still evaluates
+  slot.node = "spare-0";
+  absl::StatusOr<WorkerLaunch> launch = LaunchFor(job, Site(), slot, "127.0.0.1:7");
+  ASSERT_TRUE(launch.ok()) << launch.status();
+  const std::vector<std::string>& argv = launch->argv;
+  auto flag = std::find(argv.begin(), argv.end(), "--eval-out");
+  ASSERT_NE(flag, argv.end());
+  ASSERT_NE(flag + 1, argv.end());
+  EXPECT_EQ(*(flag + 1), "/w/worker-0.loss.jsonl.eval.json");
+  EXPECT_EQ(*(flag + 1), HeldOutPath("/w", "worker-0"));
+  slot.id = "worker-1";
+  slot.rank = 1;
+  launch = LaunchFor(job, Site(), slot, "127.0.0.1:7");
+  ASSERT_TRUE(launch.ok()) << launch.status();
+  EXPECT_THAT(launch->argv, Not(Contains("--eval-out")));
 }
 
 TEST(CheckWorkerCommand, ErrorsNameTheField) {
