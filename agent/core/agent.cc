@@ -13,6 +13,18 @@
 namespace antdt::agent {
 namespace {
 
+// Interfaces worth a series: not loopback, and none of the per-pod or
+// per-container links a container runtime or CNI makes (one per pod: they
+// would make every pod a label value).
+bool ExportedInterface(const std::string& name) {
+  static const char* const kVirtual[] = {"lo",      "veth", "cali",  "cni",   "docker",   "br-",
+                                         "flannel", "tunl", "vxlan", "virbr", "kube-ipvs"};
+  for (const char* prefix : kVirtual) {
+    if (name.rfind(prefix, 0) == 0) return false;
+  }
+  return true;
+}
+
 const prometheus::Histogram::BucketBoundaries kStepBuckets = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
@@ -102,6 +114,7 @@ class NodeCollector final : public prometheus::Collectable {
               static_cast<double>(s.memory().swap_used_bytes()));
       }
       for (const v1::NetInterfaceSample& n : s.net()) {
+        if (!ExportedInterface(n.name())) continue;
         Labels l = {{"node", s.node()}, {"interface", n.name()}};
         f.Add("antdt_node_network_receive_bytes_per_second", "Bytes received per second.", l,
               n.rx_bytes_per_second());

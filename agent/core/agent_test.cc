@@ -221,6 +221,11 @@ TEST(NodeCollector, ExportsSignalsAndScores) {
   g->set_index(0);
   g->set_name("H200");
   g->set_thermal_throttling(true);
+  for (const char* name : {"eth0", "lo", "veth3f2a", "cali9c1", "cni0", "docker0"}) {
+    auto* n = s.add_net();
+    n->set_name(name);
+    n->set_rx_bytes_per_second(100);
+  }
   view.SetSample(s);
   v1::HealthUpdate h;
   auto* w = h.add_workers();
@@ -240,6 +245,11 @@ TEST(NodeCollector, ExportsSignalsAndScores) {
            "antdt_worker_straggler_class{job=\"j\",worker=\"w1\",role=\"worker\"} 5",
        }) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+  // The host's interface is a label value; loopback and per-pod links are not.
+  EXPECT_NE(text.find("interface=\"eth0\""), std::string::npos) << text;
+  for (const char* link : {"\"lo\"", "veth3f2a", "cali9c1", "cni0", "docker0"}) {
+    EXPECT_EQ(text.find(link), std::string::npos) << link << "\n" << text;
   }
 }
 
