@@ -201,8 +201,8 @@ TEST(AgentMonitor, BuffersWhileTheMonitorIsAwayCountsDropsAndReconnects) {
   ASSERT_TRUE(WaitFor(
       [&] {
         text = HttpGet(agent.metrics, "/metrics").value_or("");
-        return MetricValue(text, "antdt_agent_dropped_messages_total{kind=\"step_report\"}").value_or(0) >
-               0;
+        return MetricValue(text, "antdt_agent_dropped_messages_total{kind=\"step_report\"}")
+                   .value_or(0) > 0;
       },
       std::chrono::seconds(20)))
       << text;
@@ -222,9 +222,9 @@ TEST(AgentMonitor, BuffersWhileTheMonitorIsAwayCountsDropsAndReconnects) {
       [&] {
         mtext = HttpGet(monitor.metrics, "/metrics").value_or("");
         return MetricValue(mtext, "antdt_monitor_reports_total{kind=\"step\"}").value_or(0) >= 20 &&
-               MetricValue(
-                   mtext,
-                   "antdt_monitor_agent_dropped_messages_total{node=\"node-a\",kind=\"step_report\"}")
+               MetricValue(mtext,
+                           "antdt_monitor_agent_dropped_messages_total{node=\"node-a\",kind=\"step_"
+                           "report\"}")
                        .value_or(0) > 0;
       },
       std::chrono::seconds(20)))
