@@ -58,6 +58,9 @@ struct Observation {
   double own_score = 0;
   bool own_classify = false;
   double samples_per_second = 0;
+  double sample_seconds = 0;  // seconds per sample; 0 when it reported none
+  double sample_score = 0;    // sample_seconds / the role's median; 0 when none
+  bool sample_classify = false;
   double data_wait_share = 0;
   double communication_share = 0;
   bool has_latency = false;  // a parameter server, through workers' latency
@@ -71,7 +74,8 @@ struct Observation {
 struct WindowScores {
   std::map<std::string, Observation> observations;  // by member id
   std::map<std::string, double> role_median;
-  std::map<std::string, std::vector<double>> server_latencies;  // server -> one mean per worker
+  std::map<std::string, std::vector<double>> server_latencies;
+  std::map<std::string, std::vector<double>> role_sample_seconds;  // server -> one mean per worker
 };
 
 // A member's window score: the larger over the sources with enough peers to
@@ -110,6 +114,10 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
     o.samples_per_second = a.samples / a.bpt;
     o.data_wait_share = a.data_wait / a.bpt;
     o.communication_share = a.communication / a.bpt;
+    if (a.samples > 0) {
+      o.sample_seconds = a.bpt / a.samples;
+      scores.role_sample_seconds[a.role].push_back(o.sample_seconds);
+    }
     role_bpts[a.role].push_back(o.bpt);
     for (const auto& [server, sum] : a.ps_latency) {
       scores.server_latencies[server].push_back(sum.first / static_cast<double>(sum.second));
@@ -121,6 +129,11 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
     o.median = scores.role_median[role];
     o.own_score = o.bpt / o.median;
     o.own_classify = static_cast<int>(role_bpts[role].size()) >= config.min_peers;
+    const std::vector<double>& per_sample = scores.role_sample_seconds[role];
+    if (o.sample_seconds > 0) {
+      o.sample_score = o.sample_seconds / Median(per_sample);
+      o.sample_classify = static_cast<int>(per_sample.size()) >= config.min_peers;
+    }
   }
   return scores;
 }
@@ -199,9 +212,15 @@ void Record(const MonitorConfig& config, const Observation& o, const MemberScore
   m.cls = cls;
   m.closed = true;
   const double baseline = m.baseline_bpt > 0 ? m.baseline_bpt : Median(m.warmup_bpt);
-  m.last = WindowPoint{
-      start_ms, s.bpt, s.median, s.score, baseline > 0 ? s.bpt / baseline : 1, o.samples_per_second,
-      cls};
+  m.last = WindowPoint{start_ms,
+                       s.bpt,
+                       s.median,
+                       s.score,
+                       baseline > 0 ? s.bpt / baseline : 1,
+                       o.samples_per_second,
+                       cls,
+                       o.sample_score,
+                       m.speed_cls};
   m.has_split = o.has_own;
   m.data_wait_share = o.data_wait_share;
   m.communication_share = o.communication_share;
@@ -496,7 +515,9 @@ void Monitor::CloseWindow(Job& job, int64_t window) {
     m.windows_missing = 0;
     const MemberScore s = Combine(oit->second);
     UpdateWarmup(config_, s, m);
-    Record(config_, oit->second, s, Classify(m, s.score, s.classify, majorities), start_ms, m);
+    const StragglerClass cls = Classify(m, s.score, s.classify, majorities);
+    ClassifySpeed(m, oit->second.sample_score, oit->second.sample_classify, majorities);
+    Record(config_, oit->second, s, cls, start_ms, m);
     ++it;
   }
 }
@@ -516,6 +537,35 @@ StragglerClass Monitor::Classify(Member& m, double score, bool classify,
     return v1::DETERMINISTIC;
   }
   return m.windows_slow >= config_.persistent_windows ? v1::PERSISTENT : v1::TRANSIENT;
+}
+
+// The same rules on the per-sample score, with the member's own hysteresis
+// and slow-window count; deterministic as its BPT class is, or by its node's
+// labels. A window without samples leaves the speed class as it was.
+void Monitor::ClassifySpeed(Member& m, double sample_score, bool classify,
+                            const Majorities& majorities) const {
+  if (!(sample_score > 0)) return;
+  const bool slow =
+      classify && sample_score >= (IsStraggler(m.speed_cls) ? config_.recover_threshold
+                                                            : config_.straggler_threshold);
+  m.speed_windows_slow = slow ? m.speed_windows_slow + 1 : 0;
+  // Deterministic from the start (its warm-up profile) until it recovers; the
+  // BPT class forgets this once a smaller batch hides the slowness.
+  m.speed_deterministic = slow && (m.speed_deterministic || m.profile_deterministic);
+  if (!slow) {
+    const bool leader = classify && sample_score < (m.speed_cls == v1::LEADER
+                                                        ? config_.leader_exit_threshold
+                                                        : config_.leader_threshold);
+    m.speed_cls = leader ? v1::LEADER : v1::HEALTHY;
+    return;
+  }
+  if (m.cls == v1::DETERMINISTIC || m.speed_deterministic ||
+      LabelDeterministic(m, majorities, nullptr)) {
+    m.speed_cls = v1::DETERMINISTIC;
+  } else {
+    m.speed_cls =
+        m.speed_windows_slow >= config_.persistent_windows ? v1::PERSISTENT : v1::TRANSIENT;
+  }
 }
 
 Monitor::Majorities Monitor::HardwareMajorities(const Job& job) const {
@@ -576,7 +626,8 @@ void Monitor::Attribute(const Member& member, const Majorities& majorities, int6
                         v1::WorkerHealth& health) const {
   Evidence& ev = *health.mutable_evidence();
   Signals signals;
-  signals.hardware = LabelDeterministic(member, majorities, &ev) && member.cls == v1::DETERMINISTIC;
+  signals.hardware = LabelDeterministic(member, majorities, &ev) &&
+                     (member.cls == v1::DETERMINISTIC || member.speed_cls == v1::DETERMINISTIC);
   if (auto nit = nodes_.find(member.node);
       !member.node.empty() && nit != nodes_.end() && nit->second.sample.time_unix_ms() > 0) {
     const int64_t age_ms = now_ms - nit->second.sample.time_unix_ms();
@@ -614,7 +665,11 @@ v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t no
     h.set_bpt_seconds(m.last.bpt_seconds);
     h.set_median_bpt_seconds(m.last.median_bpt_seconds);
     h.set_samples_per_second(m.last.samples_per_second);
-    if (IsStraggler(m.cls)) Attribute(m, majorities, now_ms, h);
+    h.set_sample_score(m.last.sample_score);
+    h.set_speed_class(m.speed_cls);
+    h.set_speed_windows_slow(m.speed_windows_slow);
+    h.set_compensated(IsStraggler(m.speed_cls) && !IsStraggler(m.cls));
+    if (IsStraggler(m.cls) || h.compensated()) Attribute(m, majorities, now_ms, h);
     if (m.windows_missing > 0) (*h.mutable_evidence())["windows_missing"] = m.windows_missing;
   }
   return response;

@@ -24,6 +24,15 @@
 // server's score is the larger of the two when both exist. A role with fewer
 // than min_peers members in a window is scored but not classified (HEALTHY).
 //
+// Per-sample speed: sample_seconds = sum(bpt_seconds) / sum(samples), and
+// sample_score = sample_seconds / median(sample_seconds of the role's members
+// with samples). BPT compares batches, which ADJUST_BS and AntDT-DD make
+// unequal on purpose; per-sample speed compares machines. It is classified as
+// the score is (below, same thresholds, its own hysteresis and slow-window
+// count) into WorkerHealth.speed_class; a member slow per sample but not by
+// BPT is `compensated` (its smaller batch hides it) and still gets a cause.
+// The policies act on `class`; speed_class is what a user is shown beside it.
+//
 // Classification, per member, from its window score:
 //   slow       score >= straggler_threshold, or, while already a straggler,
 //              score >= recover_threshold (hysteresis: no flapping in between).
@@ -153,6 +162,8 @@ struct WindowPoint {
   double self_score = 0;
   double samples_per_second = 0;
   v1::StragglerClass straggler_class = v1::STRAGGLER_CLASS_UNSPECIFIED;
+  double sample_score = 0;  // per-sample seconds / the role's median; 0: no samples
+  v1::StragglerClass speed_class = v1::STRAGGLER_CLASS_UNSPECIFIED;
 };
 
 // Counters over the life of the Monitor, for metrics.
@@ -195,6 +206,10 @@ struct Member {
   v1::StragglerClass cls = v1::HEALTHY;
   int64_t since_ms = 0;
   int windows_slow = 0;
+  // The class from the per-sample score (see ClassifySpeed).
+  v1::StragglerClass speed_cls = v1::HEALTHY;
+  int speed_windows_slow = 0;
+  bool speed_deterministic = false;
   int windows_missing = 0;
   std::vector<double> warmup_bpt;
   std::vector<double> warmup_scores;
@@ -252,6 +267,10 @@ class Monitor {
   // peers, so neither slow nor a leader); counts its consecutive slow windows.
   v1::StragglerClass Classify(Member& member, double score, bool classify,
                               const Majorities& majorities) const;
+  // The member's speed class for a window with per-sample score `sample_score`
+  // (0: no samples, class kept); same thresholds as Classify.
+  void ClassifySpeed(Member& member, double sample_score, bool classify,
+                     const Majorities& majorities) const;
   Majorities HardwareMajorities(const Job& job) const;
   // Whether the member's node labels mark it as a slower device; records the
   // label values checked in `evidence` when given.

@@ -279,6 +279,89 @@ TEST(MonitorKindsTest, PersistentReportsScoresAndCounts) {
   }
 }
 
+// A worker that turns 3x slower per sample after the warm-up (window 2), whose
+// batch is cut to a third from window 3 on (ADJUST_BS): its BPT is the median's
+// again, so `class` says HEALTHY, but per-sample speed keeps it a straggler,
+// PERSISTENT after K slow windows, shown as compensated and still given a cause.
+TEST(MonitorSpeedTest, CompensatedStragglerIsStillSlowPerSample) {
+  Sim sim({});
+  const auto batch = [](int worker, double t) { return worker == 3 && t >= 3 ? 21 : 64; };
+  const auto slow = [](double t) { return t >= 2 ? 3.0 : 1.0; };
+  const Factor factor = [&](int worker, double t) {
+    // BPT follows the batch: its per-sample slowdown times its share of 64.
+    return worker == 3 ? slow(t) * batch(worker, t) / 64.0 : 1.0;
+  };
+  const Customize samples = [&](int worker, double t, v1::StepReport& r) {
+    r.set_samples(batch(worker, t));
+  };
+  v1::GetJobHealthResponse health;
+  for (int n = 0; n <= 2; ++n) health = sim.Step(factor, samples);
+  const v1::WorkerHealth* w = Find(health, WorkerId(3));
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(Name(w->class_()), "TRANSIENT");
+  EXPECT_EQ(Name(w->speed_class()), "TRANSIENT");
+  EXPECT_FALSE(w->compensated());  // its BPT says it too
+  EXPECT_NEAR(w->sample_score(), 3.0, 0.2);
+  for (int n = 3; n <= 7; ++n) health = sim.Step(factor, samples);
+  w = Find(health, WorkerId(3));
+  EXPECT_EQ(Name(w->class_()), "HEALTHY");
+  EXPECT_NEAR(w->score(), 21.0 * 3 / 64, 0.1);
+  EXPECT_NEAR(w->sample_score(), 3.0, 0.2);
+  EXPECT_EQ(Name(w->speed_class()), "PERSISTENT");
+  EXPECT_EQ(w->speed_windows_slow(), 6);
+  EXPECT_TRUE(w->compensated());
+  EXPECT_EQ(w->cause(), v1::CAUSE_UNKNOWN);  // no node sample: a cause all the same
+  // The others: median speed, neither slow nor compensated.
+  const v1::WorkerHealth& other = *Find(health, WorkerId(4));
+  EXPECT_NEAR(other.sample_score(), 1.0, 0.1);
+  EXPECT_EQ(Name(other.speed_class()), "HEALTHY");
+  EXPECT_FALSE(other.compensated());
+  // Its node recovers: per-sample speed below the recover threshold ends it.
+  const Factor recovered = [&](int worker, double t) {
+    return worker == 3 ? 1.0 * batch(worker, t) / 64.0 : 1.0;
+  };
+  health = sim.Step(recovered, samples);
+  w = Find(health, WorkerId(3));
+  EXPECT_EQ(Name(w->speed_class()), "HEALTHY");
+  EXPECT_FALSE(w->compensated());
+  EXPECT_EQ(w->cause(), v1::CAUSE_UNSPECIFIED);
+}
+
+// A worker that reports no samples (a parameter server, a trainer without
+// them) has no per-sample score and keeps a HEALTHY speed class.
+TEST(MonitorSpeedTest, NoSamplesNoSampleScore) {
+  Sim sim({});
+  const Customize none = [](int, double, v1::StepReport& r) { r.set_samples(0); };
+  v1::GetJobHealthResponse health;
+  for (int n = 0; n < 6; ++n) {
+    health = sim.Step(Only(3, [](double t) { return t >= 2 ? 4.0 : 1.0; }), none);
+  }
+  const v1::WorkerHealth& w = *Find(health, WorkerId(3));
+  EXPECT_EQ(Name(w.class_()), "PERSISTENT");
+  EXPECT_EQ(w.sample_score(), 0);
+  EXPECT_EQ(Name(w.speed_class()), "HEALTHY");
+  EXPECT_FALSE(w.compensated());
+}
+
+// A deterministic straggler by its warm-up profile stays DETERMINISTIC per
+// sample after ADJUST_BS hides it from its BPT.
+TEST(MonitorSpeedTest, DeterministicProfileSurvivesCompensation) {
+  Sim sim({});
+  const auto batch = [](int worker, double t) { return worker == 3 && t >= 3 ? 32 : 64; };
+  const Factor factor = [&](int worker, double t) {
+    return worker == 3 ? 2.0 * batch(worker, t) / 64.0 : 1.0;
+  };
+  const Customize samples = [&](int worker, double t, v1::StepReport& r) {
+    r.set_samples(batch(worker, t));
+  };
+  v1::GetJobHealthResponse health;
+  for (int n = 0; n < 6; ++n) health = sim.Step(factor, samples);
+  const v1::WorkerHealth& w = *Find(health, WorkerId(3));
+  EXPECT_EQ(Name(w.class_()), "HEALTHY");
+  EXPECT_EQ(Name(w.speed_class()), "DETERMINISTIC");
+  EXPECT_TRUE(w.compensated());
+}
+
 // ---- False positives and detection latency ----------------------------------
 
 struct NoiseResult {
