@@ -161,6 +161,13 @@ struct Subject {
 };
 
 std::string Summary(const Member& m) {
+  if (m.health != nullptr && m.health->compensated()) {
+    const int slow = m.health->speed_windows_slow();
+    return absl::StrCat(v1::StragglerClass_Name(m.health->speed_class()),
+                        " worker compensated by its smaller batch (",
+                        Num(m.health->sample_score()), "x slower per sample, batch time score ",
+                        Num(m.score()), ", ", slow, " slow window", slow == 1 ? "" : "s", ")");
+  }
   std::string out =
       absl::StrCat(v1::StragglerClass_Name(m.cls()), " ", m.is_ps() ? "parameter server" : "worker",
                    " (score ", Num(m.score()));
@@ -543,6 +550,8 @@ class Planner {
     if (m.health != nullptr) {
       e["self_score"] = m.health->self_score();
       e["class"] = static_cast<double>(m.health->class_());
+      if (m.health->sample_score() > 0) e["sample_score"] = m.health->sample_score();
+      if (m.health->compensated()) e["compensated"] = 1;
     }
     return e;
   }

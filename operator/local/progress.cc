@@ -22,6 +22,7 @@ std::string Plural(int n, const char* one, const char* many) {
 struct Form {
   int bar = 24;  // 0: no bar
   bool rebalances = true, eta = true, rate = true, epoch = true, records = true;
+  bool compensated = true;  // "stragglers 2 (1 compensated)" 
   bool records_word = true;  // "12/40 records" rather than "12/40"
   bool long_words = true;    // "stragglers 1" rather than "strag 1"
 };
@@ -44,7 +45,11 @@ std::string Render(const ProgressFigures& f, const Form& form) {
   }
   if (form.rate) parts.push_back(absl::StrFormat("%.0f rec/s", f.records_per_second));
   if (form.eta && f.eta_seconds >= 0) parts.push_back(absl::StrFormat("ETA %.0f s", f.eta_seconds));
-  parts.push_back(absl::StrCat(form.long_words ? "stragglers " : "strag ", f.stragglers));
+  std::string stragglers = absl::StrCat(form.long_words ? "stragglers " : "strag ", f.stragglers);
+  if (form.compensated && f.compensated > 0) {
+    absl::StrAppend(&stragglers, " (", f.compensated, " compensated)");
+  }
+  parts.push_back(stragglers);
   std::string actions =
       form.long_words ? Plural(f.actions, "action", "actions") : absl::StrCat(f.actions, " act");
   if (form.rebalances && f.rebalances > 0) {
@@ -61,7 +66,7 @@ bool Shorten(Form& form) {
     kept = false;
     return true;
   };
-  if (drop(form.eta) || drop(form.rebalances)) return true;
+  if (drop(form.eta) || drop(form.rebalances) || drop(form.compensated)) return true;
   if (form.bar > 10) {
     form.bar -= 2;
     return true;

@@ -14,7 +14,8 @@ struct ProgressFigures {
   int epochs = 1;
   double records_per_second = 0;
   double eta_seconds = -1;  // < 0: unknown
-  int stragglers = 0;       // in the Monitor's last view
+  int stragglers = 0;       // in the Monitor's last view, compensated ones included
+  int compensated = 0;      // of those, the ones a smaller batch compensates for
   int actions = 0;          // the actions the terminal lists
   int rebalances = 0;       // batch changes that only keep the global batch
 };

@@ -64,6 +64,16 @@ TEST(ProgressLine, CountsActionsAndRebalancesApart) {
   EXPECT_THAT(ProgressLine(f, 200), Not(HasSubstr("rebalance")));
 }
 
+TEST(ProgressLine, CompensatedStragglersAreCountedAndNamed) {
+  ProgressFigures f = Busy();
+  f.compensated = 2;
+  EXPECT_THAT(ProgressLine(f, 200), HasSubstr("stragglers 3 (2 compensated)"));
+  // Given up before the bar narrows; the count stays.
+  const std::string narrow = ProgressLine(f, 79);
+  EXPECT_LE(narrow.size(), 79u) << narrow;
+  EXPECT_THAT(narrow, HasSubstr("stragglers 3"));
+}
+
 TEST(TerminalColumns, ColumnsVariableThen80WithoutATerminal) {
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);

@@ -68,10 +68,12 @@ std::string ReportJson(const RunResult& r) {
     absl::StrAppendFormat(&json,
                           "%s\n    {\"t\": %.2f, \"worker\": \"%s\", \"role\": \"%s\", "
                           "\"samples_per_second\": %.2f, \"score\": %.3f, \"class\": \"%s\", "
-                          "\"cause\": \"%s\"}",
+                          "\"cause\": \"%s\", \"sample_score\": %.3f, \"speed_class\": \"%s\", "
+                          "\"compensated\": %s}",
                           i ? "," : "", p.at_seconds, JsonEscape(p.worker), JsonEscape(p.role),
                           p.samples_per_second, p.score, vocab::Name(p.klass),
-                          v1::Cause_Name(p.cause));
+                          v1::Cause_Name(p.cause), p.sample_score, vocab::Name(p.speed_class),
+                          p.compensated ? "true" : "false");
   }
   absl::StrAppend(&json, r.timeline.empty() ? "],\n" : "\n  ],\n", "  \"loss_curve\": [");
   for (size_t i = 0; i < r.loss_curve.size(); ++i) {
@@ -117,6 +119,83 @@ std::string TimeSaved(const RunResult& r) {
   if (r.none_jct_seconds >= 0) {
     absl::StrAppendFormat(&out, "; measured against policy none (%.1f s): %.1f s",
                           r.none_jct_seconds, r.none_jct_seconds - r.jct_seconds);
+  }
+  return out;
+}
+
+// What the Monitor saw of one worker that was ever slow, by BPT or per sample.
+struct StragglerSummary {
+  std::string worker;
+  double from_seconds = -1, to_seconds = -1;  // first and last view in which it was slow
+  v1::StragglerClass klass = v1::HEALTHY;     // the last slow view's, per sample when known
+  double max_sample_score = 0;
+  double max_score = 0;
+  double compensated_seconds = 0;  // between views in which it was compensated
+  std::map<v1::Cause, int> causes;
+};
+
+std::vector<StragglerSummary> Stragglers(const RunResult& r) {
+  std::map<std::string, StragglerSummary> by_worker;
+  std::map<std::string, double> last_compensated;  // worker -> time of its last compensated view
+  for (const ThroughputPoint& p : r.timeline) {
+    if (p.role != "worker") continue;
+    if (!vocab::IsStraggler(p.klass) && !p.compensated && !vocab::IsStraggler(p.speed_class)) {
+      last_compensated.erase(p.worker);
+      continue;
+    }
+    StragglerSummary& s = by_worker[p.worker];
+    s.worker = p.worker;
+    if (s.from_seconds < 0) s.from_seconds = p.at_seconds;
+    s.to_seconds = p.at_seconds;
+    s.klass = vocab::IsStraggler(p.speed_class) ? p.speed_class : p.klass;
+    s.max_sample_score = std::max(s.max_sample_score, p.sample_score);
+    s.max_score = std::max(s.max_score, p.score);
+    if (p.cause != v1::CAUSE_UNSPECIFIED) ++s.causes[p.cause];
+    if (p.compensated) {
+      auto it = last_compensated.find(p.worker);
+      if (it != last_compensated.end()) s.compensated_seconds += p.at_seconds - it->second;
+      last_compensated[p.worker] = p.at_seconds;
+    } else {
+      last_compensated.erase(p.worker);
+    }
+  }
+  std::vector<StragglerSummary> out;
+  for (auto& [worker, s] : by_worker) out.push_back(std::move(s));
+  return out;
+}
+
+// The cause the Monitor named most often, "" when none.
+std::string MainCause(const StragglerSummary& s) {
+  v1::Cause best = v1::CAUSE_UNSPECIFIED;
+  int count = 0;
+  for (const auto& [cause, n] : s.causes) {
+    if (n > count) {
+      best = cause;
+      count = n;
+    }
+  }
+  return CauseName(best);
+}
+
+// "worker-5 PERSISTENT from 3.0 s to 14.0 s: 4.00x slower per sample (batch
+// time score up to 4.05), compensated by a smaller batch for 9.0 s, cause
+// CPU_CONTENTION".
+std::string StragglerLine(const StragglerSummary& s) {
+  std::string out =
+      absl::StrFormat("%s %s from %.1f s to %.1f s", s.worker, v1::StragglerClass_Name(s.klass),
+                      s.from_seconds, s.to_seconds);
+  if (s.max_sample_score > 0) {
+    absl::StrAppendFormat(&out, ": up to %.2fx slower per sample (batch time score up to %.2f)",
+                          s.max_sample_score, s.max_score);
+  } else {
+    absl::StrAppendFormat(&out, ": batch time score up to %.2f", s.max_score);
+  }
+  if (s.compensated_seconds > 0) {
+    absl::StrAppendFormat(&out, ", compensated by a smaller batch for %.1f s",
+                          s.compensated_seconds);
+  }
+  if (const std::string cause = MainCause(s); !cause.empty()) {
+    absl::StrAppend(&out, ", cause ", cause);
   }
   return out;
 }
@@ -188,6 +267,12 @@ std::string ReportHtml(const RunResult& r) {
     loss.series.push_back({r.policy, r.loss_curve});
     absl::StrAppend(&html, "<h2>Loss</h2>", LineChartSvg(loss));
   }
+  const std::vector<StragglerSummary> stragglers = Stragglers(r);
+  absl::StrAppend(&html, "<h2>Stragglers</h2>");
+  if (stragglers.empty()) absl::StrAppend(&html, "<p>none</p>");
+  for (const StragglerSummary& s : stragglers) {
+    absl::StrAppend(&html, "<p>", HtmlEscape(StragglerLine(s)), "</p>");
+  }
   absl::StrAppend(&html, "<h2>Actions</h2>", ActionsHtml(r), "<h2>Exactly-once check</h2><pre>",
                   HtmlEscape(VerificationText(r)), "</pre></body></html>\n");
   return html;
@@ -233,6 +318,10 @@ std::string ReportText(const RunResult& r) {
     absl::StrAppendFormat(&out, "held-out data: log-loss %.4f, accuracy %.4f\n",
                           r.held_out_log_loss, r.held_out_accuracy);
   }
+  const std::vector<StragglerSummary> stragglers = Stragglers(r);
+  absl::StrAppendFormat(&out, "stragglers: %d%s\n", stragglers.size(),
+                        stragglers.empty() ? "" : ", as the Monitor saw them:");
+  for (const StragglerSummary& s : stragglers) absl::StrAppend(&out, "  ", StragglerLine(s), "\n");
   const int rebalances = Rebalances(r);
   const int listed = static_cast<int>(r.actions.size()) - rebalances;
   absl::StrAppendFormat(&out, "actions: %d", listed);

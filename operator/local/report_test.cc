@@ -72,6 +72,39 @@ TEST(ReportText, ListsTheActionsWithTheirCauseAndEvidenceInSeconds) {
   EXPECT_THAT(text, Not(HasSubstr("12603")));
 }
 
+// A straggler that ADJUST_BS compensates: slow by BPT at 3 s, then slow per
+// sample only (compensated) at 4, 5 and 6 s, recovered at 7 s.
+TEST(ReportText, ShowsEachStragglerWithItsPerSampleSpeedAndCompensation) {
+  RunResult r = Sample();
+  r.timeline.clear();
+  auto at = [&](double t, v1::StragglerClass cls, double score, double sample_score,
+                v1::StragglerClass speed, bool compensated, v1::Cause cause) {
+    r.timeline.push_back(
+        {t, "worker-0", 950, 1, v1::HEALTHY, v1::CAUSE_UNSPECIFIED, "worker", 1, v1::HEALTHY});
+    r.timeline.push_back({t, "worker-3", 320, score, cls, cause, "worker", sample_score, speed,
+                          compensated});
+  };
+  at(3, v1::TRANSIENT, 3.02, 3.01, v1::TRANSIENT, false, v1::CPU_CONTENTION);
+  at(4, v1::HEALTHY, 1.01, 3.05, v1::TRANSIENT, true, v1::CPU_CONTENTION);
+  at(5, v1::HEALTHY, 0.99, 2.98, v1::PERSISTENT, true, v1::CPU_CONTENTION);
+  at(6, v1::HEALTHY, 1.02, 3.00, v1::PERSISTENT, true, v1::CPU_CONTENTION);
+  at(7, v1::HEALTHY, 0.35, 1.00, v1::HEALTHY, false, v1::CAUSE_UNSPECIFIED);
+  const std::string text = ReportText(r);
+  EXPECT_THAT(text, HasSubstr("stragglers: 1, as the Monitor saw them:\n"
+                              "  worker-3 PERSISTENT from 3.0 s to 6.0 s: up to 3.05x slower per "
+                              "sample (batch time score up to 3.02), compensated by a smaller "
+                              "batch for 2.0 s, cause CPU_CONTENTION\n"));
+  antdt::testing::TempDir dir;
+  ASSERT_TRUE(WriteReport(r, dir.path()).ok());
+  EXPECT_THAT(Read(dir.File("report.html")),
+              HasSubstr("<h2>Stragglers</h2><p>worker-3 PERSISTENT from 3.0 s"));
+  EXPECT_THAT(Read(dir.File("report.json")),
+              HasSubstr("\"sample_score\": 3.050, \"speed_class\": \"transient\", "
+                        "\"compensated\": true}"));
+  r.timeline.clear();
+  EXPECT_THAT(ReportText(r), HasSubstr("stragglers: 0\n"));
+}
+
 TEST(ReportText, ComparesWithPolicyNoneWhenABenchmarkRanIt) {
   RunResult r = Sample();
   EXPECT_THAT(ReportText(r), Not(HasSubstr("policy none")));

@@ -382,8 +382,9 @@ std::optional<v1::GetJobHealthResponse> Runner::Health() {
   metrics_.StragglerTime(clock_.NowMillis(), *health);
   const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
   for (const v1::WorkerHealth& h : health->workers()) {
-    result_.timeline.push_back(
-        {t, h.worker_id(), h.samples_per_second(), h.score(), h.class_(), h.cause(), h.role()});
+    result_.timeline.push_back({t, h.worker_id(), h.samples_per_second(), h.score(), h.class_(),
+                                h.cause(), h.role(), h.sample_score(), h.speed_class(),
+                                h.compensated()});
   }
   return *std::move(health);
 }
@@ -467,7 +468,8 @@ void Runner::ShowProgress() {
     const double last = result_.timeline.back().at_seconds;
     for (auto it = result_.timeline.rbegin();
          it != result_.timeline.rend() && it->at_seconds == last; ++it) {
-      if (vocab::IsStraggler(it->klass)) ++f.stragglers;
+      if (vocab::IsStraggler(it->klass) || it->compensated) ++f.stragglers;
+      if (it->compensated) ++f.compensated;
     }
   }
   for (const ActionRecord& a : result_.actions) ++(a.rebalance() ? f.rebalances : f.actions);

@@ -83,6 +83,9 @@ struct ThroughputPoint {
   v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
   v1::Cause cause = v1::CAUSE_UNSPECIFIED;  // the Monitor's, with the class
   std::string role = "worker";              // or "ps": only workers have a throughput
+  double sample_score = 0;                  // per-sample seconds over the median; 0: none
+  v1::StragglerClass speed_class = v1::STRAGGLER_CLASS_UNSPECIFIED;
+  bool compensated = false;  // slow per sample, not by BPT: its smaller batch compensates
 };
 
 struct RunResult {

@@ -238,10 +238,21 @@ std::vector<MetricFamily> HealthFamilies(const std::vector<v1::GetJobHealthRespo
                      MetricType::Gauge,
                      {}};
   MetricFamily info{"antdt_monitor_straggler_info",
-                    "1 for each member, with its class and likely cause by name (cause NONE when "
-                    "not a straggler).",
+                    "1 for each member, with its class, its class by per-sample speed and likely "
+                    "cause by name (cause NONE when not a straggler) and whether a smaller batch "
+                    "compensates for it.",
                     MetricType::Gauge,
                     {}};
+  MetricFamily sample_score{"antdt_monitor_straggler_sample_score",
+                            "Window seconds per sample over the role's median (1 = median, 3 = "
+                            "three times slower per sample); 0 when it reported no samples.",
+                            MetricType::Gauge,
+                            {}};
+  MetricFamily compensated{"antdt_monitor_straggler_compensated",
+                           "1 when the member is slower per sample but not by batch time: its "
+                           "smaller batch compensates for it.",
+                           MetricType::Gauge,
+                           {}};
   for (const v1::GetJobHealthResponse& job : jobs) {
     for (const v1::WorkerHealth& w : job.workers()) {
       const Labels labels = {
@@ -249,14 +260,18 @@ std::vector<MetricFamily> HealthFamilies(const std::vector<v1::GetJobHealthRespo
       Add(score, labels, w.score());
       Add(cls, labels, static_cast<double>(w.class_()));
       Add(cause, labels, static_cast<double>(w.cause()));
+      Add(sample_score, labels, w.sample_score());
+      Add(compensated, labels, w.compensated() ? 1 : 0);
       Labels named = labels;
       named.push_back({"class", vocab::Name(w.class_())});
       named.push_back({"cause", w.cause() == v1::CAUSE_UNSPECIFIED ? std::string("NONE")
                                                                    : vocab::CauseName(w.cause())});
+      named.push_back({"speed_class", vocab::Name(w.speed_class())});
+      named.push_back({"compensated", w.compensated() ? "true" : "false"});
       Add(info, named, 1);
     }
   }
-  return {score, cls, cause, info};
+  return {score, cls, cause, info, sample_score, compensated};
 }
 
 class MonitorCollector final : public prometheus::Collectable {

@@ -202,6 +202,12 @@ TEST_F(MonitorHubTest, MetricsCountStreamsDropsAndHealth) {
            "node=\"node-b\"} 4",
            "antdt_monitor_straggler_info{job=\"team/ctr\",worker=\"w-2\",role=\"worker\","
            "node=\"node-b\",class=\"transient\",cause=\"",
+           "antdt_monitor_straggler_sample_score{job=\"team/ctr\",worker=\"w-2\",role=\"worker\","
+           "node=\"node-b\"}",
+           "antdt_monitor_straggler_compensated{job=\"team/ctr\",worker=\"w-2\",role=\"worker\","
+           "node=\"node-b\"} 0",
+           ",speed_class=\"",
+           "compensated=\"false\"}",
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
   }
