@@ -88,6 +88,8 @@ GetJobHealthResponse Health(const std::string& job, int workers) {
     m->set_role("worker");
     m->set_score(w == 0 ? 2.0 : 1.0);
     m->set_class_(w == 0 ? antdt::v1::PERSISTENT : antdt::v1::HEALTHY);
+    m->set_samples_per_second(w == 0 ? 50 : 100);
+    m->set_bpt_seconds(w == 0 ? 2.0 : 1.0);
   }
   return h;
 }
@@ -104,9 +106,11 @@ Figures Operator(int jobs, int workers) {
     for (prometheus::Registry* r : {&forgetting, &keeping}) {
       auto m = std::make_unique<antdt::control::JobMetrics>(*r, "default", job, 10);
       m->Progress(100, 1000, 50, 18);
-      m->Action("KILL_RESTART", "antdt-nd:persistent-restart", 3);
-      m->StragglerTime(1'000, Health(job, workers));
-      m->StragglerTime(2'000, Health(job, workers));
+      m->Action("KILL_RESTART", "antdt-nd:persistent-restart");
+      m->Skipped("cooldown");
+      antdt::control::TimeLedger ledger;
+      m->Time(ledger.Observe(1'000, Health(job, workers)));
+      m->Time(ledger.Observe(2'000, Health(job, workers)));
       if (r == &keeping) kept.push_back(std::move(m));
       if (r == &forgetting) f.peak = std::max(f.peak, SeriesIn(forgetting));
     }  // the forgetting side's runtime goes: the job was deleted

@@ -90,6 +90,7 @@ std::string ResultsJson(const std::string& scenario, const std::vector<local::Ru
                                   {"held_out_accuracy", nullptr},
                                   {"steps", r.steps},
                                   {"estimated_saved_seconds", r.estimated_saved_seconds},
+                                  {"estimated_lost_seconds", r.estimated_lost_seconds},
                                   {"saved_vs_none_seconds", nullptr},
                                   {"actions", std::move(actions)}};
     if (r.journals_checked) run["exactly_once"] = r.verification.exactly_once();
@@ -106,16 +107,18 @@ std::string ResultsJson(const std::string& scenario, const std::vector<local::Ru
 std::string ResultsTable(const std::vector<local::RunResult>& results) {
   const double ideal = results.front().jct_seconds;
   std::string table =
-      "| policy | JCT (s) | ratio to no-slowdown | saved vs none (s) | actions | records committed "
+      "| policy | JCT (s) | ratio to no-slowdown | saved vs none (s) | saved, Controller's "
+      "estimate (s) | lost to stragglers, estimate (s) | actions | records committed "
       "| exactly once | first loss | final loss | held-out log-loss | held-out accuracy |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const local::RunResult& r : results) {
     const bool held_out = r.held_out_log_loss >= 0;
     absl::StrAppendFormat(
-        &table, "| %s | %.1f | %.2f | %s | %d | %d | %s | %.4f | %.4f | %s | %s |\n", r.policy,
-        r.jct_seconds, r.jct_seconds / ideal,
+        &table, "| %s | %.1f | %.2f | %s | %.1f | %.1f | %d | %d | %s | %.4f | %.4f | %s | %s |\n",
+        r.policy, r.jct_seconds, r.jct_seconds / ideal,
         r.none_jct_seconds >= 0 ? absl::StrFormat("%.1f", r.none_jct_seconds - r.jct_seconds) : "-",
-        Listed(r), r.records_committed, ExactlyOnce(r), r.first_loss, r.final_loss,
+        r.estimated_saved_seconds, r.estimated_lost_seconds, Listed(r), r.records_committed,
+        ExactlyOnce(r), r.first_loss, r.final_loss,
         held_out ? absl::StrFormat("%.4f", r.held_out_log_loss) : "-",
         held_out ? absl::StrFormat("%.4f", r.held_out_accuracy) : "-");
   }

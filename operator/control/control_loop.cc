@@ -44,6 +44,7 @@ std::optional<controller::Observed> ControlLoop::Observe() {
   if (!health) return std::nullopt;
   controller::Observed obs;
   obs.now_ms = clock_->NowMillis();
+  backend_->RecordTime(ledger_.Observe(obs.now_ms, *health));
   obs.job = options_.job;
   obs.health = std::move(*health);
   obs.workers = observed_members_;
@@ -95,6 +96,7 @@ absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
                                            ": not a member of job " + options_.job);
     }
     relaunching_[member->id] = {member->incarnation, clock_->NowMillis()};
+    ledger_.Restarted(member->id);
     RETURN_IF_ERROR(backend_->RestartElsewhere(*member, *k));
   }
   // UseBackupWorkers: set on the parameter servers when they start; recorded only.
@@ -103,6 +105,9 @@ absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
 }
 
 absl::Status ControlLoop::Execute(const controller::Plan& plan) {
+  for (size_t i = 0; i < plan.skipped.size() && i < plan.skip_reasons.size(); ++i) {
+    backend_->RecordSkipped(plan.skipped[i], plan.skip_reasons[i]);
+  }
   for (const controller::Decision& d : plan.decisions) {
     RETURN_IF_ERROR(ExecuteOne(d));
     history_.push_back(d);

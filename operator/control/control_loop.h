@@ -35,6 +35,7 @@
 #include "antdt/v1/agent.pb.h"
 #include "antdt/v1/monitor.pb.h"
 #include "common/clock.h"
+#include "operator/control/time_ledger.h"
 #include "operator/controller/policy.h"
 
 namespace antdt::control {
@@ -72,6 +73,10 @@ class Backend {
   virtual absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) = 0;
   // A decision was carried out: logs, Events, reports, metrics.
   virtual void RecordAction(const controller::Decision& decision) = 0;
+  // The time ledger's increments for the view just observed (metrics).
+  virtual void RecordTime(const TimeDelta& /*delta*/) {}
+  // An action the plan passed over (its line in Plan::skipped), and why.
+  virtual void RecordSkipped(const std::string& /*line*/, controller::SkipReason /*reason*/) {}
 
   // A member that stopped for good under `incarnation`: the parameter servers
   // stop waiting for it and its shards go back to the queue.
@@ -124,8 +129,9 @@ class ControlLoop {
   std::optional<controller::Observed> Observe();
   // The one call of the policy: controller::Decide over `observed`.
   controller::Plan Decide(const controller::Observed& observed) const;
-  // Carries out each decision through the backend in order, then adds it to the
-  // history (so it counts for cool-downs and budgets). Members are found in
+  // Reports the plan's skipped actions to the backend, then carries out each
+  // decision through the backend in order and adds it to the history (so it
+  // counts for cool-downs and budgets). Members are found in
   // the last Observe(), the one the plan was made from. Stops at the first
   // error: the decisions before it are in the history, the rest are not.
   absl::Status Execute(const controller::Plan& plan);
@@ -138,6 +144,9 @@ class ControlLoop {
   double RestartCostSeconds() const;
   // Restarts measured so far and their mean relaunch time (0 when none).
   int measured_restarts() const { return measured_restarts_; }
+  // Time lost to stragglers and saved by the actions so far (time_ledger.h),
+  // accrued at each Observe().
+  const TimeLedger& ledger() const { return ledger_; }
 
  private:
   absl::Status ExecuteOne(const controller::Decision& decision);
@@ -154,6 +163,7 @@ class ControlLoop {
   std::map<std::string, std::pair<int32_t, int64_t>> relaunching_;
   int measured_restarts_ = 0;
   double measured_seconds_ = 0;
+  TimeLedger ledger_;
 };
 
 }  // namespace antdt::control

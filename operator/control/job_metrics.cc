@@ -33,23 +33,37 @@ JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::stri
                    .Register(registry)),
       saved_(prometheus::BuildCounter()
                  .Name("antdt_controller_estimated_saved_seconds_total")
-                 .Help("Job seconds the Controller expected its actions to save.")
+                 .Help("Job seconds the Controller's actions saved against no action, as it "
+                       "estimates them from the Monitor's per-sample speeds (time_ledger.h); "
+                       "the intervals in which they cost time are counted apart.")
                  .Register(registry)),
+      cost_(prometheus::BuildCounter()
+                .Name("antdt_controller_estimated_cost_seconds_total")
+                .Help("Job seconds the Controller's actions cost against no action (intervals "
+                      "in which the job ran slower than it would have untouched).")
+                .Register(registry)),
+      skipped_(prometheus::BuildCounter()
+                   .Name("antdt_controller_skipped_total")
+                   .Help("Actions a policy would have taken but did not, by reason (cooldown, "
+                         "budget, cost_above_saving, no_spare_node, ...).")
+                   .Register(registry)),
       budget_(prometheus::BuildGauge()
                   .Name("antdt_controller_action_budget")
                   .Help("Actions the straggler policy may take in all (maxActions).")
                   .Register(registry)),
       job_lost_(prometheus::BuildCounter()
                     .Name("antdt_job_straggler_lost_seconds_total")
-                    .Help("Job seconds lost to stragglers against the peers' median pace (an "
-                          "estimate from the Monitor's scores).")
+                    .Help("Job seconds lost to stragglers against every worker at the peers' "
+                          "median pace (an estimate from the Monitor's per-sample speeds).")
                     .Register(registry)),
       worker_lost_(prometheus::BuildCounter()
                        .Name("antdt_worker_straggler_lost_seconds_total")
-                       .Help("Seconds a straggling worker lost against its peers' median pace.")
+                       .Help("Seconds of a worker's capacity lost against its peers' median "
+                             "pace (per sample, so a compensated straggler counts).")
                        .Register(registry)) {
   std::lock_guard<std::mutex> lock(mu_);
-  saved_.Add(Job());     // 0 until the first action: a series to compare with
+  saved_.Add(Job());  // 0 until the first action: a series to compare with
+  cost_.Add(Job());
   job_lost_.Add(Job());  // 0 until the first straggler
   GaugeOf(budget_).Set(static_cast<double>(action_budget));
 }
@@ -59,30 +73,10 @@ JobMetrics::~JobMetrics() {
   for (auto [family, gauge] : gauges_) family->Remove(gauge);
   for (prometheus::Counter* c : actions_made_) actions_.Remove(c);
   saved_.Remove(&saved_.Add(Job()));
+  cost_.Remove(&cost_.Add(Job()));
+  for (prometheus::Counter* c : skips_made_) skipped_.Remove(c);
   job_lost_.Remove(&job_lost_.Add(Job()));
   for (prometheus::Counter* c : workers_lost_) worker_lost_.Remove(c);
-}
-
-void JobMetrics::StragglerTime(int64_t now_ms, const v1::GetJobHealthResponse& health) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const int64_t last = std::exchange(last_view_ms_, now_ms);
-  if (last < 0 || now_ms <= last) return;
-  const double dt = static_cast<double>(now_ms - last) / 1000.0;
-  double slowest = 1;
-  for (const v1::WorkerHealth& w : health.workers()) {
-    const bool straggler = w.class_() == v1::DETERMINISTIC || w.class_() == v1::TRANSIENT ||
-                           w.class_() == v1::PERSISTENT;
-    if (w.role() == "ps" || !straggler || !(w.score() > 1)) continue;
-    slowest = std::max(slowest, w.score());
-    prometheus::Labels labels = Job();
-    labels["worker"] = w.worker_id();
-    prometheus::Counter& c = worker_lost_.Add(labels);
-    c.Increment(dt * (1 - 1 / w.score()));
-    if (std::find(workers_lost_.begin(), workers_lost_.end(), &c) == workers_lost_.end()) {
-      workers_lost_.push_back(&c);
-    }
-  }
-  job_lost_.Add(Job()).Increment(dt * (1 - 1 / slowest));
 }
 
 // The job's gauge of `family`, remembered for removal. Under mu_.
@@ -102,7 +96,34 @@ void JobMetrics::Progress(int64_t committed, int64_t total, double records_per_s
   if (eta_seconds >= 0) GaugeOf(eta_).Set(eta_seconds);
 }
 
-void JobMetrics::Action(const std::string& kind, const std::string& rule, double saved_seconds) {
+void JobMetrics::Skipped(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prometheus::Labels labels = Job();
+  labels["reason"] = reason;
+  prometheus::Counter& c = skipped_.Add(labels);
+  c.Increment();
+  if (std::find(skips_made_.begin(), skips_made_.end(), &c) == skips_made_.end()) {
+    skips_made_.push_back(&c);
+  }
+}
+
+void JobMetrics::Time(const TimeDelta& delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  job_lost_.Add(Job()).Increment(std::max(0.0, delta.lost_seconds));
+  if (delta.saved_seconds > 0) saved_.Add(Job()).Increment(delta.saved_seconds);
+  if (delta.saved_seconds < 0) cost_.Add(Job()).Increment(-delta.saved_seconds);
+  for (const auto& [worker, seconds] : delta.worker_lost_seconds) {
+    prometheus::Labels labels = Job();
+    labels["worker"] = worker;
+    prometheus::Counter& c = worker_lost_.Add(labels);
+    c.Increment(std::max(0.0, seconds));
+    if (std::find(workers_lost_.begin(), workers_lost_.end(), &c) == workers_lost_.end()) {
+      workers_lost_.push_back(&c);
+    }
+  }
+}
+
+void JobMetrics::Action(const std::string& kind, const std::string& rule) {
   std::lock_guard<std::mutex> lock(mu_);
   prometheus::Labels labels = Job();
   labels["action"] = kind;
@@ -112,7 +133,6 @@ void JobMetrics::Action(const std::string& kind, const std::string& rule, double
   if (std::find(actions_made_.begin(), actions_made_.end(), &c) == actions_made_.end()) {
     actions_made_.push_back(&c);
   }
-  if (saved_seconds > 0) saved_.Add(Job()).Increment(saved_seconds);
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "antdt/v1/monitor.pb.h"
+#include "operator/control/time_ledger.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -32,15 +33,14 @@ class JobMetrics {
   // Records committed of `total` (every epoch), the recent pace and the
   // sharding service's estimate of the seconds left (< 0: none yet).
   void Progress(int64_t committed, int64_t total, double records_per_second, double eta_seconds);
-  // An action carried out: its kind and rule, and the seconds the Controller
-  // expected it to save (0: no estimate).
-  void Action(const std::string& kind, const std::string& rule, double saved_seconds);
-  // The Monitor's view at `now_ms`: since the previous view, each straggler
-  // (a worker of class deterministic, transient or persistent, score s > 1)
-  // lost (1 - 1/s) of the time against its peers' median pace, and the job
-  // (its synchronous steps go at the slowest worker's pace) lost
-  // (1 - 1/max s). An estimate against the no-straggler pace the Monitor sees.
-  void StragglerTime(int64_t now_ms, const v1::GetJobHealthResponse& health);
+  // An action carried out: its kind and rule.
+  void Action(const std::string& kind, const std::string& rule);
+  // An action a policy passed over, and why (controller::SkipReasonName).
+  void Skipped(const std::string& reason);
+  // The time ledger's increments for one view (time_ledger.h): time lost to
+  // stragglers, per job and per worker, and saved (or, when negative, cost)
+  // by the actions.
+  void Time(const TimeDelta& delta);
 
  private:
   prometheus::Labels Job() const { return {{"namespace", ns_}, {"job", job_}}; }
@@ -54,14 +54,16 @@ class JobMetrics {
   prometheus::Family<prometheus::Gauge>& eta_;
   prometheus::Family<prometheus::Counter>& actions_;
   prometheus::Family<prometheus::Counter>& saved_;
+  prometheus::Family<prometheus::Counter>& cost_;
+  prometheus::Family<prometheus::Counter>& skipped_;
   prometheus::Family<prometheus::Gauge>& budget_;
   prometheus::Family<prometheus::Counter>& job_lost_;
   prometheus::Family<prometheus::Counter>& worker_lost_;
-  int64_t last_view_ms_ = -1;                       // guarded by mu_
   std::vector<prometheus::Counter*> workers_lost_;  // guarded by mu_
   std::mutex mu_;
   std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges_;
   std::vector<prometheus::Counter*> actions_made_;  // guarded by mu_
+  std::vector<prometheus::Counter*> skips_made_;    // guarded by mu_
 };
 
 // `inner`'s series, each with a `namespace` label added where it has a `job`

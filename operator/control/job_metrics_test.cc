@@ -33,8 +33,10 @@ TEST(JobMetrics, EverySeriesCarriesNamespaceAndJob) {
   prometheus::Registry registry;
   JobMetrics m(registry, "team-a", "resnet", 10);
   m.Progress(250, 1000, 50, 15);
-  m.Action("KILL_RESTART", "antdt-nd:persistent-restart", 42.5);
-  m.Action("ADJUST_BS", "antdt-nd:rebalance", 0);
+  m.Action("KILL_RESTART", "antdt-nd:persistent-restart");
+  m.Action("ADJUST_BS", "antdt-nd:rebalance");
+  m.Time({1.0, 42.5, {{"worker-1", 1.0}}});
+  m.Skipped("budget");
   const auto series = Series(registry.Collect());
   EXPECT_EQ(series.at("antdt_job_records_committed{job=resnet,namespace=team-a,}"), 250);
   EXPECT_EQ(series.at("antdt_job_records{job=resnet,namespace=team-a,}"), 1000);
@@ -66,7 +68,9 @@ TEST(JobMetrics, AJobsSeriesGoWhenItEnds) {
   auto a = std::make_unique<JobMetrics>(registry, "ns-a", "train", 10);
   JobMetrics b(registry, "ns-b", "train", 10);  // the same name in another namespace
   a->Progress(10, 100, 1, 90);
-  a->Action("KILL_RESTART", "r", 5);
+  a->Action("KILL_RESTART", "r");
+  a->Time({1.0, -1.0, {{"worker-0", 1.0}}});
+  a->Skipped("cooldown");
   b.Progress(20, 100, 1, 80);
   const std::string b_committed = "antdt_job_records_committed{job=train,namespace=ns-b,}";
   EXPECT_EQ(Series(registry.Collect()).at(b_committed), 20);
@@ -80,51 +84,31 @@ TEST(JobMetrics, AJobsSeriesGoWhenItEnds) {
   EXPECT_EQ(Series(registry.Collect()).at(b_committed), 20);
 }
 
-v1::WorkerHealth* Member(v1::GetJobHealthResponse& h, const std::string& id, double score,
-                         v1::StragglerClass cls) {
-  v1::WorkerHealth* w = h.add_workers();
-  w->set_worker_id(id);
-  w->set_role("worker");
-  w->set_score(score);
-  w->set_class_(cls);
-  return w;
-}
-
-// Two seconds with a persistent straggler at 2x and a transient one at 1.25x:
-// the job (at the slowest pace) lost 1 s, the workers 1 s and 0.4 s; healthy
-// members, leaders and parameter servers lose nothing.
-TEST(JobMetrics, TimeLostToStragglers) {
+// The ledger's increments as counters: saved and cost apart (counters never
+// go down), time lost per job and per worker, skipped actions by reason.
+TEST(JobMetrics, TimeLostSavedCostAndSkips) {
   prometheus::Registry registry;
   JobMetrics m(registry, "ns", "j", 10);
-  v1::GetJobHealthResponse h;
-  Member(h, "worker-0", 1.0, v1::HEALTHY);
-  Member(h, "worker-1", 2.0, v1::PERSISTENT);
-  Member(h, "worker-2", 1.25, v1::TRANSIENT);
-  Member(h, "worker-3", 0.5, v1::LEADER);
-  Member(h, "ps-0", 3.0, v1::PERSISTENT)->set_role("ps");
-  m.StragglerTime(10'000, h);  // the first view: no interval yet
-  m.StragglerTime(12'000, h);
+  m.Time({2.0, 3.0, {{"worker-1", 1.5}}});
+  m.Time({1.0, -0.5, {{"worker-1", 0.5}, {"worker-2", 0.25}}});
+  m.Skipped("cooldown");
+  m.Skipped("cooldown");
+  m.Skipped("cost_above_saving");
   auto series = Series(registry.Collect());
-  EXPECT_DOUBLE_EQ(series.at("antdt_job_straggler_lost_seconds_total{job=j,namespace=ns,}"), 1.0);
+  EXPECT_DOUBLE_EQ(series.at("antdt_job_straggler_lost_seconds_total{job=j,namespace=ns,}"), 3.0);
+  EXPECT_DOUBLE_EQ(series.at("antdt_controller_estimated_saved_seconds_total{job=j,namespace=ns,}"),
+                   3.0);
+  EXPECT_DOUBLE_EQ(series.at("antdt_controller_estimated_cost_seconds_total{job=j,namespace=ns,}"),
+                   0.5);
   EXPECT_DOUBLE_EQ(
       series.at("antdt_worker_straggler_lost_seconds_total{job=j,namespace=ns,worker=worker-1,}"),
-      1.0);
+      2.0);
   EXPECT_DOUBLE_EQ(
       series.at("antdt_worker_straggler_lost_seconds_total{job=j,namespace=ns,worker=worker-2,}"),
-      0.4);
+      0.25);
+  EXPECT_EQ(series.at("antdt_controller_skipped_total{job=j,namespace=ns,reason=cooldown,}"), 2);
   EXPECT_EQ(
-      series.count("antdt_worker_straggler_lost_seconds_total{job=j,namespace=ns,worker=worker-"
-                   "0,}"),
-      0u);
-  EXPECT_EQ(
-      series.count("antdt_worker_straggler_lost_seconds_total{job=j,namespace=ns,worker=ps-0,}"),
-      0u);
-  // No stragglers: the job loses nothing more.
-  v1::GetJobHealthResponse calm;
-  Member(calm, "worker-1", 1.02, v1::HEALTHY);
-  m.StragglerTime(20'000, calm);
-  series = Series(registry.Collect());
-  EXPECT_DOUBLE_EQ(series.at("antdt_job_straggler_lost_seconds_total{job=j,namespace=ns,}"), 1.0);
+      series.at("antdt_controller_skipped_total{job=j,namespace=ns,reason=cost_above_saving,}"), 1);
 }
 
 class Fixed final : public prometheus::Collectable {

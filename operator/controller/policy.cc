@@ -164,9 +164,9 @@ std::string Summary(const Member& m) {
   if (m.health != nullptr && m.health->compensated()) {
     const int slow = m.health->speed_windows_slow();
     return absl::StrCat(v1::StragglerClass_Name(m.health->speed_class()),
-                        " worker compensated by its smaller batch (",
-                        Num(m.health->sample_score()), "x slower per sample, batch time score ",
-                        Num(m.score()), ", ", slow, " slow window", slow == 1 ? "" : "s", ")");
+                        " worker compensated by its smaller batch (", Num(m.health->sample_score()),
+                        "x slower per sample, batch time score ", Num(m.score()), ", ", slow,
+                        " slow window", slow == 1 ? "" : "s", ")");
   }
   std::string out =
       absl::StrCat(v1::StragglerClass_Name(m.cls()), " ", m.is_ps() ? "parameter server" : "worker",
@@ -195,7 +195,8 @@ class Planner {
     std::sort(servers_.begin(), servers_.end(), by_id);
     for (const auto& [id, h] : health) {
       if (!known.count(id) && IsStraggler(h->class_())) {
-        Skip(id, "in the Monitor's view but not among the job's members; ignored");
+        Skip(id, SkipReason::kNotApplicable,
+             "in the Monitor's view but not among the job's members; ignored");
       }
     }
 
@@ -264,7 +265,8 @@ class Planner {
   // ---- antdt-nd ------------------------------------------------------------------
   void Nd() {
     if (o_.health.job_slowdown()) {
-      Skip("job", "job_slowdown: everyone slowed together, not a straggler; no action");
+      Skip("job", SkipReason::kJobSlowdown,
+           "job_slowdown: everyone slowed together, not a straggler; no action");
       return;
     }
     for (const Member& m : servers_) {
@@ -272,16 +274,20 @@ class Planner {
       if (!IsStraggler(cls) || !OutOfCooldown(m, Summary(m))) continue;
       if (cls == v1::PERSISTENT) {
         std::string why;
-        if (!TryRestart(m, kNdPsRestart, Summary(m), &why)) {
-          Skip(m.id(), absl::StrCat("KILL_RESTART skipped (", kNdPsRestart, "): ", why,
-                                    "; batch sizing cannot help a parameter server"));
+        SkipReason reason = SkipReason::kNotApplicable;
+        if (!TryRestart(m, kNdPsRestart, Summary(m), &why, &reason)) {
+          Skip(m.id(), reason,
+               absl::StrCat("KILL_RESTART skipped (", kNdPsRestart, "): ", why,
+                            "; batch sizing cannot help a parameter server"));
         }
       } else if (cls == v1::TRANSIENT) {
-        Skip(m.id(), absl::StrCat(Summary(m),
-                                  ": batch sizing cannot help a parameter server; a restart "
-                                  "waits until it is PERSISTENT"));
+        Skip(m.id(), SkipReason::kNotApplicable,
+             absl::StrCat(Summary(m),
+                          ": batch sizing cannot help a parameter server; a restart "
+                          "waits until it is PERSISTENT"));
       } else {
-        Skip(m.id(), absl::StrCat(Summary(m), ": a restart will not change its hardware"));
+        Skip(m.id(), SkipReason::kNotApplicable,
+             absl::StrCat(Summary(m), ": a restart will not change its hardware"));
       }
     }
 
@@ -321,7 +327,8 @@ class Planner {
       }
       if (!restart_rule.empty()) {
         std::string why;
-        if (TryRestart(m, restart_rule, what, &why)) {
+        SkipReason reason = SkipReason::kNotApplicable;
+        if (TryRestart(m, restart_rule, what, &why, &reason)) {
           // On a healthy node it is a median worker again: its share back at
           // once, not after a LEADER window and a cool-down.
           fresh_.insert(m.id());
@@ -332,13 +339,15 @@ class Planner {
           continue;
         }
         if (straggler) {
-          Skip(m.id(), absl::StrCat("KILL_RESTART skipped (", restart_rule, "): ", why,
-                                    "; ADJUST_BS instead"));
+          Skip(m.id(), reason,
+               absl::StrCat("KILL_RESTART skipped (", restart_rule, "): ", why,
+                            "; ADJUST_BS instead"));
           subjects[m.id()] = {cls == v1::PERSISTENT ? kNdPersistentAdjust : kNdTransientAdjust,
                               absl::StrCat(what, ", restart skipped: ", why)};
         } else {
-          Skip(m.id(), absl::StrCat("KILL_RESTART skipped (", restart_rule, "): ", why,
-                                    "; stays compensated by its smaller batch"));
+          Skip(m.id(), reason,
+               absl::StrCat("KILL_RESTART skipped (", restart_rule, "): ", why,
+                            "; stays compensated by its smaller batch"));
         }
         continue;
       }
@@ -362,7 +371,7 @@ class Planner {
   void Proportional(const std::string& rule, double hysteresis) {
     if (last_round_ms_ != kNever && last_round_ms_ + spec_.cooldown_ms > o_.now_ms) {
       WaitUntil(last_round_ms_ + spec_.cooldown_ms);
-      Skip("job",
+      Skip("job", SkipReason::kCooldown,
            absl::StrCat("batch re-plan in cool-down until ",
                         Secs(last_round_ms_ + spec_.cooldown_ms - o_.now_ms),
                         " from now (last round ", Secs(o_.now_ms - last_round_ms_), " ago)"));
@@ -388,12 +397,13 @@ class Planner {
     }
     if (!changes) return;
     if (drift <= hysteresis && drift > 0) {
-      Skip("job", absl::StrCat("batches within the hysteresis margin: drift ", Num(drift),
-                               " <= ", Num(hysteresis)));
+      Skip("job", SkipReason::kNotNeeded,
+           absl::StrCat("batches within the hysteresis margin: drift ", Num(drift),
+                        " <= ", Num(hysteresis)));
       return;
     }
     if (!JobBudgetLeft()) {
-      Skip("job", absl::StrCat("batch re-plan skipped: ", BudgetSpent()));
+      Skip("job", SkipReason::kBudget, absl::StrCat("batch re-plan skipped: ", BudgetSpent()));
       return;
     }
     ++used_;
@@ -432,7 +442,8 @@ class Planner {
 
   void Custom() {
     if (o_.health.job_slowdown()) {
-      Skip("job", "job_slowdown: everyone slowed together, not a straggler; no action");
+      Skip("job", SkipReason::kJobSlowdown,
+           "job_slowdown: everyone slowed together, not a straggler; no action");
       return;
     }
     std::vector<const Member*> members;
@@ -460,14 +471,16 @@ class Planner {
         const bool adjust = rule.action == ActionKind::kAdjustBatchSize;
         const int cost = adjust && round_rules.count(name) ? 0 : 1;
         if (rule.budget && used_by_rule_[name] + cost > *rule.budget) {
-          Skip(m.id(), absl::StrCat(vocab::Name(rule.action), " skipped (", name,
-                                    "): the rule's budget of ", *rule.budget, " is spent"));
+          Skip(m.id(), SkipReason::kBudget,
+               absl::StrCat(vocab::Name(rule.action), " skipped (", name,
+                            "): the rule's budget of ", *rule.budget, " is spent"));
           continue;
         }
         if (adjust) {
           if (m.is_ps()) {
-            Skip(m.id(), absl::StrCat("ADJUST_BS skipped (", name,
-                                      "): batch sizing cannot help a parameter server"));
+            Skip(m.id(), SkipReason::kNotApplicable,
+                 absl::StrCat("ADJUST_BS skipped (", name,
+                              "): batch sizing cannot help a parameter server"));
             continue;
           }
           subjects[m.id()] = {name, what};
@@ -475,11 +488,12 @@ class Planner {
           break;
         }
         std::string why;
-        if (TryRestart(m, name, what, &why)) {
+        SkipReason reason = SkipReason::kNotApplicable;
+        if (TryRestart(m, name, what, &why, &reason)) {
           frozen.insert(m.id());
           break;
         }
-        Skip(m.id(), absl::StrCat("KILL_RESTART skipped (", name, "): ", why));
+        Skip(m.id(), reason, absl::StrCat("KILL_RESTART skipped (", name, "): ", why));
       }
     }
     Round(subjects, frozen, kCustomRebalance);
@@ -492,12 +506,13 @@ class Planner {
     }
     const int64_t n = static_cast<int64_t>(workers_.size());
     if (spec_.backup_workers >= n) {
-      Skip("job", absl::StrCat("backup workers skipped: ", spec_.backup_workers,
-                               " backups need more workers than ", n));
+      Skip("job", SkipReason::kNotApplicable,
+           absl::StrCat("backup workers skipped: ", spec_.backup_workers,
+                        " backups need more workers than ", n));
       return;
     }
     if (!JobBudgetLeft()) {
-      Skip("job", absl::StrCat("backup workers skipped: ", BudgetSpent()));
+      Skip("job", SkipReason::kBudget, absl::StrCat("backup workers skipped: ", BudgetSpent()));
       return;
     }
     ++used_;
@@ -530,9 +545,10 @@ class Planner {
     if (until <= o_.now_ms) return true;
     WaitUntil(until);
     if (!what.empty()) {
-      Skip(m.id(), absl::StrCat(what, ": in cool-down until ", Secs(until - o_.now_ms),
-                                " from now after ", ActionName(last->action), " (", last->rule,
-                                ") ", Secs(o_.now_ms - last->at_ms), " ago"));
+      Skip(m.id(), SkipReason::kCooldown,
+           absl::StrCat(what, ": in cool-down until ", Secs(until - o_.now_ms), " from now after ",
+                        ActionName(last->action), " (", last->rule, ") ",
+                        Secs(o_.now_ms - last->at_ms), " ago"));
     }
     return false;
   }
@@ -616,15 +632,17 @@ class Planner {
 
   // Restarts `m` when every safeguard allows it; otherwise says why not.
   bool TryRestart(const Member& m, const std::string& rule, const std::string& what,
-                  std::string* why) {
+                  std::string* why, SkipReason* reason) {
     const WorkerState& w = *m.state;
     if (w.last_restart_ms >= 0 && w.last_restart_ms + spec_.cooldown_ms > o_.now_ms) {
       WaitUntil(w.last_restart_ms + spec_.cooldown_ms);
+      *reason = SkipReason::kCooldown;
       *why = absl::StrCat("restarted ", Secs(o_.now_ms - w.last_restart_ms),
                           " ago, within the cool-down (", Secs(spec_.cooldown_ms), ")");
       return false;
     }
     if (o_.remaining_seconds < 0) {
+      *reason = SkipReason::kRemainingUnknown;
       *why = "the job's remaining time is unknown, so a restart cannot be weighed";
       return false;
     }
@@ -637,6 +655,7 @@ class Planner {
     evidence["min_saving_ratio"] = spec_.min_saving_ratio;
     if (!m.is_ps()) evidence["capacity_slowdown"] = CapacitySlowdown(m);
     if (!(saved > spec_.min_saving_ratio * cost)) {
+      *reason = SkipReason::kCostAboveSaving;
       *why = absl::StrCat("saves ", Num(saved), "s, not more than its cost ", Num(cost),
                           "s x min_saving_ratio ", Num(spec_.min_saving_ratio));
       return false;
@@ -644,15 +663,18 @@ class Planner {
     auto budget = rules_.find(rule);
     if (budget != rules_.end() && budget->second->budget &&
         used_by_rule_[rule] + 1 > *budget->second->budget) {
+      *reason = SkipReason::kBudget;
       *why = absl::StrCat("the rule's budget of ", *budget->second->budget, " is spent");
       return false;
     }
     if (!JobBudgetLeft()) {
+      *reason = SkipReason::kBudget;
       *why = BudgetSpent();
       return false;
     }
     const NodeState* node = PickNode(w.node);
     if (node == nullptr) {
+      *reason = SkipReason::kNoSpareNode;
       *why = "no spare node (spare, not excluded, not just given a restarted member)";
       return false;
     }
@@ -687,9 +709,10 @@ class Planner {
     *total = global_batch_ - fixed;
     const int64_t floor_value = std::max<int64_t>(1, spec_.min_local_batch);
     if (*total < floor_value * static_cast<int64_t>(parts.size())) {
-      Skip("job", absl::StrCat("ADJUST_BS skipped: ", *total, " samples left of the global batch ",
-                               global_batch_, " for ", parts.size(),
-                               " workers cannot give each the minimum ", floor_value));
+      Skip("job", SkipReason::kNotApplicable,
+           absl::StrCat("ADJUST_BS skipped: ", *total, " samples left of the global batch ",
+                        global_batch_, " for ", parts.size(),
+                        " workers cannot give each the minimum ", floor_value));
       return false;
     }
     std::vector<double> weights;
@@ -708,7 +731,8 @@ class Planner {
     if (subjects.empty()) return;
     if (!JobBudgetLeft()) {
       for (const auto& [id, s] : subjects) {
-        Skip(id, absl::StrCat("ADJUST_BS skipped (", s.rule, "): ", BudgetSpent()));
+        Skip(id, SkipReason::kBudget,
+             absl::StrCat("ADJUST_BS skipped (", s.rule, "): ", BudgetSpent()));
       }
       return;
     }
@@ -734,8 +758,9 @@ class Planner {
     if (!ok) return;
     if (parts.size() == 1) {
       for (const auto& [id, s] : subjects) {
-        Skip(id, absl::StrCat("ADJUST_BS skipped (", s.rule,
-                              "): no other worker outside a cool-down to trade samples with"));
+        Skip(id, SkipReason::kNotApplicable,
+             absl::StrCat("ADJUST_BS skipped (", s.rule,
+                          "): no other worker outside a cool-down to trade samples with"));
       }
       return;
     }
@@ -745,8 +770,9 @@ class Planner {
     }
     if (!subject_changes) {
       for (const auto& [id, s] : subjects) {
-        Skip(id, absl::StrCat("ADJUST_BS not needed (", s.rule,
-                              "): its batch already matches its speed"));
+        Skip(id, SkipReason::kNotNeeded,
+             absl::StrCat("ADJUST_BS not needed (", s.rule,
+                          "): its batch already matches its speed"));
       }
       return;
     }
@@ -794,8 +820,9 @@ class Planner {
     plan_.decisions.push_back(std::move(d));
   }
 
-  void Skip(const std::string& who, const std::string& line) {
+  void Skip(const std::string& who, SkipReason reason, const std::string& line) {
     plan_.skipped.push_back(absl::StrCat(who, ": ", line));
+    plan_.skip_reasons.push_back(reason);
   }
 
   void WaitUntil(int64_t until_ms) {
@@ -835,6 +862,28 @@ std::string Field(const std::string& key, const std::string& value) {
 }
 
 }  // namespace
+
+const char* SkipReasonName(SkipReason reason) {
+  switch (reason) {
+    case SkipReason::kCooldown:
+      return "cooldown";
+    case SkipReason::kBudget:
+      return "budget";
+    case SkipReason::kCostAboveSaving:
+      return "cost_above_saving";
+    case SkipReason::kNoSpareNode:
+      return "no_spare_node";
+    case SkipReason::kRemainingUnknown:
+      return "remaining_unknown";
+    case SkipReason::kJobSlowdown:
+      return "job_slowdown";
+    case SkipReason::kNotNeeded:
+      return "not_needed";
+    case SkipReason::kNotApplicable:
+      break;
+  }
+  return "not_applicable";
+}
 
 vocab::ActionKind KindOf(const Action& action) {
   if (std::holds_alternative<AdjustBatchSize>(action)) return ActionKind::kAdjustBatchSize;

@@ -183,12 +183,28 @@ struct Decision {
   std::map<std::string, double> evidence;  // score, windows_slow, saved_seconds, ...
 };
 
+// Why an action a policy considered was not taken (Plan::skip_reasons).
+enum class SkipReason {
+  kCooldown,          // the member's (or the job's) cool-down runs
+  kBudget,            // the job's or the rule's action budget is spent
+  kCostAboveSaving,   // a restart would not save more than it costs
+  kNoSpareNode,       // nowhere to restart it
+  kRemainingUnknown,  // the job's remaining time is unknown: a restart cannot be weighed
+  kJobSlowdown,       // everyone slowed together: not a straggler
+  kNotNeeded,         // batches already match the speeds (or within the hysteresis)
+  kNotApplicable,     // the action cannot help this member (a parameter server, ...)
+};
+// "cooldown", "budget", "cost_above_saving", "no_spare_node",
+// "remaining_unknown", "job_slowdown", "not_needed", "not_applicable".
+const char* SkipReasonName(SkipReason reason);
+
 struct Plan {
   std::vector<Decision> decisions;
   // What was considered and why not (cool-down, budget, cost, no spare node),
   // one line each, starting with the member id or "job".
   std::vector<std::string> skipped;
-  int64_t requeue_after_ms = 0;  // when to decide again
+  std::vector<SkipReason> skip_reasons;  // one per line of `skipped`
+  int64_t requeue_after_ms = 0;          // when to decide again
 };
 
 // One key=value line for logs and Events, e.g.

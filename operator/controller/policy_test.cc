@@ -123,7 +123,17 @@ int Count(const Plan& p, const char* action) {
       [&](const Decision& d) { return std::string(ActionName(d.action)) == action; }));
 }
 
+// Whether a skipped line of `who` has `reason` as its reason.
+bool SkippedFor(const Plan& p, const std::string& who, SkipReason reason) {
+  EXPECT_EQ(p.skipped.size(), p.skip_reasons.size()) << "one reason per skipped line";
+  for (size_t i = 0; i < p.skipped.size() && i < p.skip_reasons.size(); ++i) {
+    if (absl::StartsWith(p.skipped[i], who + ": ") && p.skip_reasons[i] == reason) return true;
+  }
+  return false;
+}
+
 bool Skipped(const Plan& p, const std::string& who, const std::string& text) {
+  EXPECT_EQ(p.skipped.size(), p.skip_reasons.size()) << "one reason per skipped line";
   return std::any_of(p.skipped.begin(), p.skipped.end(), [&](const std::string& s) {
     return absl::StartsWith(s, who + ": ") && absl::StrContains(s, text);
   });
@@ -193,6 +203,7 @@ TEST(NdPolicy, EachKindLeadsToItsAction) {
       EXPECT_TRUE(p.decisions.empty());
       if (c.job_slowdown) {
         EXPECT_TRUE(Skipped(p, "job", "job_slowdown"));
+        EXPECT_TRUE(SkippedFor(p, "job", SkipReason::kJobSlowdown));
       }
       continue;
     }
@@ -286,6 +297,7 @@ TEST(NdPolicy, RestartedWorkerIsNotRestartedWithinTheCooldown) {
   SCOPED_TRACE(Dump(p));
   EXPECT_EQ(Count(p, "KILL_RESTART"), 0);
   EXPECT_TRUE(Skipped(p, "w-3", "within the cool-down"));
+  EXPECT_TRUE(SkippedFor(p, "w-3", SkipReason::kCooldown));
   const Decision* d = Find(p, "w-3");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->rule, "antdt-nd:persistent-adjust");
@@ -336,6 +348,7 @@ TEST(NdPolicy, BudgetIsRespected) {
   Plan p = Decide(o, Spec(Policy::kAntdtNd));
   EXPECT_TRUE(p.decisions.empty()) << Dump(p);
   EXPECT_TRUE(Skipped(p, "w-3", "action budget spent (10 of 10")) << Dump(p);
+  EXPECT_TRUE(SkippedFor(p, "w-3", SkipReason::kBudget));
 
   // An ADJUST_BS round is one intervention however many workers it resized:
   // nine rounds of eight decisions leave one.
@@ -397,6 +410,10 @@ TEST(NdPolicy, RestartSkippedWhenItCostsMoreThanItSaves) {
       EXPECT_EQ(d->rule, "antdt-nd:persistent-adjust");
       EXPECT_TRUE(Skipped(p, "w-3", "KILL_RESTART skipped")) << "the reason is recorded";
       EXPECT_TRUE(Skipped(p, "w-3", c.remaining < 0 ? "remaining time is unknown" : "saves "));
+      EXPECT_TRUE(SkippedFor(
+          p, "w-3",
+          c.remaining < 0 ? SkipReason::kRemainingUnknown : SkipReason::kCostAboveSaving));
+      EXPECT_STREQ(SkipReasonName(SkipReason::kCostAboveSaving), "cost_above_saving");
       EXPECT_TRUE(absl::StrContains(d->reason, "restart skipped")) << d->reason;
     }
   }
@@ -451,6 +468,7 @@ TEST(NdPolicy, SpareNodeChoice) {
     if (c.want.empty()) {
       EXPECT_EQ(ActionName(d->action), std::string("ADJUST_BS"));
       EXPECT_TRUE(Skipped(p, "w-3", "no spare node"));
+      EXPECT_TRUE(SkippedFor(p, "w-3", SkipReason::kNoSpareNode));
     } else {
       ASSERT_TRUE(std::holds_alternative<KillRestart>(d->action));
       EXPECT_EQ(std::get<KillRestart>(d->action).to_node, c.want);
@@ -566,6 +584,7 @@ TEST(DdPolicy, NoReplanWithinTheHysteresisMargin) {
   Plan p = Decide(o, Spec(Policy::kAntdtDd));
   EXPECT_TRUE(p.decisions.empty()) << Dump(p);
   EXPECT_TRUE(Skipped(p, "job", "within the hysteresis margin")) << Dump(p);
+  EXPECT_TRUE(SkippedFor(p, "job", SkipReason::kNotNeeded));
   // Beyond the margin it re-plans.
   PolicySpec tight = Spec(Policy::kAntdtDd);
   tight.hysteresis = 0.02;
@@ -579,6 +598,7 @@ TEST(DdPolicy, NoReplanWithinTheHysteresisMargin) {
   p = Decide(cooling, tight);
   EXPECT_TRUE(p.decisions.empty());
   EXPECT_TRUE(Skipped(p, "job", "cool-down"));
+  EXPECT_TRUE(SkippedFor(p, "job", SkipReason::kCooldown));
   EXPECT_EQ(p.requeue_after_ms, 10'000);
 }
 

@@ -66,7 +66,6 @@ class JobController::LoopBackend final : public control::Backend {
 
   std::optional<v1::GetJobHealthResponse> Health() override {
     if (health_ == nullptr) return std::nullopt;
-    if (rt_->metrics) rt_->metrics->StragglerTime(RealClock::Get().NowMillis(), *health_);
     return *health_;
   }
 
@@ -145,11 +144,15 @@ class JobController::LoopBackend final : public control::Backend {
     if (controller_->actions_total_ != nullptr) {
       controller_->actions_total_->Add({{"action", controller::ActionName(d.action)}}).Increment();
     }
-    if (rt_->metrics) {
-      const auto saved = d.evidence.find("saved_seconds");
-      rt_->metrics->Action(controller::ActionName(d.action), d.rule,
-                           saved == d.evidence.end() ? 0.0 : saved->second);
-    }
+    if (rt_->metrics) rt_->metrics->Action(controller::ActionName(d.action), d.rule);
+  }
+
+  void RecordTime(const control::TimeDelta& delta) override {
+    if (rt_->metrics) rt_->metrics->Time(delta);
+  }
+
+  void RecordSkipped(const std::string& /*line*/, controller::SkipReason reason) override {
+    if (rt_->metrics) rt_->metrics->Skipped(controller::SkipReasonName(reason));
   }
 
  private:

@@ -22,7 +22,7 @@ std::string Plural(int n, const char* one, const char* many) {
 struct Form {
   int bar = 24;  // 0: no bar
   bool rebalances = true, eta = true, rate = true, epoch = true, records = true;
-  bool compensated = true;  // "stragglers 2 (1 compensated)" 
+  bool compensated = true;   // "stragglers 2 (1 compensated)"
   bool records_word = true;  // "12/40 records" rather than "12/40"
   bool long_words = true;    // "stragglers 1" rather than "strag 1"
 };

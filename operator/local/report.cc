@@ -44,13 +44,14 @@ std::string ReportJson(const RunResult& r) {
       "  \"records_committed\": %d,\n  \"exactly_once\": %s,\n  \"exactly_once_checked\": %s,\n"
       "  \"steps\": %d,\n  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n"
       "  \"held_out_log_loss\": %.6f,\n  \"held_out_accuracy\": %.6f,\n"
-      "  \"estimated_saved_seconds\": %.3f,\n  \"none_jct_seconds\": %s,\n  \"actions\": [",
+      "  \"estimated_saved_seconds\": %.3f,\n  \"estimated_lost_seconds\": %.3f,\n"
+      "  \"none_jct_seconds\": %s,\n  \"actions\": [",
       JsonEscape(r.job), JsonEscape(r.policy), r.jct_seconds, r.records_committed,
       !r.journals_checked             ? "null"
       : r.verification.exactly_once() ? "true"
                                       : "false",
       r.journals_checked ? "true" : "false", r.steps, r.first_loss, r.final_loss,
-      r.held_out_log_loss, r.held_out_accuracy, r.estimated_saved_seconds,
+      r.held_out_log_loss, r.held_out_accuracy, r.estimated_saved_seconds, r.estimated_lost_seconds,
       r.none_jct_seconds < 0 ? "null" : absl::StrFormat("%.3f", r.none_jct_seconds));
   for (size_t i = 0; i < r.actions.size(); ++i) {
     const ActionRecord& a = r.actions[i];
@@ -115,7 +116,8 @@ std::string CauseName(v1::Cause cause) {
 // "7.7 s (Controller's estimate)", and against policy none when a benchmark ran it.
 std::string TimeSaved(const RunResult& r) {
   std::string out =
-      absl::StrFormat("time saved (Controller's estimate): %.1f s", r.estimated_saved_seconds);
+      absl::StrFormat("time saved (Controller's estimate): %.1f s; lost to stragglers: %.1f s",
+                      r.estimated_saved_seconds, r.estimated_lost_seconds);
   if (r.none_jct_seconds >= 0) {
     absl::StrAppendFormat(&out, "; measured against policy none (%.1f s): %.1f s",
                           r.none_jct_seconds, r.none_jct_seconds - r.jct_seconds);
@@ -181,9 +183,8 @@ std::string MainCause(const StragglerSummary& s) {
 // time score up to 4.05), compensated by a smaller batch for 9.0 s, cause
 // CPU_CONTENTION".
 std::string StragglerLine(const StragglerSummary& s) {
-  std::string out =
-      absl::StrFormat("%s %s from %.1f s to %.1f s", s.worker, v1::StragglerClass_Name(s.klass),
-                      s.from_seconds, s.to_seconds);
+  std::string out = absl::StrFormat("%s %s from %.1f s to %.1f s", s.worker,
+                                    v1::StragglerClass_Name(s.klass), s.from_seconds, s.to_seconds);
   if (s.max_sample_score > 0) {
     absl::StrAppendFormat(&out, ": up to %.2fx slower per sample (batch time score up to %.2f)",
                           s.max_sample_score, s.max_score);

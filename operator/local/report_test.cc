@@ -25,6 +25,7 @@ RunResult Sample() {
   r.records_committed = 400'000;
   r.journals_checked = false;
   r.estimated_saved_seconds = 3.411;
+  r.estimated_lost_seconds = 12.5;
   ActionRecord restart;
   restart.at_seconds = 8.6;
   restart.action = vocab::ActionKind::kKillRestart;
@@ -60,7 +61,8 @@ RunResult Sample() {
 
 TEST(ReportText, ListsTheActionsWithTheirCauseAndEvidenceInSeconds) {
   const std::string text = ReportText(Sample());
-  EXPECT_THAT(text, HasSubstr("time saved (Controller's estimate): 3.4 s\n"));
+  EXPECT_THAT(text,
+              HasSubstr("time saved (Controller's estimate): 3.4 s; lost to stragglers: 12.5 s\n"));
   EXPECT_THAT(text, HasSubstr("actions: 1 (and 3 batch changes that only keep the global batch"));
   EXPECT_THAT(text, HasSubstr("\n  8.6 s KILL_RESTART worker-5: PERSISTENT worker"));
   EXPECT_THAT(text,
@@ -81,8 +83,8 @@ TEST(ReportText, ShowsEachStragglerWithItsPerSampleSpeedAndCompensation) {
                 v1::StragglerClass speed, bool compensated, v1::Cause cause) {
     r.timeline.push_back(
         {t, "worker-0", 950, 1, v1::HEALTHY, v1::CAUSE_UNSPECIFIED, "worker", 1, v1::HEALTHY});
-    r.timeline.push_back({t, "worker-3", 320, score, cls, cause, "worker", sample_score, speed,
-                          compensated});
+    r.timeline.push_back(
+        {t, "worker-3", 320, score, cls, cause, "worker", sample_score, speed, compensated});
   };
   at(3, v1::TRANSIENT, 3.02, 3.01, v1::TRANSIENT, false, v1::CPU_CONTENTION);
   at(4, v1::HEALTHY, 1.01, 3.05, v1::TRANSIENT, true, v1::CPU_CONTENTION);

@@ -133,6 +133,10 @@ class Runner final : public control::Backend {
     return client::ReleaseWorker(sharding_.address, copts);
   }
   void RecordAction(const controller::Decision& d) override;
+  void RecordTime(const control::TimeDelta& delta) override { metrics_.Time(delta); }
+  void RecordSkipped(const std::string& /*line*/, controller::SkipReason reason) override {
+    metrics_.Skipped(controller::SkipReasonName(reason));
+  }
 
  private:
   void Event(const std::string& line) {
@@ -379,7 +383,6 @@ absl::Status Runner::ApplyScenario() {
 std::optional<v1::GetJobHealthResponse> Runner::Health() {
   absl::StatusOr<v1::GetJobHealthResponse> health = monitor_->hub().Health(job_.name);
   if (!health.ok()) return std::nullopt;  // NOT_FOUND: no reports yet
-  metrics_.StragglerTime(clock_.NowMillis(), *health);
   const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
   for (const v1::WorkerHealth& h : health->workers()) {
     result_.timeline.push_back({t, h.worker_id(), h.samples_per_second(), h.score(), h.class_(),
@@ -427,10 +430,7 @@ void Runner::RecordAction(const controller::Decision& d) {
     rec.cause = p->cause;
     break;
   }
-  const auto saved = d.evidence.find("saved_seconds");
-  const double saved_seconds = saved == d.evidence.end() ? 0.0 : saved->second;
-  result_.estimated_saved_seconds += saved_seconds;
-  metrics_.Action(vocab::Name(rec.action), d.rule, saved_seconds);
+  metrics_.Action(vocab::Name(rec.action), d.rule);
   if (const auto* b = std::get_if<controller::UseBackupWorkers>(&d.action)) {
     rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
   }
@@ -613,6 +613,10 @@ void Runner::CollectLoss() {
 // checked for exactly-once (not in plain mode, which writes none).
 absl::Status Runner::Collect() {
   result_.jct_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
+  if (loop_) {
+    result_.estimated_saved_seconds = loop_->ledger().saved_seconds();
+    result_.estimated_lost_seconds = loop_->ledger().lost_seconds();
+  }
   if (auto p = driver_->Progress(); p.ok()) {
     result_.records_committed = p->records_committed_total();
   }

@@ -107,9 +107,11 @@ struct RunResult {
   double held_out_accuracy = -1;
   int64_t steps = 0;
   std::vector<std::pair<double, double>> loss_curve;
-  // The Controller's estimate of the job seconds its actions save: the sum of
-  // its decisions' evidence "saved_seconds".
+  // The Controller's estimates (control/time_ledger.h): job seconds its
+  // actions saved against no action (negative: they cost time), and job
+  // seconds lost to stragglers against every worker at the median pace.
   double estimated_saved_seconds = 0;
+  double estimated_lost_seconds = 0;
   // The same job under policy none, when a benchmark ran it (-1: not run).
   double none_jct_seconds = -1;
 };

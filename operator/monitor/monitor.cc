@@ -553,9 +553,9 @@ void Monitor::ClassifySpeed(Member& m, double sample_score, bool classify,
   // BPT class forgets this once a smaller batch hides the slowness.
   m.speed_deterministic = slow && (m.speed_deterministic || m.profile_deterministic);
   if (!slow) {
-    const bool leader = classify && sample_score < (m.speed_cls == v1::LEADER
-                                                        ? config_.leader_exit_threshold
-                                                        : config_.leader_threshold);
+    const bool leader =
+        classify && sample_score < (m.speed_cls == v1::LEADER ? config_.leader_exit_threshold
+                                                              : config_.leader_threshold);
     m.speed_cls = leader ? v1::LEADER : v1::HEALTHY;
     return;
   }
