@@ -48,6 +48,12 @@ class FakeBackend : public Backend {
     calls.push_back(absl::StrCat("record ", controller::ActionName(d.action), " ",
                                  controller::ActionTarget(d.action), " ", d.rule));
   }
+  void RecordTime(const TimeDelta& delta) override { times.push_back(delta); }
+  void RecordSkipped(const std::string& line, controller::SkipReason reason) override {
+    skipped.push_back(absl::StrCat(controller::SkipReasonName(reason), " ", line));
+  }
+  std::vector<TimeDelta> times;
+  std::vector<std::string> skipped;
 };
 
 // Four workers on node-0..3 at batch 64; worker `slow` reported as `cls`.
@@ -91,6 +97,28 @@ LoopOptions Options(vocab::Policy policy) {
   o.window_ms = 10'000;
   o.interval_ms = 5'000;
   return o;
+}
+
+// Every look feeds the ledger (and the backend's metrics); every plan's
+// skipped actions reach the backend with their reason.
+TEST(ControlLoop, LedgerAndSkipsReachTheBackend) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
+  for (int i = 0; i < 4; ++i) {  // worker-2 3x slower per sample at equal batches
+    v1::WorkerHealth* h = b.health->mutable_workers(i);
+    h->set_samples_per_second(i == 2 ? 64.0 / 3 : 64);
+    h->set_bpt_seconds(i == 2 ? 3 : 1);
+  }
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
+  ASSERT_TRUE(loop.RunOnce().ok());  // ADJUST_BS now: worker-2 in its cool-down after
+  clock.Advance(5'000);
+  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_EQ(b.times.size(), 2u);
+  EXPECT_DOUBLE_EQ(b.times[1].lost_seconds, 5.0 * (1 - 1.0 / 3));  // the view says 3 s steps
+  EXPECT_DOUBLE_EQ(loop.ledger().lost_seconds(), b.times[1].lost_seconds);
+  ASSERT_FALSE(b.skipped.empty());
+  EXPECT_EQ(b.skipped[0].rfind("cooldown worker-2: ", 0), 0u) << b.skipped[0];
 }
 
 TEST(ControlLoop, TransientStragglerGetsSmallerBatchThroughItsAgent) {
