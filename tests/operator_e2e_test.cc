@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -503,6 +504,16 @@ TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {
   EXPECT_NE(metrics.find("antdt_job_records_committed{job=\"slow\",namespace=\"default\"}"),
             std::string::npos)
       << metrics;
+  // The Monitor's series of the job carry its namespace too.
+  bool monitor_series = false;
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (absl::StartsWith(line, "antdt_monitor_straggler_score{") &&
+        absl::StrContains(line, "job=\"slow\"")) {
+      monitor_series = true;
+      EXPECT_TRUE(absl::StrContains(line, "namespace=\"default\"")) << line;
+    }
+  }
+  EXPECT_TRUE(monitor_series) << metrics;
   cluster.Kubectl("delete adt slow");
   EXPECT_TRUE(WaitFor(
       [&] {

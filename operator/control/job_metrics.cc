@@ -1,6 +1,7 @@
 #include "operator/control/job_metrics.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "prometheus/metric_family.h"
@@ -139,8 +140,8 @@ namespace {
 
 class NamespaceAdder final : public prometheus::Collectable {
  public:
-  NamespaceAdder(std::shared_ptr<prometheus::Collectable> inner, std::string ns)
-      : inner_(std::move(inner)), ns_(std::move(ns)) {}
+  NamespaceAdder(std::shared_ptr<prometheus::Collectable> inner, NamespaceOf namespace_of)
+      : inner_(std::move(inner)), namespace_of_(std::move(namespace_of)) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::vector<prometheus::MetricFamily> families = inner_->Collect();
@@ -151,7 +152,13 @@ class NamespaceAdder final : public prometheus::Collectable {
               m.label.begin(), m.label.end(),
               [&](const prometheus::ClientMetric::Label& l) { return l.name == name; });
         };
-        if (has("job") && !has("namespace")) m.label.push_back({"namespace", ns_});
+        if (has("namespace")) continue;
+        const auto job =
+            std::find_if(m.label.begin(), m.label.end(),
+                         [](const prometheus::ClientMetric::Label& l) { return l.name == "job"; });
+        if (job == m.label.end()) continue;
+        const std::optional<std::string> ns = namespace_of_(job->value);
+        if (ns) m.label.push_back({"namespace", *ns});
       }
     }
     return families;
@@ -159,14 +166,21 @@ class NamespaceAdder final : public prometheus::Collectable {
 
  private:
   const std::shared_ptr<prometheus::Collectable> inner_;
-  const std::string ns_;
+  const NamespaceOf namespace_of_;
 };
 
 }  // namespace
 
 std::shared_ptr<prometheus::Collectable> WithNamespace(
     std::shared_ptr<prometheus::Collectable> inner, std::string ns) {
-  return std::make_shared<NamespaceAdder>(std::move(inner), std::move(ns));
+  return std::make_shared<NamespaceAdder>(
+      std::move(inner),
+      [ns = std::move(ns)](const std::string&) -> std::optional<std::string> { return ns; });
+}
+
+std::shared_ptr<prometheus::Collectable> WithNamespaces(
+    std::shared_ptr<prometheus::Collectable> inner, NamespaceOf namespace_of) {
+  return std::make_shared<NamespaceAdder>(std::move(inner), std::move(namespace_of));
 }
 
 }  // namespace antdt::control

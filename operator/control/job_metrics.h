@@ -4,9 +4,11 @@
 // it is destroyed (the job ended, or was deleted).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,5 +72,11 @@ class JobMetrics {
 // label and no namespace (the Monitor keys jobs by name alone).
 std::shared_ptr<prometheus::Collectable> WithNamespace(
     std::shared_ptr<prometheus::Collectable> inner, std::string ns);
+// The same with the namespace looked up per job name (the operator's jobs);
+// nullopt leaves a series without one (a job unknown, or one name in two
+// namespaces, which the Monitor cannot tell apart).
+using NamespaceOf = std::function<std::optional<std::string>(const std::string& job)>;
+std::shared_ptr<prometheus::Collectable> WithNamespaces(
+    std::shared_ptr<prometheus::Collectable> inner, NamespaceOf namespace_of);
 
 }  // namespace antdt::control

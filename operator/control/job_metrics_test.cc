@@ -126,6 +126,21 @@ class Fixed final : public prometheus::Collectable {
   }
 };
 
+TEST(WithNamespaces, LooksTheNamespaceUpPerJob) {
+  auto wrapped = WithNamespaces(std::make_shared<Fixed>(),
+                                [](const std::string& job) -> std::optional<std::string> {
+                                  if (job == "j") return "team-c";
+                                  return std::nullopt;
+                                });
+  auto series = Series(wrapped->Collect());
+  EXPECT_EQ(series.count("x{job=j,worker=w,namespace=team-c,}"), 1u);
+  EXPECT_EQ(series.count("x{job=j,namespace=kept,}"), 1u);
+  auto unknown = WithNamespaces(std::make_shared<Fixed>(),
+                                [](const std::string&) { return std::optional<std::string>(); });
+  series = Series(unknown->Collect());
+  EXPECT_EQ(series.count("x{job=j,worker=w,}"), 1u);  // not known: left without
+}
+
 TEST(WithNamespace, AddsTheNamespaceToJobSeriesOnly) {
   auto wrapped = WithNamespace(std::make_shared<Fixed>(), "team-b");
   const auto series = Series(wrapped->Collect());

@@ -351,6 +351,18 @@ void JobController::Worker() {
   }
 }
 
+std::optional<std::string> JobController::NamespaceOf(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<std::string> found;
+  for (const auto& [key, rt] : runtimes_) {
+    const size_t slash = key.find('/');
+    if (key.substr(slash + 1) != name) continue;
+    if (found) return std::nullopt;  // two namespaces: ambiguous
+    found = key.substr(0, slash);
+  }
+  return found;
+}
+
 JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const manifest::Job& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string key = kube::KeyOf(job);

@@ -53,6 +53,11 @@ class JobController {
   // Runs one sync of `key` ("ns/name") now, on the calling thread (tests).
   absl::Status SyncForTest(const std::string& key);
 
+  // The namespace of the one job named `name` this controller runs; nullopt
+  // when none, or when jobs of that name run in several namespaces (the
+  // Monitor keys jobs by name and cannot tell them apart). Thread-safe.
+  std::optional<std::string> NamespaceOf(const std::string& name);
+
  private:
   struct JobRuntime;
   class LoopBackend;

@@ -16,6 +16,7 @@
 #include "common/serve.h"
 #include "common/server.h"
 #include "operator/bridge/bridge.h"
+#include "operator/control/job_metrics.h"
 #include "operator/k8s/config.h"
 #include "operator/k8s/job_controller.h"
 #include "operator/kube/client.h"
@@ -192,12 +193,15 @@ int main(int argc, char** argv) {
   if (!serving.ok()) return Fail(std::string(serving.status().message()));
   monitor_service.Start(100);
   auto readyz = std::make_shared<prometheus::Registry>();
-  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
-    exposer->RegisterCollectable(monitor_collector);
-  }
-
   k8s::JobController controller(client->get(), &monitor_service, ControllerOptions(*config),
                                 registry.get());
+  // The Monitor's series with each job's namespace (the exposer holds it weakly).
+  auto monitor_series = control::WithNamespaces(
+      monitor_collector,
+      [&controller](const std::string& job) { return controller.NamespaceOf(job); });
+  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
+    exposer->RegisterCollectable(monitor_series);
+  }
   // The API server must answer before the replica calls itself ready.
   auto probe = (*client)->List(kube::NodesResource(), "", kube::ListOptions{});
   if (!probe.ok()) {
