@@ -151,7 +151,10 @@ int Serve(const antdt::agent::AgentConfig& config, NodeSampling& sampling) {
   auto serving =
       Serving::Start({config.listen, config.socket, config.metrics_listen, registry, {&service}});
   if (!serving.ok()) return Fail(serving.status());
-  auto node_collector = MakeNodeCollector(&view);  // the exposer holds it weakly
+  auto node_collector = MakeNodeCollector(  // the exposer holds it weakly
+      &view, [&service](const std::string& job, const std::string& worker) {
+        return service.NamespaceOf(job, worker);
+      });
   if (prometheus::Exposer* exposer = (*serving)->exposer()) {
     exposer->RegisterCollectable(node_collector, "/metrics");
   }

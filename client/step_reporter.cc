@@ -22,6 +22,7 @@ absl::Status StepReporter::Report(const StepTiming& t) {
   buffer_.emplace_back();
   v1::StepReport* s = &buffer_.back();
   s->set_job(options_.job);
+  s->set_namespace_(options_.namespace_);
   s->set_worker_id(options_.worker_id);
   s->set_role(options_.role);
   s->set_step(t.step);

@@ -28,6 +28,7 @@ namespace antdt::client {
 struct StepReporterOptions {
   std::string agent_address;  // "unix:/path/agent.sock" or "127.0.0.1:PORT"
   std::string job;
+  std::string namespace_;  // the job's Kubernetes namespace ("" unknown)
   std::string worker_id;
   std::string role = "worker";
   int64_t timeout_ms = 200;

@@ -39,6 +39,15 @@ absl::StatusOr<int64_t> ParseDurationMs(const std::string& text, const std::stri
   return static_cast<int64_t>(value * scale + 0.5);
 }
 
+bool IsDns1123Label(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  for (char c : s) {
+    if (!alnum(c) && c != '-') return false;
+  }
+  return alnum(s.front()) && alnum(s.back());
+}
+
 absl::Status ValidateHostPort(const std::string& text, const std::string& field) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": must be HOST:PORT, e.g. 127.0.0.1:0 (",

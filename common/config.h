@@ -19,6 +19,9 @@ absl::StatusOr<int64_t> ParseDurationMs(const std::string& text, const std::stri
 
 // "HOST:PORT" with PORT in [0, 65535] ("[::1]:0" too).
 absl::Status ValidateHostPort(const std::string& text, const std::string& field);
+// A DNS-1123 label (a Kubernetes namespace or object name):
+// [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters.
+bool IsDns1123Label(const std::string& s);
 
 // Reads `--name value` and `--name=value`; a flag listed in `bool_flags` takes
 // no value. Positional arguments are returned under "" in order. An unknown

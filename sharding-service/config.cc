@@ -24,6 +24,8 @@ absl::Status SetField(ServiceConfig& c, const std::string& key, const std::strin
     c.metrics_listen = value;
   } else if (key == "state_dir" || key == "state-dir") {
     c.state_dir = value;
+  } else if (key == "namespace") {
+    c.namespace_ = value;
   } else if (key == "ready_file" || key == "ready-file") {
     c.ready_file = value;
   } else if (key == "lease_ttl" || key == "lease-ttl") {
@@ -70,6 +72,11 @@ absl::Status ValidateServiceConfig(const ServiceConfig& c) {
     RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
   if (c.state_dir.empty()) return absl::InvalidArgumentError("state_dir: must not be empty");
   if (c.lease_ttl_ms <= 0) return absl::InvalidArgumentError("lease_ttl: must be > 0");
+  if (!c.namespace_.empty() && !IsDns1123Label(c.namespace_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("namespace: must be a Kubernetes namespace (a DNS-1123 label), got \"",
+                     c.namespace_, "\""));
+  }
   return absl::OkStatus();
 }
 

@@ -15,6 +15,9 @@ struct ServiceConfig {
   std::string metrics_listen;  // empty: no metrics endpoint
   std::string state_dir = "antdt-state";
   std::string ready_file;
+  // The Kubernetes namespace of the job it serves: a `namespace` label on its
+  // per-job series ("" none).
+  std::string namespace_;
   int64_t lease_ttl_ms = 30'000;
   bool sync_full = true;  // fsync every group commit (power-loss safe)
   // Totals over every dataset; see LedgerOptions for the defaults' reasons.

@@ -20,8 +20,10 @@ constexpr const char* kUsage = R"(usage: antdt-sharding-service [flags]
   --metrics-listen HOST:PORT  Prometheus /metrics and /healthz      [off]
   --state-dir DIR             where the SQLite state lives          [antdt-state]
   --ready-file PATH           written with the bound address once serving
+  --namespace NS              the served job's Kubernetes namespace: a
+                              `namespace` label on its series        [none]
   --config FILE               YAML with the same keys (listen, metrics_listen,
-                              state_dir, ready_file, lease_ttl, sync,
+                              state_dir, ready_file, namespace, lease_ttl, sync,
                               max_datasets, max_total_shards); flags win
   --lease-ttl DURATION        lease length, renewed by every report [30s]
   --sync full|normal          full: fsync each group commit; normal: survive
@@ -46,7 +48,7 @@ int main(int argc, char** argv) {
   const std::optional<ParsedFlags> flags =
       ParseCommandLine(argc, argv, "antdt-sharding-service", kUsage,
                        {"listen", "metrics-listen", "state-dir", "ready-file", "config",
-                        "lease-ttl", "sync", "max-datasets", "max-total-shards"},
+                        "namespace", "lease-ttl", "sync", "max-datasets", "max-total-shards"},
                        &exit_code);
   if (!flags) return exit_code;
   auto loaded = LoadConfig<ServiceConfig>(*flags, ParseServiceConfig, ApplyServiceFlags);
@@ -68,7 +70,7 @@ int main(int argc, char** argv) {
 
   auto registry = std::make_shared<prometheus::Registry>();
   ShardingServiceImpl service(ledger->get(), *registry);
-  auto collector = MakeLedgerCollector(ledger->get());
+  auto collector = MakeLedgerCollector(ledger->get(), config.namespace_);
 
   ServeOptions so;
   so.listen = config.listen;

@@ -85,7 +85,7 @@ namespace {
 
 class LedgerCollector final : public prometheus::Collectable {
  public:
-  explicit LedgerCollector(const Ledger* ledger) : ledger_(ledger) {}
+  LedgerCollector(const Ledger* ledger, std::string ns) : ledger_(ledger), ns_(std::move(ns)) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     using prometheus::MetricFamily;
@@ -113,6 +113,7 @@ class LedgerCollector final : public prometheus::Collectable {
     for (const DatasetStats& s : ledger_->Stats()) {
       auto labels = [&](std::vector<prometheus::ClientMetric::Label> extra = {}) {
         std::vector<prometheus::ClientMetric::Label> l{{"job", s.job}, {"dataset", s.name}};
+        if (!ns_.empty()) l.push_back({"namespace", ns_});
         l.insert(l.end(), extra.begin(), extra.end());
         return l;
       };
@@ -141,12 +142,13 @@ class LedgerCollector final : public prometheus::Collectable {
 
  private:
   const Ledger* ledger_;
+  const std::string ns_;
 };
 
 }  // namespace
 
-std::shared_ptr<prometheus::Collectable> MakeLedgerCollector(const Ledger* ledger) {
-  return std::make_shared<LedgerCollector>(ledger);
+std::shared_ptr<prometheus::Collectable> MakeLedgerCollector(const Ledger* ledger, std::string ns) {
+  return std::make_shared<LedgerCollector>(ledger, std::move(ns));
 }
 
 }  // namespace antdt::sharding

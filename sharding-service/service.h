@@ -44,7 +44,9 @@ class ShardingServiceImpl final : public v1::ShardingService::Service {
 };
 
 // Exposes the ledger's state at scrape time: shards by state, epoch, records
-// committed, requeues and lease expirations per dataset.
-std::shared_ptr<prometheus::Collectable> MakeLedgerCollector(const Ledger* ledger);
+// committed, requeues and lease expirations per dataset, each series with the
+// dataset's `job` and, when `ns` is not empty, `namespace`.
+std::shared_ptr<prometheus::Collectable> MakeLedgerCollector(const Ledger* ledger,
+                                                             std::string ns = "");
 
 }  // namespace antdt::sharding

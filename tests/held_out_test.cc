@@ -90,6 +90,22 @@ void ExpectNotWorse(const std::string& name, const std::string& records_line, in
         << policy << ": held-out log-loss " << loss << " against " << ideal_loss;
     EXPECT_LE(std::abs(accuracy - ideal_accuracy), kAccuracyTolerance)
         << policy << ": held-out accuracy " << accuracy << " against " << ideal_accuracy;
+    // The Controller's time ledger: nothing saved without actions, by
+    // construction (equal batches, no restart); the figures themselves are
+    // compared with measured runs in docs/benchmarks.md, not here.
+    const double saved = r["estimated_saved_seconds"].get<double>();
+    const double lost = r["estimated_lost_seconds"].get<double>();
+    absl::StrAppendFormat(&table, "  estimated saved %.1f s, lost %.1f s\n", saved, lost);
+    EXPECT_GE(lost, 0) << policy;
+    if (policy == "none" || policy == "no-slowdown") {
+      EXPECT_NEAR(saved, 0, 1e-6) << policy;
+    }
+    if (policy == "none" && name == "paper-mix") {
+      EXPECT_GT(lost, 0) << "a 4x persistent straggler costs time";
+    }
+    if (policy == "antdt-nd") {
+      EXPECT_GT(saved, 0) << "antdt-nd acts on the 4x straggler";
+    }
   }
   std::printf("%s", table.c_str());  // the figures, for measuring the spread
 }

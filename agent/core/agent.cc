@@ -91,7 +91,8 @@ class Families {
 
 class NodeCollector final : public prometheus::Collectable {
  public:
-  explicit NodeCollector(const NodeView* view) : view_(view) {}
+  NodeCollector(const NodeView* view, NamespaceOf namespace_of)
+      : view_(view), namespace_of_(std::move(namespace_of)) {}
 
   std::vector<MetricFamily> Collect() const override {
     Families f;
@@ -171,6 +172,11 @@ class NodeCollector final : public prometheus::Collectable {
     }
     for (const v1::WorkerHealth& w : view_->health()) {
       Labels l = {{"job", w.job()}, {"worker", w.worker_id()}, {"role", w.role()}};
+      if (namespace_of_) {
+        if (std::string ns = namespace_of_(w.job(), w.worker_id()); !ns.empty()) {
+          l.push_back({"namespace", std::move(ns)});
+        }
+      }
       f.Add("antdt_worker_straggler_score",
             "Window batch time over the peers' median (1 = median; 2 = twice as slow).", l,
             w.score());
@@ -189,12 +195,14 @@ class NodeCollector final : public prometheus::Collectable {
 
  private:
   const NodeView* view_;
+  const NamespaceOf namespace_of_;
 };
 
 }  // namespace
 
-std::shared_ptr<prometheus::Collectable> MakeNodeCollector(const NodeView* view) {
-  return std::make_shared<NodeCollector>(view);
+std::shared_ptr<prometheus::Collectable> MakeNodeCollector(const NodeView* view,
+                                                           NamespaceOf namespace_of) {
+  return std::make_shared<NodeCollector>(view, std::move(namespace_of));
 }
 
 // ---- AgentServiceImpl ---------------------------------------------------------
@@ -296,8 +304,9 @@ grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext*, const v1::Report
 
 void AgentServiceImpl::Account(const v1::StepReport& report) {
   const v1::StepReport* step = &report;
-  const std::map<std::string, std::string> labels = {
+  std::map<std::string, std::string> labels = {
       {"job", step->job()}, {"worker", step->worker_id()}, {"role", step->role()}};
+  if (!step->namespace_().empty()) labels["namespace"] = step->namespace_();
   std::lock_guard<std::mutex> lock(mu_);
   step_seconds_.Add(labels, kStepBuckets).Observe(step->bpt_seconds());
   steps_.Add(labels).Increment();
@@ -311,6 +320,16 @@ void AgentServiceImpl::Account(const v1::StepReport& report) {
     if (!fresh) it->second = 0.8 * it->second + 0.2 * inst;
     samples_per_second_.Add(labels).Set(it->second);
   }
+}
+
+std::string AgentServiceImpl::NamespaceOf(const std::string& job, const std::string& worker) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = labels_.find({job, worker});
+  if (it == labels_.end()) return "";
+  for (const auto& [role, labels] : it->second) {
+    if (auto ns = labels.find("namespace"); ns != labels.end()) return ns->second;
+  }
+  return "";
 }
 
 std::vector<std::pair<std::string, std::string>> AgentServiceImpl::ForgetIdle(

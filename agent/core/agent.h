@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,9 +47,14 @@ class NodeView {
   std::map<std::pair<std::string, std::string>, v1::WorkerHealth> health_;
 };
 
+// The namespace of a worker of a job on this node ("" unknown).
+using NamespaceOf = std::function<std::string(const std::string& job, const std::string& worker)>;
+
 // Renders NodeView as antdt_node_*, antdt_cgroup_*, antdt_gpu_* and
-// antdt_worker_straggler_* gauges.
-std::shared_ptr<prometheus::Collectable> MakeNodeCollector(const NodeView* view);
+// antdt_worker_straggler_* gauges; the latter with `namespace` where
+// `namespace_of` knows it.
+std::shared_ptr<prometheus::Collectable> MakeNodeCollector(const NodeView* view,
+                                                           NamespaceOf namespace_of = nullptr);
 
 class AgentServiceImpl final : public v1::Agent::Service {
  public:
@@ -62,6 +68,8 @@ class AgentServiceImpl final : public v1::Agent::Service {
   // that nothing shows it as live here. Returns the (job, worker) pairs
   // forgotten now.
   std::vector<std::pair<std::string, std::string>> ForgetIdle(std::chrono::milliseconds idle);
+  // The namespace the worker's step reports carry ("" none, or not known here).
+  std::string NamespaceOf(const std::string& job, const std::string& worker) const;
 
  private:
   using WorkerKey = std::pair<std::string, std::string>;  // job, worker
@@ -73,7 +81,7 @@ class AgentServiceImpl final : public v1::Agent::Service {
   prometheus::Family<prometheus::Counter>& steps_;
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Gauge>& samples_per_second_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<WorkerKey, double> rate_;  // EWMA of samples/s per worker of a job
   // The label sets each worker's series were made with, and its last report.
   std::map<WorkerKey, std::map<std::string, std::map<std::string, std::string>>> labels_;

@@ -130,6 +130,65 @@ TEST(AgentService, ForgetsAWorkerThatLeftTheNode) {
       << text();
 }
 
+// A worker that reports its namespace gets it on every series of it: step
+// metrics, and the Monitor's judgement the agent re-exports.
+TEST(AgentService, LabelsAWorkersSeriesWithTheNamespaceItReports) {
+  Outbox box(100);
+  DirectiveTable table;
+  prometheus::Registry registry;
+  AgentServiceImpl service("node-a", &box, &table, registry);
+  grpc::ServerContext ctx;
+  v1::ReportStepResponse resp;
+  v1::ReportStepRequest req;
+  req.mutable_step()->set_job("train");
+  req.mutable_step()->set_namespace_("team-a");
+  req.mutable_step()->set_worker_id("worker-1");
+  req.mutable_step()->set_role("worker");
+  req.mutable_step()->set_bpt_seconds(0.5);
+  req.mutable_step()->set_samples(100);
+  ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
+  req.mutable_step()->clear_namespace_();  // an older SDK: no namespace
+  req.mutable_step()->set_worker_id("worker-2");
+  ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
+  const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(text.find("antdt_worker_steps_total{job=\"train\",namespace=\"team-a\",role=\"worker\","
+                      "worker=\"worker-1\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("antdt_worker_steps_total{job=\"train\",role=\"worker\",worker=\"worker-2\"} 1"),
+      std::string::npos)
+      << text;
+  EXPECT_EQ(service.NamespaceOf("train", "worker-1"), "team-a");
+  EXPECT_EQ(service.NamespaceOf("train", "worker-2"), "");
+  EXPECT_EQ(service.NamespaceOf("train", "worker-9"), "");
+
+  NodeView view;
+  v1::HealthUpdate health;
+  for (const char* id : {"worker-1", "worker-2"}) {
+    v1::WorkerHealth* w = health.add_workers();
+    w->set_job("train");
+    w->set_worker_id(id);
+    w->set_role("worker");
+    w->set_class_(v1::HEALTHY);
+  }
+  view.SetHealth(health);
+  auto collector = MakeNodeCollector(&view, [&](const std::string& job, const std::string& worker) {
+    return service.NamespaceOf(job, worker);
+  });
+  const std::string node = prometheus::TextSerializer().Serialize(collector->Collect());
+  EXPECT_NE(
+      node.find("antdt_worker_straggler_class{job=\"train\",worker=\"worker-1\",role=\"worker\","
+                "namespace=\"team-a\"} 1"),
+      std::string::npos)
+      << node;
+  EXPECT_NE(
+      node.find(
+          "antdt_worker_straggler_class{job=\"train\",worker=\"worker-2\",role=\"worker\"} 1"),
+      std::string::npos)
+      << node;
+}
+
 TEST(AgentService, StampsTheNodeQueuesTheStepAndReturnsDirectives) {
   Outbox box(10);
   DirectiveTable table;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -39,6 +40,8 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kUsage = R"(usage: antdt-trainer-worker [flags]
   --sharding ADDRESS            the sharding service
   --job J --dataset D           the dataset to train on
+  --namespace NS                the job's namespace, on the agent's series
+                                [$ANTDT_NAMESPACE]
   --worker-id W                 this worker's name
   --incarnation I               higher after each restart              [0]
   --journal PATH                the journal of acknowledged commits
@@ -316,6 +319,8 @@ absl::StatusOr<WorkerConfig> ParseWorkerConfig(const ParsedFlags& flags) {
     client::StepReporterOptions o;
     o.agent_address = flags.Get("agent");
     o.job = c.options.job;
+    const char* env_namespace = std::getenv("ANTDT_NAMESPACE");
+    o.namespace_ = flags.Get("namespace", env_namespace != nullptr ? env_namespace : "");
     o.worker_id = c.options.worker_id;
     if (flags.Has("report-interval")) {
       ASSIGN_OR_RETURN(o.flush_interval_ms,
@@ -509,7 +514,7 @@ int main(int argc, char** argv) {
       argc, argv, "antdt-trainer-worker", kUsage,
       {"sharding", "job", "dataset", "worker-id", "incarnation", "journal", "ps", "features",
        "agent", "local-batch", "device-us-per-sample", "speed-file", "commit-every-steps",
-       "log-every-steps", "seed", "report-interval", "eval-out", "eval-records"},
+       "log-every-steps", "seed", "report-interval", "eval-out", "eval-records", "namespace"},
       &exit_code);
   if (!flags) return exit_code;
   absl::StatusOr<WorkerConfig> config = ParseWorkerConfig(*flags);

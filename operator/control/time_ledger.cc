@@ -52,7 +52,9 @@ TimeDelta TimeLedger::Observe(int64_t now_ms, const v1::GetJobHealthResponse& he
   const double dt = static_cast<double>(now_ms - last) / 1000.0;
   const double ideal = share / median;
   delta.lost_seconds = dt * std::max(0.0, 1 - ideal / step);
-  delta.saved_seconds = dt * (untouched / step - 1);
+  // Equal batches and no restart: untouched is the step itself, up to rounding.
+  const double ratio = untouched / step;
+  delta.saved_seconds = std::abs(ratio - 1) < 1e-9 ? 0 : dt * (ratio - 1);
   for (const Pace& w : workers) {
     if (w.pace < median) delta.worker_lost_seconds[w.id] = dt * (1 - w.pace / median);
   }

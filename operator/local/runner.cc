@@ -196,11 +196,12 @@ class Runner final : public control::Backend {
 };
 
 absl::Status Runner::StartShardingService() {
-  ASSIGN_OR_RETURN(sharding_,
-                   StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen", "127.0.0.1:0",
-                                "--state-dir", dir_ + "/sharding", "--lease-ttl", "10s", "--sync",
-                                "normal", "--metrics-listen", "127.0.0.1:0"},
-                               dir_, "sharding-service"));
+  ASSIGN_OR_RETURN(
+      sharding_,
+      StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen", "127.0.0.1:0", "--state-dir",
+                   dir_ + "/sharding", "--lease-ttl", "10s", "--sync", "normal", "--metrics-listen",
+                   "127.0.0.1:0", "--namespace", job_.namespace_},
+                  dir_, "sharding-service"));
   client::ShardingClientOptions copts;
   copts.job = job_.name;
   copts.dataset = "train";

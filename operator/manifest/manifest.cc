@@ -251,16 +251,6 @@ absl::Status Positive(const std::string& path, double v) {
   return absl::OkStatus();
 }
 
-// A DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters.
-bool IsDns1123Label(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  for (char c : s) {
-    if (!alnum(c) && c != '-') return false;
-  }
-  return alnum(s.front()) && alnum(s.back());
-}
-
 absl::Status CheckDns1123Label(const std::string& path, const std::string& s) {
   if (IsDns1123Label(s)) return absl::OkStatus();
   return Invalid(path, absl::StrCat("must be a DNS-1123 label (lowercase letters, digits and "

@@ -11,6 +11,8 @@ from typing import Optional
 
 #: The job's name.
 JOB = "ANTDT_JOB"
+#: The job's Kubernetes namespace.
+NAMESPACE = "ANTDT_NAMESPACE"
 #: This worker's stable id.
 WORKER_ID = "ANTDT_WORKER_ID"
 

@@ -98,6 +98,9 @@ class StepReporter:
             raise ValueError(f"timeout_s: must be a finite number of seconds > 0, got {timeout_s!r}")
         self.agent_address = agent_address
         self.job = job
+        #: The job's namespace, from ``$ANTDT_NAMESPACE`` ("" when not set): a
+        #: ``namespace`` label on the agent's series of this worker.
+        self.namespace = _env.first_set(_env.NAMESPACE) or ""
         self.worker_id = worker_id
         self.role = role
         self.timeout_s = float(timeout_s)
@@ -170,6 +173,7 @@ class StepReporter:
                 job=self.job,
                 worker_id=self.worker_id,
                 role=self.role,
+                namespace=self.namespace,
                 step=_count("step", step),
                 samples=_count("samples", samples),
                 bpt_seconds=_seconds("bpt_seconds", bpt_seconds),

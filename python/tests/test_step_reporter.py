@@ -136,6 +136,15 @@ class StepReporterAgentTest(unittest.TestCase):
         self.assertEqual(metrics[("antdt_worker_step_seconds_count", worker_labels())], 7)
         self.assertEqual(metrics[("antdt_worker_steps_total", worker_labels("ps-0", "ps"))], 1)
 
+    def test_the_namespace_from_the_environment_labels_the_workers_series(self) -> None:
+        with mock.patch.dict(os.environ, {"ANTDT_NAMESPACE": "team-a"}):
+            r = self.reporter(self.agent.tcp, worker="py-ns")
+        self.assertEqual(r.namespace, "team-a")
+        self.assertTrue(r.report(0, 16, 0.01), r.last_error)
+        labels = tuple(sorted({"job": JOB, "namespace": "team-a", "role": "worker",
+                               "worker": "py-ns"}.items()))
+        self.assertEqual(self.agent.scrape()[("antdt_worker_steps_total", labels)], 1)
+
     def test_bad_arguments_raise_value_error_naming_the_argument(self) -> None:
         r = self.reporter(self.agent.socket, worker="py-bad")
         nan, inf = math.nan, math.inf
