@@ -106,7 +106,7 @@ Figures Operator(int jobs, int workers) {
     for (prometheus::Registry* r : {&forgetting, &keeping}) {
       auto m = std::make_unique<antdt::control::JobMetrics>(*r, "default", job, 10);
       m->Progress(100, 1000, 50, 18);
-      m->Action("KILL_RESTART", "antdt-nd:persistent-restart");
+      m->Action("KILL_RESTART", "antdt-nd:persistent-restart", "done");
       m->Skipped("cooldown");
       antdt::control::TimeLedger ledger;
       m->Time(ledger.Observe(1'000, Health(job, workers)));

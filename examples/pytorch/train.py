@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 import time
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -80,7 +81,7 @@ def evaluate(model: torch.nn.Module, out_path: str) -> None:
     logging.info("held-out log-loss %.4f, accuracy %.4f", loss, accuracy)
 
 
-def train_antdt(data: Synthetic, lr: float) -> torch.nn.Module:
+def train_antdt(data: Synthetic, lr: float) -> Optional[torch.nn.Module]:
     from antdt.torch import Session
 
     session = Session.from_env(sample_fn=data.__getitem__,
@@ -100,7 +101,9 @@ def train_antdt(data: Synthetic, lr: float) -> torch.nn.Module:
 
     summary = session.run(train_step, optimizer)
     logging.info("rank %d: %s", session.group.rank, summary)
-    return net
+    # Restarted after the dataset was finished: this process trained nothing,
+    # so its model is not the job's (the incarnation that trained evaluated it).
+    return net if summary.steps > 0 else None
 
 
 def train_plain(data: Synthetic, lr: float) -> torch.nn.Module:
@@ -145,10 +148,18 @@ def main() -> int:
     else:
         net = train_antdt(data, lr)
     log_path = os.environ.get("ANTDT_LOSS_LOG", "")
-    if env_int("RANK", 0) == 0 and log_path:
+    if env_int("RANK", 0) == 0 and log_path and net is not None:
         evaluate(net, log_path + ".eval.json")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without running the C++ destructors of torch's process groups:
+    # one that broke during a regroup can abort the interpreter's teardown
+    # ("terminate called without an active exception") after the job's work
+    # is done and committed, and a non-zero exit would restart this rank.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

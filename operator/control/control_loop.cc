@@ -7,6 +7,18 @@
 
 namespace antdt::control {
 
+const char* OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kNotDelivered:
+      return "not_delivered";
+    case Outcome::kFailed:
+      return "failed";
+    case Outcome::kDone:
+      break;
+  }
+  return "done";
+}
+
 absl::Status Backend::Retire(const std::string& worker, int32_t incarnation) {
   LeaveParameterServers(worker);
   return ReleaseShards(worker, incarnation);
@@ -76,6 +88,7 @@ absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
     if (m.id == target) member = &m;
   }
   const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action);
+  Outcome outcome = Outcome::kDone;
   // A member not running now (being started) gets no directive; the decision
   // stands (committed, recorded) and it starts with the batch the next plan sees.
   if (a != nullptr && member != nullptr && !member->node.empty()) {
@@ -89,7 +102,7 @@ absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
     directive.set_reason(d.reason);
     // Not delivered: the agent is reconnecting; the next plan sees the
     // member's batch and re-plans (the backend logs it).
-    (void)backend_->SendDirective(member->node, directive);
+    if (!backend_->SendDirective(member->node, directive)) outcome = Outcome::kNotDelivered;
   } else if (const auto* k = std::get_if<controller::KillRestart>(&d.action)) {
     if (member == nullptr) {
       return absl::FailedPreconditionError("KILL_RESTART of " + k->worker +
@@ -97,10 +110,13 @@ absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
     }
     relaunching_[member->id] = {member->incarnation, clock_->NowMillis()};
     ledger_.Restarted(member->id);
-    RETURN_IF_ERROR(backend_->RestartElsewhere(*member, *k));
+    if (absl::Status s = backend_->RestartElsewhere(*member, *k); !s.ok()) {
+      backend_->RecordAction(d, Outcome::kFailed);
+      return s;
+    }
   }
   // UseBackupWorkers: set on the parameter servers when they start; recorded only.
-  backend_->RecordAction(d);
+  backend_->RecordAction(d, outcome);
   return absl::OkStatus();
 }
 

@@ -40,6 +40,14 @@
 
 namespace antdt::control {
 
+// How a decision's execution went (a label of antdt_controller_actions_total).
+enum class Outcome {
+  kDone,          // carried out
+  kNotDelivered,  // an ADJUST_BS directive whose agent was not connected: re-planned next turn
+  kFailed,        // the backend could not carry it out (the loop stops there)
+};
+const char* OutcomeName(Outcome outcome);  // "done", "not_delivered", "failed"
+
 // What the loop asks of the place a job runs in. Every call comes from the
 // loop's thread.
 class Backend {
@@ -71,8 +79,9 @@ class Backend {
   // Returns the shards `worker` holds under `incarnation` to the queue now,
   // rather than at lease expiry.
   virtual absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) = 0;
-  // A decision was carried out: logs, Events, reports, metrics.
-  virtual void RecordAction(const controller::Decision& decision) = 0;
+  // A decision was carried out (or tried, `outcome`): logs, Events, reports,
+  // metrics.
+  virtual void RecordAction(const controller::Decision& decision, Outcome outcome) = 0;
   // The time ledger's increments for the view just observed (metrics).
   virtual void RecordTime(const TimeDelta& /*delta*/) {}
   // An action the plan passed over (its line in Plan::skipped), and why.

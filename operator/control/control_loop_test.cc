@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace antdt::control {
@@ -44,9 +45,11 @@ class FakeBackend : public Backend {
     calls.push_back(absl::StrCat("release ", worker, "@", incarnation));
     return absl::OkStatus();
   }
-  void RecordAction(const controller::Decision& d) override {
-    calls.push_back(absl::StrCat("record ", controller::ActionName(d.action), " ",
-                                 controller::ActionTarget(d.action), " ", d.rule));
+  void RecordAction(const controller::Decision& d, Outcome outcome) override {
+    calls.push_back(absl::StrCat(
+        "record ", controller::ActionName(d.action), " ", controller::ActionTarget(d.action), " ",
+        d.rule,
+        outcome == Outcome::kDone ? std::string() : absl::StrCat(" ", OutcomeName(outcome))));
   }
   void RecordTime(const TimeDelta& delta) override { times.push_back(delta); }
   void RecordSkipped(const std::string& line, controller::SkipReason reason) override {
@@ -119,6 +122,28 @@ TEST(ControlLoop, LedgerAndSkipsReachTheBackend) {
   EXPECT_DOUBLE_EQ(loop.ledger().lost_seconds(), b.times[1].lost_seconds);
   ASSERT_FALSE(b.skipped.empty());
   EXPECT_EQ(b.skipped[0].rfind("cooldown worker-2: ", 0), 0u) << b.skipped[0];
+}
+
+// A directive whose agent is not connected is recorded as not delivered; the
+// decision stands and the next plan re-plans from the batches it sees.
+TEST(ControlLoop, UndeliveredDirectiveIsRecordedAsSuch) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  b.deliver = false;
+  Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
+  auto plan = loop.RunOnce();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->decisions.empty());
+  bool recorded = false;
+  for (const std::string& call : b.calls) {
+    if (absl::StartsWith(call, "record ADJUST_BS worker-2 ")) {
+      recorded = true;
+      EXPECT_TRUE(absl::EndsWith(call, " not_delivered")) << call;
+    }
+  }
+  EXPECT_TRUE(recorded);
+  EXPECT_EQ(loop.history().size(), plan->decisions.size());
 }
 
 TEST(ControlLoop, TransientStragglerGetsSmallerBatchThroughItsAgent) {

@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "operator/controller/policy.h"
 #include "prometheus/metric_family.h"
 
 namespace antdt::control {
@@ -30,7 +31,8 @@ JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::stri
                .Register(registry)),
       actions_(prometheus::BuildCounter()
                    .Name("antdt_controller_actions_total")
-                   .Help("Straggler actions the Controller carried out, by action and rule.")
+                   .Help("Straggler actions the Controller carried out (or tried), by action, "
+                         "rule and outcome (done, not_delivered, failed).")
                    .Register(registry)),
       saved_(prometheus::BuildCounter()
                  .Name("antdt_controller_estimated_saved_seconds_total")
@@ -65,6 +67,11 @@ JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::stri
   std::lock_guard<std::mutex> lock(mu_);
   saved_.Add(Job());  // 0 until the first action: a series to compare with
   cost_.Add(Job());
+  for (controller::SkipReason reason : controller::kSkipReasons) {  // 0 until one is skipped
+    prometheus::Labels labels = Job();
+    labels["reason"] = controller::SkipReasonName(reason);
+    skips_made_.push_back(&skipped_.Add(labels));
+  }
   job_lost_.Add(Job());  // 0 until the first straggler
   GaugeOf(budget_).Set(static_cast<double>(action_budget));
 }
@@ -124,11 +131,13 @@ void JobMetrics::Time(const TimeDelta& delta) {
   }
 }
 
-void JobMetrics::Action(const std::string& kind, const std::string& rule) {
+void JobMetrics::Action(const std::string& kind, const std::string& rule,
+                        const std::string& outcome) {
   std::lock_guard<std::mutex> lock(mu_);
   prometheus::Labels labels = Job();
   labels["action"] = kind;
   labels["rule"] = rule;
+  labels["outcome"] = outcome;
   prometheus::Counter& c = actions_.Add(labels);
   c.Increment();
   if (std::find(actions_made_.begin(), actions_made_.end(), &c) == actions_made_.end()) {

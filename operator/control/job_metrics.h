@@ -35,8 +35,9 @@ class JobMetrics {
   // Records committed of `total` (every epoch), the recent pace and the
   // sharding service's estimate of the seconds left (< 0: none yet).
   void Progress(int64_t committed, int64_t total, double records_per_second, double eta_seconds);
-  // An action carried out: its kind and rule.
-  void Action(const std::string& kind, const std::string& rule);
+  // An action carried out, or tried: its kind, rule and outcome ("done",
+  // "not_delivered", "failed").
+  void Action(const std::string& kind, const std::string& rule, const std::string& outcome);
   // An action a policy passed over, and why (controller::SkipReasonName).
   void Skipped(const std::string& reason);
   // The time ledger's increments for one view (time_ledger.h): time lost to

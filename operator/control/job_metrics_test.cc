@@ -33,8 +33,8 @@ TEST(JobMetrics, EverySeriesCarriesNamespaceAndJob) {
   prometheus::Registry registry;
   JobMetrics m(registry, "team-a", "resnet", 10);
   m.Progress(250, 1000, 50, 15);
-  m.Action("KILL_RESTART", "antdt-nd:persistent-restart");
-  m.Action("ADJUST_BS", "antdt-nd:rebalance");
+  m.Action("KILL_RESTART", "antdt-nd:persistent-restart", "done");
+  m.Action("ADJUST_BS", "antdt-nd:rebalance", "not_delivered");
   m.Time({1.0, 42.5, {{"worker-1", 1.0}}});
   m.Skipped("budget");
   const auto series = Series(registry.Collect());
@@ -46,7 +46,17 @@ TEST(JobMetrics, EverySeriesCarriesNamespaceAndJob) {
       series.at("antdt_controller_estimated_saved_seconds_total{job=resnet,namespace=team-a,}"),
       42.5);
   EXPECT_EQ(series.at("antdt_controller_actions_total{action=KILL_RESTART,job=resnet,namespace="
-                      "team-a,rule=antdt-nd:persistent-restart,}"),
+                      "team-a,outcome=done,rule=antdt-nd:persistent-restart,}"),
+            1);
+  EXPECT_EQ(series.at("antdt_controller_actions_total{action=ADJUST_BS,job=resnet,namespace="
+                      "team-a,outcome=not_delivered,rule=antdt-nd:rebalance,}"),
+            1);
+  // Every skip reason has a series from the start (0), so rates and panels have data.
+  EXPECT_EQ(
+      series.at(
+          "antdt_controller_skipped_total{job=resnet,namespace=team-a,reason=no_spare_node,}"),
+      0);
+  EXPECT_EQ(series.at("antdt_controller_skipped_total{job=resnet,namespace=team-a,reason=budget,}"),
             1);
   for (const auto& [key, value] : series) {
     EXPECT_THAT(key, HasSubstr("namespace=team-a")) << key;
@@ -68,7 +78,7 @@ TEST(JobMetrics, AJobsSeriesGoWhenItEnds) {
   auto a = std::make_unique<JobMetrics>(registry, "ns-a", "train", 10);
   JobMetrics b(registry, "ns-b", "train", 10);  // the same name in another namespace
   a->Progress(10, 100, 1, 90);
-  a->Action("KILL_RESTART", "r");
+  a->Action("KILL_RESTART", "r", "done");
   a->Time({1.0, -1.0, {{"worker-0", 1.0}}});
   a->Skipped("cooldown");
   b.Progress(20, 100, 1, 80);

@@ -194,6 +194,10 @@ enum class SkipReason {
   kNotNeeded,         // batches already match the speeds (or within the hysteresis)
   kNotApplicable,     // the action cannot help this member (a parameter server, ...)
 };
+inline constexpr SkipReason kSkipReasons[] = {
+    SkipReason::kCooldown,    SkipReason::kBudget,           SkipReason::kCostAboveSaving,
+    SkipReason::kNoSpareNode, SkipReason::kRemainingUnknown, SkipReason::kJobSlowdown,
+    SkipReason::kNotNeeded,   SkipReason::kNotApplicable};
 // "cooldown", "budget", "cost_above_saving", "no_spare_node",
 // "remaining_unknown", "job_slowdown", "not_needed", "not_applicable".
 const char* SkipReasonName(SkipReason reason);

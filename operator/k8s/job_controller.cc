@@ -140,11 +140,13 @@ class JobController::LoopBackend final : public control::Backend {
     return client::ReleaseWorker(rt_->sharding_address, co);
   }
 
-  void RecordAction(const controller::Decision& d) override {
-    if (controller_->actions_total_ != nullptr) {
+  void RecordAction(const controller::Decision& d, control::Outcome outcome) override {
+    if (controller_->actions_total_ != nullptr && outcome == control::Outcome::kDone) {
       controller_->actions_total_->Add({{"action", controller::ActionName(d.action)}}).Increment();
     }
-    if (rt_->metrics) rt_->metrics->Action(controller::ActionName(d.action), d.rule);
+    if (rt_->metrics) {
+      rt_->metrics->Action(controller::ActionName(d.action), d.rule, control::OutcomeName(outcome));
+    }
   }
 
   void RecordTime(const control::TimeDelta& delta) override {

@@ -132,7 +132,7 @@ class Runner final : public control::Backend {
     copts.incarnation = incarnation;
     return client::ReleaseWorker(sharding_.address, copts);
   }
-  void RecordAction(const controller::Decision& d) override;
+  void RecordAction(const controller::Decision& d, control::Outcome outcome) override;
   void RecordTime(const control::TimeDelta& delta) override { metrics_.Time(delta); }
   void RecordSkipped(const std::string& /*line*/, controller::SkipReason reason) override {
     metrics_.Skipped(controller::SkipReasonName(reason));
@@ -414,7 +414,7 @@ bool Runner::SendDirective(const std::string& node, const v1::Directive& directi
   return false;
 }
 
-void Runner::RecordAction(const controller::Decision& d) {
+void Runner::RecordAction(const controller::Decision& d, control::Outcome outcome) {
   ActionRecord rec;
   rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
   rec.action = controller::KindOf(d.action);
@@ -431,7 +431,10 @@ void Runner::RecordAction(const controller::Decision& d) {
     rec.cause = p->cause;
     break;
   }
-  metrics_.Action(vocab::Name(rec.action), d.rule);
+  metrics_.Action(vocab::Name(rec.action), d.rule, control::OutcomeName(outcome));
+  if (outcome != control::Outcome::kDone) {
+    rec.reason = absl::StrCat("(", control::OutcomeName(outcome), ") ", rec.reason);
+  }
   if (const auto* b = std::get_if<controller::UseBackupWorkers>(&d.action)) {
     rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
   }

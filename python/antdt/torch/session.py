@@ -267,6 +267,15 @@ class Session:
         """
         started = time.monotonic()
         client = self.client_spec.open()
+        if self._data_finished(client):
+            # A rank restarted after the others trained the last records (or
+            # after it finished itself and then failed on its way out): there
+            # is nothing to train and no group left to join.
+            _log.info("rank %d: the dataset is finished: nothing to train",
+                      self.group.rank)
+            client.close()
+            self.summary.seconds = time.monotonic() - started
+            return self.summary
         journal = Journal.open_and_resolve(self.journal_path, client)
         commits = StepCommits(client, journal)
         self._restore(optimizer, client)
@@ -318,6 +327,14 @@ class Session:
                 self.reporter.close()
         self.group.finish()
         return self.summary
+
+    @staticmethod
+    def _data_finished(client: Any) -> bool:
+        try:
+            return bool(client.progress().finished)
+        except Exception as e:  # noqa: BLE001 (not created yet, or unreachable: train)
+            _log.debug("progress: %s", e)
+            return False
 
     def _records(self) -> Iterator[Any]:
         dataset = ShardedDataset(self.client_spec, self.sample_fn)

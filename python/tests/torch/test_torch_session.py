@@ -229,6 +229,31 @@ class RestartTest(unittest.TestCase):
         finally:
             job.stop()
 
+    def test_a_rank_restarted_after_the_data_is_done_exits_at_once(self) -> None:
+        # A rank that failed on its way out (after its last commit), or was
+        # restarted as the others trained the last records: its next
+        # incarnation has no group to join and must not wait for one (the
+        # group's timeout is 120 s) nor fail, or it would be restarted again.
+        world, records = 2, 2048
+        job = TorchJob(self.workdir, EXAMPLE, world=world, records=records, shard_size=256,
+                       global_batch=64, lease_ttl="3s")
+        try:
+            job.start_all()
+            self.assertEqual(job.wait(120), [0] * world, job.log(0) + job.log(1))
+            eval_path = os.path.join(self.workdir, "worker-0.loss.jsonl.eval.json")
+            with open(eval_path) as f:
+                evaluated = f.read()
+            for rank in range(world):  # each alone: no peer to form a group with
+                job.restart(rank)
+                self.assertEqual(job.wait(60), [0] * world, job.log(0) + job.log(1))
+                self.assertIn("the dataset is finished: nothing to train", job.log(rank))
+            with open(eval_path) as f:
+                self.assertEqual(f.read(), evaluated, "an idle incarnation evaluates nothing")
+            check = verify_journals([job.journal(r) for r in range(world)], records, 1)
+            self.assertEqual((check["missing"], check["twice"]), (0, 0), check)
+        finally:
+            job.stop()
+
     def test_kill_a_rank(self) -> None:
         self.kill_and_restart(1)
 
