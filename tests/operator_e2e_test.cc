@@ -289,9 +289,20 @@ class Cluster {
     return Json::parse(r.extract_string().get());
   }
 
-  demo::Verification Verify(const std::string& job, int64_t records) {
+  // The job's own folder under its checkpoint.path: named by its UID (the
+  // live job's; once deleted, the only one there).
+  std::string StateDir(const std::string& job, const std::string& uid = "") {
+    const std::string base = dir_.File("checkpoints/" + job);
+    std::string id = uid.empty() ? Str(GetJob(job), {"metadata", "uid"}) : uid;
+    if (id.empty() && fs::exists(base)) {
+      for (const auto& e : fs::directory_iterator(base)) id = e.path().filename().string();
+    }
+    return base + "/" + id;
+  }
+
+  demo::Verification Verify(const std::string& job, int64_t records, const std::string& uid = "") {
     std::vector<std::string> journals;
-    const std::string dir = dir_.File("checkpoints/" + job + "/journals");
+    const std::string dir = StateDir(job, uid) + "/journals";
     if (fs::exists(dir)) {
       for (const auto& e : fs::directory_iterator(dir)) journals.push_back(e.path().string());
     }
@@ -420,6 +431,28 @@ TEST(OperatorE2E, JobGoesCreatedRunningSucceededExactlyOnce) {
   EXPECT_NE(metrics.find("controller_runtime_reconcile_total"), std::string::npos);
   EXPECT_NE(metrics.find("leader_election_master_status{name=\"antdt-operator\"} 1"),
             std::string::npos);
+
+  // Delete it and apply it again: a new job (a new UID) under the old name
+  // trains every record again, in a folder of its own; the first run's state
+  // is left as it was.
+  const std::string first_uid = Str(job, {"metadata", "uid"});
+  const std::string first_dir = cluster.StateDir("train", first_uid);
+  cluster.Kubectl("delete adt train");
+  ASSERT_TRUE(WaitFor([&] { return cluster.GetJob("train").is_null(); }, std::chrono::seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("train", records, 3)));
+  job = cluster.WaitJob(
+      "train", [&](const Json& j) { return Finished(j); }, std::chrono::seconds(240));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  const std::string second_uid = Str(job, {"metadata", "uid"});
+  ASSERT_NE(second_uid, first_uid);
+  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  const demo::Verification again = cluster.Verify("train", records, second_uid);
+  EXPECT_TRUE(again.exactly_once()) << again.Summary();
+  EXPECT_TRUE(cluster.Verify("train", records, first_uid).exactly_once()) << first_dir;
+  const std::string events = cluster.Kubectl("get events -o json");
+  EXPECT_NE(events.find("this job's state under " + cluster.StateDir("train", second_uid)),
+            std::string::npos)
+      << events;
 }
 
 TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {
@@ -746,13 +779,12 @@ TEST(OperatorE2E, PytorchJobWithoutParameterServersCommitsEveryRecordOnce) {
     const Json started = cluster.Cmdline(pod);
     ASSERT_TRUE(started.is_object()) << "no cmdline.json";
     EXPECT_EQ(started["env"].value("MASTER_ADDR", ""), master_ip);
-    EXPECT_EQ(
-        started["env"].value("ANTDT_JOURNAL", ""),
-        cluster.dir() + absl::StrCat("/checkpoints/", name, "/journals/worker-", i, ".journal"));
+    EXPECT_EQ(started["env"].value("ANTDT_JOURNAL", ""),
+              absl::StrCat(cluster.StateDir(name), "/journals/worker-", i, ".journal"));
   }
 
   // Rank 0 logged the loss.
-  const std::string loss_log = cluster.dir() + "/checkpoints/" + name + "/loss/worker-0.jsonl";
+  const std::string loss_log = cluster.StateDir(name) + "/loss/worker-0.jsonl";
   EXPECT_GT(fs::exists(loss_log) ? fs::file_size(loss_log) : 0, 0u) << loss_log;
 }
 
@@ -783,7 +815,7 @@ TEST(OperatorE2E, PytorchRankSigkilledMidEpochRegroupsAndCommitsOnce) {
   // container starts, so the survivors would not find a worker-0 restarted
   // with a new IP (a real cluster's DNS answers at each connect).
   const std::string victim = name + "-worker-1-0";
-  const std::string loss_log = cluster.dir() + "/checkpoints/" + name + "/loss/worker-0.jsonl";
+  const std::string loss_log = cluster.StateDir(name) + "/loss/worker-0.jsonl";
   Json pod;
   int pid = 0;
   ASSERT_TRUE(WaitFor(

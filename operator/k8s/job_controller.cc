@@ -28,6 +28,22 @@ std::string NodeOf(const Json& pod) { return kube::StringAt(pod, {"spec", "nodeN
 std::string PodIp(const Json& pod) { return kube::StringAt(pod, {"status", "podIP"}); }
 std::string NameOf(const Json& object) { return kube::StringAt(object, {"metadata", "name"}); }
 
+// The objects whose controller ownerReference is `uid`.
+std::vector<Json> ControlledBy(std::vector<Json> objects, const std::string& uid) {
+  std::vector<Json> out;
+  for (Json& o : objects) {
+    const Json& refs = kube::At(o, {"metadata", "ownerReferences"});
+    if (!refs.is_array()) continue;
+    for (const Json& ref : refs) {
+      if (ref.value("controller", false) && kube::StringAt(ref, {"uid"}) == uid) {
+        out.push_back(std::move(o));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 bool ConditionTrue(const Json& job, const std::string& type) {
   const Json* c = reconciler::FindCondition(kube::At(job, {"status"}), type);
   return c != nullptr && kube::StringAt(*c, {"status"}) == "True";
@@ -597,8 +613,12 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   obs.job = job;
   obs.now_ms = now_ms;
   obs.spec = manifest::ParseJob(job.dump());
-  obs.pods = pods_->List(ns, {{"antdt.io/job", name}});
-  obs.services = services_->List(ns, {{"antdt.io/job", name}});
+  // This job's children only: ones with its labels but another controller
+  // (an earlier job of the same name, still being garbage-collected) or
+  // none (left by `kubectl delete --cascade=orphan`) are not counted.
+  const std::string uid = kube::StringAt(job, {"metadata", "uid"});
+  obs.pods = ControlledBy(pods_->List(ns, {{"antdt.io/job", name}}), uid);
+  obs.services = ControlledBy(services_->List(ns, {{"antdt.io/job", name}}), uid);
   std::optional<controller::Plan> decided;
   JobRuntime* rt = nullptr;
   std::optional<v1::GetJobHealthResponse> health;

@@ -277,6 +277,7 @@ absl::Status ParseMetadata(const YAML::Node& node, Job* job) {
   RETURN_IF_ERROR(ReadString(node, path, "namespace", &job->namespace_));
   RETURN_IF_ERROR(CheckDns1123Label("metadata.namespace", job->namespace_));
   RETURN_IF_ERROR(ReadStringMap(Get(node, "labels"), "metadata.labels", &job->labels));
+  RETURN_IF_ERROR(ReadString(node, path, "uid", &job->uid));
   return absl::OkStatus();
 }
 

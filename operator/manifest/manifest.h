@@ -99,6 +99,7 @@ struct LocalSpec {       // spec.local: only `antdt run` reads it
 struct Job {
   std::string name;                           // metadata.name (DNS-1123 label)
   std::string namespace_ = "default";         // metadata.namespace
+  std::string uid;                            // metadata.uid, set by the API server ("" locally)
   std::map<std::string, std::string> labels;  // metadata.labels
   DatasetSpec dataset;
   ModelSpec model;

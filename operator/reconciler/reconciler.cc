@@ -144,6 +144,17 @@ std::string MasterAddress(const manifest::Job& spec) {
                       spec.namespace_, ".svc");
 }
 
+// Everything this job keeps under spec.checkpoint.path (the sharding
+// service's state, journals, loss logs, model checkpoints) lives in a folder
+// of its own, named by the job's UID: a job deleted and applied again under
+// the same name (a new UID) starts fresh rather than finding the old run's
+// finished state, and two jobs never share one. "" without a path.
+std::string JobStateDir(const manifest::Job& spec) {
+  if (spec.checkpoint.path.empty()) return "";
+  if (spec.uid.empty()) return spec.checkpoint.path;
+  return absl::StrCat(spec.checkpoint.path, "/", spec.uid);
+}
+
 // Where a worker (rank `index`) runs, as bridge::WorkerEnv takes it: in
 // Kubernetes terms, $(VAR) references that the kubelet expands. Without
 // spec.checkpoint.path there is no shared storage: no journal, no loss log.
@@ -153,7 +164,7 @@ bridge::WorkerPlacement Placement(const manifest::Job& spec, const Settings& s,
   p.sharding_addr = ShardingAddress(spec, s);
   p.ps_addrs = PsAddresses(spec, s);
   p.agent_addr = absl::StrCat("$(HOST_IP):", s.agent_port);
-  p.checkpoint_path = spec.checkpoint.path;
+  p.checkpoint_path = JobStateDir(spec);
   p.rank = w.index;
   p.incarnation = static_cast<int32_t>(w.incarnation);
   p.local_batch = w.local_batch_size;
@@ -537,8 +548,11 @@ std::vector<Json> RenderServices(const Json& job, const manifest::Job& spec, con
 
 Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Settings& s) {
   const bool own_state = spec.checkpoint.path.empty();
+  // Per job even where the volume is shared (a hostPath, the test kubelet).
   const std::string state_dir =
-      own_state ? kDefaultShardingStateDir : spec.checkpoint.path + "/sharding";
+      own_state ? (spec.uid.empty() ? std::string(kDefaultShardingStateDir)
+                                    : absl::StrCat(kDefaultShardingStateDir, "/", spec.uid))
+                : JobStateDir(spec) + "/sharding";
   Json container = {
       {"name", "sharding"},
       {"image", s.image},
@@ -948,6 +962,17 @@ void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
       pass, ShardingName(pass.job),
       [&] { return RenderShardingPod(pass.o.job, pass.spec, pass.s); }, plan);
   if (!r.dataset_created) return;
+  if (Get(pass.old_status, "datasetCreated") != true) {
+    // Said once, when the status first records it: a job of an old name
+    // starts from nothing, in its own folder.
+    const std::string dir = JobStateDir(pass.spec);
+    plan.events.push_back(
+        {"Normal", "DatasetCreated",
+         absl::StrCat(pass.spec.dataset.records, " records x ", pass.spec.dataset.epochs,
+                      " epochs to train, from the start",
+                      dir.empty() ? std::string(" (no checkpoint.path: state in the pods)")
+                                  : absl::StrCat("; this job's state under ", dir))});
+  }
   for (int32_t k = 0; k < pass.p; ++k) {
     EnsureServer(
         pass, PsPodName(pass.job, k),

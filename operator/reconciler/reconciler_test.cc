@@ -312,7 +312,9 @@ TEST(RenderTest, WorkerEnvironmentAndAffinity) {
   EXPECT_EQ(Env(pod, "ANTDT_AGENT_ADDR"), "$(HOST_IP):9400");
   EXPECT_EQ(Env(pod, "ANTDT_LOCAL_BATCH"), "70");
   EXPECT_EQ(Env(pod, "ANTDT_INCARNATION"), "2");
-  EXPECT_EQ(Env(pod, "ANTDT_CHECKPOINT_PATH"), "/var/lib/antdt/quickstart-k8s");
+  // The job's own folder under its checkpoint.path, named by its UID.
+  EXPECT_EQ(Env(pod, "ANTDT_CHECKPOINT_PATH"),
+            "/var/lib/antdt/quickstart-k8s/0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10");
   EXPECT_EQ(pod["spec"]["containers"][0]["env"][0]["name"], "POD_IP");
   // The template had no affinity: one new term.
   const Json& terms = pod["spec"]["affinity"]["nodeAffinity"]
@@ -431,8 +433,26 @@ TEST(RenderTest, ShardingPodWithoutCheckpointPathKeepsStateInAnEmptyDir) {
   job["spec"].erase("checkpoint");
   const Json pod = RenderShardingPod(job, MustParse(job), Settings{});
   const auto args = pod["spec"]["containers"][0]["args"].get<std::vector<std::string>>();
-  EXPECT_THAT(args, ::testing::Contains("/var/lib/antdt/sharding"));
+  EXPECT_THAT(args,
+              ::testing::Contains("/var/lib/antdt/sharding/0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10"));
   EXPECT_EQ(pod["spec"]["volumes"][0]["emptyDir"], Json::object());
+}
+
+// A job applied again under an old name (a new UID) gets a folder of its own:
+// it does not find the first run's finished sharding state.
+TEST(RenderTest, ANewUidIsANewStateFolder) {
+  Json job = QuickstartJob();
+  const Json first = RenderShardingPod(job, MustParse(job), Settings{});
+  job["metadata"]["uid"] = "9d1c0e7a-1111-4222-8333-944455556666";
+  const Json second = RenderShardingPod(job, MustParse(job), Settings{});
+  const auto state_dir = [](const Json& pod) {
+    const auto args = pod["spec"]["containers"][0]["args"].get<std::vector<std::string>>();
+    auto it = std::find(args.begin(), args.end(), "--state-dir");
+    return it == args.end() || it + 1 == args.end() ? std::string() : *(it + 1);
+  };
+  EXPECT_EQ(state_dir(second),
+            "/var/lib/antdt/quickstart-k8s/9d1c0e7a-1111-4222-8333-944455556666/sharding");
+  EXPECT_NE(state_dir(first), state_dir(second));
 }
 
 TEST(RenderTest, ShardingPodMountsTheWorkersCheckpointVolume) {
