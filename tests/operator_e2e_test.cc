@@ -425,6 +425,9 @@ TEST(OperatorE2E, JobGoesCreatedRunningSucceededExactlyOnce) {
   const std::string table = cluster.Kubectl("get adt");
   EXPECT_NE(table.find("READY"), std::string::npos) << table;
   EXPECT_NE(table.find("WORKERS"), std::string::npos) << table;
+  EXPECT_NE(table.find("STATE"), std::string::npos) << table;
+  EXPECT_NE(table.find("Succeeded"), std::string::npos) << table;
+  EXPECT_EQ(Str(job, {"status", "state"}), "Succeeded");
   EXPECT_NE(table.find("train"), std::string::npos) << table;
   // Reconcile metrics are exposed.
   const std::string metrics = cluster.OperatorMetrics("op-a");

@@ -320,6 +320,16 @@ bool ConditionTrue(const Json& status, const std::string& type) {
   return c != nullptr && GetString(*c, "status") == "True";
 }
 
+// The job's state in one word, for `kubectl get adt` (the STATE column), as
+// Kubeflow's jobs show it: the first of Failed, Succeeded, Running whose
+// condition is True, else Created.
+std::string JobState(const Json& status) {
+  for (const char* state : {"Failed", "Succeeded", "Running"}) {
+    if (ConditionTrue(status, state)) return state;
+  }
+  return "Created";
+}
+
 std::string ToLower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -436,6 +446,7 @@ Plan InvalidSpecPlan(const Observed& o, const Json& old_status, int64_t generati
   conditions.Set("Succeeded", false, "InvalidSpec", "the spec is invalid");
   conditions.Set("Failed", true, "InvalidSpec", message);
   status["conditions"] = conditions.json();
+  status["state"] = JobState(status);
   status["observedGeneration"] = generation;
   if (!status.contains("startTime")) status["startTime"] = kube::FormatTime(o.now_ms);
   if (!already) plan.events.push_back({"Warning", "InvalidSpec", message});
@@ -1243,6 +1254,7 @@ Json NewStatus(const Pass& pass, const Records& r) {
       {"datasetCreated", r.dataset_created},
       {"startTime", start.empty() ? kube::FormatTime(pass.now) : start}};
   if (r.completion) status["completionTime"] = kube::FormatTime(*r.completion);
+  status["state"] = JobState(status);
   return status;
 }
 

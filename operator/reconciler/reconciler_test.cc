@@ -547,6 +547,13 @@ TEST(ReconcileTest, DatasetReadyCreatesParameterServersAndWorkers) {
                   "create pods quickstart-k8s-worker-3-0"));
   EXPECT_EQ(c.Status()["datasetCreated"], true);
   EXPECT_EQ(Env(plan.writes[1].object, "ANTDT_LOCAL_BATCH"), "64");
+  EXPECT_EQ(c.Status()["state"], "Created");
+  // Said once, with where the job's own state lives (its UID's folder).
+  ASSERT_THAT(EventReasons(plan), ElementsAre("Normal DatasetCreated"));
+  EXPECT_THAT(plan.events[0].message,
+              HasSubstr("from the start; this job's state under "
+                        "/var/lib/antdt/quickstart-k8s/0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10"));
+  EXPECT_THAT(c.Pass().events, IsEmpty());
 }
 
 TEST(ReconcileTest, IsIdempotent) {
@@ -851,6 +858,7 @@ TEST(ReconcileTest, SuccessStopsTheServers) {
   EXPECT_EQ(st["completionTime"], "2026-11-29T21:01:30Z");
   EXPECT_EQ(st["progress"]["percent"], 100);
   EXPECT_EQ(st["workers"]["succeeded"], 4);
+  EXPECT_EQ(st["state"], "Succeeded");
   EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods quickstart-k8s-ps-0"),
                                                  HasSubstr("delete pods quickstart-k8s-sharding")));
   EXPECT_THAT(EventReasons(plan), ElementsAre("Normal JobSucceeded"));
@@ -894,6 +902,7 @@ TEST(ReconcileTest, InvalidSpecFailsWithoutChildren) {
   EXPECT_EQ(failed["reason"], "InvalidSpec");
   EXPECT_THAT(failed["message"].get<std::string>(), HasSubstr("spec.workers.replicas"));
   EXPECT_EQ(plan.status->at("conditions").size(), 6u);
+  EXPECT_EQ(plan.status->at("state"), "Failed");
   EXPECT_THAT(EventReasons(plan), ElementsAre("Warning InvalidSpec"));
   EXPECT_EQ(plan.requeue_after_ms, 0);
   plan = c.Pass();

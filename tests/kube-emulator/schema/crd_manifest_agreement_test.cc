@@ -99,6 +99,7 @@ TEST(CrdTest, IsAValidStructuralCrd) {
   EXPECT_THAT(
       columns,
       ::testing::ElementsAre(
+          "State:string:.status.state",
           "Ready:string:.status.conditions[?(@.type==\"Running\")].status",
           "Workers:string:.status.workers.summary", "Progress:integer:.status.progress.percent",
           "Stragglers:integer:.status.stragglerCount", "Age:date:.metadata.creationTimestamp"));
@@ -125,7 +126,7 @@ TEST(CrdTest, PrinterColumnsRenderAStatus) {
                      "evidence": "score 2.9 over 3 windows"}],
     "workerInstances": [{"id": "2", "incarnation": 1, "node": "node-5", "pod": "quickstart-worker-2-1",
                          "localBatchSize": 64, "excludedNodes": ["node-2"]}],
-    "datasetCreated": true, "startTime": "2024-05-01T11:59:02Z"})");
+    "datasetCreated": true, "state": "Running", "startTime": "2024-05-01T11:59:02Z"})");
   json written = job;
   EXPECT_THAT(ValidateCustomResource(Schema(), written, nullptr), ::testing::IsEmpty())
       << Fields(ValidateCustomResource(Schema(), written, nullptr));
@@ -133,7 +134,7 @@ TEST(CrdTest, PrinterColumnsRenderAStatus) {
             job["status"]);  // nothing pruned: the operator's fields are declared
   const json table = RenderTable(Version()["additionalPrinterColumns"], {written}, "7", 1714564800);
   EXPECT_EQ(table["rows"][0]["cells"],
-            json::parse(R"(["quickstart", "True", "4/4", 25, 1, "60s"])"));
+            json::parse(R"(["quickstart", "Running", "True", "4/4", 25, 1, "60s"])"));
 
   json bad = job;
   bad["status"]["lastActions"] = json::array();
