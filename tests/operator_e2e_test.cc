@@ -245,18 +245,18 @@ class Cluster {
     ASSERT_EQ(rc, 0) << out;
   }
 
-  Json GetJob(const std::string& name) {
-    auto j = api_->Get(kube::AntDTJobsResource(), "default", name);
+  Json GetJob(const std::string& name, const std::string& ns = "default") {
+    auto j = api_->Get(kube::AntDTJobsResource(), ns, name);
     return j.ok() ? *j : Json();
   }
 
   // Polls the job until `pred`; the last object seen.
   Json WaitJob(const std::string& name, const std::function<bool(const Json&)>& pred,
-               std::chrono::seconds timeout) {
+               std::chrono::seconds timeout, const std::string& ns = "default") {
     Json last;
     WaitFor(
         [&] {
-          last = GetJob(name);
+          last = GetJob(name, ns);
           return !last.is_null() && pred(last);
         },
         timeout);
@@ -456,6 +456,51 @@ TEST(OperatorE2E, JobGoesCreatedRunningSucceededExactlyOnce) {
   EXPECT_NE(events.find("this job's state under " + cluster.StateDir("train", second_uid)),
             std::string::npos)
       << events;
+}
+
+// Jobs are namespace/name: two jobs named `coll` in two namespaces at once
+// are two jobs to the Monitor and in every series, and both train every
+// record exactly once, each in its own folder.
+TEST(OperatorE2E, SameNameInTwoNamespacesStayApart) {
+  Cluster cluster(6);
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
+  const std::string monitor = cluster.StartOperator("op-a");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor));
+  const int64_t records = 6000;
+  const std::vector<std::string> namespaces = {"team-a", "team-b"};
+  for (const std::string& ns : namespaces) {
+    Json spec = cluster.ExampleJob("coll", records, 3);
+    spec["metadata"]["namespace"] = ns;
+    ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+  }
+  std::map<std::string, std::string> uids;
+  std::string metrics;
+  for (const std::string& ns : namespaces) {
+    const Json job = cluster.WaitJob(
+        "coll", [&](const Json& j) { return Finished(j); }, std::chrono::seconds(240), ns);
+    ASSERT_EQ(Condition(job, "Succeeded"), "True") << ns << "\n" << job.dump(2);
+    uids[ns] = Str(job, {"metadata", "uid"});
+    const demo::Verification v = cluster.Verify("coll", records, uids[ns]);
+    EXPECT_TRUE(v.exactly_once()) << ns << "\n" << v.Summary();
+  }
+  EXPECT_NE(uids["team-a"], uids["team-b"]);
+  metrics = cluster.OperatorMetrics("op-a");
+  for (const std::string& ns : namespaces) {
+    int members = 0;
+    for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+      if (absl::StartsWith(line, "antdt_monitor_straggler_score{") &&
+          absl::StrContains(line, "job=\"coll\"") &&
+          absl::StrContains(line, "namespace=\"" + ns + "\"") &&
+          absl::StrContains(line, "role=\"worker\"")) {
+        ++members;
+      }
+    }
+    EXPECT_EQ(members, 3) << ns << ": the Monitor sees each job's own three workers\n" << metrics;
+    EXPECT_NE(metrics.find("antdt_job_records_committed{job=\"coll\",namespace=\"" + ns + "\"} " +
+                           std::to_string(records)),
+              std::string::npos)
+        << metrics;
+  }
 }
 
 TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_key.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "prometheus/metric_family.h"
@@ -40,7 +41,9 @@ void NodeView::SetSample(const v1::NodeSample& sample) {
 void NodeView::SetHealth(const v1::HealthUpdate& update) {
   std::lock_guard<std::mutex> lock(mu_);
   health_.clear();
-  for (const v1::WorkerHealth& w : update.workers()) health_[{w.job(), w.worker_id()}] = w;
+  for (const v1::WorkerHealth& w : update.workers()) {
+    health_[{JobKey(w.namespace_(), w.job()), w.worker_id()}] = w;
+  }
 }
 
 void NodeView::Forget(const std::string& job, const std::string& worker) {
@@ -172,11 +175,9 @@ class NodeCollector final : public prometheus::Collectable {
     }
     for (const v1::WorkerHealth& w : view_->health()) {
       Labels l = {{"job", w.job()}, {"worker", w.worker_id()}, {"role", w.role()}};
-      if (namespace_of_) {
-        if (std::string ns = namespace_of_(w.job(), w.worker_id()); !ns.empty()) {
-          l.push_back({"namespace", std::move(ns)});
-        }
-      }
+      std::string ns = w.namespace_();
+      if (ns.empty() && namespace_of_) ns = namespace_of_(w.job(), w.worker_id());
+      if (!ns.empty()) l.push_back({"namespace", std::move(ns)});
       f.Add("antdt_worker_straggler_score",
             "Window batch time over the peers' median (1 = median; 2 = twice as slow).", l,
             w.score());
@@ -276,7 +277,8 @@ grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext*, const v1::Report
   if (steps.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: missing");
   for (size_t i = 0; i < steps.size(); ++i) {
     if (absl::Status s = ValidateStep(*steps[i]); !s.ok()) return ToGrpcStatus(s);
-    if (steps[i]->job() != steps[0]->job() || steps[i]->worker_id() != steps[0]->worker_id()) {
+    if (steps[i]->job() != steps[0]->job() || steps[i]->worker_id() != steps[0]->worker_id() ||
+        steps[i]->namespace_() != steps[0]->namespace_()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "steps: every step of one call must be of the same job and worker");
     }
@@ -294,8 +296,8 @@ grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext*, const v1::Report
     Account(*step);
   }
   const v1::StepReport& first = *steps[0];
-  for (const v1::Directive& d :
-       directives_->Newer(first.job(), first.worker_id(), req->applied_directive_version())) {
+  for (const v1::Directive& d : directives_->Newer(
+           first.namespace_(), first.job(), first.worker_id(), req->applied_directive_version())) {
     *resp->add_directives() = d;
   }
   outbox_->Push(std::move(msg));
@@ -311,7 +313,7 @@ void AgentServiceImpl::Account(const v1::StepReport& report) {
   step_seconds_.Add(labels, kStepBuckets).Observe(step->bpt_seconds());
   steps_.Add(labels).Increment();
   samples_.Add(labels).Increment(static_cast<double>(step->samples()));
-  const WorkerKey key{step->job(), step->worker_id()};
+  const WorkerKey key{JobKey(step->namespace_(), step->job()), step->worker_id()};
   labels_[key][step->role()] = labels;
   last_report_[key] = std::chrono::steady_clock::now();
   if (step->bpt_seconds() > 0) {
@@ -324,12 +326,17 @@ void AgentServiceImpl::Account(const v1::StepReport& report) {
 
 std::string AgentServiceImpl::NamespaceOf(const std::string& job, const std::string& worker) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = labels_.find({job, worker});
-  if (it == labels_.end()) return "";
-  for (const auto& [role, labels] : it->second) {
-    if (auto ns = labels.find("namespace"); ns != labels.end()) return ns->second;
+  std::string found;
+  for (const auto& [key, roles] : labels_) {  // keyed by JobKey(namespace, job)
+    if (key.second != worker || SplitJobKey(key.first).second != job) continue;
+    for (const auto& [role, labels] : roles) {
+      auto ns = labels.find("namespace");
+      if (ns == labels.end()) continue;
+      if (!found.empty() && found != ns->second) return "";  // two namespaces: ambiguous
+      found = ns->second;
+    }
   }
-  return "";
+  return found;
 }
 
 std::vector<std::pair<std::string, std::string>> AgentServiceImpl::ForgetIdle(

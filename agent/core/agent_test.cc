@@ -46,11 +46,33 @@ TEST(DirectiveTable, HandsOutOnlyNewerVersions) {
   table.Put(d);
   d.set_version(1);  // an older one arriving late is ignored
   table.Put(d);
-  ASSERT_EQ(table.Newer("j", "w", 0).size(), 1u);
-  EXPECT_EQ(table.Newer("j", "w", 0)[0].version(), 2);
-  EXPECT_EQ(table.Newer("j", "w", 0)[0].adjust_batch().local_batch_size(), 48);
-  EXPECT_TRUE(table.Newer("j", "w", 2).empty());
-  EXPECT_TRUE(table.Newer("j", "other", 0).empty());
+  ASSERT_EQ(table.Newer("", "j", "w", 0).size(), 1u);
+  EXPECT_EQ(table.Newer("", "j", "w", 0)[0].version(), 2);
+  EXPECT_EQ(table.Newer("", "j", "w", 0)[0].adjust_batch().local_batch_size(), 48);
+  EXPECT_TRUE(table.Newer("", "j", "w", 2).empty());
+  EXPECT_TRUE(table.Newer("", "j", "other", 0).empty());
+}
+
+// Jobs are namespace/name: the same job and worker names in two namespaces
+// get their own directives; a worker that names no namespace gets its job's.
+TEST(DirectiveTable, KeepsNamespacesApart) {
+  DirectiveTable table;
+  v1::Directive d;
+  d.set_job("train");
+  d.set_worker_id("worker-1");
+  d.set_namespace_("team-a");
+  d.set_version(5);
+  d.mutable_adjust_batch()->set_local_batch_size(20);
+  table.Put(d);
+  EXPECT_TRUE(table.Newer("team-b", "train", "worker-1", 0).empty());
+  ASSERT_EQ(table.Newer("team-a", "train", "worker-1", 0).size(), 1u);
+  ASSERT_EQ(table.Newer("", "train", "worker-1", 0).size(), 1u);  // an older SDK
+  d.set_namespace_("team-b");
+  d.set_version(3);
+  d.mutable_adjust_batch()->set_local_batch_size(90);
+  table.Put(d);
+  EXPECT_EQ(table.Newer("team-b", "train", "worker-1", 0)[0].adjust_batch().local_batch_size(), 90);
+  EXPECT_EQ(table.Newer("team-a", "train", "worker-1", 0)[0].adjust_batch().local_batch_size(), 20);
 }
 
 TEST(ValidateStep, NamesTheField) {

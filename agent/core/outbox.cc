@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "common/job_key.h"
+
 namespace antdt::agent {
 
 void Outbox::Push(v1::AgentMessage message) {
@@ -61,16 +63,28 @@ int64_t Outbox::dropped_step_reports() const {
 
 void DirectiveTable::Put(const v1::Directive& directive) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = latest_[{directive.job(), directive.worker_id()}];
+  auto& slot = latest_[{JobKey(directive.namespace_(), directive.job()), directive.worker_id()}];
   if (directive.version() > slot.version()) slot = directive;
 }
 
-std::vector<v1::Directive> DirectiveTable::Newer(const std::string& job, const std::string& worker,
+std::vector<v1::Directive> DirectiveTable::Newer(const std::string& ns, const std::string& job,
+                                                 const std::string& worker,
                                                  int64_t applied_version) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = latest_.find({job, worker});
-  if (it == latest_.end() || it->second.version() <= applied_version) return {};
-  return {it->second};
+  const v1::Directive* found = nullptr;
+  if (auto it = latest_.find({JobKey(ns, job), worker}); it != latest_.end()) {
+    found = &it->second;
+  } else if (ns.empty()) {
+    // A worker that reports no namespace (an older SDK): its job's directive
+    // whatever the namespace it was sent for.
+    for (const auto& [key, d] : latest_) {
+      if (key.second == worker && d.job() == job && (!found || d.version() > found->version())) {
+        found = &d;
+      }
+    }
+  }
+  if (found == nullptr || found->version() <= applied_version) return {};
+  return {*found};
 }
 
 }  // namespace antdt::agent

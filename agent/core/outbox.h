@@ -47,9 +47,12 @@ class Outbox {
 class DirectiveTable {
  public:
   void Put(const v1::Directive& directive);
-  // Directives of `worker` newer than `applied_version`.
-  std::vector<v1::Directive> Newer(const std::string& job, const std::string& worker,
-                                   int64_t applied_version) const;
+  // Directives are kept per job (JobKey(namespace, job)) and worker.
+  // The directive of `worker` of job `job` in namespace `ns` when newer than
+  // `applied_version`; for `ns` "" (a worker that reports no namespace), that
+  // job's in any namespace.
+  std::vector<v1::Directive> Newer(const std::string& ns, const std::string& job,
+                                   const std::string& worker, int64_t applied_version) const;
 
  private:
   mutable std::mutex mu_;

@@ -94,6 +94,7 @@ absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
   if (a != nullptr && member != nullptr && !member->node.empty()) {
     v1::Directive directive;
     directive.set_job(options_.job);
+    directive.set_namespace_(options_.namespace_);
     directive.set_worker_id(a->worker);
     directive_version_ = std::max(directive_version_ + 1, clock_->NowMillis());
     directive.set_version(directive_version_);

@@ -94,6 +94,7 @@ class Backend {
 
 struct LoopOptions {
   std::string job;
+  std::string namespace_;         // the job's; directives carry it (jobs are namespace/name)
   controller::PolicySpec policy;  // valid (controller::Validate)
   int64_t global_batch_size = 0;  // <= 0: the sum of the current local batches
   int64_t window_ms = 10'000;     // the Monitor's window: a restarted member is seen after it

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "client/sharding_client.h"
+#include "common/job_key.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "operator/bridge/bridge.h"
@@ -398,6 +399,7 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     rt->backend = std::make_unique<LoopBackend>(this);
     control::LoopOptions lo;
     lo.job = spec.name;
+    lo.namespace_ = spec.namespace_;
     lo.interval_ms = bridge::ControlIntervalMs(spec.monitor);
     lo.policy = bridge::PolicySpecFor(spec, spec.straggler_policy.name, lo.interval_ms);
     lo.global_batch_size = spec.model.global_batch_size;
@@ -594,11 +596,13 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   if (!found || !kube::At(*found, {"metadata", "deletionTimestamp"}).is_null()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (runtimes_.erase(key) > 0 && monitor_ != nullptr) {
-      // The Monitor keys jobs by name: forget it unless a job of the same
-      // name lives on in another namespace.
-      const std::string name = key.substr(key.find('/') + 1);
+      // The Monitor keys jobs by namespace/name (`key`); workers that report
+      // no namespace by the bare name: that one is forgotten unless a job
+      // of the same name lives on in another namespace.
+      monitor_->hub().ForgetJob(key);
+      const std::string name = SplitJobKey(key).second;
       const bool shared = std::any_of(runtimes_.begin(), runtimes_.end(), [&](const auto& kv) {
-        return kv.first.substr(kv.first.find('/') + 1) == name;
+        return SplitJobKey(kv.first).second == name;
       });
       if (!shared) monitor_->hub().ForgetJob(name);
     }
@@ -626,7 +630,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     rt = &RuntimeFor(job, *obs.spec);
     // The Monitor's view, read once for the status and the policy.
     if (monitor_ != nullptr) {
-      auto view = monitor_->hub().Health(obs.spec->name);
+      auto view = monitor_->hub().Health(ns, obs.spec->name);
       if (view.ok()) health = std::move(*view);  // NOT_FOUND: no reports yet
     }
     const v1::GetJobHealthResponse* h = health ? &*health : nullptr;

@@ -382,7 +382,8 @@ absl::Status Runner::ApplyScenario() {
 }
 
 std::optional<v1::GetJobHealthResponse> Runner::Health() {
-  absl::StatusOr<v1::GetJobHealthResponse> health = monitor_->hub().Health(job_.name);
+  absl::StatusOr<v1::GetJobHealthResponse> health =
+      monitor_->hub().Health(job_.namespace_, job_.name);
   if (!health.ok()) return std::nullopt;  // NOT_FOUND: no reports yet
   const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
   for (const v1::WorkerHealth& h : health->workers()) {
@@ -508,6 +509,7 @@ void Runner::Teardown() {
 void Runner::StartLoop() {
   control::LoopOptions lo;
   lo.job = job_.name;
+  lo.namespace_ = job_.namespace_;
   lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
   lo.policy = bridge::PolicySpecFor(job_, policy_, lo.interval_ms);
   lo.global_batch_size = job_.model.global_batch_size;

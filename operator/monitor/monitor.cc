@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_key.h"
 #include "operator/vocab/vocab.h"
 
 namespace antdt::monitor {
@@ -410,9 +411,13 @@ void Monitor::Ingest(const v1::StepReport& report) {
     return;
   }
   const int64_t window = report.time_unix_ms() / config_.window_ms;
-  auto [it, inserted] = jobs_.try_emplace(report.job());
+  auto [it, inserted] = jobs_.try_emplace(JobKey(report.namespace_(), report.job()));
   Job& job = it->second;
-  if (inserted) job.next_window = window;
+  if (inserted) {
+    job.next_window = window;
+    job.ns = report.namespace_();
+    job.name = report.job();
+  }
   if (job.closed_any && window < job.next_window) {
     ++stats_.late_reports;
     return;
@@ -653,7 +658,8 @@ v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t no
   for (const auto& [id, m] : job.members) {  // std::map: sorted by id
     if (!m.closed) continue;
     v1::WorkerHealth& h = *response.add_workers();
-    h.set_job(job_name);
+    h.set_job(job.name);
+    h.set_namespace_(job.ns);
     h.set_worker_id(id);
     h.set_role(m.role);
     h.set_node(m.node);

@@ -219,6 +219,7 @@ struct Member {
 };
 
 struct Job {
+  std::string ns, name;     // as its reports say (ns "" when they name none)
   int64_t next_window = 0;  // oldest window not closed
   bool closed_any = false;
   int64_t windows_closed = 0;
@@ -243,6 +244,10 @@ class Monitor {
   // Closes every elapsed window of every job (see the file comment).
   void CloseWindows(int64_t now_ms);
 
+  // Jobs are keyed by JobKey(report.namespace, report.job): "namespace/name",
+  // or the bare name from workers that report no namespace; Health, Forget
+  // and History take that key; each member's health carries the job's name
+  // and namespace apart.
   // Members with at least one closed window, sorted by worker id. An unknown
   // job answers an empty response.
   v1::GetJobHealthResponse Health(const std::string& job, int64_t now_ms) const;

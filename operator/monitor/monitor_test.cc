@@ -1037,6 +1037,41 @@ TEST(MonitorWindowTest, JobsAreIndependent) {
   EXPECT_EQ(m.Health("a/job", 0).workers_size(), 8);
 }
 
+// Jobs are namespace/name: the same job and worker names in two namespaces
+// are two jobs, one slow and one not.
+TEST(MonitorWindowTest, SameNameInTwoNamespacesAreTwoJobs) {
+  Monitor m = *Monitor::Create(MonitorConfig{});
+  for (int n = 0; n < 4; ++n) {
+    for (const char* ns : {"team-a", "team-b"}) {
+      for (int w = 0; w < 4; ++w) {
+        v1::StepReport r;
+        r.set_job("train");
+        r.set_namespace_(ns);
+        r.set_worker_id(WorkerId(w));
+        r.set_node(NodeName(w));
+        r.set_samples(64);
+        const bool slow = std::string(ns) == "team-a" && w == 3;
+        r.set_bpt_seconds(kBaseBpt * (slow ? 3 : 1));
+        r.set_time_unix_ms(kT0 + n * kWindowMs + 100);
+        m.Ingest(r);
+      }
+    }
+    m.CloseWindows(kT0 + (n + 1) * kWindowMs + MonitorConfig{}.allowed_lateness_ms);
+  }
+  EXPECT_EQ(m.Jobs(), (std::vector<std::string>{"team-a/train", "team-b/train"}));
+  const v1::GetJobHealthResponse a = m.Health("team-a/train", kT0);
+  const v1::GetJobHealthResponse b = m.Health("team-b/train", kT0);
+  ASSERT_EQ(a.workers_size(), 4);
+  ASSERT_EQ(b.workers_size(), 4);
+  EXPECT_TRUE(IsStraggler(Find(a, WorkerId(3))->class_()));
+  for (const v1::WorkerHealth& w : b.workers())
+    EXPECT_FALSE(IsStraggler(w.class_())) << w.worker_id();
+  EXPECT_EQ(a.workers(0).job(), "train");
+  EXPECT_EQ(a.workers(0).namespace_(), "team-a");
+  EXPECT_EQ(b.workers(0).namespace_(), "team-b");
+  EXPECT_EQ(m.Health("train", kT0).workers_size(), 0);  // no job of that bare name
+}
+
 TEST(MonitorWindowTest, TooFewPeersAreNotClassified) {
   Sim::Options options;
   options.workers = 2;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_key.h"
 #include "common/log.h"
 #include "operator/vocab/vocab.h"
 #include "prometheus/metric_family.h"
@@ -102,19 +103,22 @@ bool MonitorHub::SendDirective(const std::string& node, const v1::Directive& dir
   return sent;
 }
 
-void MonitorHub::ForgetJob(const std::string& job) {
+void MonitorHub::ForgetJob(const std::string& job_key) {
   std::lock_guard<std::mutex> lock(mu_);
-  monitor_.Forget(job);
+  monitor_.Forget(job_key);
 }
 
-absl::StatusOr<v1::GetJobHealthResponse> MonitorHub::Health(const std::string& job) const {
-  if (job.empty()) return absl::InvalidArgumentError("job: must not be empty");
+absl::StatusOr<v1::GetJobHealthResponse> MonitorHub::Health(const std::string& ns,
+                                                            const std::string& name) const {
+  if (name.empty()) return absl::InvalidArgumentError("job: must not be empty");
   std::lock_guard<std::mutex> lock(mu_);
   const std::vector<std::string> jobs = monitor_.Jobs();
-  if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
-    return absl::NotFoundError(absl::StrCat("job: no reports seen for job ", job));
+  for (const std::string& key : {JobKey(ns, name), name}) {
+    if (std::find(jobs.begin(), jobs.end(), key) != jobs.end()) {
+      return monitor_.Health(key, clock_->NowMillis());
+    }
   }
-  return monitor_.Health(job, clock_->NowMillis());
+  return absl::NotFoundError(absl::StrCat("job: no reports seen for job ", JobKey(ns, name)));
 }
 
 void MonitorHub::Tick() {
@@ -255,8 +259,9 @@ std::vector<MetricFamily> HealthFamilies(const std::vector<v1::GetJobHealthRespo
                            {}};
   for (const v1::GetJobHealthResponse& job : jobs) {
     for (const v1::WorkerHealth& w : job.workers()) {
-      const Labels labels = {
+      Labels labels = {
           {"job", w.job()}, {"worker", w.worker_id()}, {"role", w.role()}, {"node", w.node()}};
+      if (!w.namespace_().empty()) labels.push_back({"namespace", w.namespace_()});
       Add(score, labels, w.score());
       Add(cls, labels, static_cast<double>(w.class_()));
       Add(cause, labels, static_cast<double>(w.cause()));

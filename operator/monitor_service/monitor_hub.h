@@ -51,11 +51,15 @@ class MonitorHub {
   // Sends a directive to the agents of `node`; false when none is connected
   // or no write succeeded.
   bool SendDirective(const std::string& node, const v1::Directive& directive);
-  // The job's health now. INVALID_ARGUMENT for an empty name, NOT_FOUND for a
-  // job with no reports.
-  absl::StatusOr<v1::GetJobHealthResponse> Health(const std::string& job) const;
-  // Forgets the job (Monitor::Forget): its series leave /metrics.
-  void ForgetJob(const std::string& job);
+  // The health now of the job `name` in namespace `ns` (JobKey: jobs of the
+  // same name in two namespaces are two jobs). When its workers report no
+  // namespace the Monitor knows it by its bare name, which is tried next.
+  // INVALID_ARGUMENT for an empty name, NOT_FOUND for a job with no reports.
+  absl::StatusOr<v1::GetJobHealthResponse> Health(const std::string& ns,
+                                                  const std::string& name) const;
+  // Forgets the job known by `job_key` (JobKey(namespace, name), or a bare
+  // name): Monitor::Forget; its series leave /metrics.
+  void ForgetJob(const std::string& job_key);
 
   // Starts the ticker that calls Tick every `tick_ms`.
   void Start(int64_t tick_ms);

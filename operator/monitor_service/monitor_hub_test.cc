@@ -90,8 +90,8 @@ class MonitorHubTest : public ::testing::Test {
 };
 
 TEST_F(MonitorHubTest, HealthNamesTheBadJob) {
-  EXPECT_EQ(hub_.Health("").status().code(), absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<v1::GetJobHealthResponse> unknown = hub_.Health(kJob);
+  EXPECT_EQ(hub_.Health("", "").status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<v1::GetJobHealthResponse> unknown = hub_.Health("", kJob);
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(unknown.status().message(), "job: no reports seen for job team/ctr");
 }
@@ -102,12 +102,12 @@ TEST_F(MonitorHubTest, HealthClassifiesTheReportedWorkersOnceTheWindowCloses) {
   hub_.Receive(*stream, Hello("node-a"));
   ReportOneWindow(*stream);
 
-  absl::StatusOr<v1::GetJobHealthResponse> open = hub_.Health(kJob);
+  absl::StatusOr<v1::GetJobHealthResponse> open = hub_.Health("", kJob);
   ASSERT_TRUE(open.ok()) << open.status();
   EXPECT_EQ(open->workers_size(), 0);  // nothing closed yet
 
   hub_.Tick();
-  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health(kJob);
+  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health("", kJob);
   ASSERT_TRUE(health.ok()) << health.status();
   ASSERT_EQ(health->workers_size(), 3);
   EXPECT_EQ(health->workers(2).worker_id(), "w-2");
@@ -175,7 +175,7 @@ TEST_F(MonitorHubTest, HelloLabelsReachTheMonitor) {
   ReportOneWindow(*sa);
   hub_.Tick();
 
-  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health(kJob);
+  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health("", kJob);
   ASSERT_TRUE(health.ok()) << health.status();
   ASSERT_EQ(health->workers_size(), 3);
   EXPECT_EQ(health->workers(2).class_(), v1::DETERMINISTIC);  // by its node's label

@@ -82,7 +82,7 @@ grpc::Status MonitorServiceImpl::Stream(
 grpc::Status MonitorServiceImpl::GetJobHealth(grpc::ServerContext*,
                                               const v1::GetJobHealthRequest* req,
                                               v1::GetJobHealthResponse* resp) {
-  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health(req->job());
+  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health(req->namespace_(), req->job());
   if (!health.ok()) return ToGrpcStatus(health.status());
   *resp = *std::move(health);
   return grpc::Status::OK;
