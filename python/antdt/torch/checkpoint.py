@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Optional
 
 import torch
@@ -27,15 +28,28 @@ _log = logging.getLogger(__name__)
 
 
 def save(path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-         client: Any = None) -> None:
+         client: Any = None, expected_committed: int = -1, wait_s: float = 10.0) -> None:
     """Saves the model, the optimizer and ``step`` (with the service's committed
-    count when ``client`` is given) atomically at ``path``."""
+    count when ``client`` is given) atomically at ``path``. With
+    ``expected_committed`` (the records the model trained on, every rank's),
+    first waits up to ``wait_s`` until the service counts that many: each rank
+    commits its part of a step on its own, so the count read at once can miss
+    another rank's last records."""
     committed = -1
     if client is not None:
-        try:
-            committed = int(client.progress().records_committed_total)
-        except Exception as e:  # noqa: BLE001 (the count is informative)
-            _log.warning("checkpoint at step %d: no committed count: %s", step, e)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                committed = int(client.progress().records_committed_total)
+            except Exception as e:  # noqa: BLE001 (the count is informative)
+                _log.warning("checkpoint at step %d: no committed count: %s", step, e)
+                break
+            if committed >= expected_committed or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if 0 <= committed < expected_committed:
+            _log.warning("checkpoint at step %d: %d records committed, %d trained on",
+                         step, committed, expected_committed)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}"
     torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(),

@@ -191,6 +191,9 @@ class Session:
         self.prefetch_factor = prefetch_factor
         self.directive_patience = directive_patience
         self.step = 0  #: optimizer steps done (the same on every rank)
+        # Records every rank has trained on: the service's committed count when
+        # this process started, plus each step's global sample count since.
+        self._global_trained = 0
         self.summary = Summary()
         self.module: Optional[torch.nn.Module] = None
         self.model: Optional[DistributedDataParallel] = None
@@ -279,6 +282,7 @@ class Session:
         journal = Journal.open_and_resolve(self.journal_path, client)
         commits = StepCommits(client, journal)
         self._restore(optimizer, client)
+        self._global_trained = self._committed(client)
         self._form_retrying(optimizer)
         records = self._records()
         pending: Optional[_Pending] = None
@@ -329,6 +333,14 @@ class Session:
         return self.summary
 
     @staticmethod
+    def _committed(client: Any) -> int:
+        try:
+            return int(client.progress().records_committed_total)
+        except Exception as e:  # noqa: BLE001 (not created yet: nothing committed)
+            _log.debug("progress: %s", e)
+            return 0
+
+    @staticmethod
     def _data_finished(client: Any) -> bool:
         try:
             return bool(client.progress().finished)
@@ -375,6 +387,7 @@ class Session:
         if bool((rows[:, _DONE] == 1).all()) and float(rows[:, _COUNT].sum()) == 0:
             return True
         global_samples = int(rows[:, _COUNT].sum())
+        self._global_trained += global_samples
         step = self._make_step(pending, global_samples)
         exchanged = time.perf_counter()
         self._bucket_ready = 0.0
@@ -538,7 +551,10 @@ class Session:
     def _maybe_checkpoint(self, optimizer: torch.optim.Optimizer, client: Any) -> None:
         if (self.checkpoint_every > 0 and self.group.rank == 0 and self.checkpoint_path
                 and self.step % self.checkpoint_every == 0 and self.module is not None):
-            ckpt.save(self.checkpoint_path, self.module, optimizer, self.step, client)
+            # The other ranks commit their part of the step on their own: wait
+            # (bounded) until the service has every record the model trained on.
+            ckpt.save(self.checkpoint_path, self.module, optimizer, self.step, client,
+                      expected_committed=self._global_trained)
 
     def _log_loss(self, rows: torch.Tensor) -> None:
         """Rank 0 logs the previous step's global mean loss (it rides on this
