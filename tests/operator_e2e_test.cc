@@ -51,6 +51,21 @@ std::string Str(const Json& j, std::initializer_list<const char*> path) {
   return cur->is_string() ? cur->get<std::string>() : "";
 }
 
+// The lines of `metrics` (Prometheus text) of series `name` whose labels
+// contain every one of `labels` (each `key="value"`).
+std::vector<std::string> SeriesLines(const std::string& metrics, const std::string& name,
+                                     const std::vector<std::string>& labels) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::StartsWith(line, name + "{")) continue;
+    if (std::all_of(labels.begin(), labels.end(),
+                    [&](const std::string& l) { return absl::StrContains(line, l); })) {
+      out.emplace_back(line);
+    }
+  }
+  return out;
+}
+
 std::string Condition(const Json& job, const std::string& type) {
   if (!job.contains("status") || !job["status"].contains("conditions")) return "";
   for (const Json& c : job["status"]["conditions"]) {
@@ -486,16 +501,11 @@ TEST(OperatorE2E, SameNameInTwoNamespacesStayApart) {
   EXPECT_NE(uids["team-a"], uids["team-b"]);
   metrics = cluster.OperatorMetrics("op-a");
   for (const std::string& ns : namespaces) {
-    int members = 0;
-    for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
-      if (absl::StartsWith(line, "antdt_monitor_straggler_score{") &&
-          absl::StrContains(line, "job=\"coll\"") &&
-          absl::StrContains(line, "namespace=\"" + ns + "\"") &&
-          absl::StrContains(line, "role=\"worker\"")) {
-        ++members;
-      }
-    }
-    EXPECT_EQ(members, 3) << ns << ": the Monitor sees each job's own three workers\n" << metrics;
+    const size_t members =
+        SeriesLines(metrics, "antdt_monitor_straggler_score",
+                    {"job=\"coll\"", "namespace=\"" + ns + "\"", "role=\"worker\""})
+            .size();
+    EXPECT_EQ(members, 3u) << ns << ": the Monitor sees each job's own three workers\n" << metrics;
     EXPECT_NE(metrics.find("antdt_job_records_committed{job=\"coll\",namespace=\"" + ns + "\"} " +
                            std::to_string(records)),
               std::string::npos)
@@ -586,15 +596,12 @@ TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {
             std::string::npos)
       << metrics;
   // The Monitor's series of the job carry its namespace too.
-  bool monitor_series = false;
-  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
-    if (absl::StartsWith(line, "antdt_monitor_straggler_score{") &&
-        absl::StrContains(line, "job=\"slow\"")) {
-      monitor_series = true;
-      EXPECT_TRUE(absl::StrContains(line, "namespace=\"default\"")) << line;
-    }
+  const std::vector<std::string> monitor_series =
+      SeriesLines(metrics, "antdt_monitor_straggler_score", {"job=\"slow\""});
+  for (const std::string& line : monitor_series) {
+    EXPECT_TRUE(absl::StrContains(line, "namespace=\"default\"")) << line;
   }
-  EXPECT_TRUE(monitor_series) << metrics;
+  EXPECT_FALSE(monitor_series.empty()) << metrics;
   cluster.Kubectl("delete adt slow");
   EXPECT_TRUE(WaitFor(
       [&] {

@@ -527,21 +527,46 @@ void Monitor::CloseWindow(Job& job, int64_t window) {
   }
 }
 
+namespace {
+
+// What one window's score says of a member whose class was `previous`: slow
+// (entering at straggler_threshold, leaving below recover_threshold) or not,
+// and if not, a leader (entering below leader_threshold, leaving at
+// leader_exit_threshold). Counts consecutive slow windows in `windows_slow`.
+// `classify` false (too few peers): neither.
+struct Verdict {
+  bool slow = false;
+  bool leader = false;
+};
+
+Verdict Judge(const MonitorConfig& c, StragglerClass previous, double score, bool classify,
+              int& windows_slow) {
+  Verdict v;
+  v.slow =
+      classify && score >= (IsStraggler(previous) ? c.recover_threshold : c.straggler_threshold);
+  windows_slow = v.slow ? windows_slow + 1 : 0;
+  v.leader = !v.slow && classify &&
+             score < (previous == v1::LEADER ? c.leader_exit_threshold : c.leader_threshold);
+  return v;
+}
+
+// The class of a member judged by Judge.
+StragglerClass ClassOf(const MonitorConfig& c, const Verdict& v, bool deterministic,
+                       int windows_slow) {
+  if (!v.slow) return v.leader ? v1::LEADER : v1::HEALTHY;
+  if (deterministic) return v1::DETERMINISTIC;
+  return windows_slow >= c.persistent_windows ? v1::PERSISTENT : v1::TRANSIENT;
+}
+
+}  // namespace
+
 StragglerClass Monitor::Classify(Member& m, double score, bool classify,
                                  const Majorities& majorities) const {
-  const bool slow = classify && score >= (IsStraggler(m.cls) ? config_.recover_threshold
-                                                             : config_.straggler_threshold);
-  m.windows_slow = slow ? m.windows_slow + 1 : 0;
-  if (!slow) {
-    m.profile_deterministic = false;
-    const bool leader = classify && score < (m.cls == v1::LEADER ? config_.leader_exit_threshold
-                                                                 : config_.leader_threshold);
-    return leader ? v1::LEADER : v1::HEALTHY;
-  }
-  if (m.profile_deterministic || LabelDeterministic(m, majorities, nullptr)) {
-    return v1::DETERMINISTIC;
-  }
-  return m.windows_slow >= config_.persistent_windows ? v1::PERSISTENT : v1::TRANSIENT;
+  const Verdict v = Judge(config_, m.cls, score, classify, m.windows_slow);
+  if (!v.slow) m.profile_deterministic = false;
+  const bool deterministic =
+      v.slow && (m.profile_deterministic || LabelDeterministic(m, majorities, nullptr));
+  return ClassOf(config_, v, deterministic, m.windows_slow);
 }
 
 // The same rules on the per-sample score, with the member's own hysteresis
@@ -550,27 +575,13 @@ StragglerClass Monitor::Classify(Member& m, double score, bool classify,
 void Monitor::ClassifySpeed(Member& m, double sample_score, bool classify,
                             const Majorities& majorities) const {
   if (!(sample_score > 0)) return;
-  const bool slow =
-      classify && sample_score >= (IsStraggler(m.speed_cls) ? config_.recover_threshold
-                                                            : config_.straggler_threshold);
-  m.speed_windows_slow = slow ? m.speed_windows_slow + 1 : 0;
+  const Verdict v = Judge(config_, m.speed_cls, sample_score, classify, m.speed_windows_slow);
   // Deterministic from the start (its warm-up profile) until it recovers; the
   // BPT class forgets this once a smaller batch hides the slowness.
-  m.speed_deterministic = slow && (m.speed_deterministic || m.profile_deterministic);
-  if (!slow) {
-    const bool leader =
-        classify && sample_score < (m.speed_cls == v1::LEADER ? config_.leader_exit_threshold
-                                                              : config_.leader_threshold);
-    m.speed_cls = leader ? v1::LEADER : v1::HEALTHY;
-    return;
-  }
-  if (m.cls == v1::DETERMINISTIC || m.speed_deterministic ||
-      LabelDeterministic(m, majorities, nullptr)) {
-    m.speed_cls = v1::DETERMINISTIC;
-  } else {
-    m.speed_cls =
-        m.speed_windows_slow >= config_.persistent_windows ? v1::PERSISTENT : v1::TRANSIENT;
-  }
+  m.speed_deterministic = v.slow && (m.speed_deterministic || m.profile_deterministic);
+  const bool deterministic = v.slow && (m.cls == v1::DETERMINISTIC || m.speed_deterministic ||
+                                        LabelDeterministic(m, majorities, nullptr));
+  m.speed_cls = ClassOf(config_, v, deterministic, m.speed_windows_slow);
 }
 
 Monitor::Majorities Monitor::HardwareMajorities(const Job& job) const {

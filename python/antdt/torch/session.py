@@ -270,7 +270,8 @@ class Session:
         """
         started = time.monotonic()
         client = self.client_spec.open()
-        if self._data_finished(client):
+        progress = self._progress(client)
+        if progress is not None and progress.finished:
             # A rank restarted after the others trained the last records (or
             # after it finished itself and then failed on its way out): there
             # is nothing to train and no group left to join.
@@ -282,7 +283,7 @@ class Session:
         journal = Journal.open_and_resolve(self.journal_path, client)
         commits = StepCommits(client, journal)
         self._restore(optimizer, client)
-        self._global_trained = self._committed(client)
+        self._global_trained = int(progress.records_committed_total) if progress else 0
         self._form_retrying(optimizer)
         records = self._records()
         pending: Optional[_Pending] = None
@@ -333,20 +334,14 @@ class Session:
         return self.summary
 
     @staticmethod
-    def _committed(client: Any) -> int:
+    def _progress(client: Any) -> Any:
+        """The dataset's progress; None when the service cannot say (not
+        created yet, or unreachable: train, counting from 0)."""
         try:
-            return int(client.progress().records_committed_total)
-        except Exception as e:  # noqa: BLE001 (not created yet: nothing committed)
+            return client.progress()
+        except Exception as e:  # noqa: BLE001 (sorted out by the caller: None)
             _log.debug("progress: %s", e)
-            return 0
-
-    @staticmethod
-    def _data_finished(client: Any) -> bool:
-        try:
-            return bool(client.progress().finished)
-        except Exception as e:  # noqa: BLE001 (not created yet, or unreachable: train)
-            _log.debug("progress: %s", e)
-            return False
+            return None
 
     def _records(self) -> Iterator[Any]:
         dataset = ShardedDataset(self.client_spec, self.sample_fn)
