@@ -60,6 +60,12 @@ absl::Status Serving::WriteReady(const std::string& path,
 
 int Serving::WaitForSignal() { return WaitForTerminationSignal(); }
 
+void Serving::SetServingStatus(const std::string& service, bool serving) {
+  if (server_ && server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(service, serving);
+  }
+}
+
 void Serving::Shutdown(std::chrono::milliseconds grace) {
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + grace);

@@ -59,6 +59,10 @@ class Serving {
   absl::Status WriteReady(const std::string& path,
                           const std::vector<std::pair<std::string, std::string>>& fields = {});
 
+  // The gRPC health service's answer for `service` (grpc.health.v1; a
+  // Kubernetes gRPC probe names it): SERVING or NOT_SERVING.
+  void SetServingStatus(const std::string& service, bool serving);
+
   // Blocks until a termination signal; returns it.
   int WaitForSignal();
 

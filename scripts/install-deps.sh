@@ -15,7 +15,13 @@ PACKAGES=(
   python3-torch                                              # antdt.torch, the PyTorch example
   prometheus
   chromium                                                   # report_browser_test, headless
+  # helm_chart_test: the chart rendered with Helm's engine (Go text/template + sprig,
+  # values.schema.json by gojsonschema) and validated by npm kubernetes-models
+  golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev
+  golang-github-xeipuuv-gojsonschema-dev
 )
+if ! command -v node >/dev/null 2>&1; then PACKAGES+=(nodejs); fi
+if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
 # A kubectl for the tests that drive the API-server emulator with the real
 # client. Debian's is kubernetes-client (1.20); a kubectl already on the PATH
 # (any version from 1.20 to 1.33) is used as it is.
@@ -26,12 +32,19 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "installing: ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The manifest validator's npm packages, pinned by its lockfile (test tooling only);
+# installed again when the lockfile changes.
+validate=tests/helm/validate
+if ! cmp -s "$validate/package-lock.json" "$validate/node_modules/.antdt-installed-lock" 2>/dev/null; then
+  echo "installing: npm packages of $validate"
+  (cd "$validate" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$validate/package-lock.json" "$validate/node_modules/.antdt-installed-lock"
+fi

@@ -73,6 +73,10 @@ absl::Status SetField(OperatorConfig& c, const std::string& raw_key, const std::
     RETURN_IF_ERROR(Port(value, field, &c.master_port));
   } else if (key == "monitor_window") {
     ASSIGN_OR_RETURN(c.monitor_window_ms, ParseDurationMs(value, field));
+  } else if (key == "pod_name") {
+    c.pod_name = value;
+  } else if (key == "pod_namespace") {
+    c.pod_namespace = value;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(field, ": unknown field"));
   }
@@ -117,6 +121,9 @@ absl::Status ValidateOperatorConfig(const OperatorConfig& c) {
   }
   if (c.image.empty()) return absl::InvalidArgumentError("image: must not be empty");
   if (c.monitor_window_ms <= 0) return absl::InvalidArgumentError("monitor_window: must be > 0");
+  if (!c.pod_name.empty() && c.pod_namespace.empty()) {
+    return absl::InvalidArgumentError("pod_namespace: must be set with pod_name");
+  }
   return absl::OkStatus();
 }
 

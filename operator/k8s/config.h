@@ -29,6 +29,10 @@ struct OperatorConfig {
   int32_t agent_port = 9400;
   int32_t master_port = 29500;         // MASTER_PORT of every worker (worker-0's rendezvous)
   int64_t monitor_window_ms = 10'000;  // the Monitor's window for every job
+  // This replica's pod (the downward API's metadata.name and .namespace): the
+  // acting replica labels it antdt.io/leader=true. "" outside a pod.
+  std::string pod_name;
+  std::string pod_namespace;
 };
 
 absl::StatusOr<OperatorConfig> ParseOperatorConfig(const std::string& yaml);

@@ -323,6 +323,10 @@ bool JobController::Start(int64_t sync_timeout_ms) {
   return synced;
 }
 
+bool JobController::HasSynced() const {
+  return nodes_->HasSynced() && services_->HasSynced() && pods_->HasSynced() && jobs_->HasSynced();
+}
+
 void JobController::Stop() {
   if (stopping_.exchange(true)) return;
   queue_->ShutDown();

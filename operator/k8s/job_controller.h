@@ -49,6 +49,8 @@ class JobController {
   // `sync_timeout_ms` passed (false).
   bool Start(int64_t sync_timeout_ms);
   void Stop();
+  // Whether every informer has listed once (false before Start).
+  bool HasSynced() const;
 
   // Runs one sync of `key` ("ns/name") now, on the calling thread (tests).
   absl::Status SyncForTest(const std::string& key);

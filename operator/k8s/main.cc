@@ -19,11 +19,13 @@
 #include "operator/control/job_metrics.h"
 #include "operator/k8s/config.h"
 #include "operator/k8s/job_controller.h"
+#include "operator/k8s/readiness.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
 #include "operator/monitor_service/monitor_service.h"
 #include "operator/runtime/leader_election.h"
 #include "prometheus/counter.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 
 namespace {
@@ -32,7 +34,7 @@ constexpr const char* kUsage = R"(usage: antdt-operator [flags]
   --kubeconfig FILE           cluster credentials [in-cluster, $KUBECONFIG, ~/.kube/config]
   --namespace NS              watch only this namespace                [all]
   --listen HOST:PORT          the Monitor's gRPC endpoint for agents   [0.0.0.0:9401]
-  --metrics-listen HOST:PORT  /metrics, /healthz, /readyz              [off]
+  --metrics-listen HOST:PORT  /metrics and /healthz                     [off]
   --ready-file PATH           written with the bound addresses once serving
   --config FILE               YAML with the same keys (dashes or underscores); flags win
   --leader-elect true|false   elect one acting replica on a Lease      [true]
@@ -44,6 +46,12 @@ constexpr const char* kUsage = R"(usage: antdt-operator [flags]
   --sharding-port N --ps-port N --agent-port N                         [50051 50052 9400]
   --master-port N             the workers' MASTER_PORT (rendezvous)    [29500]
   --monitor-window D          the Monitor's window for every job       [10s]
+  --pod-name NAME --pod-namespace NS
+                              this replica's pod: the acting replica labels it
+                              antdt.io/leader=true (the Monitor's Service)  [none]
+Readiness: gRPC health service "antdt.operator" on --listen (a Kubernetes gRPC
+probe): SERVING while the API server answers and, on the acting replica, once
+its informers have synced. /healthz (liveness) answers while the process runs.
 )";
 
 int Fail(const std::string& message) {
@@ -73,7 +81,8 @@ std::optional<antdt::k8s::OperatorConfig> LoadOperatorConfig(const antdt::Parsed
 
 // Kubernetes API requests counted and timed into `registry`.
 antdt::kube::ClientOptions ApiClientOptions(const std::string& identity,
-                                            prometheus::Registry& registry) {
+                                            prometheus::Registry& registry,
+                                            antdt::k8s::Readiness* readiness) {
   auto& requests = prometheus::BuildCounter()
                        .Name("antdt_operator_api_requests_total")
                        .Help("Kubernetes API requests by verb, resource and HTTP code")
@@ -84,8 +93,10 @@ antdt::kube::ClientOptions ApiClientOptions(const std::string& identity,
                       .Register(registry);
   antdt::kube::ClientOptions options;
   options.user_agent = "antdt-operator/" + identity;
-  options.on_request = [&requests, &seconds](const std::string& verb, const std::string& resource,
-                                             int code, double s) {
+  options.on_request = [&requests, &seconds, readiness](const std::string& verb,
+                                                        const std::string& resource, int code,
+                                                        double s) {
+    readiness->OnResponse(code);
     requests.Add({{"verb", verb}, {"resource", resource}, {"code", std::to_string(code)}})
         .Increment();
     seconds
@@ -112,17 +123,30 @@ antdt::k8s::JobControllerOptions ControllerOptions(const antdt::k8s::OperatorCon
 // leader election), until a termination signal. True when the lease was lost.
 bool Act(antdt::k8s::JobController& controller, antdt::kube::Api* api,
          const antdt::k8s::OperatorConfig& config, prometheus::Registry* registry,
-         antdt::Serving& serving) {
+         antdt::Serving& serving, antdt::k8s::Readiness& readiness) {
   using namespace antdt;
   std::atomic<bool> lost{false};
   std::unique_ptr<kube::LeaderElector> elector;
   std::thread election;
+  auto mark = [&](bool leading) {
+    if (!config.leader_elect) return;
+    absl::Status s = k8s::MarkLeader(api, config.pod_namespace, config.pod_name, leading);
+    if (!s.ok()) {
+      LogEvent("operator", {{"event", "leader_label_failed"},
+                            {"pod", config.pod_namespace + "/" + config.pod_name},
+                            {"leading", leading ? "true" : "false"},
+                            {"error", s.ToString()}});
+    }
+  };
   auto start_controller = [&] {
     LogEvent("operator", {{"event", "leading"}, {"identity", config.identity}});
+    readiness.SetActing([&controller] { return controller.HasSynced(); });
     if (!controller.Start(30'000)) {
       LogEvent("operator", {{"event", "cache_sync_timeout"}});
     }
+    mark(true);  // agents reach this replica's Monitor from now on
   };
+  mark(false);  // a restarted replica's pod may still carry the mark
   if (config.leader_elect) {
     kube::LeaderElectionConfig le;
     le.lease_namespace = config.leader_election_namespace;
@@ -136,6 +160,7 @@ bool Act(antdt::k8s::JobController& controller, antdt::kube::Api* api,
     election = std::thread([&] {
       absl::Status s = elector->Run(start_controller, [&] {
         controller.Stop();  // a replica that lost the lease stops acting at once
+        mark(false);
       });
       if (!s.ok()) {
         lost = true;
@@ -154,19 +179,56 @@ bool Act(antdt::k8s::JobController& controller, antdt::kube::Api* api,
   return lost.load();
 }
 
+// Every second: the replica's readiness into the gRPC health service
+// ("antdt.operator", what the chart's readiness probe asks) and the gauge
+// antdt_operator_ready; each change logged with its reason. When the API server
+// has been quiet for half the window, asks it something cheap: this replica's
+// own pod (a 404 or 403 is an answer too).
+antdt::PeriodicThread ReadinessLoop(antdt::k8s::Readiness& readiness, antdt::kube::Api* api,
+                                    const antdt::k8s::OperatorConfig& config,
+                                    antdt::Serving& serving, prometheus::Registry& registry) {
+  using namespace antdt;
+  auto& gauge = prometheus::BuildGauge()
+                    .Name("antdt_operator_ready")
+                    .Help("1 while this replica is ready (API server answering, informers synced)")
+                    .Register(registry)
+                    .Add({});
+  serving.SetServingStatus(k8s::kReadinessService, false);
+  auto state = std::make_shared<int>(-1);  // last reported: -1 none, 0 unready, 1 ready
+  return PeriodicThread(std::chrono::seconds(1), [&readiness, api, &config, &serving, &gauge,
+                                                  state] {
+    if (readiness.Quiet()) {
+      const std::string ns = config.pod_name.empty() ? "" : config.pod_namespace;
+      const std::string name = config.pod_name.empty() ? "antdt-readiness-probe" : config.pod_name;
+      (void)api->Get(config.pod_name.empty() ? kube::NodesResource() : kube::PodsResource(), ns,
+                     name);
+    }
+    const absl::Status s = readiness.Check();
+    serving.SetServingStatus(k8s::kReadinessService, s.ok());
+    gauge.Set(s.ok() ? 1 : 0);
+    if (*state != (s.ok() ? 1 : 0)) {
+      *state = s.ok() ? 1 : 0;
+      LogEvent("operator", {{"event", s.ok() ? "ready" : "not_ready"},
+                            {"reason", s.ok() ? "" : std::string(s.message())}});
+    }
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace antdt;
   BlockTerminationSignals();
   int exit_code = 0;
-  const std::optional<ParsedFlags> flags =
-      ParseCommandLine(argc, argv, "antdt-operator", kUsage,
-                       {"kubeconfig", "namespace", "listen", "metrics-listen", "ready-file",
-                        "config", "leader-elect", "leader-election-namespace", "leader-election-id",
-                        "lease-duration", "renew-deadline", "retry-period", "identity", "image",
-                        "sharding-port", "ps-port", "agent-port", "master-port", "monitor-window"},
-                       &exit_code);
+  const std::optional<ParsedFlags> flags = ParseCommandLine(
+      argc, argv, "antdt-operator", kUsage,
+      {"kubeconfig",         "namespace",      "listen",         "metrics-listen",
+       "ready-file",         "config",         "leader-elect",   "leader-election-namespace",
+       "leader-election-id", "lease-duration", "renew-deadline", "retry-period",
+       "identity",           "image",          "sharding-port",  "ps-port",
+       "agent-port",         "master-port",    "monitor-window", "pod-name",
+       "pod-namespace"},
+      &exit_code);
   if (!flags) return exit_code;
   std::string error;
   std::optional<k8s::OperatorConfig> config = LoadOperatorConfig(*flags, &error);
@@ -178,7 +240,11 @@ int main(int argc, char** argv) {
   }
 
   auto registry = std::make_shared<prometheus::Registry>();
-  auto client = kube::Client::Create(*cluster, ApiClientOptions(config->identity, *registry));
+  // Unready once the API server has been silent for three retry periods (10 s at least).
+  k8s::Readiness readiness(std::max<int64_t>(10'000, 3 * config->retry_period_ms),
+                           &RealClock::Get());
+  auto client =
+      kube::Client::Create(*cluster, ApiClientOptions(config->identity, *registry, &readiness));
   if (!client.ok()) return Fail(std::string(client.status().message()));
 
   manifest::MonitorSpec monitor_spec;  // the manifest's defaults, this window
@@ -192,7 +258,6 @@ int main(int argc, char** argv) {
       Serving::Start({config->listen, "", config->metrics_listen, registry, {&monitor_service}});
   if (!serving.ok()) return Fail(std::string(serving.status().message()));
   monitor_service.Start(100);
-  auto readyz = std::make_shared<prometheus::Registry>();
   k8s::JobController controller(client->get(), &monitor_service, ControllerOptions(*config),
                                 registry.get());
   // The Monitor's series with each job's namespace (the exposer holds it weakly).
@@ -202,14 +267,8 @@ int main(int argc, char** argv) {
   if (prometheus::Exposer* exposer = (*serving)->exposer()) {
     exposer->RegisterCollectable(monitor_series);
   }
-  // The API server must answer before the replica calls itself ready.
-  auto probe = (*client)->List(kube::NodesResource(), "", kube::ListOptions{});
-  if (!probe.ok()) {
-    LogEvent("operator", {{"event", "api_unreachable"}, {"error", probe.status().ToString()}});
-  }
-  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
-    exposer->RegisterCollectable(readyz, "/readyz");
-  }
+  PeriodicThread readiness_loop =
+      ReadinessLoop(readiness, client->get(), *config, **serving, *registry);
   if (absl::Status s = (*serving)->WriteReady(config->ready_file); !s.ok()) {
     return Fail(std::string(s.message()));
   }
@@ -218,7 +277,8 @@ int main(int argc, char** argv) {
                         {"metrics", (*serving)->metrics_address()},
                         {"identity", config->identity}});
 
-  const bool lost = Act(controller, client->get(), *config, registry.get(), **serving);
+  const bool lost = Act(controller, client->get(), *config, registry.get(), **serving, readiness);
+  readiness_loop.Stop();
   monitor_service.Stop();
   (*serving)->Shutdown(std::chrono::seconds(1));
   return lost ? 1 : 0;

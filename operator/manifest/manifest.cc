@@ -519,6 +519,28 @@ absl::Status ParseLocal(const YAML::Node& node, LocalSpec* l) {
   return AtLeast(Join(path, "deviceTimePerSample"), l->device_time_per_sample_us, 0);
 }
 
+// The job's name makes its children's on a cluster (the CRD's rules, the same
+// words): Services <name>-sharding, <name>-ps, <name>-workers (DNS-1035 labels)
+// and the workers' host names <name>-worker-<index>, 63 characters at most.
+absl::Status CheckChildNames(const Job& job) {
+  if (job.name.front() < 'a' || job.name.front() > 'z') {
+    return Invalid("metadata.name",
+                   "must start with a letter: the job's Services (<name>-sharding, "
+                   "<name>-workers) are named after it (DNS-1035)");
+  }
+  if (job.name.size() > 54) {
+    return Invalid("metadata.name",
+                   "must be at most 54 characters: the job's Service <name>-sharding must fit "
+                   "in 63");
+  }
+  if (job.name.size() + std::to_string(job.workers.replicas - 1).size() > 55) {
+    return Invalid("metadata.name",
+                   "is too long for spec.workers.replicas: the workers' host names "
+                   "<name>-worker-<index> must fit in 63 characters");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseJobRoot(const YAML::Node& root, Job* job) {
   if (!root.IsMap())
     return Invalid("manifest", absl::StrCat("must be a mapping, got ", Describe(root)));
@@ -546,6 +568,7 @@ absl::Status ParseJobRoot(const YAML::Node& root, Job* job) {
                                 "stragglerPolicy", "monitor", "checkpoint", "runPolicy", "local"}));
   RETURN_IF_ERROR(ParseDataset(Get(spec, "dataset"), &job->dataset));
   RETURN_IF_ERROR(ParseReplicas(Get(spec, "workers"), "spec.workers", 1, &job->workers));
+  RETURN_IF_ERROR(CheckChildNames(*job));
   RETURN_IF_ERROR(ParseReplicas(Get(spec, "parameterServers"), "spec.parameterServers", 0,
                                 &job->parameter_servers));
   RETURN_IF_ERROR(ParseModel(Get(spec, "model"), &job->model));

@@ -283,6 +283,12 @@ INSTANTIATE_TEST_SUITE_P(
                   "metadata.name: must be a DNS-1123 label (lowercase letters, digits and '-', at "
                   "most 63 characters, starting and ending with a letter or digit), got \"" +
                       std::string(64, 'a') + "\""},
+        ErrorCase{"metadata.name", "1job",
+                  "metadata.name: must start with a letter: the job's Services (<name>-sharding, "
+                  "<name>-workers) are named after it (DNS-1035)"},
+        ErrorCase{"metadata.name", std::string(55, 'a'),
+                  "metadata.name: must be at most 54 characters: the job's Service "
+                  "<name>-sharding must fit in 63"},
         ErrorCase{"metadata.namespace", "Team.A",
                   "metadata.namespace: must be a DNS-1123 label (lowercase letters, digits and "
                   "'-', at most 63 characters, starting and ending with a letter or digit), got "

@@ -373,6 +373,13 @@ std::vector<Variant> InvalidVariants() {
        "spec.local.deviceTimePerSample"},
       {"uppercase name", {{"metadata.name", "Bad_Name"}}, "metadata.name"},
       {"long name", {{"metadata.name", std::string(64, 'a')}}, "metadata.name"},
+      {"name starting with a digit", {{"metadata.name", "1job"}}, "metadata.name"},
+      {"name too long for its Services",
+       {{"metadata.name", std::string(55, 'a')}},
+       "metadata.name"},
+      {"name too long for its workers' host names",
+       {{"metadata.name", std::string(54, 'a')}, {"spec.workers.replicas", "11"}},
+       "metadata.name"},
   };
 }
 
