@@ -542,19 +542,25 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
                                   const std::vector<Json>& pods) {
   const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
   const std::string key = kube::KeyOf(job);
+  Json current = job;  // the job as last written, for ReplicaFailure
   if (plan.status) {
     Json updated = job;
     updated["status"] = *plan.status;
     auto r = api_->UpdateStatus(kube::AntDTJobsResource(), ns, updated);
     if (!r.ok()) return r.status();  // a conflict: requeued, nothing else done
+    current = *r;
   }
+
   for (const reconciler::Write& w : plan.writes) {
     const kube::ResourceRef& ref =
         w.resource == "services" ? kube::ServicesResource() : kube::PodsResource();
     switch (w.kind) {
       case reconciler::Write::Kind::kCreate: {
         auto r = api_->Create(ref, ns, w.object);
-        if (!r.ok() && !kube::IsAlreadyExists(r.status())) return r.status();
+        if (!r.ok() && !kube::IsAlreadyExists(r.status())) {
+          ReportFailedCreate(current, w, r.status());
+          return r.status();
+        }
         if (r.ok()) {
           LogEvent("operator", {{"event", "created"},
                                 {"job", key},
@@ -593,6 +599,47 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
   for (const reconciler::Event& e : plan.events)
     recorder_->Record(job, e.type, e.reason, e.message);
   return absl::OkStatus();
+}
+
+void JobController::ReportFailedCreate(const Json& job, const reconciler::Write& w,
+                                       const absl::Status& error) {
+  // Not the API server refusing, but not reaching it: retried, not reported.
+  if (error.code() == absl::StatusCode::kUnavailable ||
+      error.code() == absl::StatusCode::kDeadlineExceeded) {
+    return;
+  }
+  const std::string message =
+      absl::StrCat("Error creating ", w.resource == "services" ? "service " : "pod ",
+                   NameOf(w.object), ": ", error.message());
+  LogEvent("operator", {{"event", "create_failed"},
+                        {"job", kube::KeyOf(job)},
+                        {"resource", w.resource},
+                        {"name", NameOf(w.object)},
+                        {"error", error.ToString()}});
+  recorder_->Record(job, "Warning", "FailedCreate", message);
+  absl::Status s = SetReplicaFailure(job, "FailedCreate", message);
+  if (!s.ok() && !kube::IsConflict(s)) {
+    LogEvent(
+        "operator",
+        {{"event", "status_update_failed"}, {"job", kube::KeyOf(job)}, {"error", s.ToString()}});
+  }
+}
+
+absl::Status JobController::SetReplicaFailure(const Json& job, const std::string& reason,
+                                              const std::string& message) {
+  Json updated = job;
+  if (!reconciler::SetCondition(updated["status"]["conditions"], reconciler::kReplicaFailure,
+                                "True", reason, message,
+                                kube::At(job, {"metadata", "generation"}).is_number_integer()
+                                    ? kube::At(job, {"metadata", "generation"}).get<int64_t>()
+                                    : 0,
+                                RealClock::Get().NowMillis())) {
+    return absl::OkStatus();
+  }
+  return api_
+      ->UpdateStatus(kube::AntDTJobsResource(), kube::StringAt(job, {"metadata", "namespace"}),
+                     updated)
+      .status();
 }
 
 absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_ms) {

@@ -73,6 +73,14 @@ class JobController {
   // The control loop's plan for this pass when a decision is due and the job
   // runs; what the operator does not carry out (backup workers) left out.
   std::optional<controller::Plan> PlanIfDue(const kube::Json& job, JobRuntime& rt);
+  // A create the API server refused (admission, quota, permissions): a Warning
+  // Event FailedCreate on the job, as the ReplicaSet controller reports one,
+  // and its condition ReplicaFailure True (the reconciler sets it False once
+  // a pass needs no create).
+  void ReportFailedCreate(const kube::Json& job, const reconciler::Write& w,
+                          const absl::Status& error);
+  absl::Status SetReplicaFailure(const kube::Json& job, const std::string& reason,
+                                 const std::string& message);
   absl::Status Apply(const kube::Json& job, const reconciler::Plan& plan,
                      const std::vector<kube::Json>& pods);
   void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods);

@@ -1283,6 +1283,17 @@ void PlanRequeue(const Pass& pass, const Records& r, Plan& plan) {
   AddWrite(plan, std::move(w));
 }
 
+// ReplicaFailure (set True by the controller when the API server refuses a
+// create) turns False once a pass finds every child it needs in place.
+void ClearReplicaFailure(const Pass& pass, const Plan& plan, Json& status) {
+  if (!ConditionTrue(pass.old_status, kReplicaFailure)) return;
+  for (const Write& w : plan.writes) {
+    if (w.kind == Write::Kind::kCreate) return;
+  }
+  SetCondition(status["conditions"], kReplicaFailure, "False", "Created",
+               "every pod and Service the job needs exists", pass.generation, pass.now);
+}
+
 }  // namespace
 
 Plan Reconcile(const Observed& o, const Settings& s) {
@@ -1302,6 +1313,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
     PlanChildren(pass, r, plan);
   }
   Json status = NewStatus(pass, r);
+  ClearReplicaFailure(pass, plan, status);
   if (status != pass.old_status) plan.status = std::move(status);
   PlanRequeue(pass, r, plan);
   return plan;

@@ -182,5 +182,7 @@ bool SetCondition(Json& conditions, const std::string& type, const std::string& 
                   int64_t observed_generation, int64_t now_ms);
 // The condition of that type in a status, or nullptr.
 const Json* FindCondition(const Json& status, const std::string& type);
+// The condition the controller sets when the API server refuses a child.
+inline constexpr char kReplicaFailure[] = "ReplicaFailure";
 
 }  // namespace antdt::reconciler

@@ -33,6 +33,12 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CHART = os.path.join(REPO, "deploy", "helm", "antdt")
 ALL_ON = os.path.join(HERE, "all-on.yaml")
 VALIDATE = os.path.join(HERE, "validate", "validate.mjs")
+# npm kubernetes-models, installed by scripts/install-deps.sh where the npm registry is
+# reachable; without it the client's models alone check each kind.
+HAVE_KUBERNETES_MODELS = os.path.isdir(os.path.join(HERE, "validate", "node_modules", "kubernetes-models"))
+if not HAVE_KUBERNETES_MODELS:
+    print("helm_chart_test: npm kubernetes-models not installed (tests/helm/validate): "
+          "the Kubernetes Python client's models check each kind alone")
 RENDER = os.environ.get("ANTDT_HELM_RENDER", os.path.join(REPO, "build", "bin", "antdt-helm-render"))
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -67,16 +73,31 @@ def pod_specs(objs):
             yield o, o["spec"]
 
 
-# --- Unknown fields, by the Kubernetes Python client's models ---------------------------
+# --- The schema of each kind, by the Kubernetes Python client's models ---------------------
 
 _PRIMITIVES = {"str", "int", "bool", "float", "object", "datetime", "date"}
 # Fields newer than the client's models (python3-kubernetes 22.6 knows Kubernetes 1.22).
 _NEWER_FIELDS = {"V1JSONSchemaProps": {"x-kubernetes-validations"}, "V1Probe": {"grpc"}}
+# resource.Quantity: a string in the models, a number in YAML too.
+_QUANTITY_KEYS = {"limits", "requests", "sizeLimit", "capacity", "hard"}
 
 
-def unknown_fields(obj):
-    """Paths of the fields the object's kind does not define ([] for kinds the client
-    does not know, such as the Prometheus Operator's)."""
+def _primitive_ok(value, typ, quantity):
+    if typ == "str" or typ in ("datetime", "date"):
+        return isinstance(value, str) or (quantity and isinstance(value, (int, float)) and not isinstance(value, bool))
+    if typ == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typ == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if typ == "bool":
+        return isinstance(value, bool)
+    return True  # object: anything (IntOrString, raw extensions)
+
+
+def schema_errors(obj):
+    """Where the object breaks the schema of its kind: fields the kind does not define, values
+    of the wrong type, required fields missing; each error names the field. [] for kinds the
+    client does not know (the Prometheus Operator's: kubernetes-models checks those)."""
     import kubernetes.client as k8s
     version = obj["apiVersion"].split("/")[-1]
     cls = getattr(k8s, version.capitalize() + obj["kind"], None)
@@ -84,30 +105,48 @@ def unknown_fields(obj):
         return []
     errors = []
 
-    def walk(value, typ, where):
-        if typ in _PRIMITIVES or value is None:
+    def walk(value, typ, where, quantity=False):
+        if value is None:
             return
         m = re.match(r"^list\[(.*)\]$", typ)
         if m:
-            for i, item in enumerate(value if isinstance(value, list) else []):
-                walk(item, m.group(1), "%s[%d]" % (where, i))
+            if not isinstance(value, list):
+                errors.append("%s: must be a list" % where)
+                return
+            for i, item in enumerate(value):
+                walk(item, m.group(1), "%s[%d]" % (where, i), quantity)
             return
         m = re.match(r"^dict\(str, (.*)\)$", typ)
         if m:
-            for k, v in (value.items() if isinstance(value, dict) else []):
-                walk(v, m.group(1), "%s.%s" % (where, k))
+            if not isinstance(value, dict):
+                errors.append("%s: must be a mapping" % where)
+                return
+            for k, v in value.items():
+                walk(v, m.group(1), "%s.%s" % (where, k), quantity)
+            return
+        if typ in _PRIMITIVES:
+            if not _primitive_ok(value, typ, quantity):
+                errors.append("%s: must be %s, got %r" % (where, typ, value))
             return
         model = getattr(k8s, typ, None)
-        if model is None or not isinstance(value, dict):
+        if model is None:
+            return
+        if not isinstance(value, dict):
+            errors.append("%s: must be a mapping (%s)" % (where, typ))
             return
         by_json = {j: a for a, j in model.attribute_map.items()}
         for key, v in value.items():
             if key in _NEWER_FIELDS.get(typ, ()):
                 continue
             if key not in by_json:
-                errors.append("%s.%s" % (where, key))
+                errors.append("%s.%s: unknown field" % (where, key))
             else:
-                walk(v, model.openapi_types[by_json[key]], "%s.%s" % (where, key))
+                walk(v, model.openapi_types[by_json[key]], "%s.%s" % (where, key), key in _QUANTITY_KEYS)
+        # Required fields: the model's constructor refuses None for them.
+        try:
+            model(**{by_json[k]: v for k, v in value.items() if k in by_json})
+        except ValueError as e:
+            errors.append("%s: %s" % (where, e))
 
     walk(obj, cls.__name__, obj["kind"])
     return errors
@@ -175,41 +214,46 @@ class ChartTest(unittest.TestCase):
         cls.defaults, cls.defaults_text = render_objects("--include-crds")
         cls.all_on, cls.all_on_text = render_objects("--include-crds", "-f", ALL_ON)
 
-    def validate_offline(self, text):
-        if not os.path.isdir(os.path.join(HERE, "validate", "node_modules")):
-            self.fail("tests/helm/validate/node_modules is missing: scripts/install-deps.sh runs npm ci there")
+    def validate(self, objs, text):
+        """Every object against the schema of its kind: the Kubernetes Python client's models
+        always; npm kubernetes-models (the OpenAPI schemas, newer kinds and fields, the
+        Prometheus Operator's kinds) where scripts/install-deps.sh could install it."""
+        for o in objs:
+            self.assertEqual(schema_errors(o), [], "%s %s" % (o["kind"], o["metadata"]["name"]))
+        if not HAVE_KUBERNETES_MODELS:
+            return
         p = subprocess.run(["node", VALIDATE, "-"], input=text, capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        return p.stdout
+        self.assertIn(" 0 invalid", p.stdout)
 
     def test_default_objects_validate_against_their_kinds(self):
-        out = self.validate_offline(self.defaults_text)
-        self.assertIn("0 invalid", out)
-        for o in self.defaults:
-            self.assertEqual(unknown_fields(o), [], o["kind"])
+        self.validate(self.defaults, self.defaults_text)
         kinds = sorted({o["kind"] for o in self.defaults})
         self.assertEqual(kinds, ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "DaemonSet",
                                  "Deployment", "Pod", "PodDisruptionBudget", "Role", "RoleBinding", "Service",
                                  "ServiceAccount"])
 
     def test_every_option_on_validates(self):
-        out = self.validate_offline(self.all_on_text)
-        self.assertIn("0 invalid", out)
-        for o in self.all_on:
-            self.assertEqual(unknown_fields(o), [], o["kind"])
+        self.validate(self.all_on, self.all_on_text)
         kinds = {o["kind"] for o in self.all_on}
         for k in ("ServiceMonitor", "PrometheusRule", "ConfigMap", "NetworkPolicy"):
             self.assertIn(k, kinds)
 
     def test_the_validators_catch_what_they_should(self):
-        # A type error (kubernetes-models) and a typo'd field (the client's models).
+        # A type error, a typo'd field and a missing required field.
         bad = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
                "spec": {"ports": [{"port": "80", "protocoll": "TCP"}]}}
-        p = subprocess.run(["node", VALIDATE, "-"], input=yaml.safe_dump(bad), capture_output=True,
-                           text=True, timeout=60)
-        self.assertEqual(p.returncode, 1)
-        self.assertIn("/spec/ports/0/port must be integer", p.stdout)
-        self.assertEqual(unknown_fields(bad), ["Service.spec.ports[0].protocoll"])
+        self.assertEqual(schema_errors(bad), ["Service.spec.ports[0].port: must be int, got '80'",
+                                              "Service.spec.ports[0].protocoll: unknown field"])
+        dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+               "spec": {"selector": {}, "template": {"spec": {"containers": [{"image": "i"}]}}}}
+        self.assertEqual(schema_errors(dep), [
+            "Deployment.spec.template.spec.containers[0]: Invalid value for `name`, must not be `None`"])
+        if HAVE_KUBERNETES_MODELS:
+            p = subprocess.run(["node", VALIDATE, "-"], input=yaml.safe_dump(bad), capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("/spec/ports/0/port must be integer", p.stdout)
         pod = {"securityContext": {}, "containers": [{"name": "c", "securityContext": {"privileged": True}}],
                "hostNetwork": True}
         self.assertIn("hostNetwork", restricted_violations(pod))

@@ -1,0 +1,188 @@
+// The job controller against the fake API server: what a user sees when the
+// API server refuses a pod the operator creates (admission, quota, RBAC).
+#include "operator/k8s/job_controller.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "operator/bridge/bridge.h"
+#include "operator/manifest/manifest.h"
+#include "operator/monitor/monitor.h"
+#include "operator/reconciler/reconciler.h"
+#include "operator/runtime/fake_api.h"
+#include "operator/runtime/test_util.h"
+
+namespace antdt::k8s {
+namespace {
+
+using kube::Json;
+using kube::testing::Eventually;
+
+Json Job() {
+  return Json::parse(R"({
+    "apiVersion": "antdt.io/v1alpha1", "kind": "AntDTJob",
+    "metadata": {"name": "refused", "namespace": "team-a"},
+    "spec": {"dataset": {"records": 1000, "shardSize": 100},
+             "workers": {"replicas": 2}}})");
+}
+
+// The fake API server whose admission refuses every pod and Service while
+// `refusing` (Events and status writes still pass).
+class RefusingApi : public kube::Api {
+ public:
+  explicit RefusingApi(kube::FakeApi* api) : api_(api) {}
+  std::atomic<bool> refusing{true};
+  absl::StatusOr<Json> Get(const kube::ResourceRef& r, const std::string& ns,
+                           const std::string& name) override {
+    return api_->Get(r, ns, name);
+  }
+  absl::StatusOr<Json> List(const kube::ResourceRef& r, const std::string& ns,
+                            const kube::ListOptions& o) override {
+    return api_->List(r, ns, o);
+  }
+  absl::StatusOr<Json> Create(const kube::ResourceRef& r, const std::string& ns,
+                              const Json& o) override {
+    if (refusing && (r.plural == "pods" || r.plural == "services")) {
+      return absl::PermissionDeniedError(
+          "exceeded quota: compute-resources, requested: pods=1, used: pods=10, limited: "
+          "pods=10");
+    }
+    return api_->Create(r, ns, o);
+  }
+  absl::StatusOr<Json> Update(const kube::ResourceRef& r, const std::string& ns,
+                              const Json& o) override {
+    return api_->Update(r, ns, o);
+  }
+  absl::StatusOr<Json> UpdateStatus(const kube::ResourceRef& r, const std::string& ns,
+                                    const Json& o) override {
+    return api_->UpdateStatus(r, ns, o);
+  }
+  absl::StatusOr<Json> Patch(const kube::ResourceRef& r, const std::string& ns,
+                             const std::string& n, const Json& p, kube::PatchType t,
+                             const std::string& s) override {
+    return api_->Patch(r, ns, n, p, t, s);
+  }
+  absl::Status Delete(const kube::ResourceRef& r, const std::string& ns, const std::string& n,
+                      const kube::DeleteOptions& o) override {
+    return api_->Delete(r, ns, n, o);
+  }
+  absl::Status Watch(const kube::ResourceRef& r, const std::string& ns, const kube::WatchOptions& o,
+                     const std::function<bool(const kube::WatchEvent&)>& f,
+                     kube::Cancel* c) override {
+    return api_->Watch(r, ns, o, f, c);
+  }
+
+ private:
+  kube::FakeApi* api_;
+};
+
+std::vector<Json> Events(kube::FakeApi& api) {
+  auto list = api.List(kube::EventsResource(), "team-a", {});
+  EXPECT_TRUE(list.ok()) << list.status();
+  return list.ok() ? (*list)["items"].get<std::vector<Json>>() : std::vector<Json>{};
+}
+
+const Json* ReplicaFailure(kube::FakeApi& api, Json* job) {
+  auto got = api.Get(kube::AntDTJobsResource(), "team-a", "refused");
+  if (!got.ok()) return nullptr;
+  *job = *got;
+  return reconciler::FindCondition((*job)["status"], "ReplicaFailure");
+}
+
+TEST(JobControllerTest, ARefusedCreateIsAWarningEventAndAConditionUntilItSucceeds) {
+  kube::FakeApi api;
+  ASSERT_TRUE(api.Create(kube::AntDTJobsResource(), "team-a", Job()).ok());
+  // The API server's admission refuses the first pod or Service the job needs.
+  const std::string refusal =
+      "pods \"refused-sharding\" is forbidden: violates PodSecurity \"restricted:latest\": "
+      "runAsNonRoot != true";
+  api.FailNext("create", absl::PermissionDeniedError(refusal), 1);
+
+  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{}));
+  ASSERT_TRUE(mon.ok());
+  monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
+  prometheus::Registry registry;
+  JobControllerOptions options;
+  options.identity = "test";
+  options.rpc_timeout_ms = 100;
+  JobController controller(&api, &monitor_service, options, &registry);
+  ASSERT_TRUE(controller.Start(5000));
+
+  // A Warning Event on the job, as `kubectl describe antdtjob` shows it.
+  ASSERT_TRUE(Eventually([&] {
+    for (const Json& e : Events(api)) {
+      if (e.value("reason", "") == "FailedCreate") return true;
+    }
+    return false;
+  }));
+  for (const Json& e : Events(api)) {
+    if (e.value("reason", "") != "FailedCreate") continue;
+    EXPECT_EQ(e["type"], "Warning");
+    EXPECT_EQ(e["involvedObject"]["name"], "refused");
+    EXPECT_NE(e["message"].get<std::string>().find("Error creating "), std::string::npos);
+    EXPECT_NE(e["message"].get<std::string>().find(refusal), std::string::npos);
+  }
+  // The retry creates every child; the condition then says so.
+  Json job;
+  ASSERT_TRUE(Eventually([&] {
+    const Json* c = ReplicaFailure(api, &job);
+    return c != nullptr && (*c)["status"] == "False";
+  })) << job["status"].dump(1);
+  const Json* c = ReplicaFailure(api, &job);
+  EXPECT_EQ((*c)["reason"], "Created");
+  auto pods = api.List(kube::PodsResource(), "team-a", {});
+  ASSERT_TRUE(pods.ok());
+  EXPECT_EQ((*pods)["items"].size(), 1u);  // the sharding service (workers wait for the dataset)
+  auto services = api.List(kube::ServicesResource(), "team-a", {});
+  ASSERT_TRUE(services.ok());
+  EXPECT_EQ((*services)["items"].size(), 3u);
+  controller.Stop();
+}
+
+TEST(JobControllerTest, TheConditionStaysTrueWhileTheServerRefuses) {
+  kube::FakeApi api;
+  ASSERT_TRUE(api.Create(kube::AntDTJobsResource(), "team-a", Job()).ok());
+  RefusingApi refusing(&api);
+  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{}));
+  ASSERT_TRUE(mon.ok());
+  monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
+  prometheus::Registry registry;
+  JobControllerOptions options;
+  options.rpc_timeout_ms = 100;
+  JobController controller(&refusing, &monitor_service, options, &registry);
+  ASSERT_TRUE(controller.Start(5000));
+  Json job;
+  ASSERT_TRUE(Eventually([&] {
+    const Json* c = ReplicaFailure(api, &job);
+    return c != nullptr && (*c)["status"] == "True";
+  }));
+  const Json* c = ReplicaFailure(api, &job);
+  EXPECT_EQ((*c)["reason"], "FailedCreate");
+  EXPECT_NE((*c)["message"].get<std::string>().find("exceeded quota"), std::string::npos);
+  // Retries count on the one Event instead of adding Events.
+  ASSERT_TRUE(Eventually([&] {
+    for (const Json& e : Events(api)) {
+      if (e.value("reason", "") == "FailedCreate" && e.value("count", 0) >= 2) return true;
+    }
+    return false;
+  }));
+  int failed_create_events = 0;
+  for (const Json& e : Events(api)) failed_create_events += e.value("reason", "") == "FailedCreate";
+  EXPECT_EQ(failed_create_events, 1);
+  c = ReplicaFailure(api, &job);
+  EXPECT_EQ((*c)["status"], "True");  // still refused: still True
+  // The quota is raised: the next retry creates the children, the condition clears.
+  refusing.refusing = false;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const Json* c = ReplicaFailure(api, &job);
+        return c != nullptr && (*c)["status"] == "False";
+      },
+      20000))
+      << job["status"].dump(1);
+  controller.Stop();
+}
+
+}  // namespace
+}  // namespace antdt::k8s
