@@ -176,8 +176,8 @@ TEST(JobControllerTest, TheConditionStaysTrueWhileTheServerRefuses) {
   refusing.refusing = false;
   ASSERT_TRUE(Eventually(
       [&] {
-        const Json* c = ReplicaFailure(api, &job);
-        return c != nullptr && (*c)["status"] == "False";
+        const Json* now = ReplicaFailure(api, &job);
+        return now != nullptr && (*now)["status"] == "False";
       },
       20000))
       << job["status"].dump(1);

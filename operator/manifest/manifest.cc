@@ -389,6 +389,20 @@ absl::Status ParseReplicas(const YAML::Node& node, const std::string& path, int3
   return absl::OkStatus();
 }
 
+// spec.shardingService: only a pod template (free-form, as the workers').
+absl::Status ParseShardingService(const YAML::Node& node, std::string* template_yaml) {
+  const std::string path = "spec.shardingService";
+  if (!Present(node)) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckMapping(node, path, {"template"}));
+  const YAML::Node tmpl = Get(node, "template");
+  if (!Present(tmpl)) return absl::OkStatus();
+  if (!tmpl.IsMap()) {
+    return Invalid(Join(path, "template"), absl::StrCat("must be a mapping, got ", Describe(tmpl)));
+  }
+  *template_yaml = YAML::Dump(tmpl);
+  return absl::OkStatus();
+}
+
 absl::Status ParseRule(const YAML::Node& node, const std::string& path, Rule* rule) {
   if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
   RETURN_IF_ERROR(CheckMapping(
@@ -563,14 +577,17 @@ absl::Status ParseJobRoot(const YAML::Node& root, Job* job) {
 
   const YAML::Node spec = Get(root, "spec");
   if (!Present(spec)) return Invalid("spec", "required");
-  RETURN_IF_ERROR(CheckMapping(spec, "spec",
-                               {"dataset", "model", "workers", "parameterServers",
-                                "stragglerPolicy", "monitor", "checkpoint", "runPolicy", "local"}));
+  RETURN_IF_ERROR(
+      CheckMapping(spec, "spec",
+                   {"dataset", "model", "workers", "parameterServers", "shardingService",
+                    "stragglerPolicy", "monitor", "checkpoint", "runPolicy", "local"}));
   RETURN_IF_ERROR(ParseDataset(Get(spec, "dataset"), &job->dataset));
   RETURN_IF_ERROR(ParseReplicas(Get(spec, "workers"), "spec.workers", 1, &job->workers));
   RETURN_IF_ERROR(CheckChildNames(*job));
   RETURN_IF_ERROR(ParseReplicas(Get(spec, "parameterServers"), "spec.parameterServers", 0,
                                 &job->parameter_servers));
+  RETURN_IF_ERROR(
+      ParseShardingService(Get(spec, "shardingService"), &job->sharding_service_template_yaml));
   RETURN_IF_ERROR(ParseModel(Get(spec, "model"), &job->model));
   if (job->model.global_batch_size < job->workers.replicas) {
     return Invalid("spec.model.globalBatchSize",

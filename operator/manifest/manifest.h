@@ -105,6 +105,9 @@ struct Job {
   ModelSpec model;
   ReplicaSpec workers;
   ReplicaSpec parameter_servers;
+  // spec.shardingService.template: the sharding service pod's template (YAML;
+  // on a cluster merged over the operator's secure defaults; "" none).
+  std::string sharding_service_template_yaml;
   StragglerPolicySpec straggler_policy;
   MonitorSpec monitor;
   CheckpointSpec checkpoint;

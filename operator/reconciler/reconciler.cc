@@ -16,6 +16,7 @@
 #include "operator/bridge/bridge.h"
 #include "operator/bridge/worker_env.h"
 #include "operator/kube/object.h"
+#include "operator/reconciler/pod_defaults.h"
 
 namespace antdt::reconciler {
 namespace {
@@ -589,6 +590,11 @@ Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Setting
   } else {
     AddCheckpointVolume(job, spec, pod);
   }
+  MergePodTemplate(pod, Get(Get(Get(job, "spec"), "shardingService"), "template"));
+  // The state on no shared volume: the pod's own (lost with it, as without one).
+  EnsureWritable(pod["spec"], state_dir, "state");
+  ApplySecureDefaults(pod["spec"], {{"requests", {{"cpu", "100m"}, {"memory", "128Mi"}}},
+                                    {"limits", {{"memory", "1Gi"}}}});
   return pod;
 }
 
@@ -605,30 +611,25 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   env.push_back(EnvValue("ANTDT_PS_INDEX", std::to_string(k)));
   env.push_back(EnvValue("ANTDT_PS_ID", absl::StrCat("ps-", k)));
   env.push_back(EnvValue("ANTDT_PS_FEATURES", std::to_string(slice)));
-  const Json& tmpl = Get(Get(Get(job, "spec"), "parameterServers"), "template");
-  Json pod;
-  if (tmpl.is_object() && Get(Get(tmpl, "spec"), "containers").is_array() &&
-      !Get(Get(tmpl, "spec"), "containers").empty()) {
-    pod = FromTemplate(job, spec, tmpl, name, labels);
-  } else {
-    pod = {
-        {"apiVersion", "v1"},
-        {"kind", "Pod"},
-        {"metadata", Metadata(job, spec, name, labels)},
-        {"spec",
-         {{"containers",
-           Json::array(
-               {{{"name", "ps"},
-                 {"image", s.image},
-                 {"command", Json::array({"antdt-ps"})},
-                 {"args",
-                  {"--listen", absl::StrCat("$(POD_IP):", s.ps_port), "--id",
-                   absl::StrCat("ps-", k), "--features", std::to_string(slice), "--workers",
-                   std::to_string(spec.workers.replicas), "--backup", std::to_string(backup),
-                   "--learning-rate", FormatDouble(spec.model.learning_rate), "--step-timeout",
-                   "30s"}},
-                 {"ports", Json::array({{{"name", "grpc"}, {"containerPort", s.ps_port}}})}}})}}}};
-  }
+  Json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", Metadata(job, spec, name, labels)},
+      {"spec",
+       {{"containers",
+         Json::array(
+             {{{"name", "ps"},
+               {"image", s.image},
+               {"command", Json::array({"antdt-ps"})},
+               {"args",
+                {"--listen", absl::StrCat("$(POD_IP):", s.ps_port), "--id", absl::StrCat("ps-", k),
+                 "--features", std::to_string(slice), "--workers",
+                 std::to_string(spec.workers.replicas), "--backup", std::to_string(backup),
+                 "--learning-rate", FormatDouble(spec.model.learning_rate), "--step-timeout",
+                 "30s"}},
+               {"ports", Json::array({{{"name", "grpc"}, {"containerPort", s.ps_port}}})}}})}}}};
+  MergePodTemplate(pod, Get(Get(Get(job, "spec"), "parameterServers"), "template"));
+  ApplySecureDefaults(pod["spec"], {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}});
   PrependEnv(pod["spec"]["containers"][0], env);
   pod["spec"]["hostname"] = name;
   pod["spec"]["subdomain"] = PsServiceName(spec.name);
@@ -645,7 +646,11 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
                           WorkerPodName(spec.name, instance.index, instance.incarnation), labels);
   Json& pod_spec = pod["spec"];
   if (!Get(pod_spec, "containers").is_array() || pod_spec["containers"].empty()) {
+    // The built-in trainer, from AntDT's image: its secure defaults too. A
+    // job's own worker container is the job's business.
     pod_spec["containers"] = Json::array({DefaultWorkerContainer(spec, s)});
+    EnsureWritable(pod_spec, spec.checkpoint.path, "checkpoint");  // the journal
+    ApplySecureDefaults(pod_spec, {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}});
   }
   PrependEnv(pod_spec["containers"][0], WorkerVariables(spec, s, instance));
   // A stable DNS name across incarnations (the pod's name carries the

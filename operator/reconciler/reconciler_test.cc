@@ -462,8 +462,94 @@ TEST(RenderTest, ShardingPodMountsTheWorkersCheckpointVolume) {
   tspec["containers"][0]["volumeMounts"] =
       Json::parse(R"([{"name":"ckpt","mountPath":"/var/lib/antdt"}])");
   const Json pod = RenderShardingPod(job, MustParse(job), Settings{});
-  EXPECT_EQ(pod["spec"]["volumes"], tspec["volumes"]);
-  EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"], tspec["containers"][0]["volumeMounts"]);
+  // The template's volume, and the emptyDir at /tmp every AntDT container gets.
+  EXPECT_EQ(pod["spec"]["volumes"][0], tspec["volumes"][0]);
+  EXPECT_EQ(pod["spec"]["volumes"][1]["name"], "tmp");
+  EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"][0],
+            tspec["containers"][0]["volumeMounts"][0]);
+  EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"][1]["mountPath"], "/tmp");
+}
+
+// Pod Security "restricted", as the API server's admission checks it, for the
+// pods the operator runs from AntDT's image.
+void ExpectRestricted(const Json& pod) {
+  const Json& spec = pod["spec"];
+  SCOPED_TRACE(pod["metadata"]["name"].get<std::string>());
+  EXPECT_EQ(spec["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(spec["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  EXPECT_FALSE(spec.contains("hostNetwork"));
+  for (const Json& v : spec["volumes"]) {
+    EXPECT_TRUE(v.contains("emptyDir") || v.contains("persistentVolumeClaim")) << v;
+  }
+  for (const Json& c : spec["containers"]) {
+    EXPECT_EQ(c["securityContext"]["allowPrivilegeEscalation"], false);
+    EXPECT_EQ(c["securityContext"]["capabilities"]["drop"], Json::array({"ALL"}));
+    EXPECT_EQ(c["securityContext"]["readOnlyRootFilesystem"], true);
+    EXPECT_TRUE(c["resources"].contains("requests")) << c;
+  }
+}
+
+TEST(RenderTest, AntdtPodsMeetPodSecurityRestricted) {
+  Json job = QuickstartJob();
+  const manifest::Job spec = MustParse(job);
+  ExpectRestricted(RenderShardingPod(job, spec, Settings{}));
+  ExpectRestricted(RenderParameterServerPod(job, spec, 0, Settings{}));
+  // The built-in trainer (no container in the workers' template).
+  job["spec"]["workers"].erase("template");
+  ExpectRestricted(RenderWorkerPod(job, MustParse(job),
+                                   WorkerInstance{"worker-0", 0, 0, "", "", 0, {}}, Settings{}));
+  // A job's own worker container is left as the job wrote it.
+  Json torch = PytorchJob();
+  const Json worker = RenderWorkerPod(torch, MustParse(torch),
+                                      WorkerInstance{"worker-0", 0, 0, "", "", 0, {}}, Settings{});
+  EXPECT_FALSE(worker["spec"]["containers"][0].contains("securityContext"));
+}
+
+TEST(RenderTest, TemplatesMergeOverTheSecureDefaults) {
+  Json job = QuickstartJob();
+  job["spec"]["shardingService"]["template"] = Json::parse(R"({
+    "metadata": {"labels": {"team": "a", "antdt.io/role": "mine"},
+                 "annotations": {"example.com/cost-center": "42"}},
+    "spec": {
+      "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+      "nodeSelector": {"pool": "cpu"},
+      "imagePullSecrets": [{"name": "regcred"}],
+      "priorityClassName": "batch",
+      "securityContext": {"runAsUser": 1000},
+      "containers": [{"name": "sharding",
+                      "image": "registry.example.com/antdt:0.1.0",
+                      "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}})");
+  job["spec"]["parameterServers"]["template"] = Json::parse(R"({
+    "spec": {"containers": [{"resources": {"limits": {"memory": "8Gi"}}}]}})");
+  const manifest::Job spec = MustParse(job);
+  const Json pod = RenderShardingPod(job, spec, Settings{});
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "a");
+  EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/role"], "sharding");  // ours select it
+  EXPECT_EQ(pod["metadata"]["annotations"]["example.com/cost-center"], "42");
+  EXPECT_EQ(pod["spec"]["tolerations"][0]["key"], "dedicated");
+  EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "cpu");
+  EXPECT_EQ(pod["spec"]["imagePullSecrets"][0]["name"], "regcred");
+  EXPECT_EQ(pod["spec"]["priorityClassName"], "batch");
+  EXPECT_EQ(pod["spec"]["securityContext"]["runAsUser"], 1000);     // the template's
+  EXPECT_EQ(pod["spec"]["securityContext"]["runAsNonRoot"], true);  // the default's
+  const Json& c = pod["spec"]["containers"][0];
+  ASSERT_EQ(pod["spec"]["containers"].size(), 1u);
+  EXPECT_EQ(c["image"], "registry.example.com/antdt:0.1.0");
+  EXPECT_EQ(c["resources"], Json::parse(R"({"requests": {"cpu": "2", "memory": "4Gi"}})"));
+  EXPECT_EQ(c["command"], Json::array({"antdt-sharding-service"}));  // still the service
+  EXPECT_EQ(c["args"][0], "--listen");
+  ExpectRestricted(pod);
+  // An unnamed container merges into the first: the server keeps its command.
+  const Json ps = RenderParameterServerPod(job, spec, 0, Settings{});
+  EXPECT_EQ(ps["spec"]["containers"][0]["command"], Json::array({"antdt-ps"}));
+  EXPECT_EQ(ps["spec"]["containers"][0]["resources"]["limits"]["memory"], "8Gi");
+  // A container with its own command replaces the server's command and args.
+  job["spec"]["parameterServers"]["template"] = Json::parse(R"({
+    "spec": {"containers": [{"name": "ps", "image": "my/ps:1", "command": ["my-ps"]}]}})");
+  const Json custom = RenderParameterServerPod(job, MustParse(job), 0, Settings{});
+  EXPECT_EQ(custom["spec"]["containers"][0]["command"], Json::array({"my-ps"}));
+  EXPECT_FALSE(custom["spec"]["containers"][0].contains("args"));
+  EXPECT_EQ(custom["spec"]["containers"][0]["image"], "my/ps:1");
 }
 
 // ---- Conditions ----
