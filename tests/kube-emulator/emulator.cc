@@ -22,10 +22,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "operator/kube/object.h"
 #include "operator/kube/selectors.h"
+#include "tests/kube-emulator/pod_security.h"
 #include "tests/kube-emulator/schema/schema.h"
 #include "yaml-cpp/yaml.h"
 
@@ -356,6 +358,9 @@ struct Emulator::Impl {
   void CommitDelete(const ResourcePtr& res, const std::string& key);
   void RecordEvent(Event e);
   void EnsureNamespace(const std::string& ns);
+  std::optional<HttpResponse> AdmitPodSecurity(const Resource& res, const std::string& ns,
+                                               const std::string& name, const json& obj,
+                                               std::vector<std::string>* warnings);
   json* Find(const Resource& res, const std::string& key);
   ResourcePtr FindResource(const std::string& group, const std::string& resource) const;
   std::vector<Cause> ValidateCrd(json& crd, const json* old);
@@ -1503,12 +1508,77 @@ HttpResponse Emulator::Impl::CreateLocked(const Target& t, json obj, bool dry_ru
     if (!causes.empty()) return Invalid(res, name, causes);
     SetCrdStatus(obj, nullptr);
   }
-  if (dry_run) return JsonResponse(201, Out(res, t.version, obj));
-  if (res.namespaced) EnsureNamespace(t.ns);
-  std::string key = ObjKey(t.ns, name);
-  CommitPut(res, key, obj, "ADDED");
-  if (res.Key() == kCrdKey) RegisterCrd(obj);
-  return JsonResponse(201, Out(res, t.version, *Find(res, key)));
+  std::vector<std::string> warnings;
+  if (std::optional<HttpResponse> refused = AdmitPodSecurity(res, t.ns, name, obj, &warnings)) {
+    return *refused;
+  }
+  HttpResponse response;
+  if (dry_run) {
+    response = JsonResponse(201, Out(res, t.version, obj));
+  } else {
+    if (res.namespaced) EnsureNamespace(t.ns);
+    std::string key = ObjKey(t.ns, name);
+    CommitPut(res, key, obj, "ADDED");
+    if (res.Key() == kCrdKey) RegisterCrd(obj);
+    response = JsonResponse(201, Out(res, t.version, *Find(res, key)));
+  }
+  for (const std::string& w : warnings) {
+    // RFC 7234 warn-text: a quoted string, its quotes and backslashes escaped.
+    const std::string text = absl::StrReplaceAll(w, {{"\\", "\\\\"}, {"\"", "\\\""}});
+    response.headers.push_back({"Warning", absl::StrCat("299 - \"", text, "\"")});
+  }
+  return response;
+}
+
+// "would violate PodSecurity ...": a warning, as the API server words it.
+std::string WouldViolate(PodSecurityLevel level, const std::vector<std::string>& violations) {
+  std::string m = PodSecurityMessage(level, violations);
+  return "would violate" + m.substr(std::string("violates").size());
+}
+
+// Pod Security admission (pod_security.h): a pod that breaks its namespace's
+// enforce level is refused (403); a pod breaking the warn level, or a workload
+// whose pod template breaks either, gets Warning headers.
+std::optional<HttpResponse> Emulator::Impl::AdmitPodSecurity(const Resource& res,
+                                                             const std::string& ns,
+                                                             const std::string& name,
+                                                             const json& obj,
+                                                             std::vector<std::string>* warnings) {
+  const json* spec = nullptr;
+  const bool pod = res.Key() == kPodKey;
+  if (pod) {
+    spec = &obj["spec"];
+  } else if (res.group == "apps" || (res.group == "batch" && res.resource == "jobs")) {
+    if (obj.contains("spec") && obj["spec"].contains("template")) {
+      spec = &obj["spec"]["template"]["spec"];
+    }
+  }
+  if (spec == nullptr || spec->is_null()) return std::nullopt;
+  ResourcePtr nsres = FindResource("", "namespaces");
+  const json* namespace_obj = Find(*nsres, ObjKey("", ns));
+  if (namespace_obj == nullptr) return std::nullopt;
+  const json labels = (*namespace_obj)["metadata"].value("labels", json::object());
+  auto level_of = [&](const char* label) -> std::optional<PodSecurityLevel> {
+    if (!labels.contains(label) || !labels[label].is_string()) return std::nullopt;
+    return ParsePodSecurityLevel(labels[label].get<std::string>());
+  };
+  const std::optional<PodSecurityLevel> enforce = level_of(kEnforceLabel);
+  if (enforce) {
+    const std::vector<std::string> v = PodSecurityViolations(*enforce, *spec);
+    if (!v.empty() && pod) {
+      return Error(
+          403, "Forbidden",
+          absl::StrCat("pods \"", name, "\" is forbidden: ", PodSecurityMessage(*enforce, v)),
+          ObjectDetails(res, name));
+    }
+    if (!v.empty()) warnings->push_back(WouldViolate(*enforce, v));
+  }
+  const std::optional<PodSecurityLevel> warn = level_of(kWarnLabel);
+  if (warn && (!enforce || *warn != *enforce)) {
+    const std::vector<std::string> v = PodSecurityViolations(*warn, *spec);
+    if (!v.empty()) warnings->push_back(WouldViolate(*warn, v));
+  }
+  return std::nullopt;
 }
 
 HttpResponse Emulator::Impl::Replace(const Target& t, const HttpRequest& req) {

@@ -135,6 +135,53 @@ echo "$ERR"
 [[ "$ERR" == *"spec.workers.replicas"* ]] || fail "error does not name spec.workers.replicas: $ERR"
 [[ "$ERR" == *'is invalid'* ]] || fail "error is not an Invalid: $ERR"
 
+echo "== Pod Security admission: a namespace enforcing restricted"
+cat >"$WORK/psa.yaml" <<'YAML'
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-psa
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: loose
+  namespace: team-psa
+spec:
+  hostNetwork: true
+  containers:
+  - name: c
+    image: busybox
+YAML
+if ERR=$(k apply --validate=false -f "$WORK/psa.yaml" 2>&1); then
+  fail "a pod breaking restricted was admitted: $ERR"
+fi
+echo "$ERR"
+[[ "$ERR" == *'pods "loose" is forbidden: violates PodSecurity "restricted:latest": host namespaces (hostNetwork=true)'* ]] ||
+  fail "the refusal does not name the checks: $ERR"
+[[ "$ERR" == *'runAsNonRoot != true'* ]] || fail "the refusal does not name runAsNonRoot: $ERR"
+cat >"$WORK/psa-deploy.yaml" <<'YAML'
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: loose
+  namespace: team-psa
+spec:
+  selector: {matchLabels: {app: loose}}
+  template:
+    metadata: {labels: {app: loose}}
+    spec:
+      containers:
+      - name: c
+        image: busybox
+YAML
+OUT=$(k apply --validate=false -f "$WORK/psa-deploy.yaml" 2>&1) || fail "a Deployment was refused: $OUT"
+echo "$OUT"
+[[ "$OUT" == *'Warning: would violate PodSecurity "restricted:latest"'* ]] ||
+  fail "no warning for a workload whose pods would be refused: $OUT"
+
 echo "== server-side apply and delete"
 k apply --server-side --validate=false -f "$WORK/quickstart6.yaml" >/dev/null || fail "server-side apply"
 k get configmaps -A >/dev/null || fail "get configmaps"
