@@ -28,6 +28,7 @@
 #include "operator/kube/object.h"
 #include "operator/kube/selectors.h"
 #include "tests/kube-emulator/pod_security.h"
+#include "tests/kube-emulator/rbac.h"
 #include "tests/kube-emulator/schema/schema.h"
 #include "yaml-cpp/yaml.h"
 
@@ -231,6 +232,7 @@ struct Resource {
                                     "list",   "patch",  "update",           "watch"};
   bool status_sub = false;
   bool binding_sub = false;
+  bool token_sub = false;  // serviceaccounts/token (TokenRequest)
   bool custom = false;
   bool has_generation = false;
   bool validate_names = true;
@@ -330,6 +332,8 @@ struct Emulator::Impl {
                                        std::string* verb);
   HttpResponse Control(const HttpRequest& req);
   std::optional<HttpResponse> CheckAuth(const HttpRequest& req);
+  std::optional<HttpResponse> Authorize(const Target& t, const std::string& verb);
+  HttpResponse TokenRequest(const Target& t, const HttpRequest& req);
   std::optional<HttpResponse> Injected(const HttpRequest& req, const std::string& verb,
                                        const Target* target);
 
@@ -390,6 +394,7 @@ struct Emulator::Impl {
   json requests = json::array();
   int64_t next_watch_id = 1;
   std::map<int64_t, json> watches;
+  std::map<std::string, std::pair<std::string, std::string>> sa_tokens;  // -> (ns, name)
   std::thread gc_thread;
 };
 
@@ -419,7 +424,9 @@ Emulator::Impl::Impl(EmulatorOptions o) : options(std::move(o)) {
   RegisterBuiltin(add("", "configmaps", "ConfigMap", true, {"cm"}));
   RegisterBuiltin(add("", "secrets", "Secret", true, {}));
   RegisterBuiltin(add("", "services", "Service", true, {"svc"}, true));
-  RegisterBuiltin(add("", "serviceaccounts", "ServiceAccount", true, {"sa"}));
+  Resource serviceaccounts = add("", "serviceaccounts", "ServiceAccount", true, {"sa"});
+  serviceaccounts.token_sub = true;
+  RegisterBuiltin(serviceaccounts);
   Resource pods = add("", "pods", "Pod", true, {"po"}, true);
   pods.binding_sub = true;
   pods.categories = {"all"};
@@ -712,6 +719,7 @@ json Emulator::Impl::TableFor(const Resource& res, const std::string& version,
 
 // Set by a watch once it has recorded its request (at the stream's start).
 static thread_local bool t_recorded = false;
+static thread_local UserInfo t_user;  // the request's, set by CheckAuth
 
 void Emulator::Impl::Handle(const HttpRequest& req, ResponseWriter& writer) {
   std::string verb = req.method;
@@ -752,12 +760,17 @@ void Emulator::Impl::Record(const HttpRequest& req, const std::string& verb, int
                       {"query", req.query},
                       {"contentType", req.content_type},
                       {"userAgent", req.user_agent},
+                      {"user", t_user.name},
                       {"body", req.body.size() > 65536 ? req.body.substr(0, 65536) : req.body},
                       {"code", code},
                       {"timeUnixMs", started}});
 }
 
+// Authentication: the admin's token (group system:masters), a ServiceAccount's
+// token from the TokenRequest API while the ServiceAccount exists, or none.
+// Sets t_user.
 std::optional<HttpResponse> Emulator::Impl::CheckAuth(const HttpRequest& req) {
+  t_user = UserInfo{};
   if (req.path == "/version" || req.path == "/healthz" || req.path == "/livez" ||
       req.path == "/readyz" || absl::StartsWith(req.path, "/emulator/")) {
     return std::nullopt;
@@ -770,9 +783,66 @@ std::optional<HttpResponse> Emulator::Impl::CheckAuth(const HttpRequest& req) {
     token = std::string(absl::StripAsciiWhitespace(ss.str()));
     if (token.empty()) token = options.token;
   }
-  if (token.empty() && options.token_file.empty()) return std::nullopt;
-  if (!token.empty() && req.authorization == "Bearer " + token) return std::nullopt;
+  const UserInfo admin{"admin", {"system:masters", "system:authenticated"}};
+  if (!token.empty() && req.authorization == "Bearer " + token) {
+    t_user = admin;
+    return std::nullopt;
+  }
+  if (absl::StartsWith(req.authorization, "Bearer ")) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = sa_tokens.find(req.authorization.substr(7));
+    if (it != sa_tokens.end()) {
+      const auto& [ns, name] = it->second;
+      ResourcePtr res = FindResource("", "serviceaccounts");
+      if (Find(*res, ObjKey(ns, name)) != nullptr) {
+        t_user = ServiceAccountUser(ns, name);
+        return std::nullopt;
+      }
+    }
+  }
+  if (token.empty() && options.token_file.empty() && req.authorization.empty()) {
+    // No credentials required: everyone is the admin, unless RBAC is on.
+    if (!options.rbac) t_user = admin;
+    if (options.rbac) t_user = UserInfo{"system:anonymous", {"system:unauthenticated"}};
+    return std::nullopt;
+  }
   return Error(401, "Unauthorized", "Unauthorized");
+}
+
+// RBAC (rbac.h), when options.rbac: a resource request its user may not make
+// is refused with the API server's 403.
+std::optional<HttpResponse> Emulator::Impl::Authorize(const Target& t, const std::string& verb) {
+  if (!options.rbac) return std::nullopt;
+  RequestAttributes a;
+  static const std::map<std::string, std::string> kVerbs = {
+      {"GET", "get"},    {"LIST", "list"},   {"WATCH", "watch"},  {"POST", "create"},
+      {"PUT", "update"}, {"PATCH", "patch"}, {"DELETE", "delete"}};
+  auto v = kVerbs.find(verb);
+  a.verb = v == kVerbs.end() ? absl::AsciiStrToLower(verb) : v->second;
+  if (a.verb == "delete" && t.name.empty()) a.verb = "deletecollection";
+  a.api_group = t.res->group;
+  a.resource = t.res->resource;
+  a.subresource = t.sub;
+  a.namespace_ = t.ns;
+  a.name = t.name;
+  RbacObjects rbac;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto load = [this](const char* resource, std::vector<json>* out) {
+      auto it = objects.find(absl::StrCat("rbac.authorization.k8s.io/", resource));
+      if (it == objects.end()) return;
+      for (const auto& [key, obj] : it->second) out->push_back(obj);
+    };
+    load("roles", &rbac.roles);
+    load("clusterroles", &rbac.cluster_roles);
+    load("rolebindings", &rbac.role_bindings);
+    load("clusterrolebindings", &rbac.cluster_role_bindings);
+  }
+  if (RbacAllows(t_user, a, rbac)) return std::nullopt;
+  json details = {{"kind", a.resource}};
+  if (!a.api_group.empty()) details["group"] = a.api_group;
+  if (!a.name.empty()) details["name"] = a.name;
+  return Error(403, "Forbidden", ForbiddenMessage(t_user, a), details);
 }
 
 std::optional<HttpResponse> Emulator::Impl::Injected(const HttpRequest& req,
@@ -937,7 +1007,8 @@ std::optional<HttpResponse> Emulator::Impl::Dispatch(const HttpRequest& req, Res
   if (!t.res || !t.res->Serves(t.version)) return GenericNotFound();
   if (!t.ns.empty() && !t.res->namespaced) return GenericNotFound();
   if (!t.sub.empty() &&
-      !((t.sub == "status" && t.res->status_sub) || (t.sub == "binding" && t.res->binding_sub))) {
+      !((t.sub == "status" && t.res->status_sub) || (t.sub == "binding" && t.res->binding_sub) ||
+        (t.sub == "token" && t.res->token_sub))) {
     return GenericNotFound();
   }
   bool watch = req.params.count("watch") && IsTrue(req.params.at("watch"));
@@ -945,7 +1016,14 @@ std::optional<HttpResponse> Emulator::Impl::Dispatch(const HttpRequest& req, Res
   if (m == "GET") {
     *verb = watch ? "WATCH" : (t.name.empty() ? "LIST" : "GET");
   }
+  if (auto denied = Authorize(t, *verb)) return denied;
   if (auto injected = Injected(req, *verb, &t)) return injected;
+  if (t.sub == "token") {
+    if (m != "POST")
+      return Error(405, "MethodNotAllowed",
+                   "the server does not allow this method on the requested resource");
+    return TokenRequest(t, req);
+  }
   if (t.res->resource == "bindings") {
     if (m != "POST" || !t.name.empty())
       return Error(405, "MethodNotAllowed",
@@ -1889,6 +1967,32 @@ HttpResponse Emulator::Impl::DeleteCollection(const Target& t, const HttpRequest
   }
   list["metadata"]["resourceVersion"] = std::to_string(rv);
   return JsonResponse(200, list);
+}
+
+// POST .../serviceaccounts/NAME/token: a TokenRequest answered with a token
+// that authenticates as the ServiceAccount for as long as it exists.
+HttpResponse Emulator::Impl::TokenRequest(const Target& t, const HttpRequest& req) {
+  std::optional<json> body = ParseBody(req.body, req.content_type);
+  json request = body && body->is_object() ? *body : json::object();
+  std::lock_guard<std::mutex> lock(mu);
+  if (Find(*t.res, ObjKey(t.ns, t.name)) == nullptr) return NotFound(*t.res, t.name);
+  std::string token;
+  do {
+    token = absl::StrCat("sa.", NewUid(), RandomSuffix());
+  } while (sa_tokens.count(token));
+  sa_tokens[token] = {t.ns, t.name};
+  const int64_t seconds =
+      IntOr(request.contains("spec") ? request["spec"].value("expirationSeconds", json(3600))
+                                     : json(3600),
+            3600);
+  request["apiVersion"] = "authentication.k8s.io/v1";
+  request["kind"] = "TokenRequest";
+  request["metadata"] = {{"name", t.name},
+                         {"namespace", t.ns},
+                         {"creationTimestamp", kube::FormatTime(UnixNow() * 1000)}};
+  request["status"] = {{"token", token},
+                       {"expirationTimestamp", kube::FormatTime((UnixNow() + seconds) * 1000)}};
+  return JsonResponse(201, request);
 }
 
 HttpResponse Emulator::Impl::Bind(const Target& t, const HttpRequest& req) {

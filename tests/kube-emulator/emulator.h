@@ -56,7 +56,13 @@ struct EmulatorOptions {
   int64_t history = 1000;  // watch events retained for replay
   std::string token;       // required bearer token ("" = none) ...
   std::string token_file;  // ... or read from this file on every request
-  bool gc = true;          // owner-reference garbage collection
+  // Authorization mode RBAC: requests are allowed by Roles, ClusterRoles and
+  // their bindings (rbac.h); `token` (or `token_file`) is then the admin's
+  // (group system:masters), ServiceAccounts get theirs from the TokenRequest
+  // API (POST .../serviceaccounts/NAME/token), and a request without a token
+  // is system:anonymous.
+  bool rbac = false;
+  bool gc = true;  // owner-reference garbage collection
   bool strict_namespaces = false;
   int64_t gc_period_ms = 200;
 };

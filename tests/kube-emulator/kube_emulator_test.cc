@@ -748,6 +748,97 @@ TEST(EmulatorAuthTest, BearerTokenFromARotatingFile) {
       200);
 }
 
+TEST(EmulatorRbacTest, ServiceAccountTokensAndRolesDecideEveryRequest) {
+  TempDir dir;
+  Process process(
+      {BinPath("antdt-kube-emulator"), "--listen", "127.0.0.1:0", "--ready-file", dir.File("ready"),
+       "--token", "admin-token", "--authorization-mode", "RBAC", "--no-gc"},
+      dir.File("emulator.log"));
+  auto address = WaitForReadyFile(dir.File("ready"), 30s);
+  ASSERT_TRUE(address.has_value());
+  const std::vector<std::pair<std::string, std::string>> admin = {
+      {"Authorization", "Bearer admin-token"}};
+  auto as_admin = [&](const std::string& method, const std::string& path, const json& body) {
+    Reply r =
+        Call(*address, method, path, body.is_null() ? "" : body.dump(), "application/json", admin);
+    EXPECT_LT(r.code, 300) << method << " " << path << ": " << r.body;
+    return r;
+  };
+  as_admin("POST", "/api/v1/namespaces", {{"metadata", {{"name", "team-a"}}}});
+  as_admin("POST", "/api/v1/namespaces/team-a/serviceaccounts", {{"metadata", {{"name", "op"}}}});
+  // A token for the ServiceAccount, through the TokenRequest API.
+  Reply issued = as_admin("POST", "/api/v1/namespaces/team-a/serviceaccounts/op/token",
+                          {{"apiVersion", "authentication.k8s.io/v1"},
+                           {"kind", "TokenRequest"},
+                           {"spec", {{"expirationSeconds", 600}}}});
+  EXPECT_EQ(issued.Json()["kind"], "TokenRequest");
+  const std::string token = issued.Json()["status"]["token"];
+  ASSERT_FALSE(token.empty());
+  const std::vector<std::pair<std::string, std::string>> op = {
+      {"Authorization", "Bearer " + token}};
+  auto as_op = [&](const std::string& method, const std::string& path, const std::string& body) {
+    return Call(*address, method, path, body, "application/json", op);
+  };
+  // Nothing granted yet: 403 in the API server's words.
+  Reply denied = as_op("GET", "/api/v1/namespaces/team-a/pods", "");
+  EXPECT_EQ(denied.code, 403);
+  EXPECT_EQ(denied.Json()["reason"], "Forbidden");
+  EXPECT_EQ(denied.Json()["message"],
+            "pods is forbidden: User \"system:serviceaccount:team-a:op\" cannot list resource "
+            "\"pods\" in API group \"\" in the namespace \"team-a\"");
+  // A Role and its binding grant list on pods in team-a, and get on one Lease by name.
+  as_admin("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles",
+           json::parse(R"({"metadata": {"name": "r"}, "rules": [
+             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+              "resourceNames": ["mine"], "verbs": ["get"]}]})"));
+  as_admin("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings",
+           json::parse(R"({"metadata": {"name": "rb"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+             "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": "team-a"}]})"));
+  EXPECT_EQ(as_op("GET", "/api/v1/namespaces/team-a/pods", "").code, 200);
+  EXPECT_EQ(as_op("GET", "/api/v1/pods", "").code, 403);                       // not cluster-wide
+  EXPECT_EQ(as_op("GET", "/api/v1/namespaces/default/pods", "").code, 403);    // not elsewhere
+  EXPECT_EQ(as_op("POST", "/api/v1/namespaces/team-a/pods", "{}").code, 403);  // not create
+  EXPECT_EQ(as_op("GET", "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/mine", "").code,
+            404);  // allowed (and absent)
+  Reply other = as_op("GET", "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/other", "");
+  EXPECT_EQ(other.code, 403);
+  EXPECT_EQ(other.Json()["message"],
+            "leases.coordination.k8s.io \"other\" is forbidden: User "
+            "\"system:serviceaccount:team-a:op\" cannot get resource \"leases\" in API group "
+            "\"coordination.k8s.io\" in the namespace \"team-a\"");
+  // A ClusterRole bound cluster-wide: nodes.
+  as_admin("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+           json::parse(R"({"metadata": {"name": "nodes"}, "rules": [
+             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]})"));
+  as_admin("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+           json::parse(R"({"metadata": {"name": "nodes"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "nodes"},
+             "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": "team-a"}]})"));
+  EXPECT_EQ(as_op("GET", "/api/v1/nodes", "").code, 200);
+  EXPECT_EQ(as_op("GET", "/api/v1/nodes/n1", "").code, 403);  // list and watch, not get
+  // Discovery is open to every authenticated user; no token, or a forged one, is 401.
+  EXPECT_EQ(as_op("GET", "/api", "").code, 200);
+  EXPECT_EQ(as_op("GET", "/apis/rbac.authorization.k8s.io/v1", "").code, 200);
+  EXPECT_EQ(Call(*address, "GET", "/api/v1/namespaces").code, 401);
+  EXPECT_EQ(
+      Call(*address, "GET", "/api/v1/namespaces", "", "", {{"Authorization", "Bearer forged"}})
+          .code,
+      401);
+  // The request log names each request's user.
+  Reply log = Call(*address, "GET", "/emulator/v1/requests");
+  bool seen = false;
+  for (const json& r : log.Json()) {
+    if (r["user"] == "system:serviceaccount:team-a:op" && r["code"] == 403) seen = true;
+  }
+  EXPECT_TRUE(seen) << log.body.substr(0, 2000);
+  // A deleted ServiceAccount's token no longer authenticates.
+  as_admin("DELETE", "/api/v1/namespaces/team-a/serviceaccounts/op", nullptr);
+  EXPECT_EQ(as_op("GET", "/api/v1/namespaces/team-a/pods", "").code, 401);
+}
+
 TEST(EmulatorTlsTest, ServesHttpsWithTheGivenCertificate) {
   TempDir dir;
   std::string cmd =

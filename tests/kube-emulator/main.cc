@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   auto flags = antdt::ParseFlags(
       argc, argv,
       {"listen", "ready-file", "bookmark-interval", "history", "token", "token-file", "tls-cert",
-       "tls-key", "no-gc", "strict-namespaces", "gc-period"},
+       "tls-key", "no-gc", "strict-namespaces", "gc-period", "authorization-mode"},
       {"no-gc", "strict-namespaces"});
   if (!flags.ok()) {
     std::fprintf(stderr, "antdt-kube-emulator: %s\n",
@@ -40,6 +40,12 @@ int main(int argc, char** argv) {
   options.token = flags->Get("token");
   options.token_file = flags->Get("token-file");
   options.gc = !flags->Has("no-gc");
+  const std::string mode = flags->Get("authorization-mode", "AlwaysAllow");
+  if (mode != "AlwaysAllow" && mode != "RBAC") {
+    return fail(absl::InvalidArgumentError(
+        "--authorization-mode: must be AlwaysAllow or RBAC, got \"" + mode + "\""));
+  }
+  options.rbac = mode == "RBAC";
   options.strict_namespaces = flags->Has("strict-namespaces");
   ServerOptions server_options;
   server_options.listen = flags->Get("listen", "127.0.0.1:0");
