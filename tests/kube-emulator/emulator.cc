@@ -30,6 +30,7 @@
 #include "tests/kube-emulator/pod_security.h"
 #include "tests/kube-emulator/rbac.h"
 #include "tests/kube-emulator/schema/schema.h"
+#include "tests/kube-emulator/workloads.h"
 #include "yaml-cpp/yaml.h"
 
 namespace antdt::kubeemu {
@@ -375,6 +376,15 @@ struct Emulator::Impl {
                 const std::vector<json>& objects) const;
   void GcLoop();
   void GcOnce();
+  // Built-in workload controllers, under mu_ (workloads.h).
+  void ControllersOnce();
+  void DeploymentsOnce();
+  void ReplicaSetsOnce();
+  void DaemonSetsOnce();
+  std::vector<std::pair<std::string, json>> OwnedBy(const std::string& res_key, const json& owner);
+  HttpResponse CreateChild(const std::string& res_key, const std::string& ns, json obj);
+  void SetStatus(const std::string& res_key, const std::string& key, const json& status);
+  void RecordFailedCreate(const json& owner, const std::string& kind, const std::string& message);
 
   void RegisterBuiltin(Resource r);
 
@@ -395,6 +405,7 @@ struct Emulator::Impl {
   int64_t next_watch_id = 1;
   std::map<int64_t, json> watches;
   std::map<std::string, std::pair<std::string, std::string>> sa_tokens;  // -> (ns, name)
+  std::map<std::string, int64_t> create_retry_at_ms;  // owner uid -> after a refused create
   std::thread gc_thread;
 };
 
@@ -465,7 +476,7 @@ Emulator::Impl::Impl(EmulatorOptions o) : options(std::move(o)) {
   for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease"}) {
     EnsureNamespace(ns);
   }
-  if (options.gc) gc_thread = std::thread([this] { GcLoop(); });
+  if (options.gc || options.controllers) gc_thread = std::thread([this] { GcLoop(); });
 }
 
 ResourcePtr Emulator::Impl::FindResource(const std::string& group,
@@ -2030,7 +2041,283 @@ void Emulator::Impl::GcLoop() {
   while (!stopping) {
     cv.wait_for(lock, std::chrono::milliseconds(options.gc_period_ms), [this] { return stopping; });
     if (stopping) break;
-    GcOnce();
+    if (options.gc) GcOnce();
+    if (options.controllers) ControllersOnce();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Built-in workload controllers: what kube-controller-manager does for
+// Deployments (a ReplicaSet per pod template, the old ones scaled to 0),
+// ReplicaSets (their pods) and DaemonSets (a pod on each node that fits),
+// with their status as `kubectl rollout status` reads it. Pods they create
+// pass admission like anyone's: a refusal is a FailedCreate Event on the owner.
+
+void Emulator::Impl::ControllersOnce() {
+  DeploymentsOnce();
+  ReplicaSetsOnce();
+  DaemonSetsOnce();
+}
+
+std::vector<std::pair<std::string, json>> Emulator::Impl::OwnedBy(const std::string& res_key,
+                                                                  const json& owner) {
+  std::vector<std::pair<std::string, json>> out;
+  const std::string uid = MetaStr(owner, "uid");
+  for (const auto& [key, obj] : objects[res_key]) {
+    const json refs = obj["metadata"].value("ownerReferences", json::array());
+    for (const json& r : refs) {
+      if (r.value("uid", "") == uid && r.value("controller", false)) out.push_back({key, obj});
+    }
+  }
+  return out;
+}
+
+HttpResponse Emulator::Impl::CreateChild(const std::string& res_key, const std::string& ns,
+                                         json obj) {
+  Target t;
+  t.res = resources.at(res_key);
+  t.version = t.res->preferred_version;
+  t.ns = ns;
+  return CreateLocked(t, std::move(obj), false);
+}
+
+void Emulator::Impl::SetStatus(const std::string& res_key, const std::string& key,
+                               const json& status) {
+  auto it = objects[res_key].find(key);
+  if (it == objects[res_key].end() || it->second.value("status", json()) == status) return;
+  json next = it->second;
+  next["status"] = status;
+  CommitPut(*resources.at(res_key), key, next, "MODIFIED");
+}
+
+void Emulator::Impl::RecordFailedCreate(const json& owner, const std::string& kind,
+                                        const std::string& message) {
+  const std::string ns = MetaStr(owner, "namespace");
+  const std::string name = absl::StrCat(MetaStr(owner, "name"), ".failedcreate");
+  const std::string now = kube::FormatTime(UnixNow() * 1000);
+  const Resource& events = *resources.at("/events");
+  if (json* e = Find(events, ObjKey(ns, name))) {
+    json next = *e;
+    next["count"] = next.value("count", 1) + 1;
+    next["lastTimestamp"] = now;
+    next["message"] = message;
+    CommitPut(events, ObjKey(ns, name), next, "MODIFIED");
+    return;
+  }
+  const std::string component =
+      kind == "DaemonSet" ? "daemonset-controller" : "replicaset-controller";
+  json event = {{"metadata", {{"name", name}, {"namespace", ns}}},
+                {"involvedObject",
+                 {{"apiVersion", "apps/v1"},
+                  {"kind", kind},
+                  {"name", MetaStr(owner, "name")},
+                  {"namespace", ns},
+                  {"uid", MetaStr(owner, "uid")}}},
+                {"type", "Warning"},
+                {"reason", "FailedCreate"},
+                {"message", message},
+                {"count", 1},
+                {"firstTimestamp", now},
+                {"lastTimestamp", now},
+                {"source", {{"component", component}}}};
+  CreateChild("/events", ns, event);
+}
+
+namespace {
+
+int64_t Generation(const json& obj) {
+  return IntOr(obj["metadata"].value("generation", json(1)), 1);
+}
+
+json DeploymentConditions(int64_t replicas, int64_t available, int64_t new_available,
+                          const std::string& rs_name) {
+  const bool ok = available >= replicas;
+  const bool done = new_available >= replicas;
+  return json::array(
+      {{{"type", "Available"},
+        {"status", ok ? "True" : "False"},
+        {"reason", ok ? "MinimumReplicasAvailable" : "MinimumReplicasUnavailable"},
+        {"message", ok ? "Deployment has minimum availability."
+                       : "Deployment does not have minimum availability."}},
+       {{"type", "Progressing"},
+        {"status", "True"},
+        {"reason", done ? "NewReplicaSetAvailable" : "ReplicaSetUpdated"},
+        {"message", absl::StrCat("ReplicaSet \"", rs_name, "\" ",
+                                 done ? "has successfully progressed." : "is progressing.")}}});
+}
+
+// A Deployment's ReplicaSet for `tmpl`: its labels and selector carry the hash.
+json NewReplicaSet(const json& d, const json& tmpl, const std::string& hash, int64_t replicas) {
+  json labels = tmpl.value("metadata", json::object()).value("labels", json::object());
+  labels["pod-template-hash"] = hash;
+  json rs_tmpl = tmpl;
+  rs_tmpl["metadata"]["labels"] = labels;
+  json selector = d["spec"].value("selector", json::object());
+  selector["matchLabels"]["pod-template-hash"] = hash;
+  return {{"apiVersion", "apps/v1"},
+          {"kind", "ReplicaSet"},
+          {"metadata",
+           {{"name", absl::StrCat(MetaStr(d, "name"), "-", hash)},
+            {"namespace", MetaStr(d, "namespace")},
+            {"labels", labels},
+            {"ownerReferences", json::array({ControllerRef(d, "apps/v1", "Deployment")})}}},
+          {"spec", {{"replicas", replicas}, {"selector", selector}, {"template", rs_tmpl}}}};
+}
+
+}  // namespace
+
+void Emulator::Impl::DeploymentsOnce() {
+  const auto deployments = objects["apps/deployments"];  // a copy: children change the store
+  for (const auto& [key, d] : deployments) {
+    if (Deleting(d)) continue;
+    const json tmpl = d["spec"].value("template", json::object());
+    const std::string hash = PodTemplateHash(tmpl);
+    const int64_t replicas = IntOr(d["spec"].value("replicas", json(1)), 1);
+    const std::string rs_name = absl::StrCat(MetaStr(d, "name"), "-", hash);
+    json status = {{"observedGeneration", Generation(d)},
+                   {"replicas", 0},
+                   {"updatedReplicas", 0},
+                   {"readyReplicas", 0},
+                   {"availableReplicas", 0}};
+    bool have_new = false;
+    int64_t new_available = 0;
+    for (auto [rs_key, rs] : OwnedBy("apps/replicasets", d)) {
+      const bool is_new = MetaStr(rs, "name") == rs_name;
+      have_new = have_new || is_new;
+      const int64_t want = is_new ? replicas : 0;
+      if (IntOr(rs["spec"].value("replicas", json(1)), 1) != want) {
+        rs["spec"]["replicas"] = want;
+        rs["metadata"]["generation"] = Generation(rs) + 1;
+        CommitPut(*resources.at("apps/replicasets"), rs_key, rs, "MODIFIED");
+      }
+      const json rs_status = rs.value("status", json::object());
+      for (const char* f : {"replicas", "readyReplicas", "availableReplicas"}) {
+        status[f] = status[f].get<int64_t>() + rs_status.value(f, int64_t{0});
+      }
+      if (is_new) {
+        status["updatedReplicas"] = rs_status.value("replicas", int64_t{0});
+        new_available = rs_status.value("availableReplicas", int64_t{0});
+      }
+    }
+    if (!have_new) {
+      CreateChild("apps/replicasets", MetaStr(d, "namespace"),
+                  NewReplicaSet(d, tmpl, hash, replicas));
+    }
+    const int64_t available = status["availableReplicas"];
+    status["unavailableReplicas"] = std::max<int64_t>(0, replicas - available);
+    status["conditions"] = DeploymentConditions(replicas, available, new_available, rs_name);
+    SetStatus("apps/deployments", key, status);
+  }
+}
+
+void Emulator::Impl::ReplicaSetsOnce() {
+  const auto sets = objects["apps/replicasets"];
+  for (const auto& [key, rs] : sets) {
+    if (Deleting(rs)) continue;
+    const int64_t want = IntOr(rs["spec"].value("replicas", json(1)), 1);
+    const std::string ns = MetaStr(rs, "namespace");
+    std::vector<std::pair<std::string, json>> pods;
+    for (auto& p : OwnedBy("/pods", rs)) {
+      if (!Deleting(p.second)) pods.push_back(p);
+    }
+    std::string failure;
+    const bool backing_off = UnixNowMs() < create_retry_at_ms[MetaStr(rs, "uid")];
+    for (int64_t i = static_cast<int64_t>(pods.size()); i < want && !backing_off; ++i) {
+      json pod = PodFromTemplate(rs["spec"].value("template", json::object()), ns,
+                                 ControllerRef(rs, "apps/v1", "ReplicaSet"), "",
+                                 MetaStr(rs, "name") + "-", json::object());
+      HttpResponse r = CreateChild("/pods", ns, pod);
+      if (r.code >= 300) {
+        failure = json::parse(r.body, nullptr, false).value("message", r.body);
+        RecordFailedCreate(rs, "ReplicaSet", "Error creating: " + failure);
+        create_retry_at_ms[MetaStr(rs, "uid")] = UnixNowMs() + 2000;  // retried, not hammered
+        break;
+      }
+    }
+    // Extra pods go, those not ready first.
+    std::stable_sort(pods.begin(), pods.end(), [](const auto& a, const auto& b) {
+      return !PodReady(a.second) && PodReady(b.second);
+    });
+    int64_t kept = static_cast<int64_t>(pods.size());
+    for (size_t i = 0; kept > want && i < pods.size(); ++i, --kept) {
+      DeleteLocked(resources.at("/pods"), pods[i].first, std::nullopt, "", false);
+    }
+    int64_t ready = 0;
+    for (size_t i = pods.size() - static_cast<size_t>(kept); i < pods.size(); ++i) {
+      ready += PodReady(pods[i].second) ? 1 : 0;
+    }
+    json status = {{"replicas", kept},
+                   {"fullyLabeledReplicas", kept},
+                   {"readyReplicas", ready},
+                   {"availableReplicas", ready},
+                   {"observedGeneration", Generation(rs)}};
+    const json old_conditions = rs.value("status", json::object()).value("conditions", json());
+    if (backing_off && !old_conditions.is_null()) status["conditions"] = old_conditions;
+    if (!failure.empty()) {
+      status["conditions"] = json::array({{{"type", "ReplicaFailure"},
+                                           {"status", "True"},
+                                           {"reason", "FailedCreate"},
+                                           {"message", failure}}});
+    }
+    SetStatus("apps/replicasets", key, status);
+  }
+}
+
+void Emulator::Impl::DaemonSetsOnce() {
+  const auto sets = objects["apps/daemonsets"];
+  const auto nodes = objects["/nodes"];
+  for (const auto& [key, ds] : sets) {
+    if (Deleting(ds)) continue;
+    const json tmpl = ds["spec"].value("template", json::object());
+    const std::string hash = PodTemplateHash(tmpl);
+    const std::string ns = MetaStr(ds, "namespace");
+    auto revision = [](const json& pod) {
+      return pod["metadata"].value("labels", json::object()).value("controller-revision-hash", "");
+    };
+    std::map<std::string, std::vector<std::pair<std::string, json>>> on_node;
+    for (auto& p : OwnedBy("/pods", ds)) {
+      if (!Deleting(p.second)) on_node[p.second["spec"].value("nodeName", "")].push_back(p);
+    }
+    int64_t desired = 0, current = 0, ready = 0, misscheduled = 0;
+    std::string failure;
+    if (UnixNowMs() < create_retry_at_ms[MetaStr(ds, "uid")]) failure = "backing off";
+    for (const auto& [node_key, node] : nodes) {
+      const std::string node_name = MetaStr(node, "name");
+      const bool fits = DaemonPodFits(tmpl.value("spec", json::object()), node);
+      desired += fits ? 1 : 0;
+      bool has_current = false;
+      for (const auto& [pod_key, pod] : on_node[node_name]) {
+        if (fits && revision(pod) == hash) {
+          has_current = true;
+          ++current;
+          ready += PodReady(pod) ? 1 : 0;
+        } else {  // not for this node any more, or an old template: replaced
+          misscheduled += fits ? 0 : 1;
+          DeleteLocked(resources.at("/pods"), pod_key, std::nullopt, "", false);
+        }
+      }
+      if (!fits || has_current || !failure.empty()) continue;
+      json pod = PodFromTemplate(tmpl, ns, ControllerRef(ds, "apps/v1", "DaemonSet"), "",
+                                 MetaStr(ds, "name") + "-",
+                                 {{"controller-revision-hash", hash},
+                                  {"pod-template-generation", std::to_string(Generation(ds))}});
+      pod["spec"]["nodeName"] = node_name;
+      HttpResponse r = CreateChild("/pods", ns, pod);
+      if (r.code >= 300) {
+        failure = json::parse(r.body, nullptr, false).value("message", r.body);
+        RecordFailedCreate(ds, "DaemonSet", "Error creating: " + failure);
+        create_retry_at_ms[MetaStr(ds, "uid")] = UnixNowMs() + 2000;
+      }
+    }
+    json status = {{"desiredNumberScheduled", desired},
+                   {"currentNumberScheduled", current},
+                   {"updatedNumberScheduled", current},
+                   {"numberReady", ready},
+                   {"numberAvailable", ready},
+                   {"numberUnavailable", std::max<int64_t>(0, desired - ready)},
+                   {"numberMisscheduled", misscheduled},
+                   {"observedGeneration", Generation(ds)}};
+    SetStatus("apps/daemonsets", key, status);
   }
 }
 

@@ -63,6 +63,9 @@ struct EmulatorOptions {
   // is system:anonymous.
   bool rbac = false;
   bool gc = true;  // owner-reference garbage collection
+  // Built-in workload controllers: Deployments -> ReplicaSets -> Pods, and a
+  // DaemonSet's pod on each node that fits it (workloads.h).
+  bool controllers = true;
   bool strict_namespaces = false;
   int64_t gc_period_ms = 200;
 };

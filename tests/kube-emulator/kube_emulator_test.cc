@@ -12,9 +12,11 @@
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -723,6 +725,150 @@ TEST_F(EmulatorTest, InjectedFaults) {
 TEST_F(EmulatorTest, SendInitialEventsIsRejected) {
   Reply r = Call(address_, "GET", Widgets("x") + "?watch=1&sendInitialEvents=true");
   EXPECT_EQ(r.code, 422);
+}
+
+// Polls `path` until `pred` holds for its JSON (10 s).
+bool EventuallyJson(const std::string& address, const std::string& path,
+                    const std::function<bool(const json&)>& pred, json* last = nullptr) {
+  for (int i = 0; i < 200; ++i) {
+    Reply r = Call(address, "GET", path);
+    if (last != nullptr) *last = r.Json();
+    if (r.code == 200 && pred(r.Json())) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+TEST_F(EmulatorTest, DeploymentsAndDaemonSetsMakeTheirPods) {
+  // Three nodes: one tainted (the agent tolerates it), one without the label
+  // the Deployment's pods select.
+  for (const char* node : {R"({"metadata": {"name": "n1", "labels": {"pool": "a"}}})",
+                           R"({"metadata": {"name": "n2", "labels": {"pool": "a"}},
+               "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}})",
+                           R"({"metadata": {"name": "n3", "labels": {"pool": "b"}}})"}) {
+    ASSERT_EQ(Call(address_, "POST", "/api/v1/nodes", node).code, 201);
+  }
+  Reply created = Call(address_, "POST", "/apis/apps/v1/namespaces/wl/deployments", R"({
+    "metadata": {"name": "op"},
+    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "op"}},
+             "template": {"metadata": {"labels": {"app": "op"}},
+                          "spec": {"containers": [{"name": "c", "image": "i:1"}]}}}})");
+  ASSERT_EQ(created.code, 201) << created.body;
+  json pods;
+  ASSERT_TRUE(EventuallyJson(
+      address_, "/api/v1/namespaces/wl/pods?labelSelector=app%3Dop",
+      [](const json& l) { return l["items"].size() == 2; }, &pods))
+      << pods.dump();
+  json rs = Call(address_, "GET", "/apis/apps/v1/namespaces/wl/replicasets").Json()["items"];
+  ASSERT_EQ(rs.size(), 1u);
+  const std::string hash = rs[0]["metadata"]["labels"]["pod-template-hash"];
+  EXPECT_EQ(rs[0]["metadata"]["name"], "op-" + hash);
+  EXPECT_EQ(rs[0]["metadata"]["ownerReferences"][0]["kind"], "Deployment");
+  for (const json& p : pods["items"]) {
+    EXPECT_EQ(p["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
+    EXPECT_EQ(p["metadata"]["labels"]["pod-template-hash"], hash);
+    EXPECT_EQ(p["spec"]["containers"][0]["image"], "i:1");
+  }
+  // Not available until the pods are Ready (a kubelet's word); then rolled out.
+  json d = Call(address_, "GET", "/apis/apps/v1/namespaces/wl/deployments/op").Json();
+  EXPECT_EQ(d["status"]["availableReplicas"], 0);
+  for (const json& p : pods["items"]) {
+    json ready = p;
+    ready["status"]["conditions"] = json::parse(R"([{"type": "Ready", "status": "True"}])");
+    const std::string name = p["metadata"]["name"];
+    ASSERT_EQ(
+        Call(address_, "PUT", "/api/v1/namespaces/wl/pods/" + name + "/status", ready.dump()).code,
+        200);
+  }
+  ASSERT_TRUE(EventuallyJson(
+      address_, "/apis/apps/v1/namespaces/wl/deployments/op",
+      [](const json& dep) {
+        return dep["status"].value("availableReplicas", 0) == 2 &&
+               dep["status"].value("updatedReplicas", 0) == 2 &&
+               dep["status"]["conditions"][0]["status"] == "True" &&
+               dep["status"]["conditions"][1]["reason"] == "NewReplicaSetAvailable";
+      },
+      &d))
+      << d.dump();
+  EXPECT_EQ(d["status"]["observedGeneration"], 1);
+  // A new template: a new ReplicaSet, the old one scaled to 0, its pods gone.
+  d["spec"]["template"]["spec"]["containers"][0]["image"] = "i:2";
+  ASSERT_EQ(Call(address_, "PUT", "/apis/apps/v1/namespaces/wl/deployments/op", d.dump()).code,
+            200);
+  ASSERT_TRUE(EventuallyJson(
+      address_, "/api/v1/namespaces/wl/pods?labelSelector=app%3Dop",
+      [](const json& l) {
+        if (l["items"].size() != 2) return false;
+        for (const json& p : l["items"]) {
+          if (p["spec"]["containers"][0]["image"] != "i:2") return false;
+        }
+        return true;
+      },
+      &pods))
+      << pods.dump();
+  rs = Call(address_, "GET", "/apis/apps/v1/namespaces/wl/replicasets").Json()["items"];
+  ASSERT_EQ(rs.size(), 2u);
+  int scaled_down = 0;
+  for (const json& r : rs) scaled_down += r["spec"]["replicas"] == 0;
+  EXPECT_EQ(scaled_down, 1);
+
+  // A DaemonSet tolerating the taint, on the nodes of pool a.
+  ASSERT_EQ(Call(address_, "POST", "/apis/apps/v1/namespaces/wl/daemonsets", R"({
+    "metadata": {"name": "agent"},
+    "spec": {"selector": {"matchLabels": {"app": "agent"}},
+             "template": {"metadata": {"labels": {"app": "agent"}},
+                          "spec": {"nodeSelector": {"pool": "a"},
+                                   "tolerations": [{"operator": "Exists"}],
+                                   "containers": [{"name": "a", "image": "i:1"}]}}}})")
+                .code,
+            201);
+  ASSERT_TRUE(EventuallyJson(
+      address_, "/api/v1/namespaces/wl/pods?labelSelector=app%3Dagent",
+      [](const json& l) { return l["items"].size() == 2; }, &pods))
+      << pods.dump();
+  std::set<std::string> on;
+  for (const json& p : pods["items"]) on.insert(p["spec"]["nodeName"].get<std::string>());
+  EXPECT_EQ(on, (std::set<std::string>{"n1", "n2"}));
+  json ds;
+  ASSERT_TRUE(EventuallyJson(
+      address_, "/apis/apps/v1/namespaces/wl/daemonsets/agent",
+      [](const json& x) {
+        return x["status"].value("desiredNumberScheduled", 0) == 2 &&
+               x["status"].value("currentNumberScheduled", 0) == 2;
+      },
+      &ds))
+      << ds.dump();
+  EXPECT_EQ(ds["status"]["currentNumberScheduled"], 2);
+  EXPECT_EQ(ds["status"]["numberReady"], 0);  // no kubelet here
+
+  // Pod Security refuses the ReplicaSet's pods: a FailedCreate Warning on it.
+  ASSERT_EQ(Call(address_, "POST", "/api/v1/namespaces", R"({"metadata": {"name": "locked",
+              "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})")
+                .code,
+            201);
+  ASSERT_EQ(Call(address_, "POST", "/apis/apps/v1/namespaces/locked/deployments", R"({
+    "metadata": {"name": "loose"},
+    "spec": {"selector": {"matchLabels": {"app": "loose"}},
+             "template": {"metadata": {"labels": {"app": "loose"}},
+                          "spec": {"containers": [{"name": "c", "image": "i"}]}}}})")
+                .code,
+            201);
+  json events;
+  ASSERT_TRUE(EventuallyJson(
+      address_, "/api/v1/namespaces/locked/events",
+      [](const json& l) {
+        for (const json& e : l["items"]) {
+          if (e["reason"] == "FailedCreate") return true;
+        }
+        return false;
+      },
+      &events))
+      << events.dump();
+  const json& e = events["items"][0];
+  EXPECT_EQ(e["type"], "Warning");
+  EXPECT_EQ(e["involvedObject"]["kind"], "ReplicaSet");
+  EXPECT_NE(e["message"].get<std::string>().find("violates PodSecurity \"restricted:latest\""),
+            std::string::npos);
 }
 
 TEST(EmulatorAuthTest, BearerTokenFromARotatingFile) {

@@ -12,11 +12,11 @@
 
 int main(int argc, char** argv) {
   using namespace antdt::kubeemu;  // NOLINT
-  auto flags = antdt::ParseFlags(
-      argc, argv,
-      {"listen", "ready-file", "bookmark-interval", "history", "token", "token-file", "tls-cert",
-       "tls-key", "no-gc", "strict-namespaces", "gc-period", "authorization-mode"},
-      {"no-gc", "strict-namespaces"});
+  auto flags = antdt::ParseFlags(argc, argv,
+                                 {"listen", "ready-file", "bookmark-interval", "history", "token",
+                                  "token-file", "tls-cert", "tls-key", "no-gc", "strict-namespaces",
+                                  "gc-period", "authorization-mode", "no-controllers"},
+                                 {"no-gc", "strict-namespaces", "no-controllers"});
   if (!flags.ok()) {
     std::fprintf(stderr, "antdt-kube-emulator: %s\n",
                  std::string(flags.status().message()).c_str());
@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   options.token = flags->Get("token");
   options.token_file = flags->Get("token-file");
   options.gc = !flags->Has("no-gc");
+  options.controllers = !flags->Has("no-controllers");
   const std::string mode = flags->Get("authorization-mode", "AlwaysAllow");
   if (mode != "AlwaysAllow" && mode != "RBAC") {
     return fail(absl::InvalidArgumentError(
