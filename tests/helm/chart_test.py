@@ -23,7 +23,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import unittest
 
 import yaml

@@ -126,20 +126,24 @@ class LocalPrometheusTest(unittest.TestCase):
             # Prometheus marks its series stale at the next scrape.
             # While the old node's agent is up and scraped (at the job's end
             # every agent stops, and every series goes stale).
+            # The Monitor's series follow the worker's reports from its new node
+            # within a window or two of the agents'.
             nodes: set = set()
+            health_nodes: set = set()
             old_agent = f'up{{component="agent",node="{from_node}"}} == 1'
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and proc.poll() is None:
                 live = query(prometheus, f'antdt_worker_steps_total{{worker="{worker}"}}')
                 nodes = {r["metric"].get("node") for r in live}
-                if nodes == {to_node} and query(prometheus, old_agent):
+                health = query(prometheus,
+                               f'antdt_monitor_straggler_class{{worker="{worker}",role="worker"}}')
+                health_nodes = {r["metric"]["node"] for r in health}
+                if nodes == {to_node} and health_nodes == {to_node} and query(prometheus, old_agent):
                     break
                 time.sleep(0.5)
             self.assertEqual(nodes, {to_node}, "".join(lines))
+            self.assertEqual(health_nodes, {to_node}, "".join(lines))
             self.assertTrue(query(prometheus, old_agent), f"{from_node}'s agent still up")
-            health = query(prometheus,
-                           f'antdt_monitor_straggler_class{{worker="{worker}",role="worker"}}')
-            self.assertEqual({r["metric"]["node"] for r in health}, {to_node})
             proc.wait(timeout=200)
         finally:
             if proc.poll() is None:
