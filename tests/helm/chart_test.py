@@ -330,7 +330,8 @@ class ChartTest(unittest.TestCase):
         args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
         self.assertIn("--namespace=team-a", args)
         self.assertIn("--image=registry.example.com/ml/antdt:0.1.0-torch", args)
-        self.assertIn("--master-port=29501", args)
+        self.assertIn("--ready-file=/tmp/operator.ready", args)  # extraArgs
+        self.assertIn("--master-port=29500", args)
         self.assertEqual(dep["spec"]["template"]["spec"]["containers"][0]["image"],
                          "registry.example.com/ml/antdt@sha256:" + "0123456789abcdef" * 4)
         # Without leader election: every replica's Monitor is the acting one's.

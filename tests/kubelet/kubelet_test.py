@@ -163,6 +163,28 @@ class PythonImageTest(unittest.TestCase):
         self.assertIn("--image-root", ctx.exception.message)
 
 
+class PodNetworkAndHostPathTest(unittest.TestCase):
+    def test_all_addresses_mean_the_pods_own(self):
+        self.assertEqual(spec.bind_to_pod_ip(["--listen=0.0.0.0:9401", "--x", "0.0.0.0:8080", "a"],
+                                                "127.1.0.12"),
+                         ["--listen=127.1.0.12:9401", "--x", "127.1.0.12:8080", "a"])
+
+    def test_host_path_mounts_map_to_the_node_files(self):
+        pod = {"spec": {"volumes": [{"name": "proc", "hostPath": {"path": "/proc"}},
+                                    {"name": "cg", "hostPath": {"path": "/sys/fs/cgroup/"}},
+                                    {"name": "tmp", "emptyDir": {}}]}}
+        container = {"volumeMounts": [{"name": "proc", "mountPath": "/host/proc"},
+                                      {"name": "cg", "mountPath": "/host/sys/fs/cgroup"},
+                                      {"name": "tmp", "mountPath": "/tmp"}]}
+        mounts = spec.host_path_mounts(pod, container)
+        self.assertEqual(mounts, [("/host/sys/fs/cgroup", "/sys/fs/cgroup"), ("/host/proc", "/proc")])
+        self.assertEqual(spec.map_host_paths(["agent", "--proc-root=/host/proc", "--cgroup-root",
+                                                 "/host/sys/fs/cgroup/kubepods", "/tmp/x",
+                                                 "/host/procfs"], mounts),
+                         ["agent", "--proc-root=/proc", "--cgroup-root", "/sys/fs/cgroup/kubepods", "/tmp/x",
+                          "/host/procfs"])
+
+
 class DnsTest(unittest.TestCase):
     def setUp(self):
         self.pods = [

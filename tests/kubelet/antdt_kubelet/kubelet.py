@@ -126,7 +126,11 @@ class Kubelet:
         meta = pod["metadata"]
         sandbox = os.path.join(self.work_dir, "pods", "%s_%s_%s" % (meta["namespace"], meta["name"], meta["uid"]))
         os.makedirs(sandbox, exist_ok=True)
-        state = PodState(pod, pod["spec"]["nodeName"], self.ips.allocate(), sandbox)
+        node = pod["spec"]["nodeName"]
+        # A host-network pod's IP is its node's.
+        ip = self.nodes[node]["hostIP"] if pod["spec"].get("hostNetwork") else self.ips.allocate()
+        state = PodState(pod, node, ip, sandbox)
+        state.host_network = bool(pod["spec"].get("hostNetwork"))
         self.pods[state.uid] = state
         log("pod_admitted", pod=state.key, node=state.node, ip=state.ip, sandbox=sandbox)
         return state
@@ -158,6 +162,9 @@ class Kubelet:
             if binary == podspec.SYSTEM_PYTHON:
                 env = podspec.keep_sdk_importable(env, self.bin_dir)
             argv = podspec.map_image_paths(podspec.container_argv(container, env), self.image_root)
+            argv = podspec.map_host_paths(podspec.bind_to_pod_ip(argv, state.ip),
+                                          podspec.host_path_mounts(pod, container))
+            env = self._service_account_env(pod, state, env)
         except podspec.SpecError as e:
             self._set_waiting(state, e.reason, e.message)
             state.next_start = self.monotonic() + 1.0
@@ -187,6 +194,55 @@ class Kubelet:
         state.waiting = None
         log("container_started", pod=state.key, pid=state.proc.pid, restarts=state.restart_count,
             argv=" ".join(argv))
+
+    def _service_account_env(self, pod, state, env):
+        """env with the pod's ServiceAccount token where Kubernetes would mount one
+        (automountServiceAccountToken, the pod's, else the ServiceAccount's, else true): a token
+        from the TokenRequest API in a kubeconfig in the sandbox, $KUBECONFIG pointing there (a
+        process cannot have its own /var/run/secrets/kubernetes.io/serviceaccount), and no
+        KUBERNETES_SERVICE_* so that clients use it."""
+        spec = pod["spec"]
+        ns = pod["metadata"]["namespace"]
+        account = spec.get("serviceAccountName")
+        mount = spec.get("automountServiceAccountToken")
+        if not account:
+            # No ServiceAccount named: the emulator has no per-namespace "default" ServiceAccount
+            # (no controller makes them), so only an explicit automount asks for its token.
+            if not mount:
+                return env
+            account = "default"
+        if mount is None:
+            try:
+                sa = self.api.get("/api/v1/namespaces/%s/serviceaccounts/%s" % (ns, account))
+                mount = sa.get("automountServiceAccountToken", True) is not False
+            except Exception as e:  # noqa: BLE001
+                if not is_status(e, 404):
+                    raise podspec.SpecError("CreateContainerConfigError",
+                                            "serviceaccount %s: %s" % (account, describe(e)))
+                mount = False  # no such ServiceAccount here: nothing to mount
+        if not mount:
+            return env
+        try:
+            issued = self.api.request("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (ns, account),
+                                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                       "spec": {"expirationSeconds": 3600}})
+        except Exception as e:  # noqa: BLE001
+            raise podspec.SpecError("CreateContainerConfigError",
+                                    "token for serviceaccount %s/%s: %s" % (ns, account, describe(e)))
+        directory = os.path.join(state.sandbox, "serviceaccount")
+        os.makedirs(directory, exist_ok=True)
+        for name, value in (("token", issued["status"]["token"]), ("namespace", ns)):
+            with open(os.path.join(directory, name), "w") as f:
+                f.write(value)
+        kubeconfig = os.path.join(directory, "kubeconfig")
+        with open(kubeconfig, "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
+                       "clusters": [{"name": "in-cluster", "cluster": {"server": self.api.host}}],
+                       "users": [{"name": account, "user": {"tokenFile": os.path.join(directory, "token")}}],
+                       "contexts": [{"name": "in-cluster",
+                                     "context": {"cluster": "in-cluster", "user": account, "namespace": ns}}]}, f)
+        out = [(k, v) for k, v in env if k not in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")]
+        return out + [("KUBECONFIG", kubeconfig)]
 
     def _set_waiting(self, state, reason, message):
         if state.waiting != (reason, message):

@@ -191,6 +191,37 @@ def keep_sdk_importable(env, bin_dir):
     return out
 
 
+def bind_to_pod_ip(argv, ip):
+    """argv with `0.0.0.0:` (all addresses, which in a pod's own network namespace are the pod's)
+    bound to the pod's IP instead: this kubelet's pods share the host's network."""
+    return [a.replace("0.0.0.0:", ip + ":") for a in argv]
+
+
+def host_path_mounts(pod, container):
+    """(mountPath, hostPath) for each of the container's mounts of a hostPath volume, longest first."""
+    volumes = {v.get("name"): v for v in pod["spec"].get("volumes") or []}
+    out = []
+    for m in container.get("volumeMounts") or []:
+        v = volumes.get(m.get("name"))
+        if v and v.get("hostPath", {}).get("path"):
+            out.append((m["mountPath"].rstrip("/") or "/", v["hostPath"]["path"].rstrip("/") or "/"))
+    return sorted(out, key=lambda mp: -len(mp[0]))
+
+
+def map_host_paths(argv, mounts):
+    """argv with each argument under a hostPath mount moved to the host's path (the container
+    reads the node's files there: e.g. --proc-root=/host/proc is /proc)."""
+    out = []
+    for arg in argv:
+        prefix, _, path = arg.rpartition("=") if arg.startswith("--") and "=" in arg else ("", "", arg)
+        for mount, host in mounts:
+            if path == mount or path.startswith(mount + "/"):
+                path = host + path[len(mount):]
+                break
+        out.append(prefix + ("=" if prefix else "") + path)
+    return out
+
+
 def map_image_paths(argv, image_root):
     """argv with every argument that is a path under IMAGE_ROOT (/opt/antdt/...) moved to
     `image_root` (the repository, whose examples/ the image holds); argv[0] is the executable."""
