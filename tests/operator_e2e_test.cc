@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <random>
@@ -87,26 +88,46 @@ int RunCommand(const std::string& cmd, std::string* output) {
 // One little cluster: emulator, kubelet with its nodes and agents, operators.
 class Cluster {
  public:
-  explicit Cluster(int nodes) : nodes_(nodes) {
+  // `rbac`: the emulator authorizes every request by RBAC; the test's own
+  // token (the kubeconfig's) is the admin's.
+  explicit Cluster(int nodes, bool rbac = false) : nodes_(nodes) {
     std::random_device rd;
     ip_base_ = absl::StrCat("127.", 20 + rd() % 200, ".", (rd() % 100) * 2);
     // The workers' MASTER_PORT: torch's store binds it on every address, so
     // each cluster draws its own (below the ephemeral range), as its IPs.
     master_port_ = 20000 + static_cast<int>(rd() % 10000);
-    emulator_ = std::make_unique<Process>(
-        std::vector<std::string>{BinPath("antdt-kube-emulator"), "--listen", "127.0.0.1:0",
-                                 "--ready-file", dir_.File("emulator.ready"), "--bookmark-interval",
-                                 "1s"},
-        dir_.File("emulator.log"));
+    std::vector<std::string> emulator = {BinPath("antdt-kube-emulator"),
+                                         "--listen",
+                                         "127.0.0.1:0",
+                                         "--ready-file",
+                                         dir_.File("emulator.ready"),
+                                         "--bookmark-interval",
+                                         "1s"};
+    if (rbac) {
+      // Over https: kubectl sends no bearer token to an http server.
+      const std::string cmd =
+          "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+          "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+          dir_.File("key.pem") + " -out " + dir_.File("cert.pem") + " >/dev/null 2>&1";
+      EXPECT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a certificate";
+      for (const std::string& a :
+           {std::string("--token"), std::string("test-token"), std::string("--authorization-mode"),
+            std::string("RBAC"), std::string("--tls-cert"), dir_.File("cert.pem"),
+            std::string("--tls-key"), dir_.File("key.pem")}) {
+        emulator.push_back(a);
+      }
+    }
+    emulator_ = std::make_unique<Process>(emulator, dir_.File("emulator.log"));
     auto addr = WaitForReadyFile(dir_.File("emulator.ready"), std::chrono::seconds(20));
     if (!addr) {
       ADD_FAILURE() << "emulator did not start";
       return;
     }
-    server_ = "http://" + *addr;
+    server_ = (rbac ? "https://" : "http://") + *addr;
     std::ofstream(dir_.File("kubeconfig"))
         << "apiVersion: v1\nkind: Config\ncurrent-context: emu\n"
         << "clusters:\n- name: emu\n  cluster:\n    server: " << server_ << "\n"
+        << (rbac ? "    certificate-authority: " + dir_.File("cert.pem") + "\n" : "")
         << "contexts:\n- name: emu\n  context:\n    cluster: emu\n    user: test\n    namespace: "
            "default\n"
         << "users:\n- name: test\n  user:\n    token: test-token\n";
@@ -194,6 +215,8 @@ class Cluster {
     return m ? HttpGet(*m, "/metrics").value_or("") : "";
   }
 
+  // The kubelet; with a `monitor`, its own agent per node streams there
+  // (without, a DaemonSet runs the agents).
   void StartKubelet(const std::string& monitor) {
     std::ofstream nodes(dir_.File("nodes.yaml"));
     for (int i = 0; i < nodes_; ++i) {
@@ -201,19 +224,21 @@ class Cluster {
       WriteSpeed(absl::StrCat("node-", i), 1.0);
     }
     nodes.close();
-    kubelet_ = std::make_unique<Process>(
-        std::vector<std::string>{
-            "/usr/bin/python3", SourcePath("tests/kubelet/antdt_test_kubelet.py"),
-            "--server",         server_,
-            "--nodes",          dir_.File("nodes.yaml"),
-            "--bin-dir",        std::string(std::getenv("ANTDT_BIN_DIR")),
-            "--work-dir",       dir_.File("kubelet"),
-            "--ip-base",        ip_base_,
-            "--agent-monitor",  monitor,
-            "--speed-dir",      dir_.File("speeds"),
-            "--image-root",     SourcePath("."),
-            "--ready-file",     dir_.File("kubelet.ready")},
-        dir_.File("kubelet.log"));
+    std::vector<std::string> argv = {
+        "/usr/bin/python3", SourcePath("tests/kubelet/antdt_test_kubelet.py"),
+        "--kubeconfig",     dir_.File("kubeconfig"),
+        "--nodes",          dir_.File("nodes.yaml"),
+        "--bin-dir",        std::string(std::getenv("ANTDT_BIN_DIR")),
+        "--work-dir",       dir_.File("kubelet"),
+        "--ip-base",        ip_base_,
+        "--speed-dir",      dir_.File("speeds"),
+        "--image-root",     SourcePath("."),
+        "--ready-file",     dir_.File("kubelet.ready")};
+    if (!monitor.empty()) {
+      argv.push_back("--agent-monitor");
+      argv.push_back(monitor);
+    }
+    kubelet_ = std::make_unique<Process>(argv, dir_.File("kubelet.log"));
     ASSERT_TRUE(WaitForReadyFile(dir_.File("kubelet.ready"), std::chrono::seconds(30)))
         << "kubelet did not start";
   }
@@ -291,15 +316,26 @@ class Cluster {
   }
 
   void Fault(const Json& body) {
-    web::http::client::http_client c(server_);
+    web::http::client::http_client c(server_, ClientConfig());
     auto r =
         c.request(web::http::methods::POST, "/emulator/v1/faults", body.dump(), "application/json")
             .get();
     ASSERT_EQ(r.status_code(), 200) << body.dump();
   }
 
+  // The emulator's control endpoint over its own CA when it serves https.
+  web::http::client::http_client_config ClientConfig() const {
+    web::http::client::http_client_config config;
+    if (absl::StartsWith(server_, "https://")) {
+      const std::string ca = dir_.File("cert.pem");
+      config.set_ssl_context_callback(
+          [ca](boost::asio::ssl::context& ctx) { ctx.load_verify_file(ca); });
+    }
+    return config;
+  }
+
   Json Requests() {
-    web::http::client::http_client c(server_);
+    web::http::client::http_client c(server_, ClientConfig());
     auto r = c.request(web::http::methods::GET, "/emulator/v1/requests").get();
     return Json::parse(r.extract_string().get());
   }
@@ -471,6 +507,182 @@ TEST(OperatorE2E, JobGoesCreatedRunningSucceededExactlyOnce) {
   EXPECT_NE(events.find("this job's state under " + cluster.StateDir("train", second_uid)),
             std::string::npos)
       << events;
+}
+
+// The (verb, "group/resource[/subresource]") a request of the emulator's log
+// made, from its method, path and query.
+std::pair<std::string, std::string> VerbAndResource(const Json& request) {
+  std::vector<std::string> segs = absl::StrSplit(Str(request, {"path"}), '/', absl::SkipEmpty());
+  if (segs.size() < 3 || (segs[0] != "api" && segs[0] != "apis")) return {"", ""};
+  const bool core = segs[0] == "api";
+  const std::string group = core ? "" : segs[1];
+  std::vector<std::string> rest(segs.begin() + (core ? 2 : 3), segs.end());
+  if (rest.size() >= 3 && rest[0] == "namespaces") rest.erase(rest.begin(), rest.begin() + 2);
+  if (rest.empty()) return {"", ""};
+  std::string resource = group + "/" + rest[0];
+  if (rest.size() >= 3) resource += "/" + rest[2];
+  const std::string method = Str(request, {"method"});
+  const bool named = rest.size() >= 2;
+  std::string verb;
+  if (method == "GET") {
+    const std::string query = "&" + Str(request, {"query"});
+    const bool watch = query.find("&watch=true") != std::string::npos ||
+                       query.find("&watch=1") != std::string::npos;
+    verb = watch ? "watch" : named ? "get" : "list";
+  } else if (method == "POST") {
+    verb = "create";
+  } else if (method == "PUT") {
+    verb = "update";
+  } else if (method == "PATCH") {
+    verb = "patch";
+  } else if (method == "DELETE") {
+    verb = named ? "delete" : "deletecollection";
+  }
+  return {verb, resource};
+}
+
+// The chart installed as a platform team installs it, on a cluster that
+// authorizes by RBAC and enforces Pod Security "restricted" everywhere but
+// the agents' namespace: the operator runs from its Deployment under its
+// ServiceAccount, the agents from the DaemonSet, both as pods of the test
+// kubelet; a job with a straggler node then runs to Succeeded, exactly once,
+// with the straggler acted on; and every request the operator made was one
+// its RBAC grants.
+TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
+  const std::string render = BinPath("antdt-helm-render");
+  if (!fs::exists(render)) {
+    GTEST_SKIP() << "no " << render << " (golang-go and sprig: scripts/install-deps.sh)";
+  }
+  Cluster cluster(5, /*rbac=*/true);
+  int rc = 0;
+  for (const auto& [ns, level] : std::vector<std::pair<std::string, std::string>>{
+           {"antdt-system", "restricted"}, {"antdt-agents", "privileged"}}) {
+    std::string out = cluster.Kubectl("create namespace " + ns, &rc);
+    ASSERT_EQ(rc, 0) << out;
+    out = cluster.Kubectl(
+        absl::StrCat("label namespace ", ns, " pod-security.kubernetes.io/enforce=", level), &rc);
+    ASSERT_EQ(rc, 0) << out;
+  }
+  std::string out =
+      cluster.Kubectl("label namespace default pod-security.kubernetes.io/enforce=restricted", &rc);
+  ASSERT_EQ(rc, 0) << out;
+
+  // helm template, then kubectl apply.
+  const std::string rendered = cluster.dir() + "/antdt.yaml";
+  const std::string values = absl::StrCat(
+      " --name antdt --namespace antdt-system --set agent.namespace=antdt-agents",
+      " --set operator.monitorWindow=1s --set operator.masterPort=", cluster.master_port(), " ",
+      SourcePath("deploy/helm/antdt"));
+  const std::string cmd =
+      absl::StrCat(render, " --include-crds --skip-tests", values, " > ", rendered);
+  ASSERT_EQ(RunCommand(cmd, &out), 0) << out;
+  out = cluster.Kubectl("apply --validate=false -f " + rendered, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(""));  // the agents come from the DaemonSet
+  out = cluster.Kubectl("-n antdt-system rollout status deployment/antdt-operator --timeout=120s",
+                        &rc);
+  ASSERT_EQ(rc, 0) << out << cluster.Kubectl("get pods -A -o wide");
+  out = cluster.Kubectl("-n antdt-agents rollout status daemonset/antdt-agent --timeout=120s", &rc);
+  ASSERT_EQ(rc, 0) << out << cluster.Kubectl("get pods -A -o wide");
+
+  // A job with a straggler: worker-1's node turns 4x slower once it runs.
+  const int64_t records = 16000;
+  Json spec = cluster.ExampleJob("chart", records, 4);
+  spec["spec"]["stragglerPolicy"] = {
+      {"name", "antdt-nd"}, {"cooldown", "4s"}, {"minSavingRatio", 0.2}};
+  spec["spec"]["monitor"] = {{"window", "1s"}};
+  spec["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 3}};  // then the operator deletes it
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+  std::string victim;
+  Json job = cluster.WaitJob(
+      "chart",
+      [&](const Json& j) {
+        for (const Json& p : cluster.Pods("chart")) {
+          if (Str(p, {"metadata", "labels", "antdt.io/worker-id"}) == "worker-1" &&
+              Str(p, {"status", "phase"}) == "Running") {
+            victim = Str(p, {"spec", "nodeName"});
+          }
+        }
+        return Condition(j, "Running") == "True" && !victim.empty();
+      },
+      std::chrono::seconds(120));
+  ASSERT_FALSE(victim.empty()) << job.dump(2) << cluster.Kubectl("get pods -A -o wide")
+                               << cluster.Kubectl("get events -A");
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // past the Monitor's warm-up
+  cluster.WriteSpeed(victim, 0.25);
+  job = cluster.WaitJob(
+      "chart", [](const Json& j) { return Finished(j); }, std::chrono::seconds(300));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  EXPECT_FALSE(job["status"].value("lastActions", Json::array()).empty())
+      << "the straggler was not acted on: " << job["status"].dump(2);
+  const std::string uid = Str(job, {"metadata", "uid"});
+  const demo::Verification v = cluster.Verify("chart", records, uid);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+  // Past its TTL the operator deletes the finished job.
+  EXPECT_TRUE(WaitFor([&] { return cluster.GetJob("chart").is_null(); }, std::chrono::seconds(60)));
+
+  // helm test: the chart's test pod finds the Monitor, a ready operator and an agent.
+  const std::string with_tests = cluster.dir() + "/antdt-tests.yaml";
+  ASSERT_EQ(RunCommand(absl::StrCat(render, values, " > ", with_tests), &out), 0) << out;
+  for (const YAML::Node& doc : YAML::LoadAllFromFile(with_tests)) {
+    const Json o = kube::YamlToJson(doc);
+    if (!o.is_object() || Str(o, {"kind"}) != "Pod") continue;
+    std::ofstream(cluster.dir() + "/test-pod.json") << o.dump();
+    out = cluster.Kubectl("apply --validate=false -f " + cluster.dir() + "/test-pod.json", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    out = cluster.Kubectl("-n antdt-system wait --for=jsonpath='{.status.phase}'=Succeeded pod/" +
+                              Str(o, {"metadata", "name"}) + " --timeout=90s",
+                          &rc);
+    EXPECT_EQ(rc, 0) << out << cluster.Kubectl("-n antdt-system get pods -o wide");
+  }
+
+  // Least privilege, measured: what the operator's ServiceAccount asked for,
+  // against what its roles grant.
+  std::set<std::pair<std::string, std::string>> used;
+  int refused = 0;
+  for (const Json& r : cluster.Requests()) {
+    if (Str(r, {"user"}) != "system:serviceaccount:antdt-system:antdt-operator") continue;
+    if (r.value("code", 0) == 403) ++refused;
+    auto vr = VerbAndResource(r);
+    if (!vr.first.empty()) used.insert(vr);
+  }
+  EXPECT_EQ(refused, 0);
+  std::set<std::pair<std::string, std::string>> granted;
+  for (const YAML::Node& doc : YAML::LoadAllFromFile(rendered)) {
+    const Json o = kube::YamlToJson(doc);
+    if (!o.is_object() || (Str(o, {"kind"}) != "ClusterRole" && Str(o, {"kind"}) != "Role")) {
+      continue;
+    }
+    for (const Json& rule : o["rules"]) {
+      for (const Json& g : rule["apiGroups"]) {
+        for (const Json& res : rule["resources"]) {
+          for (const Json& verb : rule["verbs"]) {
+            granted.insert(
+                {verb.get<std::string>(), g.get<std::string>() + "/" + res.get<std::string>()});
+          }
+        }
+      }
+    }
+  }
+  std::vector<std::string> not_granted, unused;
+  for (const auto& u : used) {
+    if (!granted.count(u)) not_granted.push_back(u.first + " " + u.second);
+  }
+  for (const auto& g : granted) {
+    if (!used.count(g)) unused.push_back(g.first + " " + g.second);
+  }
+  EXPECT_TRUE(not_granted.empty()) << absl::StrJoin(not_granted, ", ");
+  // Everything granted was used, but for what this run cannot make happen: a
+  // repeated Event (patched, not created again) and a quiet API server (the
+  // readiness check reads the replica's own pod).
+  std::vector<std::string> unexplained;
+  for (const std::string& u : unused) {
+    if (u != "patch /events" && u != "get /pods") unexplained.push_back(u);
+  }
+  EXPECT_TRUE(unexplained.empty()) << "granted, never used: " << absl::StrJoin(unexplained, ", ");
+  std::cout << "operator RBAC: " << used.size() << " (verb, resource) pairs used of "
+            << granted.size()
+            << " granted; granted, unused this run: " << absl::StrJoin(unused, ", ") << "\n";
 }
 
 // Jobs are namespace/name: two jobs named `coll` in two namespaces at once

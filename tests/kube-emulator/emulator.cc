@@ -458,6 +458,9 @@ Emulator::Impl::Impl(EmulatorOptions o) : options(std::move(o)) {
     RegisterBuiltin(r);
   }
   RegisterBuiltin(add("coordination.k8s.io", "leases", "Lease", true, {}));
+  RegisterBuiltin(
+      add("policy", "poddisruptionbudgets", "PodDisruptionBudget", true, {"pdb"}, true));
+  RegisterBuiltin(add("networking.k8s.io", "networkpolicies", "NetworkPolicy", true, {"netpol"}));
   Resource crd = add("apiextensions.k8s.io", "customresourcedefinitions",
                      "CustomResourceDefinition", false, {"crd", "crds"}, true);
   crd.has_generation = true;
@@ -811,10 +814,9 @@ std::optional<HttpResponse> Emulator::Impl::CheckAuth(const HttpRequest& req) {
       }
     }
   }
-  if (token.empty() && options.token_file.empty() && req.authorization.empty()) {
+  if (token.empty() && options.token_file.empty()) {
     // No credentials required: everyone is the admin, unless RBAC is on.
-    if (!options.rbac) t_user = admin;
-    if (options.rbac) t_user = UserInfo{"system:anonymous", {"system:unauthenticated"}};
+    t_user = options.rbac ? UserInfo{"system:anonymous", {"system:unauthenticated"}} : admin;
     return std::nullopt;
   }
   return Error(401, "Unauthorized", "Unauthorized");

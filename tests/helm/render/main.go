@@ -6,7 +6,7 @@
 // values.schema.json (gojsonschema, as Helm checks them). A test tool, not part of AntDT.
 //
 //	antdt-helm-render [--name RELEASE] [--namespace NS] [-f values.yaml]... [--set k=v]...
-//	                  [--include-crds] [--notes] CHART_DIR
+//	                  [--include-crds] [--skip-tests] [--notes] CHART_DIR
 //
 // Writes the rendered objects to stdout as one YAML stream, each document headed
 // "# Source: <chart>/templates/<file>" as helm does. Exits 1 with the template's error
@@ -42,6 +42,7 @@ type options struct {
 	release, namespace string
 	valueFiles, sets   multiFlag
 	includeCrds, notes bool
+	skipTests          bool
 	kubeVersion        string
 	chartDir           string
 }
@@ -54,6 +55,7 @@ func main() {
 	flag.Var(&o.sets, "set", "key=value (repeatable; dotted keys, {a,b} lists)")
 	flag.BoolVar(&o.includeCrds, "include-crds", false, "also print the chart's crds/")
 	flag.BoolVar(&o.notes, "notes", false, "print NOTES.txt instead of the objects")
+	flag.BoolVar(&o.skipTests, "skip-tests", false, "leave out templates/tests/ (helm test's hooks)")
 	flag.StringVar(&o.kubeVersion, "kube-version", "v1.30.0", "Capabilities.KubeVersion")
 	flag.Parse()
 	if flag.NArg() != 1 {
@@ -399,6 +401,9 @@ func render(o options) (string, error) {
 	for _, name := range names {
 		base := path.Base(name)
 		if strings.HasPrefix(base, "_") || base == "NOTES.txt" {
+			continue
+		}
+		if o.skipTests && strings.HasPrefix(name, "templates/tests/") {
 			continue
 		}
 		full := chartName + "/" + name

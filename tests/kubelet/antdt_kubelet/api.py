@@ -36,6 +36,7 @@ class Api:
         else:
             configuration.host = server
         self.host = configuration.host
+        self.ca_file = configuration.ssl_ca_cert  # the server's CA (https), for the pods' kubeconfigs
         self.client = kclient.ApiClient(configuration)
         self.client.user_agent = user_agent
 

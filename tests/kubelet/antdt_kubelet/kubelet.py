@@ -235,9 +235,12 @@ class Kubelet:
             with open(os.path.join(directory, name), "w") as f:
                 f.write(value)
         kubeconfig = os.path.join(directory, "kubeconfig")
+        cluster = {"server": self.api.host}
+        if getattr(self.api, "ca_file", None):
+            cluster["certificate-authority"] = self.api.ca_file
         with open(kubeconfig, "w") as f:
             json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
-                       "clusters": [{"name": "in-cluster", "cluster": {"server": self.api.host}}],
+                       "clusters": [{"name": "in-cluster", "cluster": cluster}],
                        "users": [{"name": account, "user": {"tokenFile": os.path.join(directory, "token")}}],
                        "contexts": [{"name": "in-cluster",
                                      "context": {"cluster": "in-cluster", "user": account, "namespace": ns}}]}, f)
