@@ -630,10 +630,17 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
     std::ofstream(cluster.dir() + "/test-pod.json") << o.dump();
     out = cluster.Kubectl("apply --validate=false -f " + cluster.dir() + "/test-pod.json", &rc);
     ASSERT_EQ(rc, 0) << out;
-    out = cluster.Kubectl("-n antdt-system wait --for=jsonpath='{.status.phase}'=Succeeded pod/" +
-                              Str(o, {"metadata", "name"}) + " --timeout=90s",
-                          &rc);
-    EXPECT_EQ(rc, 0) << out << cluster.Kubectl("-n antdt-system get pods -o wide");
+    // Polled (Debian's kubectl 1.20 has no `wait --for=jsonpath`).
+    const std::string pod = Str(o, {"metadata", "name"});
+    std::string phase;
+    WaitFor(
+        [&] {
+          auto got = cluster.api()->Get(kube::PodsResource(), "antdt-system", pod);
+          phase = got.ok() ? Str(*got, {"status", "phase"}) : "";
+          return phase == "Succeeded" || phase == "Failed";
+        },
+        std::chrono::seconds(90));
+    EXPECT_EQ(phase, "Succeeded") << cluster.Kubectl("-n antdt-system get pods -o wide");
   }
 
   // Least privilege, measured: what the operator's ServiceAccount asked for,
