@@ -39,15 +39,7 @@ log=${ANTDT_IMAGE_LOG:-/tmp/antdt-image.log}
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-need=()
-for p in buildah podman debootstrap; do
-  command -v "$p" >/dev/null 2>&1 || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing: ${need[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
-fi
+scripts/install-deps.sh --image  # buildah, podman, debootstrap
 
 bh() { buildah --storage-driver vfs "$@"; }
 

@@ -27,6 +27,8 @@ if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
 # (any version from 1.20 to 1.33) is used as it is.
 if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
 if [ "${1:-}" = "--ci" ]; then PACKAGES+=(clang-format clang-tidy); fi
+# --image: what scripts/image.sh builds the container image with (not the tests).
+if [ "${1:-}" = "--image" ]; then PACKAGES=(buildah podman debootstrap); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -44,6 +46,7 @@ fi
 # (test tooling only); installed again when the lockfile changes. Best effort: where
 # the npm registry cannot be reached, helm_chart_test checks each kind with the
 # Kubernetes Python client's models alone and says so.
+if [ "${1:-}" = "--image" ]; then exit 0; fi
 validate=tests/helm/validate
 if ! cmp -s "$validate/package-lock.json" "$validate/node_modules/.antdt-installed-lock" 2>/dev/null; then
   echo "installing: npm packages of $validate"
