@@ -732,6 +732,107 @@ TEST(OperatorE2E, SameNameInTwoNamespacesStayApart) {
   }
 }
 
+// Worker, parameter-server and sharding pods of a job that are not
+// terminating and not finished.
+std::vector<std::string> ActivePods(const std::vector<Json>& pods) {
+  std::vector<std::string> names;
+  for (const Json& p : pods) {
+    if (p["metadata"].contains("deletionTimestamp")) continue;
+    const std::string phase = Str(p, {"status", "phase"});
+    if (phase == "Succeeded" || phase == "Failed") continue;
+    names.push_back(Str(p, {"metadata", "name"}));
+  }
+  return names;
+}
+
+bool HasEvent(const std::vector<Json>& events, const std::string& reason) {
+  return std::any_of(events.begin(), events.end(),
+                     [&](const Json& e) { return e.value("reason", "") == reason; });
+}
+
+// What a running job can and cannot change, through `kubectl patch`: fields it
+// cannot (the dataset, the model, the number of workers, the checkpoint path)
+// are refused by the CRD's transition rules with a 422 naming the field, and
+// nothing changes; a new straggler policy is acted on (an Event); suspending
+// deletes every pod and resuming finishes the job with every record committed
+// exactly once.
+TEST(OperatorE2E, RunningJobRefusesImmutableChangesAndSuspendsAndResumes) {
+  Cluster cluster(4);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
+  const int64_t records = 16000;
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("pause", records, 3)));
+  Json job = cluster.WaitJob(
+      "pause",
+      [](const Json& j) {
+        return Condition(j, "Running") == "True" &&
+               j["status"]["progress"].value("recordsCommitted", int64_t{0}) > 0;
+      },
+      std::chrono::seconds(120));
+  ASSERT_EQ(Condition(job, "Running"), "True") << job.dump(2);
+  const int64_t generation = job["metadata"].value("generation", int64_t{0});
+
+  const std::vector<std::pair<std::string, std::string>> immutable = {
+      {R"({"spec":{"dataset":{"records":1000}}})", "spec.dataset"},
+      {R"({"spec":{"model":{"learningRate":0.5}}})", "spec.model"},
+      {R"({"spec":{"workers":{"replicas":1}}})", "spec.workers.replicas"},
+      {R"({"spec":{"checkpoint":{"path":"/elsewhere"}}})", "spec.checkpoint"}};
+  for (const auto& [patch, field] : immutable) {
+    int rc = 0;
+    const std::string out = cluster.Kubectl("patch adt pause --type=merge -p '" + patch + "'", &rc);
+    EXPECT_NE(rc, 0) << patch << "\n" << out;
+    EXPECT_NE(out.find(field), std::string::npos) << out;
+    EXPECT_NE(out.find("is immutable"), std::string::npos) << out;
+  }
+  job = cluster.GetJob("pause");
+  EXPECT_EQ(job["metadata"].value("generation", int64_t{0}), generation) << "nothing changed";
+  EXPECT_EQ(job["spec"]["dataset"].value("records", int64_t{0}), records);
+
+  // A new policy is acted on, and said.
+  int rc = 0;
+  std::string out = cluster.Kubectl(
+      R"(patch adt pause --type=merge -p '{"spec":{"stragglerPolicy":{"cooldown":"45s"}}}')", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(WaitFor([&] { return HasEvent(cluster.Events(), "PolicyChanged"); },
+                      std::chrono::seconds(20)));
+
+  // Suspend: every pod goes, none comes back while suspended.
+  out = cluster.Kubectl(R"(patch adt pause --type=merge -p '{"spec":{"suspend":true}}')", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  job = cluster.WaitJob(
+      "pause",
+      [&](const Json& j) {
+        return Str(j, {"status", "state"}) == "Suspended" && cluster.Pods("pause").empty();
+      },
+      std::chrono::seconds(60));
+  ASSERT_EQ(Str(job, {"status", "state"}), "Suspended") << job.dump(2);
+  ASSERT_EQ(absl::StrJoin(ActivePods(cluster.Pods("pause")), ","), "");
+  ASSERT_NE(Condition(job, "Succeeded"), "True") << "suspended too late";
+  const int64_t committed = job["status"]["progress"].value("recordsCommitted", int64_t{0});
+  EXPECT_LT(committed, records);
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_EQ(absl::StrJoin(ActivePods(cluster.Pods("pause")), ","), "");
+  }
+  EXPECT_EQ(cluster.GetJob("pause")["status"]["progress"].value("recordsCommitted", int64_t{0}),
+            committed);
+  EXPECT_NE(cluster.Kubectl("get adt pause").find("Suspended"), std::string::npos);
+  EXPECT_TRUE(HasEvent(cluster.Events(), "Suspended"));
+  std::cerr << "suspended at " << committed << " of " << records << " records\n";
+
+  // Resume: the job finishes from its sharding state.
+  out = cluster.Kubectl(R"(patch adt pause --type=merge -p '{"spec":{"suspend":false}}')", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  job = cluster.WaitJob(
+      "pause", [](const Json& j) { return Finished(j); }, std::chrono::seconds(240));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  EXPECT_EQ(Condition(job, "Suspended"), "False");
+  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  EXPECT_EQ(job["status"]["workers"].value("restarts", -1), 0) << "a suspension is no restart";
+  const demo::Verification v = cluster.Verify("pause", records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+  EXPECT_TRUE(HasEvent(cluster.Events(), "Resumed"));
+}
+
 TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {
   Cluster cluster(6);
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());

@@ -63,7 +63,19 @@ struct JobController::JobRuntime {
   std::unique_ptr<control::ControlLoop> loop;
   // Its series on the operator's /metrics; they go with the runtime.
   std::unique_ptr<control::JobMetrics> metrics;
+  // spec.stragglerPolicy and spec.monitor as the loop was built from them: a
+  // change (they may change on a running job) builds the loop again.
+  std::string policy_spec;
 };
+
+namespace {
+
+std::string PolicySpecOf(const Json& job) {
+  return kube::At(job, {"spec", "stragglerPolicy"}).dump() +
+         kube::At(job, {"spec", "monitor"}).dump();
+}
+
+}  // namespace
 
 // The operator as a backend of the control loop, bound to what one sync
 // observed. A restart is committed by the reconciler in the same pass (the
@@ -401,6 +413,18 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     }
     rt->uid = uid;
     rt->backend = std::make_unique<LoopBackend>(this);
+  }
+  if (rt->loop == nullptr || rt->policy_spec != PolicySpecOf(job)) {
+    if (rt->loop != nullptr) {
+      // Acted on, and said: the new policy decides from the next turn on, with
+      // the decisions committed so far (cool-downs, budget) as its history.
+      recorder_->Record(
+          job, "Normal", "PolicyChanged",
+          absl::StrCat("spec.stragglerPolicy or spec.monitor changed: policy ",
+                       vocab::Name(spec.straggler_policy.name), " decides from now on (generation ",
+                       kube::At(job, {"metadata", "generation"}).dump(), ")"));
+    }
+    rt->policy_spec = PolicySpecOf(job);
     control::LoopOptions lo;
     lo.job = spec.name;
     lo.namespace_ = spec.namespace_;
@@ -503,7 +527,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
 }
 
 std::optional<controller::Plan> JobController::PlanIfDue(const Json& job, JobRuntime& rt) {
-  if (!rt.dataset_ready) return std::nullopt;
+  if (!rt.dataset_ready || kube::At(job, {"spec", "suspend"}) == true) return std::nullopt;
   const bool running = ConditionTrue(job, "Running");
   const bool finished = ConditionTrue(job, "Succeeded") || ConditionTrue(job, "Failed");
   if (!running || finished || !rt.loop->TakeTurn()) return std::nullopt;

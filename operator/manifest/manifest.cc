@@ -389,6 +389,23 @@ absl::Status ParseReplicas(const YAML::Node& node, const std::string& path, int3
   return absl::OkStatus();
 }
 
+// The operator restarts a failed worker itself, as a new incarnation counted
+// against spec.runPolicy.backoffLimit: a kubelet restarting it in place
+// (OnFailure, Always) would do so behind the failure count and the sharding
+// service's leases, so only Never (or nothing) is accepted.
+absl::Status CheckWorkerRestartPolicy(const YAML::Node& workers) {
+  const YAML::Node policy = Get(Get(Get(workers, "template"), "spec"), "restartPolicy");
+  if (!Present(policy)) return absl::OkStatus();
+  const std::string path = "spec.workers.template.spec.restartPolicy";
+  if (!policy.IsScalar()) {
+    return Invalid(path, absl::StrCat("must be a string, got ", Describe(policy)));
+  }
+  if (policy.Scalar() == "Never") return absl::OkStatus();
+  return Invalid(path, absl::StrCat("must be Never or absent, got \"", policy.Scalar(),
+                                    "\": AntDT restarts a failed worker itself, as a new pod "
+                                    "counted against spec.runPolicy.backoffLimit"));
+}
+
 // spec.shardingService: only a pod template (free-form, as the workers').
 absl::Status ParseShardingService(const YAML::Node& node, std::string* template_yaml) {
   const std::string path = "spec.shardingService";
@@ -517,9 +534,14 @@ absl::Status ParseCheckpoint(const YAML::Node& node, CheckpointSpec* c) {
 
 absl::Status ParseRunPolicy(const YAML::Node& node, RunPolicySpec* r) {
   const std::string path = "spec.runPolicy";
-  RETURN_IF_ERROR(CheckMapping(node, path, {"backoffLimit", "ttlSecondsAfterFinished"}));
+  RETURN_IF_ERROR(CheckMapping(
+      node, path, {"backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds"}));
   RETURN_IF_ERROR(ReadInt32(node, path, "backoffLimit", &r->backoff_limit));
   RETURN_IF_ERROR(AtLeast(Join(path, "backoffLimit"), r->backoff_limit, 0));
+  if (Present(Get(node, "activeDeadlineSeconds"))) {
+    RETURN_IF_ERROR(ReadInt64(node, path, "activeDeadlineSeconds", &r->active_deadline_seconds));
+    RETURN_IF_ERROR(AtLeast(Join(path, "activeDeadlineSeconds"), r->active_deadline_seconds, 1));
+  }
   if (!Present(Get(node, "ttlSecondsAfterFinished"))) return absl::OkStatus();
   RETURN_IF_ERROR(ReadInt64(node, path, "ttlSecondsAfterFinished", &r->ttl_seconds_after_finished));
   return AtLeast(Join(path, "ttlSecondsAfterFinished"), r->ttl_seconds_after_finished, 0);
@@ -580,9 +602,11 @@ absl::Status ParseJobRoot(const YAML::Node& root, Job* job) {
   RETURN_IF_ERROR(
       CheckMapping(spec, "spec",
                    {"dataset", "model", "workers", "parameterServers", "shardingService",
-                    "stragglerPolicy", "monitor", "checkpoint", "runPolicy", "local"}));
+                    "stragglerPolicy", "monitor", "checkpoint", "runPolicy", "local", "suspend"}));
+  RETURN_IF_ERROR(ReadBool(spec, "spec", "suspend", &job->suspend));
   RETURN_IF_ERROR(ParseDataset(Get(spec, "dataset"), &job->dataset));
   RETURN_IF_ERROR(ParseReplicas(Get(spec, "workers"), "spec.workers", 1, &job->workers));
+  RETURN_IF_ERROR(CheckWorkerRestartPolicy(Get(spec, "workers")));
   RETURN_IF_ERROR(CheckChildNames(*job));
   RETURN_IF_ERROR(ParseReplicas(Get(spec, "parameterServers"), "spec.parameterServers", 0,
                                 &job->parameter_servers));

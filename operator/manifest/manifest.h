@@ -87,6 +87,8 @@ struct CheckpointSpec {     // spec.checkpoint
 struct RunPolicySpec {  // spec.runPolicy
   int32_t backoff_limit = 3;
   int64_t ttl_seconds_after_finished = -1;  // -1 (field absent): keep; given: >= 0
+  // Fail the job (DeadlineExceeded) this long after it started; -1 (absent): no deadline.
+  int64_t active_deadline_seconds = -1;
 };
 
 struct LocalSpec {       // spec.local: only `antdt run` reads it
@@ -113,6 +115,9 @@ struct Job {
   CheckpointSpec checkpoint;
   RunPolicySpec run_policy;
   LocalSpec local;
+  // spec.suspend: hold no pods (Kueue sets it until it admits the job); the
+  // sharding state is kept and the job resumes from it when cleared.
+  bool suspend = false;
 };
 
 // Parses a whole manifest document (exactly one YAML document). Besides the

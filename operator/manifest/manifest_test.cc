@@ -131,8 +131,9 @@ spec:
   monitor: {window: 500ms, stragglerThreshold: 2, recoverThreshold: 1.1, persistentWindows: 5,
             warmupWindows: 0}
   checkpoint: {path: /ckpt, everySteps: 100}
-  runPolicy: {backoffLimit: 0, ttlSecondsAfterFinished: 600}
+  runPolicy: {backoffLimit: 0, ttlSecondsAfterFinished: 600, activeDeadlineSeconds: 3600}
   local: {scenario: s.yaml, deviceTimePerSample: 1.5ms}
+  suspend: true
 )");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->namespace_, "team-a");
@@ -178,6 +179,8 @@ spec:
   EXPECT_EQ(job->checkpoint.every_steps, 100);
   EXPECT_EQ(job->run_policy.backoff_limit, 0);
   EXPECT_EQ(job->run_policy.ttl_seconds_after_finished, 600);
+  EXPECT_EQ(job->run_policy.active_deadline_seconds, 3600);
+  EXPECT_TRUE(job->suspend);
   EXPECT_EQ(job->local.scenario, "s.yaml");
   EXPECT_EQ(job->local.device_time_per_sample_us, 1500);
 }
@@ -438,6 +441,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "spec.runPolicy.backoffLimit: must be >= 0, got -1"},
         ErrorCase{"spec.runPolicy.ttlSecondsAfterFinished", "-1",
                   "spec.runPolicy.ttlSecondsAfterFinished: must be >= 0, got -1"},
+        ErrorCase{"spec.runPolicy.activeDeadlineSeconds", "0",
+                  "spec.runPolicy.activeDeadlineSeconds: must be >= 1, got 0"},
+        ErrorCase{"spec.suspend", "maybe", "spec.suspend: must be true or false, got \"maybe\""},
+        ErrorCase{"spec.workers.template.spec.restartPolicy", "OnFailure",
+                  "spec.workers.template.spec.restartPolicy: must be Never or absent, got "
+                  "\"OnFailure\": AntDT restarts a failed worker itself, as a new pod counted "
+                  "against spec.runPolicy.backoffLimit"},
         ErrorCase{"spec.local.deviceTimePerSample", "200",
                   "spec.local.deviceTimePerSample: must be a duration like \"200us\" or \"1ms\", "
                   "got \"200\""}));

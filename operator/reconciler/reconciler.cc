@@ -100,12 +100,20 @@ Json EnvField(const std::string& name, const std::string& field_path) {
   return {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field_path}}}}}};
 }
 
+// A queue's labels on the job (Kueue's queue-name and priority-class) go to
+// every pod, so quota and priority apply to what the job runs.
+constexpr char kQueueLabelPrefix[] = "kueue.x-k8s.io/";
+
 Json Labels(const manifest::Job& spec, const std::string& role, const Settings& s) {
-  return {{"app.kubernetes.io/name", "antdt"},
-          {"app.kubernetes.io/managed-by", s.manager},
-          {"app.kubernetes.io/instance", spec.name},
-          {"antdt.io/job", spec.name},
-          {"antdt.io/role", role}};
+  Json labels = {{"app.kubernetes.io/name", "antdt"},
+                 {"app.kubernetes.io/managed-by", s.manager},
+                 {"app.kubernetes.io/instance", spec.name},
+                 {"antdt.io/job", spec.name},
+                 {"antdt.io/role", role}};
+  for (const auto& [key, value] : spec.labels) {
+    if (absl::StartsWith(key, kQueueLabelPrefix)) labels[key] = value;
+  }
+  return labels;
 }
 
 Json OwnerReference(const Json& job, const manifest::Job& spec) {
@@ -322,10 +330,10 @@ bool ConditionTrue(const Json& status, const std::string& type) {
 }
 
 // The job's state in one word, for `kubectl get adt` (the STATE column), as
-// Kubeflow's jobs show it: the first of Failed, Succeeded, Running whose
-// condition is True, else Created.
+// Kubeflow's jobs show it: the first of Failed, Succeeded, Suspended, Running
+// whose condition is True, else Created.
 std::string JobState(const Json& status) {
-  for (const char* state : {"Failed", "Succeeded", "Running"}) {
+  for (const char* state : {"Failed", "Succeeded", "Suspended", "Running"}) {
     if (ConditionTrue(status, state)) return state;
   }
   return "Created";
@@ -471,9 +479,14 @@ std::string WorkerPodName(const std::string& job, int32_t index, int64_t incarna
 }
 
 Json ToJson(const WorkerInstance& w) {
-  return {
+  Json j = {
       {"id", w.id},   {"incarnation", w.incarnation},         {"node", w.node},
       {"pod", w.pod}, {"localBatchSize", w.local_batch_size}, {"excludedNodes", w.excluded_nodes}};
+  if (w.resumes > 0) {
+    j["resumes"] = w.resumes;
+    j["resumed"] = w.resumed;
+  }
+  return j;
 }
 
 WorkerInstance WorkerInstanceFromJson(const Json& j) {
@@ -487,6 +500,8 @@ WorkerInstance WorkerInstanceFromJson(const Json& j) {
   w.node = GetString(j, "node");
   w.pod = GetString(j, "pod");
   w.local_batch_size = static_cast<int32_t>(GetInt(j, "localBatchSize", 0));
+  w.resumes = GetInt(j, "resumes", 0);
+  w.resumed = Get(j, "resumed") == true;
   const Json& excluded = Get(j, "excludedNodes");
   if (excluded.is_array()) {
     for (const Json& e : excluded) {
@@ -733,8 +748,10 @@ struct Records {
   bool dataset_created = false;
   bool was_succeeded = false;  // before this pass
   bool succeeded = false;
-  bool failed = false;  // BackoffLimitExceeded, before or in this pass
-  std::string failed_message;
+  bool failed = false;  // BackoffLimitExceeded or DeadlineExceeded, before or in this pass
+  std::string failed_reason, failed_message;
+  bool suspended = false;  // spec.suspend, on a job not finished
+  bool resuming = false;   // Suspended was True and spec.suspend is cleared
   std::optional<int64_t> completion;
 
   bool Finished() const { return succeeded || failed; }
@@ -786,7 +803,12 @@ Records LoadRecords(const Pass& pass) {
   r.succeeded = r.was_succeeded;
   r.failed = old_failed != nullptr && GetString(*old_failed, "status") == "True" &&
              GetString(*old_failed, "reason") != "InvalidSpec";
-  if (r.failed) r.failed_message = GetString(*old_failed, "message");
+  if (r.failed) {
+    r.failed_reason = GetString(*old_failed, "reason");
+    r.failed_message = GetString(*old_failed, "message");
+  }
+  r.suspended = pass.spec.suspend && !r.Finished();
+  r.resuming = !pass.spec.suspend && ConditionTrue(old, "Suspended");
   return r;
 }
 
@@ -866,6 +888,36 @@ void ApplyActions(const Pass& pass, Records& r, Plan& plan) {
 
 // ---- Step 3: failures and success ----
 
+// Why a failed pod was disrupted (evicted by the kubelet or the eviction API,
+// preempted by a higher priority), "" when it failed by itself: the pod's
+// DisruptionTarget condition (Kubernetes 1.26+) or its status.reason.
+std::string DisruptionOf(const Json& pod) {
+  const Json& st = Get(pod, "status");
+  const Json& conditions = Get(st, "conditions");
+  if (conditions.is_array()) {
+    for (const Json& c : conditions) {
+      if (GetString(c, "type") == "DisruptionTarget" && GetString(c, "status") == "True") {
+        return GetString(c, "reason").empty() ? "DisruptionTarget" : GetString(c, "reason");
+      }
+    }
+  }
+  const std::string reason = GetString(st, "reason");
+  return reason == "Evicted" || reason == "Preempting" || reason == "Shutdown" ? reason : "";
+}
+
+// A disrupted worker restarts as its next incarnation, not counted against
+// the backoff limit (as a Job's podFailurePolicy Ignore on DisruptionTarget).
+void RestartDisrupted(const std::string& disruption, const std::string& what, WorkerInstance& w,
+                      const std::string& job, Plan& plan) {
+  NextIncarnation(w, job);
+  w.node.clear();
+  w.resumed = false;
+  plan.events.push_back(
+      {"Warning", "WorkerDisrupted",
+       absl::StrCat(what, "; disrupted (", disruption, "), restarting as incarnation ",
+                    w.incarnation, ", not counted against spec.runPolicy.backoffLimit")});
+}
+
 // A worker whose desired pod failed is restarted in place (its next
 // incarnation, on any node) until the failures exceed the backoff limit.
 void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
@@ -873,13 +925,19 @@ void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
   for (WorkerInstance& w : r.instances) {
     const Json* pod = pass.children.Pod(w.pod);
     if (pod == nullptr || kube::Terminating(*pod) || kube::PodPhase(*pod) != "Failed") continue;
-    ++r.failures;
     const std::string node = GetString(Get(*pod, "spec"), "nodeName");
     const std::string what =
         absl::StrCat(w.id, " failed (pod ", w.pod, node.empty() ? "" : " on node " + node, ": ",
                      FailureText(*pod), ")");
+    const std::string disruption = DisruptionOf(*pod);
+    if (!disruption.empty()) {
+      RestartDisrupted(disruption, what, w, pass.job, plan);
+      continue;
+    }
+    ++r.failures;
     if (r.failures > limit) {
       r.failed = true;
+      r.failed_reason = "BackoffLimitExceeded";
       r.failed_message = absl::StrCat(what, "; ", r.failures, " worker failures exceed ",
                                       "spec.runPolicy.backoffLimit ", limit);
       plan.events.push_back({"Warning", "BackoffLimitExceeded", r.failed_message});
@@ -887,6 +945,7 @@ void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
     }
     NextIncarnation(w, pass.job);
     w.node.clear();
+    w.resumed = false;
     plan.events.push_back(
         {"Warning", "WorkerFailed",
          absl::StrCat(what, "; restarting as incarnation ", w.incarnation, " (failure ", r.failures,
@@ -908,11 +967,34 @@ void CheckSuccess(const Pass& pass, Records& r, Plan& plan) {
            progress ? absl::StrCat("; ", progress->records_committed, " records committed") : "")});
 }
 
-// Steps 2 and 3, for a job not finished before this pass.
+// When the job started (status.startTime), or now; a resumed job starts
+// again, as a Kubernetes Job does, so its deadline counts from the resume.
+int64_t StartMs(const Pass& pass, const Records& r) {
+  const std::string start = GetString(pass.old_status, "startTime");
+  if (start.empty() || r.resuming) return pass.now;
+  return kube::ParseTime(start).value_or(pass.now);
+}
+
+// spec.runPolicy.activeDeadlineSeconds: the job fails once it has run that
+// long (never while suspended).
+void CheckDeadline(const Pass& pass, Records& r, Plan& plan) {
+  const int64_t deadline = pass.spec.run_policy.active_deadline_seconds;
+  if (deadline < 0 || r.suspended || r.Finished()) return;
+  if (pass.now - StartMs(pass, r) < deadline * 1000) return;
+  r.failed = true;
+  r.failed_reason = "DeadlineExceeded";
+  r.failed_message = absl::StrCat("the job ran longer than spec.runPolicy.activeDeadlineSeconds (",
+                                  deadline, "s) since ", GetString(pass.old_status, "startTime"));
+  plan.events.push_back({"Warning", "DeadlineExceeded", r.failed_message});
+}
+
+// Steps 2 and 3, for a job not finished before this pass. A suspended job
+// carries out no decision (it has no workers to act on).
 void Decide(const Pass& pass, Records& r, Plan& plan) {
-  ApplyActions(pass, r, plan);
+  if (!r.suspended) ApplyActions(pass, r, plan);
   ApplyFailures(pass, r, plan);
   if (!r.failed) CheckSuccess(pass, r, plan);
+  if (!r.failed && !r.succeeded) CheckDeadline(pass, r, plan);
   if (r.Finished()) r.completion = (pass.now / 1000) * 1000;
 }
 
@@ -995,6 +1077,33 @@ void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
         [&] { return RenderParameterServerPod(pass.o.job, pass.spec, k, pass.s); }, plan);
   }
   for (const WorkerInstance& w : r.instances) EnsureWorker(pass, w, plan);
+}
+
+// A suspended job holds no pods: each unfinished worker's pod goes (the
+// worker resumes as its next incarnation: a new process, whose sharding
+// leases and journal pick up where the last one committed), the parameter
+// servers' go, and the sharding service's unless its state would go with it
+// (no spec.checkpoint.path).
+void PlanSuspend(const Pass& pass, Records& r, Plan& plan) {
+  std::set<std::string> kept;
+  if (pass.spec.checkpoint.path.empty()) kept.insert(ShardingName(pass.job));
+  for (WorkerInstance& w : r.instances) {
+    const Json* pod = pass.children.Pod(w.pod);
+    if (IsSucceeded(pod)) kept.insert(w.pod);
+    if (pod == nullptr || kube::Terminating(*pod) || Finished(*pod)) continue;
+    NextIncarnation(w, pass.job);
+    ++w.resumes;
+    w.resumed = true;
+    w.node.clear();
+  }
+  std::vector<const Json*> sorted;
+  for (const Json& pod : pass.o.pods) sorted.push_back(&pod);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Json* a, const Json* b) { return Name(*a) < Name(*b); });
+  for (const Json* pod : sorted) {
+    if (kube::Terminating(*pod) || kept.count(Name(*pod)) > 0) continue;
+    AddWrite(plan, Delete(*pod, -1, "the job is suspended (spec.suspend)"));
+  }
 }
 
 // A finished job: stop what still runs (the servers never exit by themselves).
@@ -1096,6 +1205,10 @@ void SetRunning(const Pass& pass, const Records& r, const View& v, Conditions& c
     c.Set("Running", false, r.succeeded ? "JobSucceeded" : "JobFailed", "the job finished");
     return;
   }
+  if (r.suspended) {
+    c.Set("Running", false, "JobSuspended", "the job is suspended (spec.suspend)");
+    return;
+  }
   const Tally& workers = v.worker_tally;
   const int32_t unfinished = pass.n - workers.succeeded;
   const bool sharding_running = IsRunning(v.sharding);
@@ -1163,7 +1276,7 @@ void SetMitigating(const Pass& pass, const Records& r, const View& v, Conditions
   for (size_t i = 0; i < r.instances.size(); ++i) {
     const WorkerInstance& w = r.instances[i];
     const Json* pod = v.workers[i];
-    if (w.incarnation > 0 && !IsRunning(pod) && !IsSucceeded(pod)) {
+    if (w.incarnation > 0 && !w.resumed && !r.suspended && !IsRunning(pod) && !IsSucceeded(pod)) {
       restarting.push_back(
           absl::StrCat(w.id, " (pod ", w.pod, ": ", PhaseText(pod, "not created yet"), ")"));
     }
@@ -1197,11 +1310,28 @@ void SetSucceeded(const Pass& pass, const Records& r, const View& v, Conditions&
 
 void SetFailed(const Pass& pass, const Records& r, Conditions& c) {
   if (r.failed) {
-    c.Set("Failed", true, "BackoffLimitExceeded", r.failed_message);
+    c.Set("Failed", true, r.failed_reason.empty() ? "BackoffLimitExceeded" : r.failed_reason,
+          r.failed_message);
   } else {
     c.Set("Failed", false, "NoFailures",
           absl::StrCat(Plural(r.failures, "worker failure", "worker failures"), " (backoffLimit ",
                        pass.spec.run_policy.backoff_limit, ")"));
+  }
+}
+
+// Suspended: only on a job that was ever suspended (as Kubernetes Jobs).
+void SetSuspended(const Pass& pass, const Records& r, const View& v, Conditions& c) {
+  if (r.suspended) {
+    const bool kept = v.sharding != nullptr && pass.spec.checkpoint.path.empty();
+    c.Set("Suspended", true, "JobSuspended",
+          absl::StrCat("spec.suspend is set: the job holds no pods",
+                       kept ? " but the sharding service's, whose state would be lost (no "
+                              "spec.checkpoint.path)"
+                            : "",
+                       "; it resumes from its sharding state once cleared"));
+  } else if (FindCondition(pass.old_status, "Suspended") != nullptr) {
+    c.Set("Suspended", false, "JobResumed",
+          "spec.suspend was cleared: the unfinished workers resumed as their next incarnation");
   }
 }
 
@@ -1235,16 +1365,19 @@ Json NewStatus(const Pass& pass, const Records& r) {
   SetMitigating(pass, r, v, conditions);
   SetSucceeded(pass, r, v, conditions);
   SetFailed(pass, r, conditions);
+  SetSuspended(pass, r, v, conditions);
 
   int64_t restarts = 0;
   Json instances = Json::array();
   for (const WorkerInstance& w : r.instances) {
-    restarts += w.incarnation;
+    restarts += w.incarnation - w.resumes;
     instances.push_back(ToJson(w));
   }
   const Tally& wt = v.worker_tally;
   const Tally& pt = v.server_tally;
+  // A job created suspended has not started; a resumed one starts again.
   const std::string start = GetString(pass.old_status, "startTime");
+  const bool starting = (start.empty() || r.resuming) && !r.suspended;
   Json status = {
       {"observedGeneration", pass.generation},
       {"conditions", conditions.json()},
@@ -1256,8 +1389,12 @@ Json NewStatus(const Pass& pass, const Records& r) {
       {"stragglers", stragglers.list},
       {"lastActions", r.last_actions},
       {"workerInstances", instances},
-      {"datasetCreated", r.dataset_created},
-      {"startTime", start.empty() ? kube::FormatTime(pass.now) : start}};
+      {"datasetCreated", r.dataset_created}};
+  if (starting) {
+    status["startTime"] = kube::FormatTime(pass.now);
+  } else if (!start.empty()) {
+    status["startTime"] = start;
+  }
   if (r.completion) status["completionTime"] = kube::FormatTime(*r.completion);
   status["state"] = JobState(status);
   return status;
@@ -1314,7 +1451,17 @@ Plan Reconcile(const Observed& o, const Settings& s) {
   RecordNodes(pass, r);
   if (r.Finished()) {
     PlanCleanup(pass, r, plan);
+  } else if (r.suspended) {
+    if (!ConditionTrue(pass.old_status, "Suspended")) {
+      plan.events.push_back(
+          {"Normal", "Suspended", "spec.suspend is set: deleting the job's pods"});
+    }
+    PlanSuspend(pass, r, plan);
   } else {
+    if (r.resuming) {
+      plan.events.push_back(
+          {"Normal", "Resumed", "spec.suspend was cleared: creating the job's pods again"});
+    }
     PlanChildren(pass, r, plan);
   }
   Json status = NewStatus(pass, r);

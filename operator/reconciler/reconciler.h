@@ -43,8 +43,16 @@
 //                       batch differs from its even share (BatchSizesAdjusted).
 //   Succeeded           True once every worker's pod Succeeded.
 //   Failed              True on an invalid spec (InvalidSpec; cleared when the
-//                       spec is fixed) or when worker failures exceed
-//                       spec.runPolicy.backoffLimit (BackoffLimitExceeded).
+//                       spec is fixed), when worker failures exceed
+//                       spec.runPolicy.backoffLimit (BackoffLimitExceeded; a pod
+//                       evicted or preempted is restarted but not counted), or
+//                       spec.runPolicy.activeDeadlineSeconds after startTime
+//                       (DeadlineExceeded).
+//   Suspended           Present once spec.suspend was set: True while it is
+//                       (no pods; the sharding service's pod stays only when its
+//                       state is not under spec.checkpoint.path), False once
+//                       resumed (each unfinished worker as its next incarnation;
+//                       startTime restarts, as a Kubernetes Job's does).
 #pragma once
 
 #include <cstdint>
@@ -147,6 +155,8 @@ struct WorkerInstance {
   std::string pod;          // the desired pod's name
   int32_t local_batch_size = 0;
   std::vector<std::string> excluded_nodes;  // never scheduled there again
+  int64_t resumes = 0;   // incarnations begun because the job resumed (not restarts)
+  bool resumed = false;  // the current incarnation is one of those
 };
 
 Json ToJson(const WorkerInstance& w);

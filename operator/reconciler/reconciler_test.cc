@@ -1119,5 +1119,160 @@ TEST(ReconcileTest, JobBeingDeletedIsLeftToTheGarbageCollector) {
   EXPECT_FALSE(plan.status.has_value());
 }
 
+TEST(ReconcileTest, SuspendDeletesEveryPodAndResumeStartsTheNextIncarnations) {
+  Cluster c;
+  c.job["spec"]["checkpoint"] = {{"path", "/data/ckpt"}};
+  c.Settle();
+  c.SetPhase("quickstart-k8s-worker-2-0", "Succeeded");
+  c.Pass();
+  c.job["spec"]["suspend"] = true;
+  c.job["metadata"]["generation"] = 2;
+  c.now += 1000;
+  Plan plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ(Condition(*plan.status, "Suspended")["status"], "True");
+  EXPECT_EQ(Condition(*plan.status, "Running")["reason"], "JobSuspended");
+  EXPECT_EQ((*plan.status)["state"], "Suspended");
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Suspended"));
+  // Every running pod goes, the sharding service's too (its state is under the
+  // checkpoint path); the succeeded worker's pod stays: it is its result.
+  EXPECT_THAT(Describe(plan.writes),
+              ElementsAre(HasSubstr("delete pods quickstart-k8s-ps-0"),
+                          HasSubstr("delete pods quickstart-k8s-sharding"),
+                          HasSubstr("delete pods quickstart-k8s-worker-0-0"),
+                          HasSubstr("delete pods quickstart-k8s-worker-1-0"),
+                          HasSubstr("delete pods quickstart-k8s-worker-3-0")));
+  EXPECT_EQ((*plan.status)["workerInstances"][0]["incarnation"], 1);
+  EXPECT_EQ((*plan.status)["workerInstances"][2]["incarnation"], 0);
+  EXPECT_EQ((*plan.status)["workers"]["restarts"], 0);  // a suspension is no restart
+  c.RemoveTerminating();
+  c.now += 60000;
+  for (int i = 0; i < 3; ++i) {
+    plan = c.Pass();
+    EXPECT_THAT(plan.writes, IsEmpty());  // nothing while suspended
+    EXPECT_THAT(plan.events, IsEmpty());
+  }
+  ASSERT_EQ(c.pods.size(), 1u);
+
+  c.job["spec"]["suspend"] = false;
+  c.job["metadata"]["generation"] = 3;
+  c.now += 1000;
+  plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ(Condition(*plan.status, "Suspended")["status"], "False");
+  EXPECT_EQ(Condition(*plan.status, "Suspended")["reason"], "JobResumed");
+  EXPECT_EQ((*plan.status)["startTime"], kube::FormatTime(c.now));  // a Job's deadline restarts
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Resumed"));
+  EXPECT_THAT(Describe(plan.writes),
+              ElementsAre("create pods quickstart-k8s-sharding", "create pods quickstart-k8s-ps-0",
+                          "leave worker-0", "create pods quickstart-k8s-worker-0-1",
+                          "leave worker-1", "create pods quickstart-k8s-worker-1-1",
+                          "leave worker-3", "create pods quickstart-k8s-worker-3-1"));
+  // A resumed worker is not a worker being restarted.
+  EXPECT_EQ(Condition(*plan.status, "Mitigating")["status"], "False");
+  c.RunAll();
+  plan = c.Pass();
+  EXPECT_EQ(c.Status()["state"], "Running");
+  EXPECT_EQ(c.Status()["workers"]["restarts"], 0);
+  EXPECT_EQ(c.Status()["workerInstances"][0]["resumes"], 1);
+}
+
+TEST(ReconcileTest, SuspendWithoutCheckpointPathKeepsTheShardingServicesState) {
+  Cluster c;
+  c.job["spec"].erase("checkpoint");
+  c.Settle();
+  c.job["spec"]["suspend"] = true;
+  Plan plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  for (const std::string& write : Describe(plan.writes)) {
+    EXPECT_THAT(write, Not(HasSubstr("sharding")));
+  }
+  EXPECT_EQ(plan.writes.size(), 5u);  // ps-0 and four workers
+  EXPECT_THAT(Condition(*plan.status, "Suspended")["message"].get<std::string>(),
+              HasSubstr("no spec.checkpoint.path"));
+}
+
+TEST(ReconcileTest, AJobCreatedSuspendedCreatesNoPodAndHasNotStarted) {
+  Cluster c;
+  c.job["spec"]["suspend"] = true;
+  c.job["spec"]["checkpoint"] = {{"path", "/data/ckpt"}};
+  const Plan plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  for (const std::string& write : Describe(plan.writes)) {
+    EXPECT_THAT(write, Not(HasSubstr("create pods")));
+  }
+  EXPECT_FALSE(plan.status->contains("startTime"));
+  EXPECT_EQ((*plan.status)["state"], "Suspended");
+}
+
+TEST(ReconcileTest, ActiveDeadlineFailsTheJob) {
+  Cluster c;
+  c.job["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 60}};
+  c.Settle();
+  c.now += 59000;
+  Plan plan = c.Pass();
+  EXPECT_EQ(Condition(c.Status(), "Failed")["status"], "False");
+  c.now += 1000;
+  plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ(Condition(*plan.status, "Failed")["reason"], "DeadlineExceeded");
+  EXPECT_THAT(Condition(*plan.status, "Failed")["message"].get<std::string>(),
+              HasSubstr("activeDeadlineSeconds (60s)"));
+  EXPECT_EQ((*plan.status)["state"], "Failed");
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning DeadlineExceeded"));
+  EXPECT_EQ(plan.writes.size(), 6u);  // every pod still running stops
+  c.now += 1000;
+  c.Pass();
+  EXPECT_EQ(Condition(c.Status(), "Failed")["reason"], "DeadlineExceeded");
+}
+
+TEST(ReconcileTest, EvictedOrPreemptedWorkerIsRestartedWithoutCountingAFailure) {
+  Cluster c;
+  c.job["spec"]["runPolicy"] = {{"backoffLimit", 0}};
+  c.Settle();
+  Json* pod = c.FindPod("quickstart-k8s-worker-1-0");
+  (*pod)["status"] = Json::parse(
+      R"({"phase":"Failed","reason":"Evicted","message":"The node was low on resource: memory."})");
+  Plan plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ((*plan.status)["workers"]["failed"], 0);
+  EXPECT_EQ(Condition(*plan.status, "Failed")["status"], "False");
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning WorkerDisrupted"));
+  EXPECT_THAT(plan.events[0].message, HasSubstr("Evicted"));
+  c.RemoveTerminating();
+  c.Pass();
+  c.RunAll();
+  c.Pass();
+  // Preempted: the DisruptionTarget condition the scheduler sets.
+  pod = c.FindPod("quickstart-k8s-worker-2-0");
+  (*pod)["status"]["phase"] = "Failed";
+  (*pod)["status"]["conditions"] = Json::parse(
+      R"([{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}])");
+  plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ((*plan.status)["workers"]["failed"], 0);
+  EXPECT_THAT(plan.events[0].message, HasSubstr("PreemptionByScheduler"));
+  // A failure of its own still counts (and here, with backoffLimit 0, fails the job).
+  c.SetPhase("quickstart-k8s-worker-0-0", "Failed");
+  plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ(Condition(*plan.status, "Failed")["reason"], "BackoffLimitExceeded");
+}
+
+TEST(ReconcileTest, QueueLabelsOfTheJobGoToEveryPod) {
+  Cluster c;
+  c.job["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-a"},
+                                 {"kueue.x-k8s.io/priority-class", "high"},
+                                 {"team", "a"}};
+  c.Settle();
+  ASSERT_FALSE(c.pods.empty());
+  for (const Json& pod : c.pods) {
+    const Json& labels = pod["metadata"]["labels"];
+    EXPECT_EQ(labels.value("kueue.x-k8s.io/queue-name", ""), "team-a") << pod["metadata"]["name"];
+    EXPECT_EQ(labels.value("kueue.x-k8s.io/priority-class", ""), "high");
+    EXPECT_FALSE(labels.contains("team"));
+  }
+}
+
 }  // namespace
 }  // namespace antdt::reconciler

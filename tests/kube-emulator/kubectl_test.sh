@@ -95,8 +95,16 @@ for _ in $(seq 1 200); do
 done
 grep -q '^quickstart ' "$WORK/watch.out" || fail "kubectl get -w printed no initial row"
 
+echo "== a field a running job cannot change is refused (CRD transition rule)"
+sed 's/replicas: 4/replicas: 6/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart-scaled.yaml"
+if ERR=$(k apply --validate=false -f "$WORK/quickstart-scaled.yaml" 2>&1); then
+  fail "changing spec.workers.replicas was accepted"
+fi
+echo "$ERR"
+grep -q 'spec.workers.replicas: Invalid value: .*is immutable' <<<"$ERR" || fail "no 422 naming spec.workers.replicas: $ERR"
+
 echo "== re-apply with a change bumps the generation"
-sed 's/replicas: 4/replicas: 6/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart6.yaml"
+sed 's/window: 2s/window: 3s/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart6.yaml"
 k apply --validate=false -f "$WORK/quickstart6.yaml" | grep -q configured || fail "re-apply"
 GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
 [[ "$GEN" == 2 ]] || fail "generation after re-apply is $GEN, want 2"
