@@ -1189,7 +1189,7 @@ TEST(OperatorE2E, PytorchRankSigkilledMidEpochRegroupsAndCommitsOnce) {
   // Not worker-0's: the test kubelet resolves MASTER_ADDR once, when a
   // container starts, so the survivors would not find a worker-0 restarted
   // with a new IP (a real cluster's DNS answers at each connect).
-  const std::string victim = name + "-worker-1-0";
+  const std::string victim = name + "-worker-1";  // incarnation 0 here
   const std::string loss_log = cluster.StateDir(name) + "/loss/worker-0.jsonl";
   Json pod;
   int pid = 0;
@@ -1220,7 +1220,7 @@ TEST(OperatorE2E, PytorchRankSigkilledMidEpochRegroupsAndCommitsOnce) {
   // formed the group again with it once (their final Summary), it never had to.
   std::map<std::string, Json> worker_pods = LatestWorkerPods(cluster.Pods(name));
   ASSERT_EQ(worker_pods.size(), 3u);
-  EXPECT_EQ(Str(worker_pods["worker-1"], {"metadata", "name"}), name + "-worker-1-1");
+  EXPECT_EQ(Str(worker_pods["worker-1"], {"metadata", "name"}), name + "-worker-1");  // stable
   for (const auto& [id, p] : worker_pods) {
     SCOPED_TRACE(Str(p, {"metadata", "name"}));
     const bool restarted = id == "worker-1";

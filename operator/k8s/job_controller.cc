@@ -112,7 +112,9 @@ class JobController::LoopBackend final : public control::Backend {
       const std::string desired = kube::StringAt(inst, {"pod"});
       for (const Json& p : *pods_) {
         if (kube::Label(p, "antdt.io/worker-id") == ws.id && !kube::Terminating(p) &&
-            NameOf(p) == desired && kube::PodPhase(p) == "Running") {
+            NameOf(p) == desired &&
+            kube::Label(p, "antdt.io/incarnation") == std::to_string(ws.incarnation) &&
+            kube::PodPhase(p) == "Running") {
           ws.alive = true;
           ws.node = NodeOf(p);
         }
@@ -574,6 +576,8 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
     if (!r.ok()) return r.status();  // a conflict: requeued, nothing else done
     current = *r;
   }
+  // The decisions are committed: their Events now, before any write can fail.
+  RecordCommittedEvents(plan, &current);
 
   for (const reconciler::Write& w : plan.writes) {
     const kube::ResourceRef& ref =
@@ -620,9 +624,26 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
       }
     }
   }
-  for (const reconciler::Event& e : plan.events)
-    recorder_->Record(job, e.type, e.reason, e.message);
   return absl::OkStatus();
+}
+
+void JobController::RecordCommittedEvents(const reconciler::Plan& plan, Json* current) {
+  for (const reconciler::Event& e : plan.events) {
+    recorder_->Record(*current, e.type, e.reason, e.message);
+  }
+  if (!kube::At(*current, {"status", "pendingEvents"}).is_array()) return;
+  Json cleared = *current;
+  cleared["status"].erase("pendingEvents");
+  auto r = api_->UpdateStatus(kube::AntDTJobsResource(),
+                              kube::StringAt(*current, {"metadata", "namespace"}), cleared);
+  if (!r.ok()) {
+    // Left pending: the next pass writes them again (counted on the same Events).
+    LogEvent("operator", {{"event", "pending_events_not_cleared"},
+                          {"job", kube::KeyOf(*current)},
+                          {"error", r.status().ToString()}});
+    return;
+  }
+  *current = *r;
 }
 
 void JobController::ReportFailedCreate(const Json& job, const reconciler::Write& w,

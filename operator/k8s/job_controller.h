@@ -81,6 +81,9 @@ class JobController {
                           const absl::Status& error);
   absl::Status SetReplicaFailure(const kube::Json& job, const std::string& reason,
                                  const std::string& message);
+  // Writes the Events the status committed, then clears status.pendingEvents
+  // (`current` is the job as last written; updated).
+  void RecordCommittedEvents(const reconciler::Plan& plan, kube::Json* current);
   absl::Status Apply(const kube::Json& job, const reconciler::Plan& plan,
                      const std::vector<kube::Json>& pods);
   void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods);

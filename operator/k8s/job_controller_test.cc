@@ -184,5 +184,50 @@ TEST(JobControllerTest, TheConditionStaysTrueWhileTheServerRefuses) {
   controller.Stop();
 }
 
+TEST(JobControllerTest, EventsAStoppedOperatorCommittedAreWrittenAndCleared) {
+  kube::FakeApi api;
+  auto created = api.Create(kube::AntDTJobsResource(), "team-a", Job());
+  ASSERT_TRUE(created.ok());
+  // As an operator SIGKILLed between committing a restart and writing its Event left it.
+  Json stored = *created;
+  stored["status"] = Json::parse(R"j({"pendingEvents": [{"type": "Warning",
+      "reason": "StragglerRestarted", "message": "restarted worker-1 (pod refused-worker-1)"
+}]
+})j");
+  ASSERT_TRUE(api.UpdateStatus(kube::AntDTJobsResource(), "team-a", stored).ok());
+
+  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{}));
+  ASSERT_TRUE(mon.ok());
+  monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
+  prometheus::Registry registry;
+  JobControllerOptions options;
+  options.rpc_timeout_ms = 100;
+  JobController controller(&api, &monitor_service, options, &registry);
+  ASSERT_TRUE(controller.Start(5000));
+  ASSERT_TRUE(Eventually([&] {
+    for (const Json& e : Events(api)) {
+      if (e.value("reason", "") == "StragglerRestarted") return true;
+    }
+    return false;
+  }));
+  Json job;
+  ASSERT_TRUE(Eventually([&] {
+    auto got = api.Get(kube::AntDTJobsResource(), "team-a", "refused");
+    if (got.ok()) job = *got;
+    return got.ok() && job["status"].contains("conditions") &&
+           !job["status"].contains("pendingEvents");
+  })) << job["status"].dump(1);
+  controller.Stop();
+  int restarted = 0;
+  for (const Json& e : Events(api)) {
+    if (e.value("reason", "") != "StragglerRestarted") continue;
+    ++restarted;
+    EXPECT_EQ(e["type"], "Warning");
+    EXPECT_EQ(e.value("count", 0), 1);
+    EXPECT_EQ(e["involvedObject"]["name"], "refused");
+  }
+  EXPECT_EQ(restarted, 1);
+}
+
 }  // namespace
 }  // namespace antdt::k8s

@@ -25,6 +25,7 @@ constexpr char kJobApiVersion[] = "antdt.io/v1alpha1";
 constexpr char kHostnameKey[] = "kubernetes.io/hostname";
 constexpr char kDefaultShardingStateDir[] = "/var/lib/antdt/sharding";
 constexpr size_t kMaxLastActions = 20;
+constexpr size_t kMaxPendingEvents = 50;  // status.pendingEvents keeps the newest
 constexpr int64_t kRunningRequeueMs = 2000;
 
 // ---- JSON access that never throws on a missing or mistyped field ----
@@ -474,8 +475,8 @@ std::string WorkersServiceName(const std::string& job) { return job + "-workers"
 std::string WorkerHostname(const std::string& job, int32_t index) {
   return absl::StrCat(job, "-worker-", index);
 }
-std::string WorkerPodName(const std::string& job, int32_t index, int64_t incarnation) {
-  return absl::StrCat(job, "-worker-", index, "-", incarnation);
+std::string WorkerPodName(const std::string& job, int32_t index) {
+  return WorkerHostname(job, index);
 }
 
 Json ToJson(const WorkerInstance& w) {
@@ -657,8 +658,8 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
   Json labels = Labels(spec, "worker", s);
   labels["antdt.io/worker-id"] = instance.id;
   labels["antdt.io/incarnation"] = std::to_string(instance.incarnation);
-  Json pod = FromTemplate(job, spec, WorkerTemplate(job),
-                          WorkerPodName(spec.name, instance.index, instance.incarnation), labels);
+  Json pod = FromTemplate(job, spec, WorkerTemplate(job), WorkerPodName(spec.name, instance.index),
+                          labels);
   Json& pod_spec = pod["spec"];
   if (!Get(pod_spec, "containers").is_array() || pod_spec["containers"].empty()) {
     // The built-in trainer, from AntDT's image: its secure defaults too. A
@@ -668,8 +669,8 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
     ApplySecureDefaults(pod_spec, {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}});
   }
   PrependEnv(pod_spec["containers"][0], WorkerVariables(spec, s, instance));
-  // A stable DNS name across incarnations (the pod's name carries the
-  // incarnation): <hostname>.<job>-workers.<namespace>.svc, MASTER_ADDR for worker-0.
+  // A stable DNS name across incarnations: <hostname>.<job>-workers.<namespace>.svc, MASTER_ADDR
+  // for worker-0.
   pod_spec["hostname"] = WorkerHostname(spec.name, instance.index);
   pod_spec["subdomain"] = WorkersServiceName(spec.name);
   pod_spec["restartPolicy"] = "Never";  // the operator restarts workers, as new pods
@@ -707,6 +708,14 @@ class Children {
     return it == pods_of_worker_.end() ? kNone : it->second;
   }
   bool HasService(const std::string& name) const { return service_names_.count(name) > 0; }
+  // The worker's desired pod: its name with the worker's incarnation, or
+  // nullptr (absent, or the previous incarnation's pod still there).
+  const Json* Worker(const WorkerInstance& w) const {
+    const Json* pod = Pod(w.pod);
+    if (pod == nullptr) return nullptr;
+    return kube::Label(*pod, "antdt.io/incarnation") == std::to_string(w.incarnation) ? pod
+                                                                                      : nullptr;
+  }
 
  private:
   std::map<std::string, const Json*> pod_by_name_;
@@ -782,7 +791,7 @@ std::vector<WorkerInstance> LoadInstances(const Pass& pass) {
       w.local_batch_size = static_cast<int32_t>(bridge::InitialLocalBatch(pass.spec, i));
     }
     w.index = i;
-    w.pod = WorkerPodName(pass.job, i, w.incarnation);
+    w.pod = WorkerPodName(pass.job, i);
     instances.push_back(std::move(w));
   }
   return instances;
@@ -821,11 +830,9 @@ WorkerInstance* FindInstance(std::vector<WorkerInstance>& instances, const std::
   return nullptr;
 }
 
-// A restart: the worker's next incarnation, a new pod name.
-void NextIncarnation(WorkerInstance& w, const std::string& job) {
-  ++w.incarnation;
-  w.pod = WorkerPodName(job, w.index, w.incarnation);
-}
+// A restart: the worker's next incarnation (its pod of the same name, once the
+// previous one is gone).
+void NextIncarnation(WorkerInstance& w, const std::string& /*job*/) { ++w.incarnation; }
 
 std::string EvidenceText(const Action& a) {
   return a.evidence.empty() ? "" : "; evidence: " + a.evidence;
@@ -923,7 +930,7 @@ void RestartDisrupted(const std::string& disruption, const std::string& what, Wo
 void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
   const int32_t limit = pass.spec.run_policy.backoff_limit;
   for (WorkerInstance& w : r.instances) {
-    const Json* pod = pass.children.Pod(w.pod);
+    const Json* pod = pass.children.Worker(w);
     if (pod == nullptr || kube::Terminating(*pod) || kube::PodPhase(*pod) != "Failed") continue;
     const std::string node = GetString(Get(*pod, "spec"), "nodeName");
     const std::string what =
@@ -956,7 +963,7 @@ void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
 // Success: every worker's desired pod succeeded.
 void CheckSuccess(const Pass& pass, Records& r, Plan& plan) {
   bool all = pass.n > 0;
-  for (const WorkerInstance& w : r.instances) all = all && IsSucceeded(pass.children.Pod(w.pod));
+  for (const WorkerInstance& w : r.instances) all = all && IsSucceeded(pass.children.Worker(w));
   if (!all) return;
   r.succeeded = true;
   const std::optional<Progress>& progress = pass.o.progress;
@@ -1001,7 +1008,7 @@ void Decide(const Pass& pass, Records& r, Plan& plan) {
 // Where each worker's desired pod runs.
 void RecordNodes(const Pass& pass, Records& r) {
   for (WorkerInstance& w : r.instances) {
-    const Json* pod = pass.children.Pod(w.pod);
+    const Json* pod = pass.children.Worker(w);
     if (pod == nullptr) continue;
     const std::string node = GetString(Get(*pod, "spec"), "nodeName");
     if (!node.empty()) w.node = node;
@@ -1028,14 +1035,15 @@ void EnsureServer(const Pass& pass, const std::string& name, const std::function
 // they are gone, after a restarted worker left the parameter servers.
 void EnsureWorker(const Pass& pass, const WorkerInstance& w, Plan& plan) {
   bool others = false;
+  const Json* desired = pass.children.Worker(w);
   for (const Json* pod : pass.children.PodsOfWorker(w.id)) {
-    if (Name(*pod) == w.pod) continue;
+    if (pod == desired) continue;
     others = true;
     if (!kube::Terminating(*pod)) {
       AddWrite(plan, Delete(*pod, 0, absl::StrCat("superseded by incarnation ", w.incarnation)));
     }
   }
-  if (others || pass.children.Pod(w.pod) != nullptr) return;
+  if (others || desired != nullptr) return;
   if (w.incarnation > 0 && pass.p > 0) {
     Write leave;
     leave.kind = Write::Kind::kLeaveParameterServers;
@@ -1088,7 +1096,7 @@ void PlanSuspend(const Pass& pass, Records& r, Plan& plan) {
   std::set<std::string> kept;
   if (pass.spec.checkpoint.path.empty()) kept.insert(ShardingName(pass.job));
   for (WorkerInstance& w : r.instances) {
-    const Json* pod = pass.children.Pod(w.pod);
+    const Json* pod = pass.children.Worker(w);
     if (IsSucceeded(pod)) kept.insert(w.pod);
     if (pod == nullptr || kube::Terminating(*pod) || Finished(*pod)) continue;
     NextIncarnation(w, pass.job);
@@ -1162,7 +1170,7 @@ View ViewChildren(const Pass& pass, const Records& r) {
   for (int32_t k = 0; k < pass.p; ++k) {
     v.servers.push_back(pass.children.Pod(PsPodName(pass.job, k)));
   }
-  for (const WorkerInstance& w : r.instances) v.workers.push_back(pass.children.Pod(w.pod));
+  for (const WorkerInstance& w : r.instances) v.workers.push_back(pass.children.Worker(w));
   v.server_tally = Count(v.servers);
   v.worker_tally = Count(v.workers);
   return v;
@@ -1425,6 +1433,29 @@ void PlanRequeue(const Pass& pass, const Records& r, Plan& plan) {
   AddWrite(plan, std::move(w));
 }
 
+// Events committed with the status: those a pass before left pending (its
+// operator stopped before writing them), then this pass's.
+void CommitEvents(const Pass& pass, Plan& plan, Json& status) {
+  std::vector<Event> events;
+  const Json& pending = Get(pass.old_status, "pendingEvents");
+  if (pending.is_array()) {
+    for (const Json& e : pending) {
+      events.push_back({GetString(e, "type"), GetString(e, "reason"), GetString(e, "message")});
+    }
+  }
+  events.insert(events.end(), plan.events.begin(), plan.events.end());
+  if (events.size() > kMaxPendingEvents) {
+    events.erase(events.begin(), events.end() - static_cast<std::ptrdiff_t>(kMaxPendingEvents));
+  }
+  plan.events = std::move(events);
+  if (plan.events.empty()) return;
+  Json list = Json::array();
+  for (const Event& e : plan.events) {
+    list.push_back({{"type", e.type}, {"reason", e.reason}, {"message", e.message}});
+  }
+  status["pendingEvents"] = std::move(list);
+}
+
 // ReplicaFailure (set True by the controller when the API server refuses a
 // create) turns False once a pass finds every child it needs in place.
 void ClearReplicaFailure(const Pass& pass, const Plan& plan, Json& status) {
@@ -1466,6 +1497,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
   }
   Json status = NewStatus(pass, r);
   ClearReplicaFailure(pass, plan, status);
+  CommitEvents(pass, plan, status);
   if (status != pass.old_status) plan.status = std::move(status);
   PlanRequeue(pass, r, plan);
   return plan;

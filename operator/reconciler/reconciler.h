@@ -16,13 +16,13 @@
 //   Service J-sharding (headless)  + pod J-sharding   antdt-sharding-service
 //   Service J-ps (headless)        + pods J-ps-<k>    antdt-ps (or the PS template);
 //                                    none when bridge::ParameterServerCount is 0
-//   Service J-workers (headless)   + pods J-worker-<i>-<incarnation>   the workers' template
-// A worker restart gets a new pod name, so it never collides with the
-// terminating pod of the previous incarnation; the new pod is created only once
-// every other pod of that worker is gone. Every incarnation of worker i has
-// hostname J-worker-<i> under subdomain J-workers, so
-// J-worker-<i>.J-workers.N.svc names it across restarts (MASTER_ADDR is
-// worker-0's, as with Kubeflow's PyTorchJob).
+//   Service J-workers (headless)   + pods J-worker-<i>   the workers' template
+// Every incarnation of worker i is the pod J-worker-<i> (as Kubeflow's
+// PyTorchJob names its pods, so `kubectl logs J-worker-0` finds the current
+// one), labelled antdt.io/incarnation; a restart deletes the previous
+// incarnation's pod and creates the next only once it is gone. Each has
+// hostname J-worker-<i> under subdomain J-workers, so J-worker-<i>.J-workers.N.svc
+// names it across restarts (MASTER_ADDR is worker-0's).
 //
 // Workers' containers[0] get, before the template's own env: POD_IP, HOST_IP,
 // NODE_NAME (downward API), then bridge::WorkerEnv's variables (the local
@@ -140,6 +140,10 @@ struct Event {
 struct Plan {
   std::optional<Json> status;  // the new status, only when it differs from job.status
   std::vector<Write> writes;   // in order, applied after the status was written
+  // The pass's Events, after those of status.pendingEvents. They are committed
+  // with the status (status.pendingEvents); the operator writes them once the
+  // status is written and then clears that list, so an operator stopped in
+  // between writes them on its next pass (at least once).
   std::vector<Event> events;
   int64_t requeue_after_ms = 0;  // 0: only on the next watch event
 };
@@ -150,7 +154,7 @@ Plan Reconcile(const Observed& o, const Settings& s);
 struct WorkerInstance {
   std::string id;           // "worker-<index>"
   int32_t index = 0;        // parsed from id
-  int64_t incarnation = 0;  // the desired pod is <job>-worker-<index>-<incarnation>
+  int64_t incarnation = 0;  // the desired pod: <job>-worker-<index> with this incarnation label
   std::string node;         // where the desired pod runs, or the Controller's choice before
   std::string pod;          // the desired pod's name
   int32_t local_batch_size = 0;
@@ -168,7 +172,7 @@ std::string PsServiceName(const std::string& job);
 std::string PsPodName(const std::string& job, int32_t k);
 std::string WorkersServiceName(const std::string& job);             // J-workers
 std::string WorkerHostname(const std::string& job, int32_t index);  // J-worker-<i>
-std::string WorkerPodName(const std::string& job, int32_t index, int64_t incarnation);
+std::string WorkerPodName(const std::string& job, int32_t index);   // J-worker-<i>, as the hostname
 
 // How many parameter servers, their feature slices and the workers' initial
 // batches: operator/bridge (shared with the local runner).

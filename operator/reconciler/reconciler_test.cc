@@ -68,6 +68,7 @@ struct Cluster {
   bool dataset_ready = false;
   int64_t now = kT0;
   int next_uid = 0;
+  bool clear_pending_events = true;  // false: the operator stops before writing Events
 
   Observed Observe(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) const {
     Observed o;
@@ -93,6 +94,8 @@ struct Cluster {
   // then the writes in order.
   void Apply(const Plan& plan) {
     if (plan.status) job["status"] = Json::parse(plan.status->dump());
+    // The operator writes the committed Events, then clears the list.
+    if (clear_pending_events) job["status"].erase("pendingEvents");
     for (const Write& w : plan.writes) {
       switch (w.kind) {
         case Write::Kind::kCreate: {
@@ -304,7 +307,7 @@ TEST(RenderTest, WorkerEnvironmentAndAffinity) {
   w.local_batch_size = 70;
   w.excluded_nodes = {"node-3"};
   const Json pod = RenderWorkerPod(job, MustParse(job), w, Settings{});
-  EXPECT_EQ(pod["metadata"]["name"], "quickstart-k8s-worker-3-2");
+  EXPECT_EQ(pod["metadata"]["name"], "quickstart-k8s-worker-3");
   EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/incarnation"], "2");
   EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
   EXPECT_EQ(Env(pod, "ANTDT_SHARDING_ADDR"), "quickstart-k8s-sharding.default.svc:50051");
@@ -339,7 +342,11 @@ TEST(RenderTest, WorkerRendezvousIsStableAcrossIncarnations) {
   const Json first = RenderWorkerPod(job, spec, w, s);
   w.incarnation = 2;
   const Json later = RenderWorkerPod(job, spec, w, s);
-  EXPECT_NE(first["metadata"]["name"], later["metadata"]["name"]);
+  // One name for every incarnation (as Kubeflow's), the incarnation a label.
+  EXPECT_EQ(first["metadata"]["name"], "quickstart-k8s-worker-3");
+  EXPECT_EQ(later["metadata"]["name"], "quickstart-k8s-worker-3");
+  EXPECT_EQ(first["metadata"]["labels"]["antdt.io/incarnation"], "0");
+  EXPECT_EQ(later["metadata"]["labels"]["antdt.io/incarnation"], "2");
   const std::map<std::string, std::string> expected = {
       {"MASTER_ADDR", "quickstart-k8s-worker-0.quickstart-k8s-workers.default.svc"},
       {"MASTER_PORT", "31000"},
@@ -607,7 +614,7 @@ TEST(ReconcileTest, FirstPassCreatesServicesAndShardingPodAndSetsAllConditions) 
     EXPECT_EQ(st["workerInstances"][i]["id"], absl::StrCat("worker-", i));
     EXPECT_EQ(st["workerInstances"][i]["incarnation"], 0);
     EXPECT_EQ(st["workerInstances"][i]["localBatchSize"], 64);  // 256 / 4
-    EXPECT_EQ(st["workerInstances"][i]["pod"], absl::StrCat("quickstart-k8s-worker-", i, "-0"));
+    EXPECT_EQ(st["workerInstances"][i]["pod"], absl::StrCat("quickstart-k8s-worker-", i));
   }
   EXPECT_EQ(st["datasetCreated"], false);
   EXPECT_EQ(plan.requeue_after_ms, 2000);
@@ -628,9 +635,9 @@ TEST(ReconcileTest, DatasetReadyCreatesParameterServersAndWorkers) {
   const Plan plan = c.Pass();
   EXPECT_THAT(
       Describe(plan.writes),
-      ElementsAre("create pods quickstart-k8s-ps-0", "create pods quickstart-k8s-worker-0-0",
-                  "create pods quickstart-k8s-worker-1-0", "create pods quickstart-k8s-worker-2-0",
-                  "create pods quickstart-k8s-worker-3-0"));
+      ElementsAre("create pods quickstart-k8s-ps-0", "create pods quickstart-k8s-worker-0",
+                  "create pods quickstart-k8s-worker-1", "create pods quickstart-k8s-worker-2",
+                  "create pods quickstart-k8s-worker-3"));
   EXPECT_EQ(c.Status()["datasetCreated"], true);
   EXPECT_EQ(Env(plan.writes[1].object, "ANTDT_LOCAL_BATCH"), "64");
   EXPECT_EQ(c.Status()["state"], "Created");
@@ -721,14 +728,14 @@ Action KillRestart(const std::string& worker, const std::string& from, const std
 TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
   Cluster c;
   c.Settle();
-  const std::string old_uid = c.FindPod("quickstart-k8s-worker-2-0")->at("metadata").at("uid");
+  const std::string old_uid = c.FindPod("quickstart-k8s-worker-2")->at("metadata").at("uid");
   Plan plan = Reconcile(c.Observe({KillRestart("worker-2", "node-2", "node-5")}), Settings{});
 
   ASSERT_TRUE(plan.status.has_value());
   const Json& st = *plan.status;
   const Json& w2 = st["workerInstances"][2];
   EXPECT_EQ(w2["incarnation"], 1);
-  EXPECT_EQ(w2["pod"], "quickstart-k8s-worker-2-1");
+  EXPECT_EQ(w2["pod"], "quickstart-k8s-worker-2");
   EXPECT_EQ(w2["excludedNodes"], Json::array({"node-2"}));
   EXPECT_EQ(w2["node"], "node-5");
   EXPECT_EQ(st["workers"]["restarts"], 1);
@@ -743,12 +750,12 @@ TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
   EXPECT_EQ(Condition(st, "Mitigating")["reason"], "RestartingWorker");
   // The old pod goes at once; the new one waits for it.
   EXPECT_THAT(Describe(plan.writes),
-              ElementsAre("delete pods quickstart-k8s-worker-2-0 uid=" + old_uid + " grace=0"));
+              ElementsAre("delete pods quickstart-k8s-worker-2 uid=" + old_uid + " grace=0"));
   ASSERT_EQ(plan.events.size(), 1u);
   EXPECT_EQ(plan.events[0].type, "Warning");
   EXPECT_EQ(plan.events[0].reason, "StragglerRestarted");
   for (const char* part :
-       {"worker-2", "quickstart-k8s-worker-2-0", "node-2", "node-5", "antdt-nd:persistent-restart",
+       {"worker-2", "quickstart-k8s-worker-2", "node-2", "node-5", "antdt-nd:persistent-restart",
         "PERSISTENT straggler", "saved_seconds=31"}) {
     EXPECT_THAT(plan.events[0].message, HasSubstr(part));
   }
@@ -764,7 +771,7 @@ TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
   c.RemoveTerminating();
   plan = c.Pass();
   EXPECT_THAT(Describe(plan.writes),
-              ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2-1"));
+              ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2"));
   const Json& pod = plan.writes[1].object;
   EXPECT_EQ(Env(pod, "ANTDT_INCARNATION"), "1");
   EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/incarnation"], "1");
@@ -779,7 +786,7 @@ TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
 
   // Running on node-5: the mitigation is over.
   c.RunAll();
-  c.FindPod("quickstart-k8s-worker-2-1")->at("spec")["nodeName"] = "node-5";
+  c.FindPod("quickstart-k8s-worker-2")->at("spec")["nodeName"] = "node-5";
   c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Mitigating")["status"], "False");
   EXPECT_EQ(c.Status()["workerInstances"][2]["node"], "node-5");
@@ -802,7 +809,7 @@ TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {
   fresh.Apply(after);
   fresh.RemoveTerminating();
   EXPECT_THAT(Describe(fresh.Pass().writes),
-              ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2-1"));
+              ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2"));
 }
 
 TEST(ReconcileTest, JobWithoutParameterServersCreatesAndWaitsForNone) {
@@ -814,8 +821,8 @@ TEST(ReconcileTest, JobWithoutParameterServersCreatesAndWaitsForNone) {
                                                  "create pods pytorch-k8s-sharding"));
   c.dataset_ready = true;
   plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes), ElementsAre("create pods pytorch-k8s-worker-0-0",
-                                                 "create pods pytorch-k8s-worker-1-0"));
+  EXPECT_THAT(Describe(plan.writes),
+              ElementsAre("create pods pytorch-k8s-worker-0", "create pods pytorch-k8s-worker-1"));
   c.Settle();
   EXPECT_EQ(Condition(c.Status(), "Created")["status"], "True");
   EXPECT_EQ(Condition(c.Status(), "Created")["message"],
@@ -827,15 +834,15 @@ TEST(ReconcileTest, JobWithoutParameterServersCreatesAndWaitsForNone) {
   c.Pass({KillRestart("worker-1", "node-1", "node-5")});
   c.RemoveTerminating();
   plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes), ElementsAre("create pods pytorch-k8s-worker-1-1"));
+  EXPECT_THAT(Describe(plan.writes), ElementsAre("create pods pytorch-k8s-worker-1"));
   EXPECT_THAT(c.left, IsEmpty());
   EXPECT_EQ(plan.writes[0].object["spec"]["hostname"], "pytorch-k8s-worker-1");
   c.RunAll();
   c.Pass();
 
   // Success: only the sharding service is left to stop.
-  c.SetPhase("pytorch-k8s-worker-0-0", "Succeeded");
-  c.SetPhase("pytorch-k8s-worker-1-1", "Succeeded");
+  c.SetPhase("pytorch-k8s-worker-0", "Succeeded");
+  c.SetPhase("pytorch-k8s-worker-1", "Succeeded");
   plan = c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Succeeded")["status"], "True");
   EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods pytorch-k8s-sharding")));
@@ -849,7 +856,7 @@ TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
     c.now += 1000;
     const Plan plan = c.Pass({KillRestart("worker-1", absl::StrCat("node-", 1 + 10 * i), "")});
     for (const Write& w : plan.writes) EXPECT_NE(w.kind, Write::Kind::kCreate);
-    c.SetPhase("quickstart-k8s-worker-1-0", "Failed");  // terminating pods may fail too
+    c.SetPhase("quickstart-k8s-worker-1", "Failed");  // terminating pods may fail too
   }
   EXPECT_EQ(c.Status()["workerInstances"][1]["incarnation"], 3);
   EXPECT_EQ(c.Status()["workerInstances"][1]["excludedNodes"],
@@ -858,7 +865,7 @@ TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
   c.RemoveTerminating();
   const Plan plan = c.Pass();
   EXPECT_THAT(Describe(plan.writes),
-              ElementsAre("leave worker-1", "create pods quickstart-k8s-worker-1-3"));
+              ElementsAre("leave worker-1", "create pods quickstart-k8s-worker-1"));
   c.created_pods.clear();
   for (int i = 0; i < 3; ++i) c.Pass();  // Apply asserts on every create
   EXPECT_THAT(c.created_pods, IsEmpty());
@@ -867,8 +874,8 @@ TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
 TEST(ReconcileTest, FailedWorkerWithinBackoffLimitIsRestarted) {
   Cluster c;
   c.Settle();
-  c.SetPhase("quickstart-k8s-worker-1-0", "Failed");
-  c.FindPod("quickstart-k8s-worker-1-0")->at("status")["containerStatuses"] =
+  c.SetPhase("quickstart-k8s-worker-1", "Failed");
+  c.FindPod("quickstart-k8s-worker-1")->at("status")["containerStatuses"] =
       Json::parse(R"([{"name":"trainer","state":{"terminated":{"exitCode":2,"reason":"Error"}}}])");
   Plan plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
@@ -879,12 +886,11 @@ TEST(ReconcileTest, FailedWorkerWithinBackoffLimitIsRestarted) {
   EXPECT_EQ(Condition(*plan.status, "Failed")["status"], "False");
   EXPECT_THAT(EventReasons(plan), ElementsAre("Warning WorkerFailed"));
   EXPECT_THAT(plan.events[0].message, HasSubstr("exit code 2"));
-  EXPECT_THAT(Describe(plan.writes),
-              ElementsAre(HasSubstr("delete pods quickstart-k8s-worker-1-0")));
+  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods quickstart-k8s-worker-1")));
   c.RemoveTerminating();
   plan = c.Pass();
   EXPECT_THAT(Describe(plan.writes),
-              ElementsAre("leave worker-1", "create pods quickstart-k8s-worker-1-1"));
+              ElementsAre("leave worker-1", "create pods quickstart-k8s-worker-1"));
   const Json& affinity = plan.writes[1].object["spec"];
   EXPECT_FALSE(affinity.contains("affinity"));    // no node excluded, none preferred
   EXPECT_EQ(c.Status()["workers"]["failed"], 1);  // counted once
@@ -894,13 +900,13 @@ TEST(ReconcileTest, FailuresOverBackoffLimitFailTheJob) {
   Cluster c;
   c.job["spec"]["runPolicy"] = {{"backoffLimit", 1}};
   c.Settle();
-  c.SetPhase("quickstart-k8s-worker-0-0", "Failed");
+  c.SetPhase("quickstart-k8s-worker-0", "Failed");
   c.Pass();
   c.RemoveTerminating();
   c.Pass();
   c.RunAll();
   c.Pass();
-  c.SetPhase("quickstart-k8s-worker-3-0", "Failed");
+  c.SetPhase("quickstart-k8s-worker-3", "Failed");
   c.now += 10000;
   const Plan plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
@@ -916,8 +922,8 @@ TEST(ReconcileTest, FailuresOverBackoffLimitFailTheJob) {
   EXPECT_THAT(
       Describe(plan.writes),
       ElementsAre(HasSubstr("quickstart-k8s-ps-0"), HasSubstr("quickstart-k8s-sharding"),
-                  HasSubstr("quickstart-k8s-worker-0-1"), HasSubstr("quickstart-k8s-worker-1-0"),
-                  HasSubstr("quickstart-k8s-worker-2-0")));
+                  HasSubstr("quickstart-k8s-worker-0"), HasSubstr("quickstart-k8s-worker-1"),
+                  HasSubstr("quickstart-k8s-worker-2")));
   EXPECT_EQ(plan.requeue_after_ms, 0);
   // Terminal: later passes write nothing, emit nothing.
   c.now += 10000;
@@ -929,8 +935,7 @@ TEST(ReconcileTest, FailuresOverBackoffLimitFailTheJob) {
 TEST(ReconcileTest, SuccessStopsTheServers) {
   Cluster c;
   c.Settle();
-  for (int i = 0; i < 4; ++i)
-    c.SetPhase(absl::StrCat("quickstart-k8s-worker-", i, "-0"), "Succeeded");
+  for (int i = 0; i < 4; ++i) c.SetPhase(absl::StrCat("quickstart-k8s-worker-", i), "Succeeded");
   c.now += 90000;
   Observed o = c.Observe();
   o.progress = Progress{40000, 40000, 2, 2, 0, true};
@@ -962,8 +967,7 @@ TEST(ReconcileTest, TtlAfterFinishedDeletesTheJob) {
   Cluster c;
   c.job["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 60}};
   c.Settle();
-  for (int i = 0; i < 4; ++i)
-    c.SetPhase(absl::StrCat("quickstart-k8s-worker-", i, "-0"), "Succeeded");
+  for (int i = 0; i < 4; ++i) c.SetPhase(absl::StrCat("quickstart-k8s-worker-", i), "Succeeded");
   const int64_t done = c.now;
   Plan plan = c.Pass();
   EXPECT_EQ(plan.requeue_after_ms, 60000);
@@ -1009,16 +1013,16 @@ TEST(ReconcileTest, StragglersInStatusAndCondition) {
   Cluster c;
   c.Settle();
   const std::vector<Straggler> view = {
-      {"worker-2", "node-2", "quickstart-k8s-worker-2-0", v1::PERSISTENT,
+      {"worker-2", "node-2", "quickstart-k8s-worker-2", v1::PERSISTENT,
        "cpu contention from co-located pods", 2.3456, kT0 + 12000},
-      {"worker-0", "node-0", "quickstart-k8s-worker-0-0", v1::LEADER, "faster device", 0.61, kT0}};
+      {"worker-0", "node-0", "quickstart-k8s-worker-0", v1::LEADER, "faster device", 0.61, kT0}};
   Plan plan = c.Pass({}, view);
   ASSERT_TRUE(plan.status.has_value());
   const Json& st = *plan.status;
   EXPECT_EQ(st["stragglerCount"], 1);
   ASSERT_EQ(st["stragglers"].size(), 2u);
   EXPECT_EQ(st["stragglers"][0],
-            Json::parse(R"({"worker":"worker-2","node":"node-2","pod":"quickstart-k8s-worker-2-0",
+            Json::parse(R"({"worker":"worker-2","node":"node-2","pod":"quickstart-k8s-worker-2",
                             "class":"Persistent","cause":"cpu contention from co-located pods",
                             "score":2.35,"since":"2026-11-29T21:00:12Z"})"));
   const Json& cond = Condition(st, "StragglersDetected");
@@ -1123,7 +1127,7 @@ TEST(ReconcileTest, SuspendDeletesEveryPodAndResumeStartsTheNextIncarnations) {
   Cluster c;
   c.job["spec"]["checkpoint"] = {{"path", "/data/ckpt"}};
   c.Settle();
-  c.SetPhase("quickstart-k8s-worker-2-0", "Succeeded");
+  c.SetPhase("quickstart-k8s-worker-2", "Succeeded");
   c.Pass();
   c.job["spec"]["suspend"] = true;
   c.job["metadata"]["generation"] = 2;
@@ -1136,12 +1140,11 @@ TEST(ReconcileTest, SuspendDeletesEveryPodAndResumeStartsTheNextIncarnations) {
   EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Suspended"));
   // Every running pod goes, the sharding service's too (its state is under the
   // checkpoint path); the succeeded worker's pod stays: it is its result.
-  EXPECT_THAT(Describe(plan.writes),
-              ElementsAre(HasSubstr("delete pods quickstart-k8s-ps-0"),
-                          HasSubstr("delete pods quickstart-k8s-sharding"),
-                          HasSubstr("delete pods quickstart-k8s-worker-0-0"),
-                          HasSubstr("delete pods quickstart-k8s-worker-1-0"),
-                          HasSubstr("delete pods quickstart-k8s-worker-3-0")));
+  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods quickstart-k8s-ps-0"),
+                                                 HasSubstr("delete pods quickstart-k8s-sharding"),
+                                                 HasSubstr("delete pods quickstart-k8s-worker-0"),
+                                                 HasSubstr("delete pods quickstart-k8s-worker-1"),
+                                                 HasSubstr("delete pods quickstart-k8s-worker-3")));
   EXPECT_EQ((*plan.status)["workerInstances"][0]["incarnation"], 1);
   EXPECT_EQ((*plan.status)["workerInstances"][2]["incarnation"], 0);
   EXPECT_EQ((*plan.status)["workers"]["restarts"], 0);  // a suspension is no restart
@@ -1165,9 +1168,9 @@ TEST(ReconcileTest, SuspendDeletesEveryPodAndResumeStartsTheNextIncarnations) {
   EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Resumed"));
   EXPECT_THAT(Describe(plan.writes),
               ElementsAre("create pods quickstart-k8s-sharding", "create pods quickstart-k8s-ps-0",
-                          "leave worker-0", "create pods quickstart-k8s-worker-0-1",
-                          "leave worker-1", "create pods quickstart-k8s-worker-1-1",
-                          "leave worker-3", "create pods quickstart-k8s-worker-3-1"));
+                          "leave worker-0", "create pods quickstart-k8s-worker-0", "leave worker-1",
+                          "create pods quickstart-k8s-worker-1", "leave worker-3",
+                          "create pods quickstart-k8s-worker-3"));
   // A resumed worker is not a worker being restarted.
   EXPECT_EQ(Condition(*plan.status, "Mitigating")["status"], "False");
   c.RunAll();
@@ -1230,7 +1233,7 @@ TEST(ReconcileTest, EvictedOrPreemptedWorkerIsRestartedWithoutCountingAFailure) 
   Cluster c;
   c.job["spec"]["runPolicy"] = {{"backoffLimit", 0}};
   c.Settle();
-  Json* pod = c.FindPod("quickstart-k8s-worker-1-0");
+  Json* pod = c.FindPod("quickstart-k8s-worker-1");
   (*pod)["status"] = Json::parse(
       R"({"phase":"Failed","reason":"Evicted","message":"The node was low on resource: memory."})");
   Plan plan = c.Pass();
@@ -1244,7 +1247,7 @@ TEST(ReconcileTest, EvictedOrPreemptedWorkerIsRestartedWithoutCountingAFailure) 
   c.RunAll();
   c.Pass();
   // Preempted: the DisruptionTarget condition the scheduler sets.
-  pod = c.FindPod("quickstart-k8s-worker-2-0");
+  pod = c.FindPod("quickstart-k8s-worker-2");
   (*pod)["status"]["phase"] = "Failed";
   (*pod)["status"]["conditions"] = Json::parse(
       R"([{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}])");
@@ -1253,7 +1256,7 @@ TEST(ReconcileTest, EvictedOrPreemptedWorkerIsRestartedWithoutCountingAFailure) 
   EXPECT_EQ((*plan.status)["workers"]["failed"], 0);
   EXPECT_THAT(plan.events[0].message, HasSubstr("PreemptionByScheduler"));
   // A failure of its own still counts (and here, with backoffLimit 0, fails the job).
-  c.SetPhase("quickstart-k8s-worker-0-0", "Failed");
+  c.SetPhase("quickstart-k8s-worker-0", "Failed");
   plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
   EXPECT_EQ(Condition(*plan.status, "Failed")["reason"], "BackoffLimitExceeded");
@@ -1272,6 +1275,29 @@ TEST(ReconcileTest, QueueLabelsOfTheJobGoToEveryPod) {
     EXPECT_EQ(labels.value("kueue.x-k8s.io/priority-class", ""), "high");
     EXPECT_FALSE(labels.contains("team"));
   }
+}
+
+TEST(ReconcileTest, EventsOfACommittedDecisionAreWrittenAfterACrash) {
+  Cluster c;
+  c.Settle();
+  // The operator commits a KILL_RESTART and stops before writing its Event.
+  c.clear_pending_events = false;
+  Plan plan = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning StragglerRestarted"));
+  ASSERT_TRUE(c.Status().contains("pendingEvents"));
+  EXPECT_EQ(c.Status()["pendingEvents"][0]["reason"], "StragglerRestarted");
+  // Its successor's first pass writes it again, before its own.
+  c.clear_pending_events = true;
+  c.RemoveTerminating();
+  plan = c.Pass();
+  ASSERT_FALSE(plan.events.empty());
+  EXPECT_EQ(plan.events[0].reason, "StragglerRestarted");
+  EXPECT_THAT(plan.events[0].message, HasSubstr("worker-2"));
+  EXPECT_FALSE(c.Status().contains("pendingEvents"));
+  // Once written, never again.
+  c.RunAll();
+  c.Pass();
+  EXPECT_THAT(c.Pass().events, IsEmpty());
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ TEST(CrdTest, PrinterColumnsRenderAStatus) {
     "lastActions": [{"time": "2024-05-01T11:59:50Z", "action": "KILL_RESTART", "worker": "2",
                      "fromNode": "node-2", "toNode": "node-5", "rule": "antdt-nd", "reason": "persistent straggler",
                      "evidence": "score 2.9 over 3 windows"}],
-    "workerInstances": [{"id": "2", "incarnation": 1, "node": "node-5", "pod": "quickstart-worker-2-1",
+    "workerInstances": [{"id": "2", "incarnation": 1, "node": "node-5", "pod": "quickstart-worker-2",
                          "localBatchSize": 64, "excludedNodes": ["node-2"]}],
     "datasetCreated": true, "state": "Running", "startTime": "2024-05-01T11:59:02Z"})");
   json written = job;
