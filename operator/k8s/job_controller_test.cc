@@ -90,6 +90,32 @@ const Json* ReplicaFailure(kube::FakeApi& api, Json* job) {
   return reconciler::FindCondition((*job)["status"], "ReplicaFailure");
 }
 
+// A started job controller over `api`, with a Monitor of its own.
+class RunningController {
+ public:
+  explicit RunningController(kube::Api* api)
+      : monitor_service_(
+            *monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{})),
+            &RealClock::Get()),
+        controller_(api, &monitor_service_, Options(), &registry_) {
+    started_ = controller_.Start(5000);
+  }
+  ~RunningController() { controller_.Stop(); }
+  bool started() const { return started_; }
+
+ private:
+  static JobControllerOptions Options() {
+    JobControllerOptions options;
+    options.identity = "test";
+    options.rpc_timeout_ms = 100;
+    return options;
+  }
+  monitor::MonitorServiceImpl monitor_service_;
+  prometheus::Registry registry_;
+  JobController controller_;
+  bool started_ = false;
+};
+
 TEST(JobControllerTest, ARefusedCreateIsAWarningEventAndAConditionUntilItSucceeds) {
   kube::FakeApi api;
   ASSERT_TRUE(api.Create(kube::AntDTJobsResource(), "team-a", Job()).ok());
@@ -99,15 +125,8 @@ TEST(JobControllerTest, ARefusedCreateIsAWarningEventAndAConditionUntilItSucceed
       "runAsNonRoot != true";
   api.FailNext("create", absl::PermissionDeniedError(refusal), 1);
 
-  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{}));
-  ASSERT_TRUE(mon.ok());
-  monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
-  prometheus::Registry registry;
-  JobControllerOptions options;
-  options.identity = "test";
-  options.rpc_timeout_ms = 100;
-  JobController controller(&api, &monitor_service, options, &registry);
-  ASSERT_TRUE(controller.Start(5000));
+  RunningController controller(&api);
+  ASSERT_TRUE(controller.started());
 
   // A Warning Event on the job, as `kubectl describe antdtjob` shows it.
   ASSERT_TRUE(Eventually([&] {
@@ -137,21 +156,14 @@ TEST(JobControllerTest, ARefusedCreateIsAWarningEventAndAConditionUntilItSucceed
   auto services = api.List(kube::ServicesResource(), "team-a", {});
   ASSERT_TRUE(services.ok());
   EXPECT_EQ((*services)["items"].size(), 3u);
-  controller.Stop();
 }
 
 TEST(JobControllerTest, TheConditionStaysTrueWhileTheServerRefuses) {
   kube::FakeApi api;
   ASSERT_TRUE(api.Create(kube::AntDTJobsResource(), "team-a", Job()).ok());
   RefusingApi refusing(&api);
-  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{}));
-  ASSERT_TRUE(mon.ok());
-  monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
-  prometheus::Registry registry;
-  JobControllerOptions options;
-  options.rpc_timeout_ms = 100;
-  JobController controller(&refusing, &monitor_service, options, &registry);
-  ASSERT_TRUE(controller.Start(5000));
+  RunningController controller(&refusing);
+  ASSERT_TRUE(controller.started());
   Json job;
   ASSERT_TRUE(Eventually([&] {
     const Json* c = ReplicaFailure(api, &job);
@@ -181,7 +193,6 @@ TEST(JobControllerTest, TheConditionStaysTrueWhileTheServerRefuses) {
       },
       20000))
       << job["status"].dump(1);
-  controller.Stop();
 }
 
 TEST(JobControllerTest, EventsAStoppedOperatorCommittedAreWrittenAndCleared) {
@@ -196,14 +207,8 @@ TEST(JobControllerTest, EventsAStoppedOperatorCommittedAreWrittenAndCleared) {
 })j");
   ASSERT_TRUE(api.UpdateStatus(kube::AntDTJobsResource(), "team-a", stored).ok());
 
-  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{}));
-  ASSERT_TRUE(mon.ok());
-  monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
-  prometheus::Registry registry;
-  JobControllerOptions options;
-  options.rpc_timeout_ms = 100;
-  JobController controller(&api, &monitor_service, options, &registry);
-  ASSERT_TRUE(controller.Start(5000));
+  RunningController controller(&api);
+  ASSERT_TRUE(controller.started());
   ASSERT_TRUE(Eventually([&] {
     for (const Json& e : Events(api)) {
       if (e.value("reason", "") == "StragglerRestarted") return true;
@@ -217,7 +222,6 @@ TEST(JobControllerTest, EventsAStoppedOperatorCommittedAreWrittenAndCleared) {
     return got.ok() && job["status"].contains("conditions") &&
            !job["status"].contains("pendingEvents");
   })) << job["status"].dump(1);
-  controller.Stop();
   int restarted = 0;
   for (const Json& e : Events(api)) {
     if (e.value("reason", "") != "StragglerRestarted") continue;
