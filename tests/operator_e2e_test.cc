@@ -33,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
+#include "operator/reconciler/reconciler.h"
 
 namespace antdt {
 namespace {
@@ -831,6 +832,67 @@ TEST(OperatorE2E, RunningJobRefusesImmutableChangesAndSuspendsAndResumes) {
   const demo::Verification v = cluster.Verify("pause", records);
   EXPECT_TRUE(v.exactly_once()) << v.Summary();
   EXPECT_TRUE(HasEvent(cluster.Events(), "Resumed"));
+}
+
+// Pods orphaned by `kubectl delete --cascade=orphan` hold the names a job
+// applied again needs: the job says so (an OrphanedChildren Event naming them, a
+// FailedCreate and ReplicaFailure saying the name is not its own) instead of
+// waiting silently, neither counts nor adopts them, and runs once they are
+// deleted, training every record exactly once in its own folder.
+TEST(OperatorE2E, OrphanedPodsAreReportedNotCountedAndTheJobRunsOnceTheyGo) {
+  Cluster cluster(4);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
+  const int64_t records = 4000;
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("orph", records, 2)));
+  Json job = cluster.WaitJob(
+      "orph", [](const Json& j) { return Condition(j, "Running") == "True"; },
+      std::chrono::seconds(120));
+  ASSERT_EQ(Condition(job, "Running"), "True") << job.dump(2);
+  const std::string first_uid = Str(job, {"metadata", "uid"});
+  int rc = 0;
+  std::string out = cluster.Kubectl("delete adt orph --cascade=orphan", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_TRUE(WaitFor([&] { return cluster.GetJob("orph").is_null(); }, std::chrono::seconds(30)));
+  ASSERT_FALSE(cluster.Pods("orph").empty()) << "the orphans stay";
+
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("orph", records, 2)));
+  job = cluster.WaitJob(
+      "orph",
+      [&](const Json& j) {
+        const Json* c = reconciler::FindCondition(j["status"], reconciler::kReplicaFailure);
+        return c != nullptr && (*c)["status"] == "True";
+      },
+      std::chrono::seconds(30));
+  const Json* failure = reconciler::FindCondition(job["status"], reconciler::kReplicaFailure);
+  ASSERT_NE(failure, nullptr) << job.dump(2);
+  EXPECT_NE((*failure)["message"].get<std::string>().find("it is not this job's"),
+            std::string::npos)
+      << (*failure)["message"];
+  std::string orphaned;
+  for (const Json& e : cluster.Events()) {
+    if (e.value("reason", "") == "OrphanedChildren" &&
+        Str(e, {"involvedObject", "uid"}) == Str(job, {"metadata", "uid"})) {
+      orphaned = e.value("message", "");
+    }
+  }
+  EXPECT_NE(orphaned.find("pod/orph-sharding"), std::string::npos) << orphaned;
+  EXPECT_NE(orphaned.find("pod/orph-worker-0"), std::string::npos) << orphaned;
+  EXPECT_NE(orphaned.find("service/orph-workers"), std::string::npos) << orphaned;
+  // Not counted: the new job's workers are none of the orphans.
+  EXPECT_EQ(job["status"]["workers"].value("active", -1), 0) << job["status"].dump(2);
+
+  out = cluster.Kubectl("delete pods,services -l antdt.io/job=orph --wait=false", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  job = cluster.WaitJob(
+      "orph", [](const Json& j) { return Finished(j); }, std::chrono::seconds(240));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  EXPECT_NE(Str(job, {"metadata", "uid"}), first_uid);
+  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  const demo::Verification v = cluster.Verify("orph", records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+  for (const Json& p : cluster.Pods("orph")) {
+    EXPECT_EQ(Str(p["metadata"]["ownerReferences"][0], {"uid"}), Str(job, {"metadata", "uid"}));
+  }
 }
 
 TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {

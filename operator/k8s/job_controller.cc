@@ -30,6 +30,22 @@ std::string PodIp(const Json& pod) { return kube::StringAt(pod, {"status", "podI
 std::string NameOf(const Json& object) { return kube::StringAt(object, {"metadata", "name"}); }
 
 // The objects whose controller ownerReference is `uid`.
+bool HasController(const Json& object) {
+  const Json& refs = kube::At(object, {"metadata", "ownerReferences"});
+  if (!refs.is_array()) return false;
+  return std::any_of(refs.begin(), refs.end(),
+                     [](const Json& ref) { return ref.value("controller", false); });
+}
+
+// Names of `objects` that `controlled` (the ones the job controls) leaves out.
+std::set<std::string> Foreign(const std::vector<Json>& objects,
+                              const std::vector<Json>& controlled) {
+  std::set<std::string> names;
+  for (const Json& o : objects) names.insert(NameOf(o));
+  for (const Json& o : controlled) names.erase(NameOf(o));
+  return names;
+}
+
 std::vector<Json> ControlledBy(std::vector<Json> objects, const std::string& uid) {
   std::vector<Json> out;
   for (Json& o : objects) {
@@ -66,6 +82,7 @@ struct JobController::JobRuntime {
   // spec.stragglerPolicy and spec.monitor as the loop was built from them: a
   // change (they may change on a running job) builds the loop again.
   std::string policy_spec;
+  std::string reported_orphans;  // the orphaned pods last reported
 };
 
 namespace {
@@ -565,7 +582,8 @@ void JobController::LeaveParameterServers(const std::string& worker,
 }
 
 absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
-                                  const std::vector<Json>& pods) {
+                                  const std::vector<Json>& pods,
+                                  const std::set<std::string>& foreign) {
   const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
   const std::string key = kube::KeyOf(job);
   Json current = job;  // the job as last written, for ReplicaFailure
@@ -585,6 +603,15 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
     switch (w.kind) {
       case reconciler::Write::Kind::kCreate: {
         auto r = api_->Create(ref, ns, w.object);
+        if (!r.ok() && kube::IsAlreadyExists(r.status()) && foreign.count(NameOf(w.object)) > 0) {
+          // The name is taken by an object that is not this job's: said, not waited on silently.
+          const absl::Status taken = absl::AlreadyExistsError(absl::StrCat(
+              r.status().message(), ": it is not this job's (no controller: left by `kubectl ",
+              "delete --cascade=orphan`?, or an earlier job's being deleted); delete it so that "
+              "the job can create its own"));
+          ReportFailedCreate(current, w, taken);
+          return taken;
+        }
         if (!r.ok() && !kube::IsAlreadyExists(r.status())) {
           ReportFailedCreate(current, w, r.status());
           return r.status();
@@ -625,6 +652,29 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
     }
   }
   return absl::OkStatus();
+}
+
+void JobController::ReportOrphans(const Json& job, const std::vector<Json>& pods,
+                                  const std::vector<Json>& services, JobRuntime* rt) {
+  std::vector<std::string> orphans;
+  for (const Json& p : pods) {
+    if (!HasController(p)) orphans.push_back("pod/" + NameOf(p));
+  }
+  for (const Json& s : services) {
+    if (!HasController(s)) orphans.push_back("service/" + NameOf(s));
+  }
+  std::sort(orphans.begin(), orphans.end());
+  const std::string names = absl::StrJoin(orphans, ", ");
+  if (names == rt->reported_orphans) return;
+  rt->reported_orphans = names;
+  if (orphans.empty()) return;
+  recorder_->Record(
+      job, "Warning", "OrphanedChildren",
+      absl::StrCat(orphans.size(), orphans.size() == 1 ? " object carries" : " objects carry",
+                   " this job's label antdt.io/job but no controller (left by `kubectl delete ",
+                   "--cascade=orphan` of an earlier job?): ", names,
+                   ". The job neither counts nor adopts them (they hold an earlier run's state); "
+                   "delete them when done with them"));
 }
 
 void JobController::RecordCommittedEvents(const reconciler::Plan& plan, Json* current) {
@@ -717,13 +767,18 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   // (an earlier job of the same name, still being garbage-collected) or
   // none (left by `kubectl delete --cascade=orphan`) are not counted.
   const std::string uid = kube::StringAt(job, {"metadata", "uid"});
-  obs.pods = ControlledBy(pods_->List(ns, {{"antdt.io/job", name}}), uid);
-  obs.services = ControlledBy(services_->List(ns, {{"antdt.io/job", name}}), uid);
+  const std::vector<Json> labelled_pods = pods_->List(ns, {{"antdt.io/job", name}});
+  const std::vector<Json> labelled_services = services_->List(ns, {{"antdt.io/job", name}});
+  obs.pods = ControlledBy(labelled_pods, uid);
+  obs.services = ControlledBy(labelled_services, uid);
+  std::set<std::string> foreign = Foreign(labelled_pods, obs.pods);
+  foreign.merge(Foreign(labelled_services, obs.services));
   std::optional<controller::Plan> decided;
   JobRuntime* rt = nullptr;
   std::optional<v1::GetJobHealthResponse> health;
   if (obs.spec.ok()) {
     rt = &RuntimeFor(job, *obs.spec);
+    ReportOrphans(job, labelled_pods, labelled_services, rt);
     // The Monitor's view, read once for the status and the policy.
     if (monitor_ != nullptr) {
       auto view = monitor_->hub().Health(ns, obs.spec->name);
@@ -741,7 +796,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   }
   const reconciler::Plan plan = reconciler::Reconcile(obs, options_.settings);
   // The status first: it commits every decision of this pass.
-  RETURN_IF_ERROR(Apply(job, plan, obs.pods));
+  RETURN_IF_ERROR(Apply(job, plan, obs.pods, foreign));
   if (decided) {
     // Then the loop carries them out: directives to the agents (restarts were
     // committed above), and the history (cool-downs, budgets).

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,8 +85,14 @@ class JobController {
   // Writes the Events the status committed, then clears status.pendingEvents
   // (`current` is the job as last written; updated).
   void RecordCommittedEvents(const reconciler::Plan& plan, kube::Json* current);
+  // `foreign`: names of objects with the job's labels that it does not
+  // control (orphans, or an earlier job's being collected).
   absl::Status Apply(const kube::Json& job, const reconciler::Plan& plan,
-                     const std::vector<kube::Json>& pods);
+                     const std::vector<kube::Json>& pods, const std::set<std::string>& foreign);
+  // A Warning Event naming the pods and Services with the job's labels and no
+  // controller, each time that set changes.
+  void ReportOrphans(const kube::Json& job, const std::vector<kube::Json>& pods,
+                     const std::vector<kube::Json>& services, JobRuntime* rt);
   void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods);
 
   kube::Api* const api_;
