@@ -177,34 +177,34 @@ class Cluster {
   }
 
   // Starts an operator replica; returns its Monitor address.
-  std::string StartOperator(const std::string& name) {
+  std::string StartOperator(const std::string& name, const std::vector<std::string>& extra = {}) {
     const std::string ready = dir_.File(name + ".ready");
     fs::remove(ready);
-    operators_[name] =
-        std::make_unique<Process>(std::vector<std::string>{BinPath("antdt-operator"),
-                                                           "--kubeconfig",
-                                                           dir_.File("kubeconfig"),
-                                                           "--listen",
-                                                           "127.0.0.1:0",
-                                                           "--metrics-listen",
-                                                           "127.0.0.1:0",
-                                                           "--ready-file",
-                                                           ready,
-                                                           "--identity",
-                                                           name,
-                                                           "--leader-election-namespace",
-                                                           "default",
-                                                           "--lease-duration",
-                                                           "4s",
-                                                           "--renew-deadline",
-                                                           "3s",
-                                                           "--retry-period",
-                                                           "500ms",
-                                                           "--monitor-window",
-                                                           "1s",
-                                                           "--master-port",
-                                                           std::to_string(master_port_)},
-                                  dir_.File(name + ".log"));
+    std::vector<std::string> argv{BinPath("antdt-operator"),
+                                  "--kubeconfig",
+                                  dir_.File("kubeconfig"),
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--metrics-listen",
+                                  "127.0.0.1:0",
+                                  "--ready-file",
+                                  ready,
+                                  "--identity",
+                                  name,
+                                  "--leader-election-namespace",
+                                  "default",
+                                  "--lease-duration",
+                                  "4s",
+                                  "--renew-deadline",
+                                  "3s",
+                                  "--retry-period",
+                                  "500ms",
+                                  "--monitor-window",
+                                  "1s",
+                                  "--master-port",
+                                  std::to_string(master_port_)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    operators_[name] = std::make_unique<Process>(argv, dir_.File(name + ".log"));
     auto addr = WaitForReadyFile(ready, std::chrono::seconds(30));
     EXPECT_TRUE(addr.has_value()) << "operator " << name << " did not start";
     return addr.value_or("");
@@ -892,6 +892,85 @@ TEST(OperatorE2E, OrphanedPodsAreReportedNotCountedAndTheJobRunsOnceTheyGo) {
   EXPECT_TRUE(v.exactly_once()) << v.Summary();
   for (const Json& p : cluster.Pods("orph")) {
     EXPECT_EQ(Str(p["metadata"]["ownerReferences"][0], {"uid"}), Str(job, {"metadata", "uid"}));
+  }
+}
+
+// Volcano's PodGroup CRD as a cluster with Volcano has it (its schema left open).
+constexpr char kVolcanoPodGroupCrd[] = R"(apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: podgroups.scheduling.volcano.sh
+spec:
+  group: scheduling.volcano.sh
+  scope: Namespaced
+  names: {plural: podgroups, singular: podgroup, kind: PodGroup, shortNames: [pg]}
+  versions:
+    - name: v1beta1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+)";
+
+// An operator run with --gang-scheduler volcano gives a job a PodGroup (its
+// queue, min members: the parameter server and the workers, owned by the job)
+// over the real API path, and its servers and workers join it and wait for
+// Volcano (which the test cluster does not run), while the sharding service,
+// outside the gang, runs.
+TEST(OperatorE2E, GangScheduledJobGetsAPodGroupItsMembersJoin) {
+  Cluster cluster(3);
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
+  const std::string crd = cluster.dir() + "/volcano-podgroup-crd.yaml";
+  std::ofstream(crd) << kVolcanoPodGroupCrd;
+  int rc = 0;
+  std::string out = cluster.Kubectl("apply --validate=false -f " + crd, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = cluster.Kubectl(
+      "wait --for=condition=established --timeout=20s crd/podgroups.scheduling.volcano.sh", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string monitor = cluster.StartOperator("op-a", {"--gang-scheduler", "volcano"});
+  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor));
+  Json spec = cluster.ExampleJob("gang", 2000, 2);
+  spec["spec"]["runPolicy"]["schedulingPolicy"] = {{"queue", "research"}};
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+
+  Json group;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        int code = 0;
+        const std::string json = cluster.Kubectl("get podgroups gang -o json", &code);
+        if (code != 0) return false;
+        group = Json::parse(json, nullptr, false);
+        return !group.is_discarded();
+      },
+      std::chrono::seconds(60)))
+      << "no PodGroup";
+  const Json job = cluster.GetJob("gang");
+  EXPECT_EQ(group["spec"].value("minMember", 0), 3);  // 1 parameter server + 2 workers
+  EXPECT_EQ(group["spec"].value("queue", ""), "research");
+  EXPECT_EQ(Str(group["metadata"]["ownerReferences"][0], {"uid"}), Str(job, {"metadata", "uid"}));
+
+  std::vector<Json> members;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        members.clear();
+        for (const Json& p : cluster.Pods("gang")) {
+          if (Str(p, {"metadata", "labels", "antdt.io/role"}) != "sharding") members.push_back(p);
+        }
+        return members.size() == 3;
+      },
+      std::chrono::seconds(60)));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  for (const Json& p : cluster.Pods("gang")) {
+    SCOPED_TRACE(Str(p, {"metadata", "name"}));
+    if (Str(p, {"metadata", "labels", "antdt.io/role"}) == "sharding") {
+      EXPECT_EQ(Str(p, {"status", "phase"}), "Running");  // outside the gang
+      EXPECT_NE(Str(p, {"spec", "schedulerName"}), "volcano");
+      continue;
+    }
+    EXPECT_EQ(Str(p, {"spec", "schedulerName"}), "volcano");
+    EXPECT_EQ(Str(p, {"metadata", "annotations", "scheduling.k8s.io/group-name"}), "gang");
+    EXPECT_EQ(Str(p, {"spec", "nodeName"}), "") << "left to Volcano";
   }
 }
 

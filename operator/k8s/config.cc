@@ -71,6 +71,12 @@ absl::Status SetField(OperatorConfig& c, const std::string& raw_key, const std::
     RETURN_IF_ERROR(Port(value, field, &c.agent_port));
   } else if (key == "master_port") {
     RETURN_IF_ERROR(Port(value, field, &c.master_port));
+  } else if (key == "gang_scheduler") {
+    if (value != "" && value != "volcano" && value != "scheduler-plugins") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": must be volcano or scheduler-plugins (or empty: none), got \"", value, "\""));
+    }
+    c.gang_scheduler = value;
   } else if (key == "monitor_window") {
     ASSIGN_OR_RETURN(c.monitor_window_ms, ParseDurationMs(value, field));
   } else if (key == "pod_name") {

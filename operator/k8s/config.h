@@ -27,7 +27,10 @@ struct OperatorConfig {
   int32_t sharding_port = 50051;
   int32_t ps_port = 50052;
   int32_t agent_port = 9400;
-  int32_t master_port = 29500;         // MASTER_PORT of every worker (worker-0's rendezvous)
+  int32_t master_port = 29500;  // MASTER_PORT of every worker (worker-0's rendezvous)
+  // Gang scheduling: "" (none), "volcano" or "scheduler-plugins" (coscheduling):
+  // a PodGroup per job, its parameter servers and workers in it.
+  std::string gang_scheduler;
   int64_t monitor_window_ms = 10'000;  // the Monitor's window for every job
   // This replica's pod (the downward API's metadata.name and .namespace): the
   // acting replica labels it antdt.io/leader=true. "" outside a pod.

@@ -30,6 +30,21 @@ std::string PodIp(const Json& pod) { return kube::StringAt(pod, {"status", "podI
 std::string NameOf(const Json& object) { return kube::StringAt(object, {"metadata", "name"}); }
 
 // The objects whose controller ownerReference is `uid`.
+// The API resource a write is for: pods, Services, or the gang scheduler's
+// PodGroups (the group from the object's apiVersion).
+kube::ResourceRef RefOf(const reconciler::Write& w) {
+  if (w.resource == "services") return kube::ServicesResource();
+  if (w.resource != "podgroups") return kube::PodsResource();
+  const std::string api_version = kube::StringAt(w.object, {"apiVersion"});
+  const size_t slash = api_version.find('/');
+  kube::ResourceRef ref;
+  ref.group = api_version.substr(0, slash);
+  ref.version = slash == std::string::npos ? "" : api_version.substr(slash + 1);
+  ref.plural = "podgroups";
+  ref.kind = "PodGroup";
+  return ref;
+}
+
 bool HasController(const Json& object) {
   const Json& refs = kube::At(object, {"metadata", "ownerReferences"});
   if (!refs.is_array()) return false;
@@ -82,7 +97,8 @@ struct JobController::JobRuntime {
   // spec.stragglerPolicy and spec.monitor as the loop was built from them: a
   // change (they may change on a running job) builds the loop again.
   std::string policy_spec;
-  std::string reported_orphans;  // the orphaned pods last reported
+  std::string reported_orphans;    // the orphaned pods last reported
+  bool pod_group_created = false;  // gang scheduling: the job's PodGroup exists
 };
 
 namespace {
@@ -523,6 +539,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
   }
   obs->progress = rt.progress;
   obs->dataset_ready = rt.dataset_ready;
+  obs->pod_group_exists = rt.pod_group_created;
 
   // The Monitor's view of the job's members.
   if (health != nullptr) {
@@ -598,8 +615,7 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
   RecordCommittedEvents(plan, &current);
 
   for (const reconciler::Write& w : plan.writes) {
-    const kube::ResourceRef& ref =
-        w.resource == "services" ? kube::ServicesResource() : kube::PodsResource();
+    const kube::ResourceRef ref = RefOf(w);
     switch (w.kind) {
       case reconciler::Write::Kind::kCreate: {
         auto r = api_->Create(ref, ns, w.object);
@@ -703,9 +719,11 @@ void JobController::ReportFailedCreate(const Json& job, const reconciler::Write&
       error.code() == absl::StatusCode::kDeadlineExceeded) {
     return;
   }
-  const std::string message =
-      absl::StrCat("Error creating ", w.resource == "services" ? "service " : "pod ",
-                   NameOf(w.object), ": ", error.message());
+  const std::string message = absl::StrCat("Error creating ",
+                                           w.resource == "services"    ? "service "
+                                           : w.resource == "podgroups" ? "PodGroup "
+                                                                       : "pod ",
+                                           NameOf(w.object), ": ", error.message());
   LogEvent("operator", {{"event", "create_failed"},
                         {"job", kube::KeyOf(job)},
                         {"resource", w.resource},
@@ -797,6 +815,11 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   const reconciler::Plan plan = reconciler::Reconcile(obs, options_.settings);
   // The status first: it commits every decision of this pass.
   RETURN_IF_ERROR(Apply(job, plan, obs.pods, foreign));
+  if (rt != nullptr) {
+    for (const reconciler::Write& w : plan.writes) {
+      if (w.resource == "podgroups") rt->pod_group_created = true;  // created, or there
+    }
+  }
   if (decided) {
     // Then the loop carries them out: directives to the agents (restarts were
     // committed above), and the history (cool-downs, budgets).

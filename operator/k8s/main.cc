@@ -45,6 +45,8 @@ constexpr const char* kUsage = R"(usage: antdt-operator [flags]
   --image IMAGE               image of the pods the operator renders   [antdt/antdt:0.1.0]
   --sharding-port N --ps-port N --agent-port N                         [50051 50052 9400]
   --master-port N             the workers' MASTER_PORT (rendezvous)    [29500]
+  --gang-scheduler NAME       volcano | scheduler-plugins: a PodGroup per
+                              job (min members: servers + workers)     [none]
   --monitor-window D          the Monitor's window for every job       [10s]
   --pod-name NAME --pod-namespace NS
                               this replica's pod: the acting replica labels it
@@ -116,6 +118,7 @@ antdt::k8s::JobControllerOptions ControllerOptions(const antdt::k8s::OperatorCon
   jo.settings.ps_port = config.ps_port;
   jo.settings.agent_port = config.agent_port;
   jo.settings.master_port = config.master_port;
+  jo.settings.gang_scheduler = config.gang_scheduler;
   return jo;
 }
 
@@ -227,7 +230,7 @@ int main(int argc, char** argv) {
        "leader-election-id", "lease-duration", "renew-deadline", "retry-period",
        "identity",           "image",          "sharding-port",  "ps-port",
        "agent-port",         "master-port",    "monitor-window", "pod-name",
-       "pod-namespace"},
+       "pod-namespace",      "gang-scheduler"},
       &exit_code);
   if (!flags) return exit_code;
   std::string error;

@@ -532,10 +532,25 @@ absl::Status ParseCheckpoint(const YAML::Node& node, CheckpointSpec* c) {
   return absl::OkStatus();
 }
 
+absl::Status ParseSchedulingPolicy(const YAML::Node& node, RunPolicySpec* r) {
+  const std::string path = "spec.runPolicy.schedulingPolicy";
+  RETURN_IF_ERROR(CheckMapping(node, path, {"minAvailable", "queue", "scheduleTimeoutSeconds"}));
+  if (Present(Get(node, "minAvailable"))) {
+    RETURN_IF_ERROR(ReadInt32(node, path, "minAvailable", &r->min_available));
+    RETURN_IF_ERROR(AtLeast(Join(path, "minAvailable"), r->min_available, 1));
+  }
+  RETURN_IF_ERROR(ReadString(node, path, "queue", &r->queue));
+  if (!Present(Get(node, "scheduleTimeoutSeconds"))) return absl::OkStatus();
+  RETURN_IF_ERROR(ReadInt64(node, path, "scheduleTimeoutSeconds", &r->schedule_timeout_seconds));
+  return AtLeast(Join(path, "scheduleTimeoutSeconds"), r->schedule_timeout_seconds, 1);
+}
+
 absl::Status ParseRunPolicy(const YAML::Node& node, RunPolicySpec* r) {
   const std::string path = "spec.runPolicy";
   RETURN_IF_ERROR(CheckMapping(
-      node, path, {"backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds"}));
+      node, path,
+      {"backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "schedulingPolicy"}));
+  RETURN_IF_ERROR(ParseSchedulingPolicy(Get(node, "schedulingPolicy"), r));
   RETURN_IF_ERROR(ReadInt32(node, path, "backoffLimit", &r->backoff_limit));
   RETURN_IF_ERROR(AtLeast(Join(path, "backoffLimit"), r->backoff_limit, 0));
   if (Present(Get(node, "activeDeadlineSeconds"))) {

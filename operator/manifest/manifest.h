@@ -89,6 +89,10 @@ struct RunPolicySpec {  // spec.runPolicy
   int64_t ttl_seconds_after_finished = -1;  // -1 (field absent): keep; given: >= 0
   // Fail the job (DeadlineExceeded) this long after it started; -1 (absent): no deadline.
   int64_t active_deadline_seconds = -1;
+  // spec.runPolicy.schedulingPolicy, read when the operator gang-schedules:
+  int32_t min_available = -1;             // minAvailable; -1: every server and worker
+  std::string queue;                      // queue (Volcano)
+  int64_t schedule_timeout_seconds = -1;  // scheduleTimeoutSeconds (coscheduling)
 };
 
 struct LocalSpec {       // spec.local: only `antdt run` reads it

@@ -241,7 +241,9 @@ TEST(ManifestFuzzTest, HostileDocumentsAreRefusedOrBounded) {
     try {
       const absl::StatusOr<Job> job = ParseJob(doc);
       CheckAnswer(job, doc);
-      if (job.ok()) EXPECT_LT(job->workers.template_yaml.size(), 1u << 20);
+      if (job.ok()) {
+        EXPECT_LT(job->workers.template_yaml.size(), 1u << 20);
+      }
     } catch (const std::exception& e) {
       ADD_FAILURE() << "ParseJob threw " << e.what();
     }

@@ -614,6 +614,42 @@ Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Setting
   return pod;
 }
 
+Json RenderPodGroup(const Json& job, const manifest::Job& spec, const Settings& s) {
+  if (s.gang_scheduler.empty()) return nullptr;
+  const manifest::RunPolicySpec& rp = spec.run_policy;
+  const int32_t members = rp.min_available > 0
+                              ? rp.min_available
+                              : spec.workers.replicas + bridge::ParameterServerCount(spec);
+  Json group = {{"metadata", Metadata(job, spec, spec.name, Labels(spec, "gang", s))},
+                {"spec", {{"minMember", members}}}};
+  if (s.gang_scheduler == "volcano") {
+    group["apiVersion"] = "scheduling.volcano.sh/v1beta1";
+    if (!rp.queue.empty()) group["spec"]["queue"] = rp.queue;
+  } else {
+    group["apiVersion"] = "scheduling.x-k8s.io/v1alpha1";
+    if (rp.schedule_timeout_seconds > 0) {
+      group["spec"]["scheduleTimeoutSeconds"] = rp.schedule_timeout_seconds;
+    }
+  }
+  group["kind"] = "PodGroup";
+  return group;
+}
+
+// A gang member: in the job's PodGroup, scheduled by the gang scheduler
+// (unless its template names another scheduler).
+void JoinGang(const manifest::Job& spec, const Settings& s, Json& pod) {
+  if (s.gang_scheduler.empty()) return;
+  if (s.gang_scheduler == "volcano") {
+    pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = spec.name;
+  } else {
+    pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = spec.name;
+  }
+  if (!pod["spec"].contains("schedulerName")) {
+    pod["spec"]["schedulerName"] =
+        s.gang_scheduler == "volcano" ? "volcano" : "scheduler-plugins-scheduler";
+  }
+}
+
 Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_t k,
                               const Settings& s) {
   const std::string name = PsPodName(spec.name, k);
@@ -650,6 +686,7 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   pod["spec"]["hostname"] = name;
   pod["spec"]["subdomain"] = PsServiceName(spec.name);
   pod["spec"]["restartPolicy"] = "Always";
+  JoinGang(spec, s, pod);
   return pod;
 }
 
@@ -675,6 +712,7 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
   pod_spec["subdomain"] = WorkersServiceName(spec.name);
   pod_spec["restartPolicy"] = "Never";  // the operator restarts workers, as new pods
   AddNodeAffinity(pod_spec, instance.excluded_nodes, instance.node);
+  JoinGang(spec, s, pod);
   return pod;
 }
 
@@ -1078,6 +1116,10 @@ void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
                       " epochs to train, from the start",
                       dir.empty() ? std::string(" (no checkpoint.path: state in the pods)")
                                   : absl::StrCat("; this job's state under ", dir))});
+  }
+  // The gang's PodGroup before its members (the parameter servers, workers).
+  if (!pass.s.gang_scheduler.empty() && !pass.o.pod_group_exists) {
+    AddWrite(plan, Create("podgroups", RenderPodGroup(pass.o.job, pass.spec, pass.s), "missing"));
   }
   for (int32_t k = 0; k < pass.p; ++k) {
     EnsureServer(

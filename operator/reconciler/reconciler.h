@@ -77,6 +77,10 @@ struct Settings {
   int32_t master_port = 29500;  // MASTER_PORT: worker-0's rendezvous (torch's default)
   int32_t metrics_port = 9090;
   std::string manager = "antdt-operator";  // app.kubernetes.io/managed-by
+  // "" none, "volcano" or "scheduler-plugins": a PodGroup per job whose
+  // members are its parameter servers and workers (not the sharding service,
+  // which must run before they are created).
+  std::string gang_scheduler;
 };
 
 // One straggler (or leader) as the Monitor currently classifies it.
@@ -115,6 +119,7 @@ struct Observed {
   std::vector<Json> pods, services;
   std::optional<Progress> progress;   // from the sharding service, when known
   bool dataset_ready = false;         // the glue created the dataset on the sharding service
+  bool pod_group_exists = false;      // the glue created the job's PodGroup (gang scheduling)
   std::vector<Straggler> stragglers;  // current view of the Monitor
   std::vector<Action> actions;        // new Controller decisions to carry out in this pass
   int64_t now_ms = 0;                 // wall clock, for timestamps
@@ -122,7 +127,7 @@ struct Observed {
 
 struct Write {
   enum class Kind { kCreate, kDelete, kLeaveParameterServers, kDeleteJob } kind;
-  std::string resource;               // "pods" | "services" (kCreate, kDelete)
+  std::string resource;               // "pods" | "services" | "podgroups" (kCreate, kDelete)
   Json object;                        // kCreate
   std::string name;                   // kDelete, kDeleteJob
   std::string uid;                    // kDelete, kDeleteJob: precondition
@@ -183,6 +188,11 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
                               const Settings& s);
 Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerInstance& instance,
                      const Settings& s);
+// The job's PodGroup for Settings::gang_scheduler (Volcano's
+// scheduling.volcano.sh/v1beta1 or coscheduling's scheduling.x-k8s.io/v1alpha1),
+// named after the job; min members spec.runPolicy.schedulingPolicy.minAvailable
+// or every parameter server and worker. Null without gang scheduling.
+Json RenderPodGroup(const Json& job, const manifest::Job& spec, const Settings& s);
 // The headless Services: sharding, ps (when the job has parameter servers),
 // workers.
 std::vector<Json> RenderServices(const Json& job, const manifest::Job& spec, const Settings& s);

@@ -61,7 +61,8 @@ manifest::Job MustParse(const Json& job) {
 
 struct Cluster {
   Json job = QuickstartJob();
-  std::vector<Json> pods, services;
+  std::vector<Json> pods, services, podgroups;
+  Settings settings;
   std::vector<std::string> left;  // kLeaveParameterServers, in order
   std::vector<std::string> created_pods;
   bool job_deleted = false;
@@ -77,6 +78,7 @@ struct Cluster {
     o.pods = pods;
     o.services = services;
     o.dataset_ready = dataset_ready;
+    o.pod_group_exists = !podgroups.empty();
     o.actions = std::move(actions);
     o.stragglers = std::move(stragglers);
     o.now_ms = now;
@@ -105,6 +107,11 @@ struct Cluster {
           if (w.resource == "services") {
             for (const Json& s : services) ASSERT_NE(s["metadata"]["name"], name);
             services.push_back(obj);
+            break;
+          }
+          if (w.resource == "podgroups") {
+            ASSERT_TRUE(podgroups.empty()) << "a second PodGroup";
+            podgroups.push_back(obj);
             break;
           }
           ASSERT_EQ(FindPod(name), nullptr) << "created " << name << " twice";
@@ -141,7 +148,7 @@ struct Cluster {
   }
 
   Plan Pass(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) {
-    Plan plan = Reconcile(Observe(std::move(actions), std::move(stragglers)), Settings{});
+    Plan plan = Reconcile(Observe(std::move(actions), std::move(stragglers)), settings);
     Apply(plan);
     return plan;
   }
@@ -1298,6 +1305,54 @@ TEST(ReconcileTest, EventsOfACommittedDecisionAreWrittenAfterACrash) {
   c.RunAll();
   c.Pass();
   EXPECT_THAT(c.Pass().events, IsEmpty());
+}
+
+TEST(ReconcileTest, GangSchedulingPutsTheServersAndWorkersInAPodGroup) {
+  for (const std::string scheduler : {"volcano", "scheduler-plugins"}) {
+    SCOPED_TRACE(scheduler);
+    Cluster c;
+    c.settings.gang_scheduler = scheduler;
+    c.job["spec"]["runPolicy"] = {{"schedulingPolicy", {{"queue", "team-a"}}}};
+    c.Pass();
+    ASSERT_TRUE(c.podgroups.empty()) << "not before the dataset";
+    c.dataset_ready = true;
+    const Plan plan = c.Pass();
+    ASSERT_FALSE(plan.writes.empty());
+    EXPECT_EQ(plan.writes[0].resource, "podgroups");  // before its members
+    ASSERT_EQ(c.podgroups.size(), 1u);
+    const Json& group = c.podgroups[0];
+    EXPECT_EQ(group["kind"], "PodGroup");
+    EXPECT_EQ(group["metadata"]["name"], "quickstart-k8s");
+    EXPECT_EQ(group["metadata"]["ownerReferences"][0]["uid"], kJobUid);
+    EXPECT_EQ(group["spec"]["minMember"], 5);  // 1 parameter server + 4 workers
+    for (const Json& pod : c.pods) {
+      const std::string role = pod["metadata"]["labels"]["antdt.io/role"];
+      SCOPED_TRACE(pod["metadata"]["name"].get<std::string>());
+      const bool member = role != "sharding";  // it must run before the others exist
+      if (scheduler == "volcano") {
+        EXPECT_EQ(group["apiVersion"], "scheduling.volcano.sh/v1beta1");
+        EXPECT_EQ(group["spec"]["queue"], "team-a");
+        EXPECT_EQ(pod["metadata"].contains("annotations") &&
+                      pod["metadata"]["annotations"].value("scheduling.k8s.io/group-name", "") ==
+                          "quickstart-k8s",
+                  member);
+        EXPECT_EQ(pod["spec"].value("schedulerName", ""), member ? "volcano" : "");
+      } else {
+        EXPECT_EQ(group["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+        EXPECT_EQ(pod["metadata"]["labels"].value("scheduling.x-k8s.io/pod-group", ""),
+                  member ? "quickstart-k8s" : "");
+        EXPECT_EQ(pod["spec"].value("schedulerName", ""),
+                  member ? "scheduler-plugins-scheduler" : "");
+      }
+    }
+    c.RunAll();
+    c.Pass();  // the PodGroup is not created twice (the harness asserts it)
+  }
+}
+
+TEST(RenderTest, NoPodGroupWithoutGangScheduling) {
+  const Json job = QuickstartJob();
+  EXPECT_TRUE(RenderPodGroup(job, MustParse(job), Settings{}).is_null());
 }
 
 }  // namespace

@@ -371,6 +371,8 @@ class ChartTest(unittest.TestCase):
         scoped = {("ClusterRole", "", "", "nodes", v, "") for v in ("list", "watch")}
         scoped |= {("Role", "team-a") + j + ("",) for j in jobs}
         scoped |= {("Role", "antdt-system") + r for r in own}
+        # Gang scheduling (Volcano): create on the jobs' PodGroups, nothing more.
+        scoped.add(("Role", "team-a", "scheduling.volcano.sh", "podgroups", "create", ""))
         self.assertEqual(self.rules(self.all_on), scoped)
         # Each binding names the operator's ServiceAccount in the release's namespace.
         for o in self.all_on:
