@@ -35,7 +35,7 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$PWD/script
 # their libc calls (epoll_wait, close on a socket) for races with our threads.
 # ignore_noninstrumented_modules ignores the memory accesses of such calls; their
 # pthread locking is still seen (abseil's Mutex is not: operator/runtime/CMakeLists.txt).
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/scripts/tsan.supp
 
 status=0
 (cd "$dir" && ctest -j"$jobs" --output-on-failure -R "^($(echo $selected | tr ' ' '|'))\$" "$@") ||
