@@ -103,7 +103,9 @@ class Cluster {
                                          "--ready-file",
                                          dir_.File("emulator.ready"),
                                          "--bookmark-interval",
-                                         "1s"};
+                                         "1s",
+                                         "--pod-logs-dir",
+                                         dir_.File("kubelet/pods")};
     if (rbac) {
       // Over https: kubectl sends no bearer token to an http server.
       const std::string cmd =
@@ -472,6 +474,21 @@ TEST(OperatorE2E, JobGoesCreatedRunningSucceededExactlyOnce) {
   for (const Json& p : cluster.Pods("train")) {
     ASSERT_TRUE(p["metadata"].contains("ownerReferences")) << p.dump();
     EXPECT_EQ(p["metadata"]["ownerReferences"][0].value("uid", ""), Str(job, {"metadata", "uid"}));
+  }
+  // `kubectl logs train-worker-0`, as Kubeflow users type it: the worker's
+  // stable pod name finds its (current) pod's output.
+  for (const Json& p : cluster.Pods("train")) {
+    if (Str(p, {"metadata", "name"}) != "train-worker-0") continue;
+    int rc = 0;
+    const std::string logs = cluster.Kubectl("logs train-worker-0", &rc);
+    EXPECT_EQ(rc, 0) << logs;
+    const std::string expected = cluster.PodLog(p);
+    EXPECT_FALSE(expected.empty());
+    EXPECT_EQ(logs, expected);
+    const std::string last = cluster.Kubectl("logs train-worker-0 --tail=1", &rc);
+    EXPECT_EQ(rc, 0) << last;
+    EXPECT_EQ(std::count(last.begin(), last.end(), '\n'), 1) << last;
+    EXPECT_TRUE(absl::EndsWith(expected, last)) << last;
   }
   // `kubectl get adt` shows the printer columns.
   const std::string table = cluster.Kubectl("get adt");

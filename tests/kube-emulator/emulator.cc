@@ -234,6 +234,7 @@ struct Resource {
   bool status_sub = false;
   bool binding_sub = false;
   bool token_sub = false;  // serviceaccounts/token (TokenRequest)
+  bool log_sub = false;    // pods/log
   bool custom = false;
   bool has_generation = false;
   bool validate_names = true;
@@ -344,6 +345,7 @@ struct Emulator::Impl {
 
   // Resource verbs (take mu_ themselves).
   HttpResponse Get(const Target& t, const HttpRequest& req);
+  HttpResponse PodLog(const Target& t, const HttpRequest& req);
   HttpResponse List(const Target& t, const HttpRequest& req);
   std::optional<HttpResponse> Watch(const Target& t, const HttpRequest& req,
                                     ResponseWriter& writer);
@@ -440,6 +442,7 @@ Emulator::Impl::Impl(EmulatorOptions o) : options(std::move(o)) {
   RegisterBuiltin(serviceaccounts);
   Resource pods = add("", "pods", "Pod", true, {"po"}, true);
   pods.binding_sub = true;
+  pods.log_sub = true;
   pods.categories = {"all"};
   RegisterBuiltin(pods);
   RegisterBuiltin(add("", "nodes", "Node", false, {"no"}, true));
@@ -1021,7 +1024,7 @@ std::optional<HttpResponse> Emulator::Impl::Dispatch(const HttpRequest& req, Res
   if (!t.ns.empty() && !t.res->namespaced) return GenericNotFound();
   if (!t.sub.empty() &&
       !((t.sub == "status" && t.res->status_sub) || (t.sub == "binding" && t.res->binding_sub) ||
-        (t.sub == "token" && t.res->token_sub))) {
+        (t.sub == "token" && t.res->token_sub) || (t.sub == "log" && t.res->log_sub))) {
     return GenericNotFound();
   }
   bool watch = req.params.count("watch") && IsTrue(req.params.at("watch"));
@@ -1036,6 +1039,12 @@ std::optional<HttpResponse> Emulator::Impl::Dispatch(const HttpRequest& req, Res
       return Error(405, "MethodNotAllowed",
                    "the server does not allow this method on the requested resource");
     return TokenRequest(t, req);
+  }
+  if (t.sub == "log") {
+    if (m != "GET")
+      return Error(405, "MethodNotAllowed",
+                   "the server does not allow this method on the requested resource");
+    return PodLog(t, req);
   }
   if (t.res->resource == "bindings") {
     if (m != "POST" || !t.name.empty())
@@ -1208,6 +1217,58 @@ HttpResponse Emulator::Impl::Get(const Target& t, const HttpRequest& req) {
   if (WantsTable(req) && t.res->custom)
     return JsonResponse(200, TableFor(*t.res, t.version, {*obj}));
   return JsonResponse(200, Out(*t.res, t.version, *obj));
+}
+
+// GET pods/NAME/log: the container's output (plain text), its last
+// `tailLines` lines or `limitBytes` bytes when asked; `container` must name one
+// of the pod's containers. `follow` answers what there is so far.
+HttpResponse Emulator::Impl::PodLog(const Target& t, const HttpRequest& req) {
+  std::string uid;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    json* pod = Find(*t.res, ObjKey(t.ns, t.name));
+    if (pod == nullptr) {
+      return Error(404, "NotFound", "pods \"" + t.name + "\" not found",
+                   {{"name", t.name}, {"kind", "pods"}});
+    }
+    uid = (*pod)["metadata"].value("uid", "");
+    auto c = req.params.find("container");
+    if (c != req.params.end()) {
+      bool found = false;
+      for (const json& container : (*pod)["spec"].value("containers", json::array())) {
+        found = found || container.value("name", "") == c->second;
+      }
+      if (!found) {
+        return BadRequest("container " + c->second + " is not valid for pod " + t.name);
+      }
+    }
+  }
+  std::ifstream in(options.pod_logs_dir + "/" + t.ns + "_" + t.name + "_" + uid + "/log");
+  if (options.pod_logs_dir.empty() || !in) {
+    return BadRequest("container of pod \"" + t.name + "\" has no log yet (not started?)");
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int64_t tail = -1, limit = -1;
+  auto p = req.params.find("tailLines");
+  if (p != req.params.end() && (!absl::SimpleAtoi(p->second, &tail) || tail < 0)) {
+    return BadRequest("tailLines: must be a non-negative integer, got \"" + p->second + "\"");
+  }
+  p = req.params.find("limitBytes");
+  if (p != req.params.end() && (!absl::SimpleAtoi(p->second, &limit) || limit < 1)) {
+    return BadRequest("limitBytes: must be a positive integer, got \"" + p->second + "\"");
+  }
+  if (tail >= 0) {
+    std::vector<std::string> lines = absl::StrSplit(text, '\n');
+    if (!lines.empty() && lines.back().empty()) lines.pop_back();  // the last newline
+    const size_t from = lines.size() > static_cast<size_t>(tail) ? lines.size() - tail : 0;
+    text.clear();
+    for (size_t i = from; i < lines.size(); ++i) absl::StrAppend(&text, lines[i], "\n");
+  }
+  if (limit > 0 && static_cast<int64_t>(text.size()) > limit) text.resize(limit);
+  HttpResponse r;
+  r.content_type = "text/plain";
+  r.body = std::move(text);
+  return r;
 }
 
 HttpResponse Emulator::Impl::List(const Target& t, const HttpRequest& req) {

@@ -68,6 +68,9 @@ struct EmulatorOptions {
   bool controllers = true;
   bool strict_namespaces = false;
   int64_t gc_period_ms = 200;
+  // pods/log (`kubectl logs`): the container's output as the test kubelet
+  // keeps it, <pod_logs_dir>/<namespace>_<name>_<uid>/log. "": not served.
+  std::string pod_logs_dir;
 };
 
 class Emulator {

@@ -12,11 +12,12 @@
 
 int main(int argc, char** argv) {
   using namespace antdt::kubeemu;  // NOLINT
-  auto flags = antdt::ParseFlags(argc, argv,
-                                 {"listen", "ready-file", "bookmark-interval", "history", "token",
-                                  "token-file", "tls-cert", "tls-key", "no-gc", "strict-namespaces",
-                                  "gc-period", "authorization-mode", "no-controllers"},
-                                 {"no-gc", "strict-namespaces", "no-controllers"});
+  auto flags =
+      antdt::ParseFlags(argc, argv,
+                        {"listen", "ready-file", "bookmark-interval", "history", "token",
+                         "token-file", "tls-cert", "tls-key", "no-gc", "strict-namespaces",
+                         "gc-period", "authorization-mode", "no-controllers", "pod-logs-dir"},
+                        {"no-gc", "strict-namespaces", "no-controllers"});
   if (!flags.ok()) {
     std::fprintf(stderr, "antdt-kube-emulator: %s\n",
                  std::string(flags.status().message()).c_str());
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   }
   options.rbac = mode == "RBAC";
   options.strict_namespaces = flags->Has("strict-namespaces");
+  options.pod_logs_dir = flags->Get("pod-logs-dir");
   ServerOptions server_options;
   server_options.listen = flags->Get("listen", "127.0.0.1:0");
   server_options.tls_cert = flags->Get("tls-cert");
