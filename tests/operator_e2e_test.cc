@@ -288,6 +288,19 @@ class Cluster {
     ASSERT_EQ(rc, 0) << out;
   }
 
+  // Applies the smaller quickstart job and waits until it runs and has
+  // committed records; the job as then seen.
+  Json ApplyRunningJob(const std::string& name, int64_t records, int workers) {
+    ApplyJob(ExampleJob(name, records, workers));
+    return WaitJob(
+        name,
+        [](const Json& j) {
+          return Condition(j, "Running") == "True" &&
+                 j["status"]["progress"].value("recordsCommitted", int64_t{0}) > 0;
+        },
+        std::chrono::seconds(120));
+  }
+
   Json GetJob(const std::string& name, const std::string& ns = "default") {
     auto j = api_->Get(kube::AntDTJobsResource(), ns, name);
     return j.ok() ? *j : Json();
@@ -778,14 +791,8 @@ TEST(OperatorE2E, RunningJobRefusesImmutableChangesAndSuspendsAndResumes) {
   Cluster cluster(4);
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   const int64_t records = 16000;
-  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("pause", records, 3)));
-  Json job = cluster.WaitJob(
-      "pause",
-      [](const Json& j) {
-        return Condition(j, "Running") == "True" &&
-               j["status"]["progress"].value("recordsCommitted", int64_t{0}) > 0;
-      },
-      std::chrono::seconds(120));
+  Json job;
+  ASSERT_NO_FATAL_FAILURE(job = cluster.ApplyRunningJob("pause", records, 3));
   ASSERT_EQ(Condition(job, "Running"), "True") << job.dump(2);
   const int64_t generation = job["metadata"].value("generation", int64_t{0});
 
@@ -860,10 +867,8 @@ TEST(OperatorE2E, OrphanedPodsAreReportedNotCountedAndTheJobRunsOnceTheyGo) {
   Cluster cluster(4);
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   const int64_t records = 4000;
-  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("orph", records, 2)));
-  Json job = cluster.WaitJob(
-      "orph", [](const Json& j) { return Condition(j, "Running") == "True"; },
-      std::chrono::seconds(120));
+  Json job;
+  ASSERT_NO_FATAL_FAILURE(job = cluster.ApplyRunningJob("orph", records, 2));
   ASSERT_EQ(Condition(job, "Running"), "True") << job.dump(2);
   const std::string first_uid = Str(job, {"metadata", "uid"});
   int rc = 0;

@@ -449,7 +449,8 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     rt->uid = uid;
     rt->backend = std::make_unique<LoopBackend>(this);
   }
-  if (rt->loop == nullptr || rt->policy_spec != PolicySpecOf(job)) {
+  const std::string policy_spec = PolicySpecOf(job);
+  if (rt->loop == nullptr || rt->policy_spec != policy_spec) {
     if (rt->loop != nullptr) {
       // Acted on, and said: the new policy decides from the next turn on, with
       // the decisions committed so far (cool-downs, budget) as its history.
@@ -459,7 +460,7 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
                        vocab::Name(spec.straggler_policy.name), " decides from now on (generation ",
                        kube::At(job, {"metadata", "generation"}).dump(), ")"));
     }
-    rt->policy_spec = PolicySpecOf(job);
+    rt->policy_spec = policy_spec;
     control::LoopOptions lo;
     lo.job = spec.name;
     lo.namespace_ = spec.namespace_;

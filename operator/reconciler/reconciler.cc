@@ -869,17 +869,22 @@ WorkerInstance* FindInstance(std::vector<WorkerInstance>& instances, const std::
 }
 
 // A restart: the worker's next incarnation (its pod of the same name, once the
-// previous one is gone).
-void NextIncarnation(WorkerInstance& w, const std::string& /*job*/) { ++w.incarnation; }
+// previous one is gone), on any node unless the caller chooses one; not a
+// resume unless the caller says so.
+void NextIncarnation(WorkerInstance& w) {
+  ++w.incarnation;
+  w.node.clear();
+  w.resumed = false;
+}
 
 std::string EvidenceText(const Action& a) {
   return a.evidence.empty() ? "" : "; evidence: " + a.evidence;
 }
 
 // KILL_RESTART: the worker's next incarnation, never again on the node it left.
-Event KillRestart(const Action& a, const std::string& job, WorkerInstance& w) {
+Event KillRestart(const Action& a, WorkerInstance& w) {
   const std::string old_pod = w.pod;
-  NextIncarnation(w, job);
+  NextIncarnation(w);
   if (!a.from_node.empty() && std::find(w.excluded_nodes.begin(), w.excluded_nodes.end(),
                                         a.from_node) == w.excluded_nodes.end()) {
     w.excluded_nodes.push_back(a.from_node);
@@ -922,7 +927,7 @@ void ApplyActions(const Pass& pass, Records& r, Plan& plan) {
       continue;
     }
     if (a.kind == vocab::ActionKind::kKillRestart) {
-      plan.events.push_back(KillRestart(a, pass.job, *w));
+      plan.events.push_back(KillRestart(a, *w));
     } else {
       AdjustBatch(a, pass.o.stragglers, *w, plan.events);
     }
@@ -953,10 +958,8 @@ std::string DisruptionOf(const Json& pod) {
 // A disrupted worker restarts as its next incarnation, not counted against
 // the backoff limit (as a Job's podFailurePolicy Ignore on DisruptionTarget).
 void RestartDisrupted(const std::string& disruption, const std::string& what, WorkerInstance& w,
-                      const std::string& job, Plan& plan) {
-  NextIncarnation(w, job);
-  w.node.clear();
-  w.resumed = false;
+                      Plan& plan) {
+  NextIncarnation(w);
   plan.events.push_back(
       {"Warning", "WorkerDisrupted",
        absl::StrCat(what, "; disrupted (", disruption, "), restarting as incarnation ",
@@ -976,7 +979,7 @@ void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
                      FailureText(*pod), ")");
     const std::string disruption = DisruptionOf(*pod);
     if (!disruption.empty()) {
-      RestartDisrupted(disruption, what, w, pass.job, plan);
+      RestartDisrupted(disruption, what, w, plan);
       continue;
     }
     ++r.failures;
@@ -988,9 +991,7 @@ void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
       plan.events.push_back({"Warning", "BackoffLimitExceeded", r.failed_message});
       return;
     }
-    NextIncarnation(w, pass.job);
-    w.node.clear();
-    w.resumed = false;
+    NextIncarnation(w);
     plan.events.push_back(
         {"Warning", "WorkerFailed",
          absl::StrCat(what, "; restarting as incarnation ", w.incarnation, " (failure ", r.failures,
@@ -1129,6 +1130,15 @@ void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
   for (const WorkerInstance& w : r.instances) EnsureWorker(pass, w, plan);
 }
 
+// The observed pods in name order (deletions are written in a stable order).
+std::vector<const Json*> ByName(const std::vector<Json>& pods) {
+  std::vector<const Json*> sorted;
+  for (const Json& pod : pods) sorted.push_back(&pod);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Json* a, const Json* b) { return Name(*a) < Name(*b); });
+  return sorted;
+}
+
 // A suspended job holds no pods: each unfinished worker's pod goes (the
 // worker resumes as its next incarnation: a new process, whose sharding
 // leases and journal pick up where the last one committed), the parameter
@@ -1141,16 +1151,11 @@ void PlanSuspend(const Pass& pass, Records& r, Plan& plan) {
     const Json* pod = pass.children.Worker(w);
     if (IsSucceeded(pod)) kept.insert(w.pod);
     if (pod == nullptr || kube::Terminating(*pod) || Finished(*pod)) continue;
-    NextIncarnation(w, pass.job);
+    NextIncarnation(w);
     ++w.resumes;
     w.resumed = true;
-    w.node.clear();
   }
-  std::vector<const Json*> sorted;
-  for (const Json& pod : pass.o.pods) sorted.push_back(&pod);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Json* a, const Json* b) { return Name(*a) < Name(*b); });
-  for (const Json* pod : sorted) {
+  for (const Json* pod : ByName(pass.o.pods)) {
     if (kube::Terminating(*pod) || kept.count(Name(*pod)) > 0) continue;
     AddWrite(plan, Delete(*pod, -1, "the job is suspended (spec.suspend)"));
   }
@@ -1158,11 +1163,7 @@ void PlanSuspend(const Pass& pass, Records& r, Plan& plan) {
 
 // A finished job: stop what still runs (the servers never exit by themselves).
 void PlanCleanup(const Pass& pass, const Records& r, Plan& plan) {
-  std::vector<const Json*> sorted;
-  for (const Json& pod : pass.o.pods) sorted.push_back(&pod);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Json* a, const Json* b) { return Name(*a) < Name(*b); });
-  for (const Json* pod : sorted) {
+  for (const Json* pod : ByName(pass.o.pods)) {
     if (kube::Terminating(*pod) || Finished(*pod)) continue;
     AddWrite(plan, Delete(*pod, -1, r.succeeded ? "the job succeeded" : "the job failed"));
   }
