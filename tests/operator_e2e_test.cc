@@ -782,7 +782,7 @@ bool HasEvent(const std::vector<Json>& events, const std::string& reason) {
 }
 
 // What a running job can and cannot change, through `kubectl patch`: fields it
-// cannot (the dataset, the model, the number of workers, the checkpoint path)
+// cannot (the dataset, the model, the number of parameter servers, the checkpoint path)
 // are refused by the CRD's transition rules with a 422 naming the field, and
 // nothing changes; a new straggler policy is acted on (an Event); suspending
 // deletes every pod and resuming finishes the job with every record committed
@@ -799,7 +799,7 @@ TEST(OperatorE2E, RunningJobRefusesImmutableChangesAndSuspendsAndResumes) {
   const std::vector<std::pair<std::string, std::string>> immutable = {
       {R"({"spec":{"dataset":{"records":1000}}})", "spec.dataset"},
       {R"({"spec":{"model":{"learningRate":0.5}}})", "spec.model"},
-      {R"({"spec":{"workers":{"replicas":1}}})", "spec.workers.replicas"},
+      {R"({"spec":{"parameterServers":{"replicas":2}}})", "spec.parameterServers.replicas"},
       {R"({"spec":{"checkpoint":{"path":"/elsewhere"}}})", "spec.checkpoint"}};
   for (const auto& [patch, field] : immutable) {
     int rc = 0;
@@ -856,6 +856,127 @@ TEST(OperatorE2E, RunningJobRefusesImmutableChangesAndSuspendsAndResumes) {
   const demo::Verification v = cluster.Verify("pause", records);
   EXPECT_TRUE(v.exactly_once()) << v.Summary();
   EXPECT_TRUE(HasEvent(cluster.Events(), "Resumed"));
+}
+
+// The job's workers that are not terminating and not finished, by name.
+std::vector<std::string> LiveWorkers(const std::vector<Json>& pods) {
+  std::vector<Json> workers;
+  for (const Json& p : pods) {
+    if (Str(p, {"metadata", "labels", "antdt.io/role"}) == "worker") workers.push_back(p);
+  }
+  std::vector<std::string> names = ActivePods(workers);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+int64_t BatchSum(const Json& job) {
+  int64_t sum = 0;
+  for (const Json& w : job["status"]["workerInstances"]) {
+    sum += w.value("localBatchSize", int64_t{0});
+  }
+  return sum;
+}
+
+// `kubectl scale` and `kubectl patch` of a running job's workers, 3 -> 1 -> 3: at each
+// step the status's workers match the live pods, the removed workers' pods go
+// and their shards are released, the one left is told the whole global batch
+// (an ADJUST_BS it applies) and the parameter server its members; scaled up
+// again, worker-1 and worker-2 come back as their next incarnations. The job
+// finishes with every record committed exactly once and no restart counted.
+TEST(OperatorE2E, ScalingARunningJobDownAndUpKeepsTheGlobalBatchAndCommitsOnce) {
+  Cluster cluster(4);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
+  const int64_t records = 24000;
+  Json job;
+  ASSERT_NO_FATAL_FAILURE(job = cluster.ApplyRunningJob("scale", records, 3));
+  ASSERT_EQ(Condition(job, "Running"), "True") << job.dump(2);
+  const int64_t global = job["spec"]["model"].value("globalBatchSize", int64_t{256});
+  EXPECT_EQ(BatchSum(job), global);
+
+  // Down with `kubectl scale` (the CRD's scale subresource), up with `kubectl patch`.
+  auto scale_to = [&](int n) {
+    int rc = 0;
+    const std::string out = cluster.Kubectl(
+        n == 1 ? "scale adt scale --replicas=1"
+               : absl::StrCat(R"(patch adt scale --type=merge -p '{"spec":{"workers":{"replicas":)",
+                              n, "}}}'"),
+        &rc);
+    ASSERT_EQ(rc, 0) << out;
+  };
+  // Settled at n workers: the status says n, n worker pods run, none other is
+  // left, every removed worker is retired (its shards released).
+  auto settled = [&](int n) {
+    return [&cluster, n](const Json& j) {
+      const std::vector<std::string> live = LiveWorkers(cluster.Pods("scale"));
+      int workers = 0;
+      for (const Json& p : cluster.Pods("scale")) {
+        workers += Str(p, {"metadata", "labels", "antdt.io/role"}) == "worker";
+      }
+      bool retired = true;
+      for (const Json& w : j["status"].value("removedWorkers", Json::array())) {
+        retired = retired && w.value("retired", false);
+      }
+      return j["status"]["workers"].value("desired", 0) == n &&
+             j["status"]["workers"].value("active", 0) == n && Condition(j, "Running") == "True" &&
+             static_cast<int>(live.size()) == n && workers == n && retired;
+    };
+  };
+
+  ASSERT_NO_FATAL_FAILURE(scale_to(1));
+  job = cluster.WaitJob("scale", settled(1), std::chrono::seconds(90));
+  ASSERT_TRUE(settled(1)(job)) << job.dump(2);
+  ASSERT_NE(Condition(job, "Succeeded"), "True") << "finished before it was scaled down";
+  EXPECT_EQ(absl::StrJoin(LiveWorkers(cluster.Pods("scale")), ","), "scale-worker-0");
+  EXPECT_EQ(Str(job, {"status", "workers", "summary"}), "1/1");
+  EXPECT_EQ(BatchSum(job), global);
+  EXPECT_EQ(job["status"]["removedWorkers"].size(), 2u);
+  EXPECT_EQ(Condition(job, "Mitigating"), "False");
+  EXPECT_TRUE(HasEvent(cluster.Events(), "Scaled"));
+  // worker-0 runs the whole global batch: the directive reached it.
+  Json worker0;
+  for (const Json& p : cluster.Pods("scale")) {
+    if (Str(p, {"metadata", "name"}) == "scale-worker-0") worker0 = p;
+  }
+  const std::string applied = absl::StrCat("event=directive_applied worker=worker-0");
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const std::string log = cluster.PodLog(worker0);
+        return log.find(applied) != std::string::npos &&
+               log.find(absl::StrCat("local_batch=", global)) != std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << cluster.PodLog(worker0);
+  // The parameter server was told its members.
+  Json ps;
+  for (const Json& p : cluster.Pods("scale")) {
+    if (Str(p, {"metadata", "name"}) == "scale-ps-0") ps = p;
+  }
+  EXPECT_NE(cluster.PodLog(ps).find("event=resized"), std::string::npos) << cluster.PodLog(ps);
+  const int64_t at_one = job["status"]["progress"].value("recordsCommitted", int64_t{0});
+  std::cerr << "scaled to 1 at " << at_one << " of " << records << " records\n";
+
+  ASSERT_NO_FATAL_FAILURE(scale_to(3));
+  job = cluster.WaitJob("scale", settled(3), std::chrono::seconds(90));
+  ASSERT_TRUE(settled(3)(job)) << job.dump(2);
+  ASSERT_NE(Condition(job, "Succeeded"), "True") << "finished before it was scaled up";
+  EXPECT_EQ(absl::StrJoin(LiveWorkers(cluster.Pods("scale")), ","),
+            "scale-worker-0,scale-worker-1,scale-worker-2");
+  for (const Json& p : cluster.Pods("scale")) {
+    if (Str(p, {"metadata", "name"}) == "scale-worker-1") {
+      EXPECT_EQ(Str(p, {"metadata", "labels", "antdt.io/incarnation"}), "1");
+    }
+  }
+  EXPECT_EQ(BatchSum(job), global);
+  EXPECT_FALSE(job["status"].contains("removedWorkers")) << job["status"].dump(2);
+
+  job = cluster.WaitJob(
+      "scale", [](const Json& j) { return Finished(j); }, std::chrono::seconds(240));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  EXPECT_EQ(job["status"]["workers"].value("restarts", -1), 0) << "scaling is no restart";
+  EXPECT_EQ(BatchSum(job), global);
+  const demo::Verification v = cluster.Verify("scale", records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
 }
 
 // Pods orphaned by `kubectl delete --cascade=orphan` hold the names a job

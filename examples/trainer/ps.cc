@@ -20,6 +20,7 @@ absl::StatusOr<PsOptions> ParameterShard::Validate(PsOptions options) {
 
 ParameterShard::ParameterShard(PsOptions options)
     : options_(options),
+      workers_(options.workers),
       params_(static_cast<size_t>(options.features), 0.0f),
       grad_sum_(static_cast<size_t>(options.features), 0.0) {}
 
@@ -95,6 +96,22 @@ PushResult ParameterShard::Current(bool accepted, bool completed) const {
 int ParameterShard::Leave(const std::string& worker) {
   std::lock_guard<std::mutex> lock(mu_);
   if (contributors_.count(worker) == 0 && !shutdown_) departed_.insert(worker);
+  if (!contributors_.empty() && static_cast<int>(contributors_.size()) >= needed()) CompleteStep();
+  return needed();
+}
+
+absl::StatusOr<int> ParameterShard::Resize(int workers, absl::Span<const std::string> removed,
+                                           absl::Span<const std::string> added) {
+  if (workers <= options_.backup || workers > kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "workers: must be in (backup = ", options_.backup, ", ", kMaxWorkers, "], got ", workers));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  workers_ = workers;
+  for (const std::string& w : removed) departed_.erase(w);
+  for (const std::string& w : added) {
+    if (contributors_.count(w) == 0) departed_.insert(w);
+  }
   if (!contributors_.empty() && static_cast<int>(contributors_.size()) >= needed()) CompleteStep();
   return needed();
 }

@@ -27,6 +27,9 @@
 
 namespace antdt::trainer {
 
+// The most workers a server takes (--workers, Resize).
+inline constexpr int kMaxWorkers = 100'000;
+
 struct PsOptions {
   int64_t features = 0;  // the size of this server's slice
   int workers = 1;       // world size
@@ -67,13 +70,21 @@ class ParameterShard {
   // The worker left: steps stop waiting for it (a step it was the last one
   // missing from completes now). Returns how many gradients a step now needs.
   int Leave(const std::string& worker);
+  // The job was scaled to `workers` (its operator says so): `removed` are no
+  // longer members (steps neither wait for them nor count them as left);
+  // `added` are members from their first push (steps do not wait for them
+  // before). A step the change leaves complete completes now. Returns how
+  // many gradients a step now needs; an error, changing nothing, when
+  // `workers` is not above the backup count.
+  absl::StatusOr<int> Resize(int workers, absl::Span<const std::string> removed,
+                             absl::Span<const std::string> added);
   PsStats Stats() const;
   // Wakes every blocked Push, which then answers the current parameters.
   void Shutdown();
 
  private:
   int needed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::max(1, options_.workers - options_.backup - static_cast<int>(departed_.size()));
+    return std::max(1, workers_ - options_.backup - static_cast<int>(departed_.size()));
   }
   void CompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PushResult Current(bool accepted, bool completed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -81,6 +92,7 @@ class ParameterShard {
   const PsOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  int workers_ ABSL_GUARDED_BY(mu_);  // world size: options_.workers, then Resize's
   std::vector<float> params_ ABSL_GUARDED_BY(mu_);
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   // The step in progress.

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -84,6 +85,32 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Resize(grpc::ServerContext*, const antdt::v1::ResizeRequest* req,
+                      antdt::v1::ResizeResponse* resp) override {
+    for (const auto* ids : {&req->removed(), &req->added()}) {
+      for (const std::string& w : *ids) {
+        if (w.empty() || w.size() > 253) {
+          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "removed, added: worker ids must have 1 to 253 characters");
+        }
+      }
+    }
+    const std::vector<std::string> removed(req->removed().begin(), req->removed().end());
+    const std::vector<std::string> added(req->added().begin(), req->added().end());
+    absl::StatusOr<int> members = shard_.Resize(req->workers(), removed, added);
+    if (!members.ok()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          std::string(members.status().message()));
+    }
+    antdt::LogEvent("resized", {{"ps", id_},
+                                {"workers", req->workers()},
+                                {"removed", absl::StrJoin(removed, ",")},
+                                {"added", absl::StrJoin(added, ",")},
+                                {"members", *members}});
+    resp->set_members(*members);
+    return grpc::Status::OK;
+  }
+
   grpc::Status Stats(grpc::ServerContext*, const antdt::v1::StatsRequest*,
                      antdt::v1::ParameterServerStats* resp) override {
     const antdt::trainer::PsStats s = shard_.Stats();
@@ -124,10 +151,10 @@ int main(int argc, char** argv) {
   if (!absl::SimpleAtoi(flags->Get("features"), &options.features)) {
     return Fail("--features: must be an integer > 0");
   }
-  if (!absl::SimpleAtoi(flags->Get("workers"), &workers) || workers > 100'000) {
+  if (!absl::SimpleAtoi(flags->Get("workers"), &workers) || workers > trainer::kMaxWorkers) {
     return Fail("--workers: must be an integer > 0");
   }
-  if (!absl::SimpleAtoi(flags->Get("backup", "0"), &backup) || backup > 100'000) {
+  if (!absl::SimpleAtoi(flags->Get("backup", "0"), &backup) || backup > trainer::kMaxWorkers) {
     return Fail("--backup: must be an integer in [0, workers)");
   }
   options.workers = static_cast<int>(workers);

@@ -227,6 +227,34 @@ TEST(ParameterShardTest, StepsStopWaitingForWorkersThatLeft) {
   EXPECT_EQ(r->contributions, 2);
 }
 
+// Scaled from 3 workers to 1 and back to 3: a step waits for the members
+// there are, the removed ones neither awaited nor counted as left, the added
+// ones from their first push; a world size at or below the backup count is
+// refused and changes nothing.
+TEST(ParameterShardTest, ResizeChangesWhoAStepWaitsFor) {
+  ParameterShard ps(Options(3, 1, 1, std::chrono::milliseconds(60'000)));
+  EXPECT_FALSE(ps.Resize(1, {}, {}).ok());  // backup 1: at least 2
+  EXPECT_EQ(ps.Stats().step, 0);
+  const std::vector<std::string> two = {"w2"};
+  ASSERT_EQ(*ps.Resize(2, two, {}), 1);  // w0 and w1, one of them a backup
+  auto r = ps.Push("w0", 0, 2, {4.0f}, 1.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->completed);
+  EXPECT_EQ(r->contributions, 1);
+
+  // Back to 4: w2 and w3 are awaited only from their first push.
+  const std::vector<std::string> added = {"w2", "w3"};
+  ASSERT_EQ(*ps.Resize(4, {}, added), 1);
+  std::thread joiner([&] { ASSERT_TRUE(ps.Push("w2", 1, 1, {1.0f}, 0.5).ok()); });
+  while (ps.Stats().pending < 1) std::this_thread::yield();
+  // w2 joined: a step needs 4 - 1 - 1 (w3 not yet) = 2; w0 completes it.
+  r = ps.Push("w0", 1, 1, {1.0f}, 0.5);
+  joiner.join();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->contributions, 2);
+  EXPECT_EQ(ps.Stats().step, 2);
+}
+
 TEST(ParameterShardTest, StaleAndDuplicateGradientsAreDropped) {
   ParameterShard ps(Options(1, 0));
   ASSERT_TRUE(ps.Push("w0", 0, 1, {1.0f}, 0.5).ok());

@@ -581,8 +581,9 @@ std::optional<controller::Plan> JobController::PlanIfDue(const Json& job, JobRun
   return plan;
 }
 
-void JobController::LeaveParameterServers(const std::string& worker,
-                                          const std::vector<Json>& pods) {
+void JobController::ForEachParameterServer(
+    const std::vector<Json>& pods,
+    const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call) {
   for (const Json& p : pods) {
     if (kube::Label(p, "antdt.io/role") != "ps" || PodIp(p).empty() || kube::Terminating(p))
       continue;
@@ -592,16 +593,84 @@ void JobController::LeaveParameterServers(const std::string& worker,
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(options_.rpc_timeout_ms));
+    const grpc::Status s = call(*stub, ctx);
+    if (!s.ok()) {
+      LogEvent("operator", {{"event", "parameter_server_call_failed"},
+                            {"pod", NameOf(p)},
+                            {"code", static_cast<int>(s.error_code())},
+                            {"error", s.error_message()}});
+    }
+  }
+}
+
+void JobController::LeaveParameterServers(const std::string& worker,
+                                          const std::vector<Json>& pods) {
+  ForEachParameterServer(pods, [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
     v1::LeaveRequest req;
     req.set_worker_id(worker);
     v1::LeaveResponse resp;
-    (void)stub->Leave(&ctx, req, &resp);
+    return stub.Leave(&ctx, req, &resp);
+  });
+}
+
+void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w,
+                                     const std::vector<Json>& pods, JobRuntime* rt) {
+  const std::string key = kube::KeyOf(job);
+  switch (w.kind) {
+    case reconciler::Write::Kind::kLeaveParameterServers:
+      LeaveParameterServers(w.worker, pods);
+      return;
+    case reconciler::Write::Kind::kResizeParameterServers:
+      ForEachParameterServer(pods, [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
+        v1::ResizeRequest req;
+        req.set_workers(w.workers);
+        for (const std::string& id : w.removed) req.add_removed(id);
+        for (const std::string& id : w.added) req.add_added(id);
+        v1::ResizeResponse resp;
+        return stub.Resize(&ctx, req, &resp);
+      });
+      break;
+    case reconciler::Write::Kind::kAdjustBatch: {
+      v1::Directive d;
+      d.set_job(kube::StringAt(job, {"metadata", "name"}));
+      d.set_namespace_(kube::StringAt(job, {"metadata", "namespace"}));
+      d.set_worker_id(w.worker);
+      d.set_version(RealClock::Get().NowMillis());
+      d.mutable_adjust_batch()->set_local_batch_size(w.local_batch_size);
+      d.mutable_adjust_batch()->set_accumulation_steps(1);
+      d.set_reason(w.reason);
+      const bool sent = monitor_ != nullptr && monitor_->hub().SendDirective(w.node, d);
+      LogEvent("operator", {{"event", sent ? "directive_sent" : "directive_not_delivered"},
+                            {"job", key},
+                            {"worker", w.worker},
+                            {"node", w.node},
+                            {"local_batch", w.local_batch_size}});
+      return;
+    }
+    case reconciler::Write::Kind::kReleaseShards: {
+      const absl::Status s =
+          rt == nullptr ? absl::FailedPreconditionError("no runtime")
+                        : rt->backend->ReleaseShards(w.worker, static_cast<int32_t>(w.incarnation));
+      // Not fatal: the leases expire by themselves.
+      LogEvent("operator", {{"event", s.ok() ? "shards_released" : "shards_not_released"},
+                            {"job", key},
+                            {"worker", w.worker},
+                            {"error", std::string(s.message())}});
+      return;
+    }
+    default:
+      return;
   }
+  LogEvent("operator", {{"event", "parameter_servers_resized"},
+                        {"job", key},
+                        {"workers", w.workers},
+                        {"removed", absl::StrJoin(w.removed, ",")},
+                        {"added", absl::StrJoin(w.added, ",")}});
 }
 
 absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
                                   const std::vector<Json>& pods,
-                                  const std::set<std::string>& foreign) {
+                                  const std::set<std::string>& foreign, JobRuntime* rt) {
   const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
   const std::string key = kube::KeyOf(job);
   Json current = job;  // the job as last written, for ReplicaFailure
@@ -613,7 +682,7 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
     current = *r;
   }
   // The decisions are committed: their Events now, before any write can fail.
-  RecordCommittedEvents(plan, &current);
+  RecordCommittedEvents(plan, plan.status.has_value(), &current);
 
   for (const reconciler::Write& w : plan.writes) {
     const kube::ResourceRef ref = RefOf(w);
@@ -656,7 +725,10 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
         break;
       }
       case reconciler::Write::Kind::kLeaveParameterServers:
-        LeaveParameterServers(w.worker, pods);
+      case reconciler::Write::Kind::kResizeParameterServers:
+      case reconciler::Write::Kind::kAdjustBatch:
+      case reconciler::Write::Kind::kReleaseShards:
+        ApplyServerWrite(job, w, pods, rt);
         break;
       case reconciler::Write::Kind::kDeleteJob: {
         kube::DeleteOptions d;
@@ -694,7 +766,21 @@ void JobController::ReportOrphans(const Json& job, const std::vector<Json>& pods
                    "delete them when done with them"));
 }
 
-void JobController::RecordCommittedEvents(const reconciler::Plan& plan, Json* current) {
+void JobController::RecordCommittedEvents(const reconciler::Plan& plan, bool status_written,
+                                          Json* current) {
+  if (plan.events.empty()) return;
+  if (!status_written) {
+    // The status is as this pass found it, pendingEvents and all: left by an
+    // operator that stopped before writing them, or written by this one a
+    // moment ago and cleared since, the cache not yet showing it. Only the job
+    // as stored now tells them apart (a cache behind: the next pass sees it).
+    auto stored = api_->Get(kube::AntDTJobsResource(),
+                            kube::StringAt(*current, {"metadata", "namespace"}), NameOf(*current));
+    if (!stored.ok() || kube::StringAt(*stored, {"metadata", "resourceVersion"}) !=
+                            kube::StringAt(*current, {"metadata", "resourceVersion"})) {
+      return;
+    }
+  }
   for (const reconciler::Event& e : plan.events) {
     recorder_->Record(*current, e.type, e.reason, e.message);
   }
@@ -815,7 +901,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   }
   const reconciler::Plan plan = reconciler::Reconcile(obs, options_.settings);
   // The status first: it commits every decision of this pass.
-  RETURN_IF_ERROR(Apply(job, plan, obs.pods, foreign));
+  RETURN_IF_ERROR(Apply(job, plan, obs.pods, foreign, rt));
   if (rt != nullptr) {
     for (const reconciler::Write& w : plan.writes) {
       if (w.resource == "podgroups") rt->pod_group_created = true;  // created, or there

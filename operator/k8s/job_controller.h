@@ -7,8 +7,11 @@
 // decision), then the children, then the directives to agents and the Events.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "antdt/v1/trainer.grpc.pb.h"
 #include "common/clock.h"
 #include "operator/controller/policy.h"
 #include "operator/kube/api.h"
@@ -83,12 +87,24 @@ class JobController {
   absl::Status SetReplicaFailure(const kube::Json& job, const std::string& reason,
                                  const std::string& message);
   // Writes the Events the status committed, then clears status.pendingEvents
-  // (`current` is the job as last written; updated).
-  void RecordCommittedEvents(const reconciler::Plan& plan, kube::Json* current);
+  // (`current` is the job as last written, or as this pass found it when it
+  // wrote no status; updated).
+  void RecordCommittedEvents(const reconciler::Plan& plan, bool status_written,
+                             kube::Json* current);
   // `foreign`: names of objects with the job's labels that it does not
   // control (orphans, or an earlier job's being collected).
+  // `rt`: the job's runtime, null for a job with an invalid spec.
   absl::Status Apply(const kube::Json& job, const reconciler::Plan& plan,
-                     const std::vector<kube::Json>& pods, const std::set<std::string>& foreign);
+                     const std::vector<kube::Json>& pods, const std::set<std::string>& foreign,
+                     JobRuntime* rt);
+  // A write to AntDT's own servers (parameter servers, sharding service, an
+  // agent), best effort: logged when it fails (a lease expires by itself).
+  void ApplyServerWrite(const kube::Json& job, const reconciler::Write& w,
+                        const std::vector<kube::Json>& pods, JobRuntime* rt);
+  // Calls each running parameter server of `pods` (a deadline set); logs failures.
+  void ForEachParameterServer(
+      const std::vector<kube::Json>& pods,
+      const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call);
   // A Warning Event naming the pods and Services with the job's labels and no
   // controller, each time that set changes.
   void ReportOrphans(const kube::Json& job, const std::vector<kube::Json>& pods,

@@ -487,6 +487,7 @@ Json ToJson(const WorkerInstance& w) {
     j["resumes"] = w.resumes;
     j["resumed"] = w.resumed;
   }
+  if (w.retired) j["retired"] = true;
   return j;
 }
 
@@ -503,6 +504,7 @@ WorkerInstance WorkerInstanceFromJson(const Json& j) {
   w.local_batch_size = static_cast<int32_t>(GetInt(j, "localBatchSize", 0));
   w.resumes = GetInt(j, "resumes", 0);
   w.resumed = Get(j, "resumed") == true;
+  w.retired = Get(j, "retired") == true;
   const Json& excluded = Get(j, "excludedNodes");
   if (excluded.is_array()) {
     for (const Json& e : excluded) {
@@ -800,45 +802,79 @@ struct Records {
   bool suspended = false;  // spec.suspend, on a job not finished
   bool resuming = false;   // Suspended was True and spec.suspend is cleared
   std::optional<int64_t> completion;
+  // Scaling: the workers removed (status.removedWorkers, by index), and in
+  // this pass the workers added and removed and how many there were (-1: not
+  // scaled in this pass).
+  std::vector<WorkerInstance> removed;
+  std::vector<std::string> added, newly_removed;
+  int32_t scaled_from = -1;
 
   bool Finished() const { return succeeded || failed; }
 };
 
 // ---- Step 1: the records of the previous status ----
 
-// Each worker's record from the previous status, or a fresh one; its desired
-// pod named after its incarnation.
-std::vector<WorkerInstance> LoadInstances(const Pass& pass) {
-  std::map<std::string, WorkerInstance> recorded;
-  const Json& records = Get(pass.old_status, "workerInstances");
-  if (records.is_array()) {
-    for (const Json& j : records) {
-      WorkerInstance w = WorkerInstanceFromJson(j);
-      recorded[w.id] = w;
-    }
+// The worker records of a status list, by index.
+std::map<int32_t, WorkerInstance> RecordsOf(const Json& list) {
+  std::map<int32_t, WorkerInstance> by_index;
+  if (!list.is_array()) return by_index;
+  for (const Json& j : list) {
+    WorkerInstance w = WorkerInstanceFromJson(j);
+    if (!w.id.empty()) by_index[w.index] = std::move(w);
   }
-  std::vector<WorkerInstance> instances;
+  return by_index;
+}
+
+void NextIncarnation(WorkerInstance& w);
+
+// Each worker's record from the previous status, or a fresh one; its desired
+// pod named after its incarnation. On a job that has recorded its workers and
+// has not finished, spec.workers.replicas may have changed: records beyond it
+// move to the removed, and a worker added again continues from its removed
+// record as its next incarnation (the sharding service refuses an older one).
+void LoadInstances(const Pass& pass, Records& r) {
+  std::map<int32_t, WorkerInstance> recorded = RecordsOf(Get(pass.old_status, "workerInstances"));
+  std::map<int32_t, WorkerInstance> removed = RecordsOf(Get(pass.old_status, "removedWorkers"));
+  if (r.Finished() && !recorded.empty()) {  // as it finished
+    for (auto& [index, w] : recorded) r.instances.push_back(std::move(w));
+    for (auto& [index, w] : removed) r.removed.push_back(std::move(w));
+    return;
+  }
   for (int32_t i = 0; i < pass.n; ++i) {
-    const std::string id = absl::StrCat("worker-", i);
-    auto it = recorded.find(id);
     WorkerInstance w;
-    if (it != recorded.end()) {
+    if (auto it = recorded.find(i); it != recorded.end()) {
       w = it->second;
+    } else if (auto gone = removed.find(i); gone != removed.end()) {
+      w = gone->second;
+      removed.erase(gone);
+      NextIncarnation(w);
+      ++w.resumes;
+      w.resumed = true;
+      w.retired = false;
+      r.added.push_back(w.id);
     } else {
-      w.id = id;
+      w.id = absl::StrCat("worker-", i);
       w.local_batch_size = static_cast<int32_t>(bridge::InitialLocalBatch(pass.spec, i));
+      if (!recorded.empty()) r.added.push_back(w.id);
     }
     w.index = i;
     w.pod = WorkerPodName(pass.job, i);
-    instances.push_back(std::move(w));
+    r.instances.push_back(std::move(w));
   }
-  return instances;
+  for (auto& [index, w] : recorded) {
+    if (index < pass.n) continue;
+    r.newly_removed.push_back(w.id);
+    removed[index] = std::move(w);
+  }
+  for (auto& [index, w] : removed) r.removed.push_back(std::move(w));
+  if (!r.added.empty() || !r.newly_removed.empty()) {
+    r.scaled_from = static_cast<int32_t>(recorded.size());
+  }
 }
 
 Records LoadRecords(const Pass& pass) {
   const Json& old = pass.old_status;
   Records r;
-  r.instances = LoadInstances(pass);
   r.last_actions = Get(old, "lastActions").is_array() ? Get(old, "lastActions") : Json::array();
   r.failures = GetInt(Get(old, "workers"), "failed", 0);
   r.dataset_created = pass.o.dataset_ready || Get(old, "datasetCreated") == true;
@@ -856,6 +892,7 @@ Records LoadRecords(const Pass& pass) {
   }
   r.suspended = pass.spec.suspend && !r.Finished();
   r.resuming = !pass.spec.suspend && ConditionTrue(old, "Suspended");
+  LoadInstances(pass, r);
   return r;
 }
 
@@ -1055,6 +1092,96 @@ void RecordNodes(const Pass& pass, Records& r) {
 }
 
 // ---- Step 4: the children to create and delete ----
+
+// The batches of a scale, for its Event: "worker-0=128, worker-1=128".
+std::string BatchesText(const std::vector<WorkerInstance>& instances) {
+  std::vector<std::string> parts;
+  for (const WorkerInstance& w : instances) {
+    parts.push_back(absl::StrCat(w.id, "=", w.local_batch_size));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+// A scale in this pass (LoadInstances found spec.workers.replicas changed):
+// the global batch split evenly over the workers there are now. With
+// parameter servers each remaining worker that runs is told its new batch
+// and the servers their new members, before any new worker starts; a
+// collective job's running ranks begin their next incarnation (their
+// WORLD_SIZE changed). Neither is a restart. A suspended job only records it.
+void Rescale(const Pass& pass, Records& r, Plan& plan) {
+  if (r.scaled_from < 0 || r.Finished()) return;
+  const bool collective = pass.p == 0;
+  const bool acting = !r.suspended;
+  int32_t regrouped = 0;
+  for (WorkerInstance& w : r.instances) {
+    const int32_t batch = static_cast<int32_t>(bridge::InitialLocalBatch(pass.spec, w.index));
+    const bool added = std::find(r.added.begin(), r.added.end(), w.id) != r.added.end();
+    const Json* pod = pass.children.Worker(w);
+    const bool runs = pod != nullptr && !kube::Terminating(*pod) && !Finished(*pod);
+    if (acting && !added && runs && collective) {
+      NextIncarnation(w);
+      ++w.resumes;
+      w.resumed = true;
+      ++regrouped;
+    } else if (acting && !added && runs && batch != w.local_batch_size) {
+      Write adjust;
+      adjust.kind = Write::Kind::kAdjustBatch;
+      adjust.worker = w.id;
+      adjust.node = GetString(Get(*pod, "spec"), "nodeName");
+      adjust.local_batch_size = batch;
+      adjust.reason = absl::StrCat("scaled to ", pass.n, " workers: the global batch ",
+                                   pass.spec.model.global_batch_size, " split evenly");
+      AddWrite(plan, std::move(adjust));
+    }
+    w.local_batch_size = batch;
+  }
+  if (acting && !collective) {
+    Write resize;
+    resize.kind = Write::Kind::kResizeParameterServers;
+    resize.workers = pass.n;
+    resize.removed = r.newly_removed;
+    resize.added = r.added;
+    resize.reason = absl::StrCat("scaled from ", r.scaled_from, " to ", pass.n, " workers");
+    AddWrite(plan, std::move(resize));
+  }
+  std::string message =
+      absl::StrCat("spec.workers.replicas changed from ", r.scaled_from, " to ", pass.n);
+  if (!r.newly_removed.empty()) {
+    absl::StrAppend(&message, "; removed ", absl::StrJoin(r.newly_removed, ", "),
+                    " (pods deleted; their shards go back to the queue once the pods are gone)");
+  }
+  if (!r.added.empty()) absl::StrAppend(&message, "; added ", absl::StrJoin(r.added, ", "));
+  absl::StrAppend(&message, "; local batches ", BatchesText(r.instances), " (global batch ",
+                  pass.spec.model.global_batch_size, " kept)");
+  if (regrouped > 0) {
+    absl::StrAppend(&message, "; ", Plural(regrouped, "running rank", "running ranks"),
+                    " restart with WORLD_SIZE=", pass.n, " (not counted as restarts)");
+  }
+  if (r.suspended) absl::StrAppend(&message, "; the job is suspended: applied when it resumes");
+  plan.events.push_back({"Normal", "Scaled", message});
+}
+
+// The removed workers: their pods deleted, and once gone their shards
+// released (their incarnation fenced on the sharding service).
+void PlanRemoved(const Pass& pass, Records& r, Plan& plan) {
+  for (WorkerInstance& w : r.removed) {
+    if (w.retired) continue;
+    const std::vector<const Json*>& pods = pass.children.PodsOfWorker(w.id);
+    for (const Json* pod : pods) {
+      if (kube::Terminating(*pod)) continue;
+      AddWrite(plan, Delete(*pod, -1,
+                            absl::StrCat(w.id, " was removed: spec.workers.replicas is ", pass.n)));
+    }
+    if (!pods.empty()) continue;
+    Write release;
+    release.kind = Write::Kind::kReleaseShards;
+    release.worker = w.id;
+    release.incarnation = w.incarnation;
+    release.reason = absl::StrCat(w.id, " was removed and its pod is gone");
+    AddWrite(plan, std::move(release));
+    w.retired = true;
+  }
+}
 
 // A server pod is created when missing; one that failed (evicted, say) is
 // deleted, and created again once it is gone.
@@ -1424,6 +1551,11 @@ Json NewStatus(const Pass& pass, const Records& r) {
     restarts += w.incarnation - w.resumes;
     instances.push_back(ToJson(w));
   }
+  Json removed = Json::array();
+  for (const WorkerInstance& w : r.removed) {
+    restarts += w.incarnation - w.resumes;
+    removed.push_back(ToJson(w));
+  }
   const Tally& wt = v.worker_tally;
   const Tally& pt = v.server_tally;
   // A job created suspended has not started; a resumed one starts again.
@@ -1447,6 +1579,7 @@ Json NewStatus(const Pass& pass, const Records& r) {
     status["startTime"] = start;
   }
   if (r.completion) status["completionTime"] = kube::FormatTime(*r.completion);
+  if (!removed.empty()) status["removedWorkers"] = std::move(removed);
   status["state"] = JobState(status);
   return status;
 }
@@ -1523,6 +1656,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
   Records r = LoadRecords(pass);
   if (!r.Finished()) Decide(pass, r, plan);
   RecordNodes(pass, r);
+  Rescale(pass, r, plan);
   if (r.Finished()) {
     PlanCleanup(pass, r, plan);
   } else if (r.suspended) {
@@ -1536,6 +1670,7 @@ Plan Reconcile(const Observed& o, const Settings& s) {
       plan.events.push_back(
           {"Normal", "Resumed", "spec.suspend was cleared: creating the job's pods again"});
     }
+    PlanRemoved(pass, r, plan);
     PlanChildren(pass, r, plan);
   }
   Json status = NewStatus(pass, r);

@@ -53,6 +53,17 @@
 //                       state is not under spec.checkpoint.path), False once
 //                       resumed (each unfinished worker as its next incarnation;
 //                       startTime restarts, as a Kubernetes Job's does).
+//
+// Scaling (spec.workers.replicas changed on a running job; a Scaled Event):
+// the global batch is split evenly again over the workers there are now.
+// Workers beyond the new count are removed: their pods deleted and, once gone,
+// their shards released on the sharding service (fencing their incarnation);
+// their records stay in status.removedWorkers, so one scaled up again resumes
+// as its next incarnation. With parameter servers the remaining workers keep
+// running, each told its new local batch (an ADJUST_BS directive), and the
+// servers their new members; a collective job's ranks (no parameter servers)
+// all begin their next incarnation with the new WORLD_SIZE. Neither counts as
+// a restart.
 #pragma once
 
 #include <cstdint>
@@ -126,14 +137,28 @@ struct Observed {
 };
 
 struct Write {
-  enum class Kind { kCreate, kDelete, kLeaveParameterServers, kDeleteJob } kind;
+  enum class Kind {
+    kCreate,
+    kDelete,
+    kLeaveParameterServers,
+    kDeleteJob,
+    kResizeParameterServers,  // the job was scaled: the servers' new members
+    kAdjustBatch,             // an ADJUST_BS directive to a running worker
+    kReleaseShards,           // a removed worker's shards go back to the queue
+  } kind;
   std::string resource;               // "pods" | "services" | "podgroups" (kCreate, kDelete)
   Json object;                        // kCreate
   std::string name;                   // kDelete, kDeleteJob
   std::string uid;                    // kDelete, kDeleteJob: precondition
   int64_t grace_period_seconds = -1;  // kDelete; -1: the default
-  std::string worker;                 // kLeaveParameterServers: "worker-3"
+  std::string worker;                 // kLeaveParameterServers, kAdjustBatch, kReleaseShards
   std::string reason;                 // for logs
+  // kResizeParameterServers: the world size, the workers gone, the workers new.
+  int32_t workers = 0;
+  std::vector<std::string> removed, added;
+  std::string node;              // kAdjustBatch: where the worker runs (its agent)
+  int64_t local_batch_size = 0;  // kAdjustBatch
+  int64_t incarnation = 0;       // kReleaseShards: this one and older are fenced
 };
 
 struct Event {
@@ -164,8 +189,10 @@ struct WorkerInstance {
   std::string pod;          // the desired pod's name
   int32_t local_batch_size = 0;
   std::vector<std::string> excluded_nodes;  // never scheduled there again
-  int64_t resumes = 0;   // incarnations begun because the job resumed (not restarts)
+  // Incarnations begun because the job resumed or was scaled (not restarts).
+  int64_t resumes = 0;
   bool resumed = false;  // the current incarnation is one of those
+  bool retired = false;  // removed by a scale-down, its pods gone, its shards released
 };
 
 Json ToJson(const WorkerInstance& w);

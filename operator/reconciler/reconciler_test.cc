@@ -143,6 +143,10 @@ struct Cluster {
           ASSERT_EQ(w.uid, kJobUid);
           job_deleted = true;
           break;
+        case Write::Kind::kResizeParameterServers:
+        case Write::Kind::kAdjustBatch:
+        case Write::Kind::kReleaseShards:
+          break;  // servers outside the API server: Describe shows them
       }
     }
   }
@@ -217,6 +221,17 @@ std::vector<std::string> Describe(const std::vector<Write>& writes) {
         break;
       case Write::Kind::kDeleteJob:
         out.push_back("delete job " + w.name);
+        break;
+      case Write::Kind::kResizeParameterServers:
+        out.push_back(absl::StrCat("resize ", w.workers, " -", absl::StrJoin(w.removed, ","), " +",
+                                   absl::StrJoin(w.added, ",")));
+        break;
+      case Write::Kind::kAdjustBatch:
+        out.push_back(
+            absl::StrCat("adjust ", w.worker, " on ", w.node, " to ", w.local_batch_size));
+        break;
+      case Write::Kind::kReleaseShards:
+        out.push_back(absl::StrCat("release ", w.worker, " <= ", w.incarnation));
         break;
     }
   }
@@ -1185,6 +1200,106 @@ TEST(ReconcileTest, SuspendDeletesEveryPodAndResumeStartsTheNextIncarnations) {
   EXPECT_EQ(c.Status()["state"], "Running");
   EXPECT_EQ(c.Status()["workers"]["restarts"], 0);
   EXPECT_EQ(c.Status()["workerInstances"][0]["resumes"], 1);
+}
+
+int64_t BatchSum(const Json& status) {
+  int64_t sum = 0;
+  for (const Json& w : status["workerInstances"]) sum += w.value("localBatchSize", int64_t{0});
+  return sum;
+}
+
+// 4 workers scaled to 2 and then to 3 (with a parameter server): the global
+// batch of 256 is split evenly over the workers there are at each step, the
+// remaining ones told their batch and the server its members, the removed
+// workers' pods deleted and, once gone, their shards released; the one added
+// back resumes as its next incarnation. No step is a restart.
+TEST(ReconcileTest, ScalingDownAndUpKeepsTheGlobalBatchAndReleasesTheRemoved) {
+  Cluster c;
+  c.Settle();
+  ASSERT_EQ(BatchSum(c.Status()), 256);
+  c.job["spec"]["workers"]["replicas"] = 2;
+  c.job["metadata"]["generation"] = 2;
+  c.now += 1000;
+  Plan plan = c.Pass();
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Scaled"));
+  EXPECT_THAT(plan.events[0].message, HasSubstr("from 4 to 2; removed worker-2, worker-3"));
+  EXPECT_THAT(plan.events[0].message, HasSubstr("global batch 256 kept"));
+  EXPECT_THAT(
+      Describe(plan.writes),
+      ElementsAre("adjust worker-0 on node-0 to 128", "adjust worker-1 on node-1 to 128",
+                  "resize 2 -worker-2,worker-3 +", HasSubstr("delete pods quickstart-k8s-worker-2"),
+                  HasSubstr("delete pods quickstart-k8s-worker-3")));
+  EXPECT_EQ(c.Status()["workerInstances"].size(), 2u);
+  EXPECT_EQ(BatchSum(c.Status()), 256);
+  EXPECT_EQ(c.Status()["workers"]["desired"], 2);
+  EXPECT_EQ(c.Status()["workers"]["summary"], "2/2");
+  ASSERT_EQ(c.Status()["removedWorkers"].size(), 2u);
+  EXPECT_FALSE(c.Status()["removedWorkers"][0].value("retired", false));
+  EXPECT_EQ(Condition(c.Status(), "Mitigating")["status"], "False");
+  EXPECT_EQ(Condition(c.Status(), "Running")["status"], "True");
+
+  // Their pods still terminating: nothing more; once gone, their shards go back.
+  plan = c.Pass();
+  EXPECT_THAT(plan.writes, IsEmpty());
+  c.RemoveTerminating();
+  plan = c.Pass();
+  EXPECT_THAT(Describe(plan.writes), ElementsAre("release worker-2 <= 0", "release worker-3 <= 0"));
+  EXPECT_TRUE(c.Status()["removedWorkers"][0].value("retired", false));
+  plan = c.Pass();
+  EXPECT_THAT(plan.writes, IsEmpty());
+  EXPECT_FALSE(plan.status.has_value());
+
+  // Up to 3: worker-2 comes back as incarnation 1.
+  c.job["spec"]["workers"]["replicas"] = 3;
+  c.job["metadata"]["generation"] = 3;
+  plan = c.Pass();
+  EXPECT_THAT(
+      Describe(plan.writes),
+      ElementsAre("adjust worker-0 on node-0 to 86", "adjust worker-1 on node-1 to 85",
+                  "resize 3 - +worker-2", "leave worker-2", "create pods quickstart-k8s-worker-2"));
+  EXPECT_EQ(plan.writes[4].object["metadata"]["labels"]["antdt.io/incarnation"], "1");
+  EXPECT_EQ(Env(plan.writes[4].object, "ANTDT_LOCAL_BATCH"), "85");
+  EXPECT_EQ(BatchSum(c.Status()), 256);
+  EXPECT_EQ(c.Status()["workerInstances"][2]["incarnation"], 1);
+  EXPECT_EQ(c.Status()["workerInstances"][2]["resumes"], 1);
+  ASSERT_EQ(c.Status()["removedWorkers"].size(), 1u);
+  EXPECT_EQ(c.Status()["removedWorkers"][0]["id"], "worker-3");
+  c.RunAll();
+  c.Pass();
+  EXPECT_EQ(c.Status()["workers"]["summary"], "3/3");
+  EXPECT_EQ(c.Status()["workers"]["restarts"], 0) << "scaling is no restart";
+  EXPECT_EQ(Condition(c.Status(), "Running")["status"], "True");
+}
+
+// A collective job (no parameter servers) scaled from 2 to 3: every running
+// rank begins its next incarnation with WORLD_SIZE=3 and its share of the
+// global batch, not counted as a restart.
+TEST(ReconcileTest, ScalingACollectiveJobRestartsItsRanksWithTheNewWorldSize) {
+  Cluster c;
+  c.job = PytorchJob();
+  c.Settle();
+  c.job["spec"]["workers"]["replicas"] = 3;
+  c.job["metadata"]["generation"] = 2;
+  Plan plan = c.Pass();
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Scaled"));
+  EXPECT_THAT(plan.events[0].message, HasSubstr("2 running ranks restart with WORLD_SIZE=3"));
+  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods pytorch-k8s-worker-0"),
+                                                 HasSubstr("delete pods pytorch-k8s-worker-1"),
+                                                 "create pods pytorch-k8s-worker-2"));
+  EXPECT_EQ(Env(plan.writes[2].object, "WORLD_SIZE"), "3");
+  c.RemoveTerminating();
+  plan = c.Pass();
+  ASSERT_THAT(Describe(plan.writes),
+              ElementsAre("create pods pytorch-k8s-worker-0", "create pods pytorch-k8s-worker-1"));
+  EXPECT_EQ(Env(plan.writes[0].object, "WORLD_SIZE"), "3");
+  EXPECT_EQ(Env(plan.writes[0].object, "ANTDT_LOCAL_BATCH"), "22");  // 64 = 22 + 21 + 21
+  EXPECT_EQ(Env(plan.writes[1].object, "ANTDT_LOCAL_BATCH"), "21");
+  EXPECT_EQ(BatchSum(c.Status()), 64);
+  c.RunAll();
+  c.Pass();
+  EXPECT_EQ(c.Status()["workers"]["summary"], "3/3");
+  EXPECT_EQ(c.Status()["workers"]["restarts"], 0);
 }
 
 TEST(ReconcileTest, SuspendWithoutCheckpointPathKeepsTheShardingServicesState) {

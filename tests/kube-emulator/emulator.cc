@@ -235,6 +235,9 @@ struct Resource {
   bool binding_sub = false;
   bool token_sub = false;  // serviceaccounts/token (TokenRequest)
   bool log_sub = false;    // pods/log
+  // A custom resource's scale subresource: where its replicas lie (".spec.x").
+  bool scale_sub = false;
+  std::string spec_replicas_path, status_replicas_path, label_selector_path;
   bool custom = false;
   bool has_generation = false;
   bool validate_names = true;
@@ -346,6 +349,7 @@ struct Emulator::Impl {
   // Resource verbs (take mu_ themselves).
   HttpResponse Get(const Target& t, const HttpRequest& req);
   HttpResponse PodLog(const Target& t, const HttpRequest& req);
+  HttpResponse ScaleSub(const Target& t, const HttpRequest& req);
   HttpResponse List(const Target& t, const HttpRequest& req);
   std::optional<HttpResponse> Watch(const Target& t, const HttpRequest& req,
                                     ResponseWriter& writer);
@@ -670,6 +674,14 @@ void Emulator::Impl::RegisterCrd(const json& crd) {
                                           {"type", "date"},
                                           {"jsonPath", ".metadata.creationTimestamp"}}});
     if (v.contains("subresources") && v["subresources"].contains("status")) r.status_sub = true;
+    if (v.contains("subresources") && v["subresources"].contains("scale") &&
+        v["subresources"]["scale"].is_object()) {
+      const json& scale = v["subresources"]["scale"];
+      r.scale_sub = true;
+      r.spec_replicas_path = Str(scale, "specReplicasPath");
+      r.status_replicas_path = Str(scale, "statusReplicasPath");
+      r.label_selector_path = Str(scale, "labelSelectorPath");
+    }
     if (v.contains("selectableFields") && v["selectableFields"].is_array()) {
       for (const json& f : v["selectableFields"]) {
         std::string path = Str(f, "jsonPath");
@@ -1024,7 +1036,8 @@ std::optional<HttpResponse> Emulator::Impl::Dispatch(const HttpRequest& req, Res
   if (!t.ns.empty() && !t.res->namespaced) return GenericNotFound();
   if (!t.sub.empty() &&
       !((t.sub == "status" && t.res->status_sub) || (t.sub == "binding" && t.res->binding_sub) ||
-        (t.sub == "token" && t.res->token_sub) || (t.sub == "log" && t.res->log_sub))) {
+        (t.sub == "token" && t.res->token_sub) || (t.sub == "log" && t.res->log_sub) ||
+        (t.sub == "scale" && t.res->scale_sub))) {
     return GenericNotFound();
   }
   bool watch = req.params.count("watch") && IsTrue(req.params.at("watch"));
@@ -1045,6 +1058,12 @@ std::optional<HttpResponse> Emulator::Impl::Dispatch(const HttpRequest& req, Res
       return Error(405, "MethodNotAllowed",
                    "the server does not allow this method on the requested resource");
     return PodLog(t, req);
+  }
+  if (t.sub == "scale") {
+    if (m != "GET" && m != "PUT" && m != "PATCH")
+      return Error(405, "MethodNotAllowed",
+                   "the server does not allow this method on the requested resource");
+    return ScaleSub(t, req);
   }
   if (t.res->resource == "bindings") {
     if (m != "POST" || !t.name.empty())
@@ -1089,6 +1108,15 @@ json Emulator::Impl::ResourceList(const std::string& group, const std::string& v
                       {"singularName", ""},
                       {"namespaced", r->namespaced},
                       {"kind", r->kind},
+                      {"verbs", {"get", "patch", "update"}}});
+    }
+    if (r->scale_sub) {
+      list.push_back({{"name", r->resource + "/scale"},
+                      {"singularName", ""},
+                      {"namespaced", r->namespaced},
+                      {"group", "autoscaling"},
+                      {"version", "v1"},
+                      {"kind", "Scale"},
                       {"verbs", {"get", "patch", "update"}}});
     }
     if (r->binding_sub) {
@@ -1911,6 +1939,103 @@ HttpResponse Emulator::Impl::UpdateLocked(const Target& t, const json& old, json
   CommitPut(res, key, std::move(next), "MODIFIED");
   if (res.Key() == kCrdKey) RegisterCrd(*Find(res, key));
   return JsonResponse(200, Out(res, t.version, *Find(res, key)));
+}
+
+// A custom resource's field at a scale path (".spec.workers.replicas"), or null.
+json AtPath(const json& obj, const std::string& path) {
+  const json* at = &obj;
+  for (absl::string_view part : absl::StrSplit(absl::StripPrefix(path, "."), '.')) {
+    if (!at->is_object() || !at->contains(std::string(part))) return nullptr;
+    at = &(*at)[std::string(part)];
+  }
+  return *at;
+}
+
+// The autoscaling/v1 Scale of a custom resource, as the apiserver derives it.
+json ScaleOf(const Resource& res, const json& obj) {
+  const json& md = obj["metadata"];
+  json scale = {{"apiVersion", "autoscaling/v1"},
+                {"kind", "Scale"},
+                {"metadata", json::object()},
+                {"spec", json::object()},
+                {"status", {{"replicas", 0}}}};
+  for (const char* f : {"name", "namespace", "uid", "resourceVersion", "creationTimestamp"}) {
+    if (md.contains(f)) scale["metadata"][f] = md[f];
+  }
+  const json spec = AtPath(obj, res.spec_replicas_path);
+  if (spec.is_number_integer()) scale["spec"]["replicas"] = spec;
+  const json status = AtPath(obj, res.status_replicas_path);
+  if (status.is_number_integer()) scale["status"]["replicas"] = status;
+  if (!res.label_selector_path.empty()) {
+    const json selector = AtPath(obj, res.label_selector_path);
+    if (selector.is_string()) scale["status"]["selector"] = selector;
+  }
+  return scale;
+}
+
+// The scale subresource (GET, PUT, PATCH): a Scale read from and written to
+// the object's specReplicasPath. A write is an update of the object: its
+// schema, CEL rules (transition rules too) and generation apply.
+HttpResponse Emulator::Impl::ScaleSub(const Target& t, const HttpRequest& req) {
+  const Resource& res = *t.res;
+  std::optional<json> body;
+  const std::string type = StripParams(req.content_type);
+  if (req.method != "GET") {
+    if (req.method == "PATCH" && type != kMergePatch && type != kJsonPatch &&
+        type != kStrategicPatch) {
+      return Error(415, "UnsupportedMediaType",
+                   "the body of the request was in an unknown format - accepted media types "
+                   "include: application/json-patch+json, application/merge-patch+json, "
+                   "application/strategic-merge-patch+json");
+    }
+    body = ParseBody(req.body, req.method == "PATCH" ? "application/json" : req.content_type);
+    if (!body) return BadRequest("error decoding the body: not valid JSON");
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  json* current = Find(res, ObjKey(t.ns, t.name));
+  if (current == nullptr) return NotFound(res, t.name);
+  json scale = ScaleOf(res, *current);
+  if (req.method == "GET") return JsonResponse(200, scale);
+  json next_scale = scale;
+  try {
+    if (req.method == "PUT") {
+      next_scale = *body;
+    } else if (type == kJsonPatch) {
+      if (!body->is_array()) return BadRequest("json patch must be an array of operations");
+      next_scale = scale.patch(*body);
+    } else {
+      if (!body->is_object()) return BadRequest("merge patch must be a JSON object");
+      next_scale.merge_patch(*body);
+    }
+  } catch (const std::exception& ex) {
+    return Error(422, "Invalid",
+                 std::string("the server rejected our request due to an error in our request: ") +
+                     ex.what());
+  }
+  const std::string want = Str(next_scale.value("metadata", json::object()), "resourceVersion");
+  if (!want.empty() && want != MetaStr(*current, "resourceVersion")) {
+    return StaleConflict(res, t.name);
+  }
+  const json replicas = AtPath(next_scale, ".spec.replicas");
+  if (!replicas.is_number_integer() || replicas.get<int64_t>() < 0) {
+    return Invalid(
+        res, t.name,
+        {Cause{"FieldValueInvalid", "spec.replicas",
+               "Invalid value: " + replicas.dump() + ": must be greater than or equal to 0"}});
+  }
+  json next = *current;
+  json* at = &next;
+  for (absl::string_view part :
+       absl::StrSplit(absl::StripPrefix(res.spec_replicas_path, "."), '.')) {
+    at = &(*at)[std::string(part)];
+  }
+  *at = replicas;
+  Target object = t;
+  object.sub.clear();
+  HttpResponse r = UpdateLocked(object, *current, std::move(next), DryRun(req));
+  if (r.code != 200) return r;
+  json* updated = Find(res, ObjKey(t.ns, t.name));
+  return JsonResponse(200, ScaleOf(res, updated == nullptr ? *current : *updated));
 }
 
 // ---------------------------------------------------------------------------

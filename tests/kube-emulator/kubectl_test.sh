@@ -96,12 +96,12 @@ done
 grep -q '^quickstart ' "$WORK/watch.out" || fail "kubectl get -w printed no initial row"
 
 echo "== a field a running job cannot change is refused (CRD transition rule)"
-sed 's/replicas: 4/replicas: 6/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart-scaled.yaml"
-if ERR=$(k apply --validate=false -f "$WORK/quickstart-scaled.yaml" 2>&1); then
-  fail "changing spec.workers.replicas was accepted"
+sed 's/records: 20000/records: 30000/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart-more.yaml"
+if ERR=$(k apply --validate=false -f "$WORK/quickstart-more.yaml" 2>&1); then
+  fail "changing spec.dataset was accepted"
 fi
 echo "$ERR"
-grep -q 'spec.workers.replicas: Invalid value: .*is immutable' <<<"$ERR" || fail "no 422 naming spec.workers.replicas: $ERR"
+grep -q 'spec.dataset: Invalid value: .*is immutable' <<<"$ERR" || fail "no 422 naming spec.dataset: $ERR"
 
 echo "== re-apply with a change bumps the generation"
 sed 's/window: 2s/window: 3s/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart6.yaml"
@@ -132,6 +132,21 @@ cat "$WORK/watch.out"
 grep -q '3/6' "$WORK/watch.out" || fail "kubectl get -w did not print the status change"
 kill "$WATCH_PID" 2>/dev/null || true
 WATCH_PID=""
+
+echo "== kubectl scale sets spec.workers.replicas (the CRD's scale subresource)"
+OUT=$(k scale adt quickstart --replicas=6 2>&1) || fail "kubectl scale: $OUT"
+echo "$OUT"
+REPLICAS=$(k get adt quickstart -o jsonpath='{.spec.workers.replicas}')
+[[ "$REPLICAS" == 6 ]] || fail "spec.workers.replicas after kubectl scale is $REPLICAS, want 6"
+GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
+[[ "$GEN" == 3 ]] || fail "generation after kubectl scale is $GEN, want 3"
+SCALE=$(k get --raw /apis/antdt.io/v1alpha1/namespaces/default/antdtjobs/quickstart/scale)
+[[ "$SCALE" == *'"kind":"Scale"'* && "$SCALE" == *'"replicas":6'* ]] || fail "the Scale reads $SCALE"
+if ERR=$(k scale adt quickstart --replicas=0 2>&1); then
+  fail "scaling to 0 workers was accepted: $ERR"
+fi
+echo "$ERR"
+[[ "$ERR" == *"spec.workers.replicas"* ]] || fail "the refusal does not name spec.workers.replicas: $ERR"
 
 echo "== an invalid job is rejected naming the field"
 sed 's/replicas: 4/replicas: -2/; s/name: quickstart/name: broken/' \

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "common/config.h"
 #include "common/testing/testing.h"
 #include "operator/kube/object.h"
@@ -90,7 +91,18 @@ TEST(CrdTest, IsAValidStructuralCrd) {
   EXPECT_EQ(Version()["name"], "v1alpha1");
   EXPECT_EQ(Version()["served"], true);
   EXPECT_EQ(Version()["storage"], true);
-  EXPECT_EQ(Version()["subresources"], json::parse(R"({"status": {}})"));
+  EXPECT_EQ(Version()["subresources"], json::parse(R"({"status": {}, "scale": {
+      "specReplicasPath": ".spec.workers.replicas",
+      "statusReplicasPath": ".status.workers.active"}})"));
+  // The scale paths name integer fields of the schema.
+  for (const char* path : {".spec.workers.replicas", ".status.workers.active"}) {
+    const json* at = &Schema();
+    for (absl::string_view part : absl::StrSplit(absl::string_view(path).substr(1), '.')) {
+      ASSERT_TRUE((*at)["properties"].contains(std::string(part))) << path;
+      at = &(*at)["properties"][std::string(part)];
+    }
+    EXPECT_EQ((*at)["type"], "integer") << path;
+  }
   std::vector<std::string> columns;
   for (const json& c : Version()["additionalPrinterColumns"]) {
     columns.push_back(c["name"].get<std::string>() + ":" + c["type"].get<std::string>() + ":" +
