@@ -1162,8 +1162,15 @@ void Rescale(const Pass& pass, Records& r, Plan& plan) {
 }
 
 // The removed workers: their pods deleted, and once gone their shards
-// released (their incarnation fenced on the sharding service).
+// released (their incarnation fenced on the sharding service) and the
+// parameter servers told again that they are no members (the same Resize as
+// the scale's: harmless twice, and a second chance when an operator stopped
+// before the first).
 void PlanRemoved(const Pass& pass, Records& r, Plan& plan) {
+  Write resize;
+  resize.kind = Write::Kind::kResizeParameterServers;
+  resize.workers = pass.n;
+  resize.reason = "removed workers' pods are gone";
   for (WorkerInstance& w : r.removed) {
     if (w.retired) continue;
     const std::vector<const Json*>& pods = pass.children.PodsOfWorker(w.id);
@@ -1180,7 +1187,9 @@ void PlanRemoved(const Pass& pass, Records& r, Plan& plan) {
     release.reason = absl::StrCat(w.id, " was removed and its pod is gone");
     AddWrite(plan, std::move(release));
     w.retired = true;
+    resize.removed.push_back(w.id);
   }
+  if (pass.p > 0 && !resize.removed.empty()) AddWrite(plan, std::move(resize));
 }
 
 // A server pod is created when missing; one that failed (evicted, say) is

@@ -1244,7 +1244,8 @@ TEST(ReconcileTest, ScalingDownAndUpKeepsTheGlobalBatchAndReleasesTheRemoved) {
   EXPECT_THAT(plan.writes, IsEmpty());
   c.RemoveTerminating();
   plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes), ElementsAre("release worker-2 <= 0", "release worker-3 <= 0"));
+  EXPECT_THAT(Describe(plan.writes), ElementsAre("release worker-2 <= 0", "release worker-3 <= 0",
+                                                 "resize 2 -worker-2,worker-3 +"));
   EXPECT_TRUE(c.Status()["removedWorkers"][0].value("retired", false));
   plan = c.Pass();
   EXPECT_THAT(plan.writes, IsEmpty());
