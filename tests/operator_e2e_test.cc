@@ -1517,4 +1517,41 @@ TEST(OperatorE2E, PytorchRankSigkilledMidEpochRegroupsAndCommitsOnce) {
 }
 
 }  // namespace
+// A PyTorch DDP job (no parameter servers) scaled from 2 ranks to 3 once rank
+// 0 has taken 20 steps: both ranks begin their next incarnation with
+// WORLD_SIZE=3 (not counted as restarts), worker-2 joins them, the group forms
+// once, and the job finishes with every record committed exactly once.
+TEST(OperatorE2E, PytorchJobScaledUpRestartsItsRanksWithTheNewWorldSize) {
+  const std::string missing = PytorchMissing();
+  if (!missing.empty()) GTEST_SKIP() << missing;
+  Cluster cluster(3);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
+  Json spec = cluster.Example("examples/k8s/pytorch.yaml");
+  const std::string name = Str(spec, {"metadata", "name"});
+  const int64_t records = 24576;
+  spec["spec"]["dataset"]["records"] = records;
+  spec["spec"]["stragglerPolicy"] = {{"name", "none"}};
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+  const std::string loss_log = cluster.StateDir(name) + "/loss/worker-0.jsonl";
+  ASSERT_TRUE(WaitFor([&] { return LineCount(loss_log) >= 20; }, std::chrono::seconds(180)))
+      << LineCount(loss_log) << " steps";
+  int rc = 0;
+  const std::string out = cluster.Kubectl("scale adt " + name + " --replicas=3", &rc);
+  ASSERT_EQ(rc, 0) << out;
+
+  Json job;
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, name, records, &job));
+  EXPECT_EQ(job["status"]["workers"].value("restarts", -1), 0) << "scaling is no restart";
+  EXPECT_EQ(BatchSum(job), spec["spec"]["model"].value("globalBatchSize", int64_t{0}));
+  EXPECT_TRUE(HasEvent(cluster.Events(), "Scaled"));
+  std::map<std::string, Json> worker_pods = LatestWorkerPods(cluster.Pods(name));
+  ASSERT_EQ(worker_pods.size(), 3u);
+  for (const auto& [id, p] : worker_pods) {
+    SCOPED_TRACE(Str(p, {"metadata", "name"}));
+    EXPECT_EQ(Str(p, {"metadata", "labels", "antdt.io/incarnation"}), id == "worker-2" ? "0" : "1");
+    EXPECT_EQ(EnvOf(p, "WORLD_SIZE"), "3");
+    EXPECT_EQ(Str(p, {"status", "phase"}), "Succeeded");
+  }
+}
+
 }  // namespace antdt

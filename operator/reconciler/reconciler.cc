@@ -1206,9 +1206,21 @@ void EnsureServer(const Pass& pass, const std::string& name, const std::function
   }
 }
 
+// True when some worker still has a pod of an earlier incarnation.
+bool AnySuperseded(const Pass& pass, const Records& r) {
+  for (const WorkerInstance& w : r.instances) {
+    const Json* desired = pass.children.Worker(w);
+    for (const Json* pod : pass.children.PodsOfWorker(w.id)) {
+      if (pod != desired) return true;
+    }
+  }
+  return false;
+}
+
 // A worker's other pods are deleted at once; its desired pod is created once
-// they are gone, after a restarted worker left the parameter servers.
-void EnsureWorker(const Pass& pass, const WorkerInstance& w, Plan& plan) {
+// they are gone (and, with `hold`, not yet), after a restarted worker left the
+// parameter servers.
+void EnsureWorker(const Pass& pass, const WorkerInstance& w, bool hold, Plan& plan) {
   bool others = false;
   const Json* desired = pass.children.Worker(w);
   for (const Json* pod : pass.children.PodsOfWorker(w.id)) {
@@ -1218,7 +1230,7 @@ void EnsureWorker(const Pass& pass, const WorkerInstance& w, Plan& plan) {
       AddWrite(plan, Delete(*pod, 0, absl::StrCat("superseded by incarnation ", w.incarnation)));
     }
   }
-  if (others || desired != nullptr) return;
+  if (others || desired != nullptr || hold) return;
   if (w.incarnation > 0 && pass.p > 0) {
     Write leave;
     leave.kind = Write::Kind::kLeaveParameterServers;
@@ -1263,7 +1275,11 @@ void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
         pass, PsPodName(pass.job, k),
         [&] { return RenderParameterServerPod(pass.o.job, pass.spec, k, pass.s); }, plan);
   }
-  for (const WorkerInstance& w : r.instances) EnsureWorker(pass, w, plan);
+  // A collective job's group forms once: while an earlier incarnation of some
+  // rank is still there (a scale restarts them all), no new rank starts, so
+  // none meets the old group at its rendezvous.
+  const bool hold = pass.p == 0 && AnySuperseded(pass, r);
+  for (const WorkerInstance& w : r.instances) EnsureWorker(pass, w, hold, plan);
 }
 
 // The observed pods in name order (deletions are written in a stable order).
