@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/credential.h"
+#include "common/log.h"
 #include "common/status.h"
 
 namespace antdt::client {
@@ -25,7 +27,16 @@ std::shared_ptr<grpc::Channel> CreateShardingChannel(const std::string& address)
 
 ShardingClient::ShardingClient(std::shared_ptr<grpc::Channel> channel,
                                ShardingClientOptions options)
-    : stub_(v1::ShardingService::NewStub(channel)), options_(std::move(options)) {}
+    : stub_(v1::ShardingService::NewStub(channel)), options_(std::move(options)) {
+  if (!options_.token.empty()) return;
+  absl::StatusOr<std::string> token = TokenFromEnvironment();
+  if (token.ok()) {
+    options_.token = *std::move(token);
+  } else {
+    // Calls go without it and are refused, saying so.
+    LogEvent("credential_unreadable", {{"error", std::string(token.status().message())}});
+  }
+}
 
 v1::DatasetRef ShardingClient::Ref() const {
   v1::DatasetRef ref;
@@ -44,6 +55,7 @@ absl::Status ShardingClient::CallWithRetry(const Req& req, Resp* resp, Call call
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(options_.call_timeout_ms));
+    AddCredential(ctx, options_.token);
     absl::Status status = FromGrpcStatus(call(&ctx, req, resp));
     if (status.ok() || !IsRetryable(status)) return status;
     if (std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms) > give_up) {

@@ -8,7 +8,8 @@
 //   }
 //
 // Every call retries UNAVAILABLE and DEADLINE_EXCEEDED with exponential
-// backoff while the service restarts, within `retry_budget_ms`. A restarted
+// backoff while the service restarts, within `retry_budget_ms`, with the
+// job's credential (ShardingClientOptions::token). A restarted
 // worker passes a higher incarnation: the service hands it back its unfinished
 // shard from after the last committed record. Not thread-safe: one client per
 // worker thread.
@@ -35,6 +36,9 @@ struct ShardingClientOptions {
   int64_t incarnation = 0;
   int64_t retry_budget_ms = 60'000;  // keep retrying a call this long
   int64_t call_timeout_ms = 5'000;
+  // The job's credential, sent with every call (common/credential.h). Empty:
+  // $ANTDT_TOKEN, else the file $ANTDT_TOKEN_FILE names, else none.
+  std::string token;
 };
 
 // An acquired shard under its lease.

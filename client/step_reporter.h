@@ -31,6 +31,9 @@ struct StepReporterOptions {
   std::string namespace_;  // the job's Kubernetes namespace ("" unknown)
   std::string worker_id;
   std::string role = "worker";
+  // The job's credential, sent with every report (the Monitor ingests a
+  // job's reports only with it). Empty: $ANTDT_TOKEN, else $ANTDT_TOKEN_FILE.
+  std::string token;
   int64_t timeout_ms = 200;
   // Steps are sent in batches, at most one call per interval (0: every
   // step). The Monitor works on windows of seconds, and one call a second

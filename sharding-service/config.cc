@@ -28,6 +28,8 @@ absl::Status SetField(ServiceConfig& c, const std::string& key, const std::strin
     c.namespace_ = value;
   } else if (key == "ready_file" || key == "ready-file") {
     c.ready_file = value;
+  } else if (key == "token_file" || key == "token-file") {
+    c.token_file = value;
   } else if (key == "lease_ttl" || key == "lease-ttl") {
     ASSIGN_OR_RETURN(c.lease_ttl_ms, ParseDurationMs(value, field));
   } else if (key == "max_datasets" || key == "max-datasets") {

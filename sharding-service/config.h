@@ -15,6 +15,9 @@ struct ServiceConfig {
   std::string metrics_listen;  // empty: no metrics endpoint
   std::string state_dir = "antdt-state";
   std::string ready_file;
+  // The job's credential (common/credential.h): every call must carry it.
+  // Empty: $ANTDT_TOKEN or $ANTDT_TOKEN_FILE, else calls are not checked.
+  std::string token_file;
   // The Kubernetes namespace of the job it serves: a `namespace` label on its
   // per-job series ("" none).
   std::string namespace_;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "common/config.h"
+#include "common/credential.h"
 #include "common/log.h"
 #include "common/serve.h"
 #include "common/server.h"
@@ -20,6 +21,8 @@ constexpr const char* kUsage = R"(usage: antdt-sharding-service [flags]
   --metrics-listen HOST:PORT  Prometheus /metrics and /healthz      [off]
   --state-dir DIR             where the SQLite state lives          [antdt-state]
   --ready-file PATH           written with the bound address once serving
+  --token-file PATH           the job's credential: every call must carry it
+                              [$ANTDT_TOKEN, else $ANTDT_TOKEN_FILE, else none]
   --namespace NS              the served job's Kubernetes namespace: a
                               `namespace` label on its series        [none]
   --config FILE               YAML with the same keys (listen, metrics_listen,
@@ -45,15 +48,19 @@ int main(int argc, char** argv) {
   using namespace antdt::sharding;
   BlockTerminationSignals();
   int exit_code = 0;
-  const std::optional<ParsedFlags> flags =
-      ParseCommandLine(argc, argv, "antdt-sharding-service", kUsage,
-                       {"listen", "metrics-listen", "state-dir", "ready-file", "config",
-                        "namespace", "lease-ttl", "sync", "max-datasets", "max-total-shards"},
-                       &exit_code);
+  const std::optional<ParsedFlags> flags = ParseCommandLine(
+      argc, argv, "antdt-sharding-service", kUsage,
+      {"listen", "metrics-listen", "state-dir", "ready-file", "config", "namespace", "lease-ttl",
+       "sync", "max-datasets", "max-total-shards", "token-file"},
+      &exit_code);
   if (!flags) return exit_code;
   auto loaded = LoadConfig<ServiceConfig>(*flags, ParseServiceConfig, ApplyServiceFlags);
   if (!loaded.ok()) return Fail(loaded.status());
   const ServiceConfig config = *loaded;
+  absl::StatusOr<std::string> token = config.token_file.empty()
+                                          ? TokenFromEnvironment()
+                                          : ReadTokenFile(config.token_file, "token_file");
+  if (!token.ok()) return Fail(token.status());
 
   auto store = SqliteStore::Open(
       config.state_dir, config.sync_full ? SqliteStore::Sync::kFull : SqliteStore::Sync::kNormal);
@@ -69,7 +76,8 @@ int main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   auto registry = std::make_shared<prometheus::Registry>();
-  ShardingServiceImpl service(ledger->get(), *registry);
+  const bool auth = !token->empty();
+  ShardingServiceImpl service(ledger->get(), *registry, TokenCheck(std::move(*token)));
   auto collector = MakeLedgerCollector(ledger->get(), config.namespace_);
 
   ServeOptions so;
@@ -102,7 +110,8 @@ int main(int argc, char** argv) {
                        {"lease_ttl_ms", config.lease_ttl_ms},
                        {"max_datasets", config.max_datasets},
                        {"max_total_shards", config.max_total_shards},
-                       {"sync", config.sync_full ? "full" : "normal"}});
+                       {"sync", config.sync_full ? "full" : "normal"},
+                       {"auth", auth ? "token" : "off"}});
 
   int sig = (*serving)->WaitForSignal();
   LogEvent("shutting_down", {{"signal", sig}});

@@ -2,17 +2,25 @@
 
 #include <chrono>
 
+#include "common/log.h"
 #include "common/status.h"
 #include "prometheus/metric_family.h"
 
 namespace antdt::sharding {
 
-ShardingServiceImpl::ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry)
+ShardingServiceImpl::ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry,
+                                         TokenCheck auth)
     : ledger_(ledger),
+      auth_(std::move(auth)),
       rpcs_(prometheus::BuildCounter()
                 .Name("antdt_sharding_rpcs_total")
                 .Help("Sharding service calls by method and gRPC status code.")
                 .Register(registry)),
+      refusals_(prometheus::BuildCounter()
+                    .Name("antdt_sharding_auth_refusals_total")
+                    .Help("Calls refused for their credential, by method and reason (missing: "
+                          "none; wrong: not this job's token).")
+                    .Register(registry)),
       acquire_latency_(prometheus::BuildHistogram()
                            .Name("antdt_sharding_acquire_latency_seconds")
                            .Help("Time to answer AcquireShard, durable commit included.")
@@ -22,7 +30,18 @@ ShardingServiceImpl::ShardingServiceImpl(Ledger* ledger, prometheus::Registry& r
                                         0.05, 0.1, 0.25, 1})) {}
 
 template <typename Resp, typename Fn>
-grpc::Status ShardingServiceImpl::Handle(const char* method, Resp* resp, Fn&& fn) {
+grpc::Status ShardingServiceImpl::Handle(grpc::ServerContext* context, const char* method,
+                                         Resp* resp, Fn&& fn) {
+  if (grpc::Status refused = auth_.Check(*context); !refused.ok()) {
+    const bool missing = refused.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+    refusals_.Add({{"method", method}, {"reason", missing ? "missing" : "wrong"}}).Increment();
+    rpcs_.Add({{"method", method}, {"code", missing ? "UNAUTHENTICATED" : "PERMISSION_DENIED"}})
+        .Increment();
+    LogEvent(
+        "auth_refused",
+        {{"method", method}, {"reason", missing ? "missing" : "wrong"}, {"peer", context->peer()}});
+    return refused;
+  }
   absl::StatusOr<Resp> result = fn();
   grpc::Status status = ToGrpcStatus(result.status());
   rpcs_.Add({{"method", method}, {"code", absl::StatusCodeToString(result.status().code())}})
@@ -31,54 +50,57 @@ grpc::Status ShardingServiceImpl::Handle(const char* method, Resp* resp, Fn&& fn
   return status;
 }
 
-grpc::Status ShardingServiceImpl::CreateDataset(grpc::ServerContext*,
+grpc::Status ShardingServiceImpl::CreateDataset(grpc::ServerContext* context,
                                                 const v1::CreateDatasetRequest* req,
                                                 v1::CreateDatasetResponse* resp) {
-  return Handle("CreateDataset", resp, [&] { return ledger_->CreateDataset(*req); });
+  return Handle(context, "CreateDataset", resp, [&] { return ledger_->CreateDataset(*req); });
 }
 
-grpc::Status ShardingServiceImpl::AcquireShard(grpc::ServerContext*,
+grpc::Status ShardingServiceImpl::AcquireShard(grpc::ServerContext* context,
                                                const v1::AcquireShardRequest* req,
                                                v1::AcquireShardResponse* resp) {
   auto start = std::chrono::steady_clock::now();
-  grpc::Status s = Handle("AcquireShard", resp, [&] { return ledger_->AcquireShard(*req); });
+  grpc::Status s =
+      Handle(context, "AcquireShard", resp, [&] { return ledger_->AcquireShard(*req); });
   acquire_latency_.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return s;
 }
 
-grpc::Status ShardingServiceImpl::ReportProgress(grpc::ServerContext*,
+grpc::Status ShardingServiceImpl::ReportProgress(grpc::ServerContext* context,
                                                  const v1::ReportProgressRequest* req,
                                                  v1::ReportProgressResponse* resp) {
-  return Handle("ReportProgress", resp, [&] { return ledger_->ReportProgress(*req); });
+  return Handle(context, "ReportProgress", resp, [&] { return ledger_->ReportProgress(*req); });
 }
 
-grpc::Status ShardingServiceImpl::CompleteShard(grpc::ServerContext*,
+grpc::Status ShardingServiceImpl::CompleteShard(grpc::ServerContext* context,
                                                 const v1::CompleteShardRequest* req,
                                                 v1::CompleteShardResponse* resp) {
-  return Handle("CompleteShard", resp, [&] { return ledger_->CompleteShard(*req); });
+  return Handle(context, "CompleteShard", resp, [&] { return ledger_->CompleteShard(*req); });
 }
 
-grpc::Status ShardingServiceImpl::ReleaseWorker(grpc::ServerContext*,
+grpc::Status ShardingServiceImpl::ReleaseWorker(grpc::ServerContext* context,
                                                 const v1::ReleaseWorkerRequest* req,
                                                 v1::ReleaseWorkerResponse* resp) {
-  return Handle("ReleaseWorker", resp, [&] { return ledger_->ReleaseWorker(*req); });
+  return Handle(context, "ReleaseWorker", resp, [&] { return ledger_->ReleaseWorker(*req); });
 }
 
-grpc::Status ShardingServiceImpl::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+grpc::Status ShardingServiceImpl::Checkpoint(grpc::ServerContext* context,
+                                             const v1::CheckpointRequest* req,
                                              v1::CheckpointResponse* resp) {
-  return Handle("Checkpoint", resp, [&] { return ledger_->Checkpoint(*req); });
+  return Handle(context, "Checkpoint", resp, [&] { return ledger_->Checkpoint(*req); });
 }
 
-grpc::Status ShardingServiceImpl::Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
+grpc::Status ShardingServiceImpl::Restore(grpc::ServerContext* context,
+                                          const v1::RestoreRequest* req,
                                           v1::RestoreResponse* resp) {
-  return Handle("Restore", resp, [&] { return ledger_->Restore(*req); });
+  return Handle(context, "Restore", resp, [&] { return ledger_->Restore(*req); });
 }
 
-grpc::Status ShardingServiceImpl::GetProgress(grpc::ServerContext*,
+grpc::Status ShardingServiceImpl::GetProgress(grpc::ServerContext* context,
                                               const v1::GetProgressRequest* req,
                                               v1::GetProgressResponse* resp) {
-  return Handle("GetProgress", resp, [&] { return ledger_->GetProgress(*req); });
+  return Handle(context, "GetProgress", resp, [&] { return ledger_->GetProgress(*req); });
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "antdt/v1/sharding.grpc.pb.h"
+#include "common/credential.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
@@ -15,7 +16,8 @@ namespace antdt::sharding {
 
 class ShardingServiceImpl final : public v1::ShardingService::Service {
  public:
-  ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry);
+  // `auth`: every call must carry the job's credential (off: none checked).
+  ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry, TokenCheck auth = {});
 
   grpc::Status CreateDataset(grpc::ServerContext*, const v1::CreateDatasetRequest* req,
                              v1::CreateDatasetResponse* resp) override;
@@ -36,10 +38,12 @@ class ShardingServiceImpl final : public v1::ShardingService::Service {
 
  private:
   template <typename Resp, typename Fn>
-  grpc::Status Handle(const char* method, Resp* resp, Fn&& fn);
+  grpc::Status Handle(grpc::ServerContext* context, const char* method, Resp* resp, Fn&& fn);
 
   Ledger* const ledger_;
+  const TokenCheck auth_;
   prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Family<prometheus::Counter>& refusals_;
   prometheus::Histogram& acquire_latency_;
 };
 

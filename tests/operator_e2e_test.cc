@@ -24,10 +24,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "antdt/v1/agent.grpc.pb.h"
+#include "antdt/v1/sharding.grpc.pb.h"
 #include "common/testing/testing.h"
 #include "examples/demo/journal.h"
 #include "gtest/gtest.h"
@@ -1552,6 +1555,111 @@ TEST(OperatorE2E, PytorchJobScaledUpRestartsItsRanksWithTheNewWorldSize) {
     EXPECT_EQ(EnvOf(p, "WORLD_SIZE"), "3");
     EXPECT_EQ(Str(p, {"status", "phase"}), "Succeeded");
   }
+}
+
+// Per-job credentials on the emulated cluster: the operator keeps its key in a
+// Secret of its namespace and gives the job a Secret of its own (owned by it);
+// the sharding service and the workers read it as ANTDT_TOKEN (no value in any
+// pod spec). Calls to the job's sharding service without it are refused
+// UNAUTHENTICATED, with another token PERMISSION_DENIED; with it they pass, and
+// the job trains every record exactly once.
+TEST(OperatorE2E, EachJobsShardingServiceRefusesCallsWithoutItsCredential) {
+  Cluster cluster(4);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
+  const int64_t records = 8000;
+  Json job;
+  ASSERT_NO_FATAL_FAILURE(job = cluster.ApplyRunningJob("auth", records, 2));
+  const std::string uid = Str(job, {"metadata", "uid"});
+  auto key = cluster.api()->Get(kube::SecretsResource(), "default", "antdt-operator-key");
+  ASSERT_TRUE(key.ok()) << key.status();
+  auto secret = cluster.api()->Get(kube::SecretsResource(), "default", "auth-token-" + uid);
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  EXPECT_EQ((*secret)["metadata"]["ownerReferences"][0].value("uid", ""), uid);
+  std::string token;
+  ASSERT_TRUE(absl::Base64Unescape(Str(*secret, {"data", "token"}), &token));
+  ASSERT_GE(token.size(), 32u);
+
+  std::string sharding_ip;
+  for (const Json& p : cluster.Pods("auth")) {
+    EXPECT_EQ(p.dump().find(token), std::string::npos) << "a token in the spec of " << p.dump();
+    const std::string role = Str(p, {"metadata", "labels", "antdt.io/role"});
+    if (role == "sharding") sharding_ip = Str(p, {"status", "podIP"});
+    if (role == "sharding" || role == "worker") {
+      EXPECT_EQ(cluster.Cmdline(p)["env"].value("ANTDT_TOKEN", ""), token)
+          << Str(p, {"metadata", "name"});
+    }
+  }
+  ASSERT_FALSE(sharding_ip.empty());
+  auto stub = v1::ShardingService::NewStub(
+      grpc::CreateChannel(sharding_ip + ":50051", grpc::InsecureChannelCredentials()));
+  auto progress = [&](const std::string& credential) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (!credential.empty()) ctx.AddMetadata("authorization", "Bearer " + credential);
+    v1::GetProgressRequest req;
+    req.mutable_dataset()->set_job("auth");
+    req.mutable_dataset()->set_name("train");
+    v1::GetProgressResponse resp;
+    return stub->GetProgress(&ctx, req, &resp);
+  };
+  EXPECT_EQ(progress("").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(progress(std::string(token.size(), 'x')).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  const grpc::Status owner = progress(token);
+  EXPECT_TRUE(owner.ok()) << owner.error_message();
+  {
+    grpc::ClientContext ctx;
+    v1::ReleaseWorkerRequest req;
+    req.mutable_dataset()->set_job("auth");
+    req.set_worker_id("worker-0");
+    req.set_incarnation(-1);
+    v1::ReleaseWorkerResponse resp;
+    EXPECT_EQ(stub->ReleaseWorker(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+
+  // A forged slow step report for worker-0, sent to its node's agent without
+  // the job's credential: the Monitor does not take it in (and counts it).
+  std::string agent_address;
+  for (const Json& p : cluster.Pods("auth")) {
+    if (Str(p, {"metadata", "name"}) == "auth-worker-0") {
+      agent_address = cluster.Cmdline(p)["env"].value("ANTDT_AGENT_ADDR", "");
+    }
+  }
+  ASSERT_FALSE(agent_address.empty());
+  auto agent =
+      v1::Agent::NewStub(grpc::CreateChannel(agent_address, grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < 5; ++i) {
+    grpc::ClientContext ctx;
+    v1::ReportStepRequest req;
+    v1::StepReport* step = req.mutable_step();
+    step->set_job("auth");
+    step->set_namespace_("default");
+    step->set_worker_id("worker-0");
+    step->set_role("worker");
+    step->set_step(1'000'000 + i);
+    step->set_samples(1);
+    step->set_bpt_seconds(60);
+    v1::ReportStepResponse resp;
+    ASSERT_TRUE(agent->ReportStep(&ctx, req, &resp).ok());
+  }
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const std::string metrics = cluster.OperatorMetrics("op-a");
+        for (const std::string& line : SeriesLines(metrics, "antdt_monitor_reports_dropped_total",
+                                                   {"reason=\"credential\""})) {
+          if (!absl::EndsWith(line, " 0")) return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(20)))
+      << cluster.OperatorMetrics("op-a");
+
+  job = cluster.WaitJob(
+      "auth", [](const Json& j) { return Finished(j); }, std::chrono::seconds(240));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  const demo::Verification v = cluster.Verify("auth", records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
 }
 
 }  // namespace antdt

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <thread>
@@ -111,6 +112,139 @@ TEST_F(ServiceTest, ServesHealthAndMetrics) {
     EXPECT_NE(body->find(want), std::string::npos) << want << "\n" << *body;
   }
   EXPECT_TRUE(antdt::testing::HttpGet(metrics_, "/healthz"));
+}
+
+// With the job's credential (--token-file), every call without it is refused
+// UNAUTHENTICATED and every call with another PERMISSION_DENIED, changing
+// nothing; each refusal is counted and logged, never with a token; the
+// health service (Kubernetes' probe) answers without one.
+TEST_F(ServiceTest, CallsWithoutTheJobsCredentialAreRefused) {
+  const std::string token = "job-token-0123456789abcdef";
+  std::ofstream(dir_.File("token")) << token << "\n";
+  ASSERT_NO_FATAL_FAILURE(Start({"--token-file", dir_.File("token")}));
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, req, &resp).ok());
+  }
+  client::ShardingClientOptions o;
+  o.job = "job";
+  o.dataset = "data";
+  o.worker_id = "w";
+  o.token = token;
+  client::ShardingClient owner(channel_, o);
+  ASSERT_TRUE(owner.CreateDataset(Spec()).ok());
+  auto lease = owner.Acquire();
+  ASSERT_TRUE(lease.ok() && *lease) << lease.status();
+
+  // Every RPC, as another tenant's process would send it.
+  auto stub = v1::ShardingService::NewStub(channel_);
+  v1::DatasetRef ref;
+  ref.set_job("job");
+  ref.set_name("data");
+  using Call = std::function<grpc::Status(grpc::ClientContext*)>;
+  const std::vector<std::pair<std::string, Call>> calls = {
+      {"CreateDataset",
+       [&](grpc::ClientContext* c) {
+         v1::CreateDatasetRequest r;
+         *r.mutable_spec() = Spec();
+         r.mutable_spec()->set_name("stolen");
+         v1::CreateDatasetResponse out;
+         return stub->CreateDataset(c, r, &out);
+       }},
+      {"AcquireShard",
+       [&](grpc::ClientContext* c) {
+         v1::AcquireShardRequest r;
+         *r.mutable_dataset() = ref;
+         r.set_worker_id("intruder");
+         v1::AcquireShardResponse out;
+         return stub->AcquireShard(c, r, &out);
+       }},
+      {"ReportProgress",
+       [&](grpc::ClientContext* c) {
+         v1::ReportProgressRequest r;
+         *r.mutable_dataset() = ref;
+         v1::ReportProgressResponse out;
+         return stub->ReportProgress(c, r, &out);
+       }},
+      {"CompleteShard",
+       [&](grpc::ClientContext* c) {
+         v1::CompleteShardRequest r;
+         *r.mutable_dataset() = ref;
+         v1::CompleteShardResponse out;
+         return stub->CompleteShard(c, r, &out);
+       }},
+      {"ReleaseWorker",
+       [&](grpc::ClientContext* c) {
+         v1::ReleaseWorkerRequest r;
+         *r.mutable_dataset() = ref;
+         r.set_worker_id("w");
+         r.set_incarnation(-1);
+         v1::ReleaseWorkerResponse out;
+         return stub->ReleaseWorker(c, r, &out);
+       }},
+      {"Checkpoint",
+       [&](grpc::ClientContext* c) {
+         v1::CheckpointRequest r;
+         *r.mutable_dataset() = ref;
+         v1::CheckpointResponse out;
+         return stub->Checkpoint(c, r, &out);
+       }},
+      {"Restore",
+       [&](grpc::ClientContext* c) {
+         v1::RestoreRequest r;
+         *r.mutable_dataset() = ref;
+         v1::RestoreResponse out;
+         return stub->Restore(c, r, &out);
+       }},
+      {"GetProgress",
+       [&](grpc::ClientContext* c) {
+         v1::GetProgressRequest r;
+         *r.mutable_dataset() = ref;
+         v1::GetProgressResponse out;
+         return stub->GetProgress(c, r, &out);
+       }},
+  };
+  for (const auto& [method, call] : calls) {
+    SCOPED_TRACE(method);
+    grpc::ClientContext none;
+    const grpc::Status missing = call(&none);
+    EXPECT_EQ(missing.error_code(), grpc::StatusCode::UNAUTHENTICATED) << missing.error_message();
+    EXPECT_NE(missing.error_message().find("ANTDT_TOKEN"), std::string::npos);
+    grpc::ClientContext other;
+    other.AddMetadata("authorization", "Bearer another-jobs-token-0123456789ab");
+    EXPECT_EQ(call(&other).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    grpc::ClientContext not_bearer;
+    not_bearer.AddMetadata("authorization", token);
+    EXPECT_EQ(call(&not_bearer).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+
+  // Nothing changed: the owner's lease still holds, no dataset "stolen".
+  ASSERT_TRUE(owner.Complete(**lease).ok());
+  auto progress = owner.Progress();
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  EXPECT_EQ(progress->records_committed_total(), 100);
+  EXPECT_EQ(progress->shards_doing(), 0) << "the lease the intruder tried to release held";
+  client::ShardingClientOptions so = o;
+  so.dataset = "stolen";
+  EXPECT_EQ(client::ShardingClient(channel_, so).Progress().status().code(),
+            absl::StatusCode::kNotFound);
+
+  auto body = antdt::testing::HttpGet(metrics_, "/metrics");
+  ASSERT_TRUE(body);
+  for (const char* want :
+       {"antdt_sharding_auth_refusals_total{method=\"ReleaseWorker\",reason=\"missing\"} 1",
+        "antdt_sharding_auth_refusals_total{method=\"Restore\",reason=\"wrong\"} 2",
+        "antdt_sharding_rpcs_total{code=\"UNAUTHENTICATED\",method=\"CreateDataset\"} 1"}) {
+    EXPECT_NE(body->find(want), std::string::npos) << want << "\n" << *body;
+  }
+  const std::string log = Log();
+  EXPECT_NE(log.find("auth=token"), std::string::npos) << log;
+  EXPECT_NE(log.find("event=auth_refused method=Restore reason=wrong"), std::string::npos) << log;
+  EXPECT_EQ(log.find(token), std::string::npos) << "the token was logged";
+  EXPECT_EQ(log.find("another-jobs-token"), std::string::npos) << "a token was logged";
 }
 
 TEST_F(ServiceTest, MetricsPassPromtool) {
@@ -573,6 +707,7 @@ TEST(ServiceFlags, BadFlagsExitWithTheFieldNamed) {
       {{"--lease-ttl", "5"}, "--lease-ttl"},
       {{"--bogus", "1"}, "--bogus"},
       {{"--config", dir.File("missing.yaml")}, "--config"},
+      {{"--token-file", dir.File("missing-token")}, "token_file: cannot read"},
       // After the lease reaper started: it is stopped, not left to std::terminate.
       {{"--listen", "127.0.0.1:0", "--ready-file", dir.File("missing/ready")}, "cannot write"},
   };

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/credential.h"
 #include "common/job_key.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -268,7 +269,8 @@ AgentServiceImpl::AgentServiceImpl(std::string node, Outbox* outbox,
                               .Help("Recent throughput of the worker (EWMA of samples / BPT).")
                               .Register(registry)) {}
 
-grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext*, const v1::ReportStepRequest* req,
+grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext* context,
+                                          const v1::ReportStepRequest* req,
                                           v1::ReportStepResponse* resp) {
   // The steps of this call: `step` (when set) then `steps`, all of one worker.
   std::vector<const v1::StepReport*> steps;
@@ -286,12 +288,15 @@ grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext*, const v1::Report
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
+  // The worker's credential goes on as its digest; never the worker's own claim.
+  const std::string digest = context == nullptr ? "" : CredentialDigestOf(*context);
   v1::AgentMessage msg;
   for (const v1::StepReport* in : steps) {
     v1::StepReport* step =
         steps.size() == 1 ? msg.mutable_step() : msg.mutable_steps()->add_steps();
     *step = *in;
     step->set_node(node_);
+    step->set_credential_digest(digest);
     if (step->time_unix_ms() == 0) step->set_time_unix_ms(now_ms);
     Account(*step);
   }

@@ -152,6 +152,31 @@ TEST(AgentService, ForgetsAWorkerThatLeftTheNode) {
       << text();
 }
 
+// The credential digest the Monitor checks is the agent's to set, from the
+// call's own credential: a worker's claim in the report is replaced (here by
+// none, the call carrying no token).
+TEST(AgentService, AWorkersOwnCredentialDigestIsReplaced) {
+  Outbox box(100);
+  DirectiveTable table;
+  prometheus::Registry registry;
+  AgentServiceImpl service("node-a", &box, &table, registry);
+  grpc::ServerContext ctx;
+  v1::ReportStepResponse resp;
+  v1::ReportStepRequest req;
+  req.mutable_step()->set_job("train");
+  req.mutable_step()->set_worker_id("worker-1");
+  req.mutable_step()->set_role("worker");
+  req.mutable_step()->set_bpt_seconds(0.5);
+  req.mutable_step()->set_samples(100);
+  req.mutable_step()->set_credential_digest(std::string(32, 'x'));
+  ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
+  std::optional<v1::AgentMessage> sent = box.Peek(1000);
+  ASSERT_TRUE(sent.has_value());
+  ASSERT_TRUE(sent->has_step());
+  EXPECT_EQ(sent->step().credential_digest(), "");
+  EXPECT_EQ(sent->step().node(), "node-a");
+}
+
 // A worker that reports its namespace gets it on every series of it: step
 // metrics, and the Monitor's judgement the agent re-exports.
 TEST(AgentService, LabelsAWorkersSeriesWithTheNamespaceItReports) {

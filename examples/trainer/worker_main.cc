@@ -27,6 +27,7 @@
 #include "client/sharding_client.h"
 #include "client/step_reporter.h"
 #include "common/config.h"
+#include "common/credential.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "examples/demo/journal.h"
@@ -91,6 +92,7 @@ std::optional<client::ShardLease> TryAcquire(v1::ShardingService::Stub& stub,
   req.set_incarnation(o.incarnation);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.call_timeout_ms));
+  AddCredential(ctx, o.token);
   v1::AcquireShardResponse resp;
   const bool ok = stub.AcquireShard(&ctx, req, &resp).ok();
   if (end_of_data != nullptr) {
@@ -381,14 +383,14 @@ class TrainingLoop {
           // Commit first, so that our own unfinished leases never keep the
           // dataset from ending; then one call that does not wait.
           RETURN_IF_ERROR(Commit());
-          next = TryAcquire(stub_, c_.options, end);
+          next = TryAcquire(stub_, sharding_.options(), end);
           if (*end) return absl::OkStatus();
           if (!next) {
             *idle = true;
             return absl::OkStatus();
           }
         } else {
-          next = TryAcquire(stub_, c_.options);
+          next = TryAcquire(stub_, sharding_.options());
           if (!next) return absl::OkStatus();  // nothing free now: a short batch
         }
         open_.push_back({std::move(*next)});

@@ -77,6 +77,14 @@ absl::Status SetField(OperatorConfig& c, const std::string& raw_key, const std::
           field, ": must be volcano or scheduler-plugins (or empty: none), got \"", value, "\""));
     }
     c.gang_scheduler = value;
+  } else if (key == "job_credentials") {
+    RETURN_IF_ERROR(Bool(value, field, &c.job_credentials));
+  } else if (key == "token_key_secret") {
+    if (!IsDns1123Label(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be a Secret name (a DNS-1123 label), got \"", value, "\""));
+    }
+    c.token_key_secret = value;
   } else if (key == "monitor_window") {
     ASSIGN_OR_RETURN(c.monitor_window_ms, ParseDurationMs(value, field));
   } else if (key == "pod_name") {

@@ -31,6 +31,11 @@ struct OperatorConfig {
   // Gang scheduling: "" (none), "volcano" or "scheduler-plugins" (coscheduling):
   // a PodGroup per job, its parameter servers and workers in it.
   std::string gang_scheduler;
+  // Per-job credentials (common/credential.h): each job's token is
+  // HMAC(key, its UID), the key kept in the Secret `token_key_secret` of the
+  // leader-election namespace (created on first start).
+  bool job_credentials = true;
+  std::string token_key_secret = "antdt-operator-key";
   int64_t monitor_window_ms = 10'000;  // the Monitor's window for every job
   // This replica's pod (the downward API's metadata.name and .namespace): the
   // acting replica labels it antdt.io/leader=true. "" outside a pod.

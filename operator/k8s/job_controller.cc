@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "client/sharding_client.h"
+#include "common/credential.h"
 #include "common/job_key.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -34,6 +35,7 @@ std::string NameOf(const Json& object) { return kube::StringAt(object, {"metadat
 // PodGroups (the group from the object's apiVersion).
 kube::ResourceRef RefOf(const reconciler::Write& w) {
   if (w.resource == "services") return kube::ServicesResource();
+  if (w.resource == "secrets") return kube::SecretsResource();
   if (w.resource != "podgroups") return kube::PodsResource();
   const std::string api_version = kube::StringAt(w.object, {"apiVersion"});
   const size_t slash = api_version.find('/');
@@ -99,6 +101,8 @@ struct JobController::JobRuntime {
   std::string policy_spec;
   std::string reported_orphans;    // the orphaned pods last reported
   bool pod_group_created = false;  // gang scheduling: the job's PodGroup exists
+  std::string token;               // the job's credential ("" without)
+  bool token_secret_created = false;
 };
 
 namespace {
@@ -343,9 +347,23 @@ JobController::JobController(kube::Api* api, monitor::MonitorServiceImpl* monito
                           .Help("Straggler actions carried out, by action")
                           .Register(*registry);
   }
+  // Step reports count only with their job's credential: a pod of another
+  // team cannot make this job's workers look slow.
+  if (monitor_ != nullptr && options_.settings.job_credentials) {
+    monitor_->hub().SetStepGate([this](const v1::StepReport& step) {
+      std::lock_guard<std::mutex> lock(cred_mu_);
+      auto it = digests_.find(JobKey(step.namespace_(), step.job()));
+      return it != digests_.end() && DigestsMatch(step.credential_digest(), it->second);
+    });
+  }
 }
 
-JobController::~JobController() { Stop(); }
+JobController::~JobController() {
+  Stop();
+  if (monitor_ != nullptr && options_.settings.job_credentials) {
+    monitor_->hub().SetStepGate(nullptr);
+  }
+}
 
 void JobController::EnqueueOwner(const Json& child) {
   const Json& refs = kube::At(child, {"metadata", "ownerReferences"});
@@ -447,6 +465,11 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
           spec.straggler_policy.max_actions);
     }
     rt->uid = uid;
+    if (options_.settings.job_credentials) {
+      rt->token = DeriveToken(options_.token_key, uid);
+      std::lock_guard<std::mutex> cred_lock(cred_mu_);
+      digests_[key] = TokenDigest(rt->token);
+    }
     rt->backend = std::make_unique<LoopBackend>(this);
   }
   const std::string policy_spec = PolicySpecOf(job);
@@ -503,6 +526,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
       co.worker_id = "antdt-operator";
       co.retry_budget_ms = options_.rpc_timeout_ms;
       co.call_timeout_ms = options_.rpc_timeout_ms;
+      co.token = rt.token;
       rt.driver =
           std::make_unique<client::ShardingClient>(client::CreateShardingChannel(address), co);
     }
@@ -541,6 +565,8 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
   obs->progress = rt.progress;
   obs->dataset_ready = rt.dataset_ready;
   obs->pod_group_exists = rt.pod_group_created;
+  obs->job_token = rt.token;
+  obs->token_secret_exists = rt.token_secret_created;
 
   // The Monitor's view of the job's members.
   if (health != nullptr) {
@@ -846,6 +872,10 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   std::optional<Json> found = jobs_->Get(key);
   if (!found || !kube::At(*found, {"metadata", "deletionTimestamp"}).is_null()) {
     std::lock_guard<std::mutex> lock(mu_);
+    {
+      std::lock_guard<std::mutex> cred_lock(cred_mu_);
+      digests_.erase(key);
+    }
     if (runtimes_.erase(key) > 0 && monitor_ != nullptr) {
       // The Monitor keys jobs by namespace/name (`key`); workers that report
       // no namespace by the bare name: that one is forgotten unless a job
@@ -905,6 +935,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   if (rt != nullptr) {
     for (const reconciler::Write& w : plan.writes) {
       if (w.resource == "podgroups") rt->pod_group_created = true;  // created, or there
+      if (w.resource == "secrets") rt->token_secret_created = true;
     }
   }
   if (decided) {

@@ -42,6 +42,8 @@ struct JobControllerOptions {
   reconciler::Settings settings;
   std::string identity;           // this replica, for Events
   int64_t rpc_timeout_ms = 2000;  // calls to the job's sharding service and servers
+  // settings.job_credentials: the key each job's token is derived from.
+  std::string token_key;
 };
 
 class JobController {
@@ -126,6 +128,11 @@ class JobController {
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<JobRuntime>> runtimes_;  // by job uid
+  // The Monitor's step gate (settings.job_credentials): each job's credential
+  // digest by namespace/name. Its own mutex: the gate runs under the hub's
+  // lock, and mu_ is held while calling the hub.
+  std::mutex cred_mu_;
+  std::map<std::string, std::string> digests_;
 
   prometheus::Family<prometheus::Counter>* reconcile_total_ = nullptr;
   prometheus::Family<prometheus::Counter>* reconcile_errors_ = nullptr;

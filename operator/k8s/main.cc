@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/credential.h"
 #include "common/log.h"
 #include "common/serve.h"
 #include "common/server.h"
@@ -47,6 +50,12 @@ constexpr const char* kUsage = R"(usage: antdt-operator [flags]
   --master-port N             the workers' MASTER_PORT (rendezvous)    [29500]
   --gang-scheduler NAME       volcano | scheduler-plugins: a PodGroup per
                               job (min members: servers + workers)     [none]
+  --job-credentials true|false
+                              a Secret <job>-token per job; its sharding
+                              service refuses calls without it          [true]
+  --token-key-secret NAME     the Secret (leader-election namespace) holding
+                              the key job tokens derive from; created on
+                              first start                 [antdt-operator-key]
   --monitor-window D          the Monitor's window for every job       [10s]
   --pod-name NAME --pod-namespace NS
                               this replica's pod: the acting replica labels it
@@ -119,7 +128,59 @@ antdt::k8s::JobControllerOptions ControllerOptions(const antdt::k8s::OperatorCon
   jo.settings.agent_port = config.agent_port;
   jo.settings.master_port = config.master_port;
   jo.settings.gang_scheduler = config.gang_scheduler;
+  jo.settings.job_credentials = config.job_credentials;
   return jo;
+}
+
+// The key every job's credential is derived from: data.key of the Secret
+// `name` in `ns`, created with a random key on the first start (a replica that
+// loses that race reads the winner's). Retried while the API server does not
+// answer, for a minute.
+absl::StatusOr<std::string> LoadTokenKey(antdt::kube::Api* api, const std::string& ns,
+                                         const std::string& name) {
+  using namespace antdt;
+  const std::string what = absl::StrCat("Secret ", ns, "/", name, " (the key of job credentials)");
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  for (;;) {
+    auto got = api->Get(kube::SecretsResource(), ns, name);
+    if (got.ok()) {
+      std::string key;
+      if (!absl::Base64Unescape(kube::StringAt(*got, {"data", "key"}), &key) || key.size() < 16) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": data.key must hold at least 16 bytes, base64-encoded"));
+      }
+      return key;
+    }
+    absl::Status error = got.status();
+    if (kube::IsNotFound(error)) {
+      const std::string key = RandomToken();
+      const kube::Json secret = {
+          {"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", ns},
+            {"labels",
+             {{"app.kubernetes.io/name", "antdt"}, {"app.kubernetes.io/component", "operator"}}}}},
+          {"type", "Opaque"},
+          {"data", {{"key", absl::Base64Escape(key)}}}};
+      auto created = api->Create(kube::SecretsResource(), ns, secret);
+      if (created.ok()) {
+        LogEvent("operator", {{"event", "token_key_created"}, {"secret", ns + "/" + name}});
+        return key;
+      }
+      if (kube::IsAlreadyExists(created.status())) continue;  // another replica's: read it
+      error = created.status();
+    }
+    const bool retry = error.code() == absl::StatusCode::kUnavailable ||
+                       error.code() == absl::StatusCode::kDeadlineExceeded;
+    if (!retry || std::chrono::steady_clock::now() > give_up) {
+      return absl::Status(error.code(),
+                          absl::StrCat(what, ": ", error.message(),
+                                       " (--job-credentials=false runs without credentials)"));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
 }
 
 // Runs the controller while this replica holds the Lease (or at once without
@@ -225,12 +286,12 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   const std::optional<ParsedFlags> flags = ParseCommandLine(
       argc, argv, "antdt-operator", kUsage,
-      {"kubeconfig",         "namespace",      "listen",         "metrics-listen",
-       "ready-file",         "config",         "leader-elect",   "leader-election-namespace",
-       "leader-election-id", "lease-duration", "renew-deadline", "retry-period",
-       "identity",           "image",          "sharding-port",  "ps-port",
-       "agent-port",         "master-port",    "monitor-window", "pod-name",
-       "pod-namespace",      "gang-scheduler"},
+      {"kubeconfig",         "namespace",      "listen",          "metrics-listen",
+       "ready-file",         "config",         "leader-elect",    "leader-election-namespace",
+       "leader-election-id", "lease-duration", "renew-deadline",  "retry-period",
+       "identity",           "image",          "sharding-port",   "ps-port",
+       "agent-port",         "master-port",    "monitor-window",  "pod-name",
+       "pod-namespace",      "gang-scheduler", "job-credentials", "token-key-secret"},
       &exit_code);
   if (!flags) return exit_code;
   std::string error;
@@ -261,7 +322,14 @@ int main(int argc, char** argv) {
       Serving::Start({config->listen, "", config->metrics_listen, registry, {&monitor_service}});
   if (!serving.ok()) return Fail(std::string(serving.status().message()));
   monitor_service.Start(100);
-  k8s::JobController controller(client->get(), &monitor_service, ControllerOptions(*config),
+  k8s::JobControllerOptions controller_options = ControllerOptions(*config);
+  if (config->job_credentials) {
+    auto key =
+        LoadTokenKey(client->get(), config->leader_election_namespace, config->token_key_secret);
+    if (!key.ok()) return Fail(std::string(key.status().message()));
+    controller_options.token_key = *std::move(key);
+  }
+  k8s::JobController controller(client->get(), &monitor_service, controller_options,
                                 registry.get());
   // The Monitor's series with each job's namespace (the exposer holds it weakly).
   auto monitor_series = control::WithNamespaces(

@@ -123,6 +123,11 @@ const ResourceRef& ServicesResource() {
   return r;
 }
 
+const ResourceRef& SecretsResource() {
+  static const ResourceRef r{"", "v1", "secrets", "Secret", true};
+  return r;
+}
+
 const ResourceRef& EventsResource() {
   static const ResourceRef r{"", "v1", "events", "Event", true};
   return r;

@@ -43,6 +43,7 @@ struct ResourceRef {
 // The kinds the operator uses.
 const ResourceRef& PodsResource();
 const ResourceRef& ServicesResource();
+const ResourceRef& SecretsResource();
 const ResourceRef& EventsResource();
 const ResourceRef& LeasesResource();     // coordination.k8s.io/v1
 const ResourceRef& NodesResource();      // cluster-scoped

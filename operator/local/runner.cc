@@ -1,5 +1,6 @@
 #include "operator/local/runner.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -21,6 +22,7 @@
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "client/sharding_client.h"
 #include "common/config.h"
+#include "common/credential.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/serve.h"
@@ -173,6 +175,7 @@ class Runner final : public control::Backend {
   JobClock clock_;
 
   Server sharding_;
+  std::string token_;  // the run's credential (WORK_DIR/token)
   std::unique_ptr<client::ShardingClient> driver_;
   std::unique_ptr<monitor::MonitorServiceImpl> monitor_;
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
@@ -195,14 +198,34 @@ class Runner final : public control::Backend {
   RunResult result_;
 };
 
+namespace {
+
+// The run's credential: a random token in a file only this user reads, given
+// to the sharding service and (as ANTDT_TOKEN_FILE) to every worker.
+absl::StatusOr<std::string> WriteRunToken(const std::string& dir) {
+  const std::string path = dir + "/token";
+  const std::string token = RandomToken();
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", path));
+  const bool written = write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size());
+  close(fd);
+  if (!written) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return token;
+}
+
+}  // namespace
+
 absl::Status Runner::StartShardingService() {
+  ASSIGN_OR_RETURN(token_, WriteRunToken(dir_));
+  site_.token_file = dir_ + "/token";
   ASSIGN_OR_RETURN(
       sharding_,
       StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen", "127.0.0.1:0", "--state-dir",
                    dir_ + "/sharding", "--lease-ttl", "10s", "--sync", "normal", "--metrics-listen",
-                   "127.0.0.1:0", "--namespace", job_.namespace_},
+                   "127.0.0.1:0", "--namespace", job_.namespace_, "--token-file", site_.token_file},
                   dir_, "sharding-service"));
   client::ShardingClientOptions copts;
+  copts.token = token_;
   copts.job = job_.name;
   copts.dataset = "train";
   copts.worker_id = "antdt-run";
@@ -215,6 +238,10 @@ absl::Status Runner::StartMonitor() {
   const monitor::MonitorConfig mc = bridge::MonitorConfigFor(job_.monitor);
   ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(mc));
   monitor_ = std::make_unique<monitor::MonitorServiceImpl>(std::move(m), &RealClock::Get());
+  // Only the run's workers' reports count (they carry its credential).
+  monitor_->hub().SetStepGate([digest = TokenDigest(token_)](const v1::StepReport& step) {
+    return DigestsMatch(step.credential_digest(), digest);
+  });
   // The runner's /metrics: the Monitor's series and the job's own.
   ASSIGN_OR_RETURN(monitor_server_,
                    Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", registry_, {monitor_.get()}}));

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/credential.h"
 #include "common/status.h"
 #include "operator/bridge/bridge.h"
 #include "operator/bridge/worker_env.h"
@@ -71,6 +72,7 @@ bridge::EnvList BaseEnv(const manifest::Job& job, const WorkerSite& site, const 
   p.master_addr = "127.0.0.1";
   p.master_port = site.master_port;
   bridge::EnvList env = bridge::WorkerEnv(job, p);
+  if (!site.token_file.empty()) env.emplace_back(kEnvTokenFile, site.token_file);
   if (!site.python_path.empty()) env.emplace_back("PYTHONPATH", site.python_path);
   return env;
 }

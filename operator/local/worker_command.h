@@ -23,6 +23,7 @@ struct WorkerSite {
   std::string work_dir;      // journals, loss logs, speed files
   std::string manifest_dir;  // a command's working directory
   std::string sharding_addr;
+  std::string token_file;  // the run's credential: ANTDT_TOKEN_FILE ("" none)
   std::vector<std::string> ps_addrs;
   std::string checkpoint_path;            // ANTDT_CHECKPOINT_PATH
   std::string mode;                       // bridge::kModeAntdt or kModePlain

@@ -55,10 +55,10 @@ void MonitorHub::Receive(AgentStream& stream, const v1::AgentMessage& message) {
       monitor_.Ingest(message.node_sample());
       break;
     case v1::AgentMessage::kStep:
-      monitor_.Ingest(message.step());
+      IngestStep(message.step());
       break;
     case v1::AgentMessage::kSteps:
-      for (const v1::StepReport& step : message.steps().steps()) monitor_.Ingest(step);
+      for (const v1::StepReport& step : message.steps().steps()) IngestStep(step);
       break;
     case v1::AgentMessage::kDropped:
       dropped_[stream.node] = message.dropped();
@@ -66,6 +66,27 @@ void MonitorHub::Receive(AgentStream& stream, const v1::AgentMessage& message) {
     default:
       break;
   }
+}
+
+void MonitorHub::IngestStep(const v1::StepReport& step) {
+  if (gate_ && !gate_(step)) {
+    ++refused_steps_;
+    const std::string key = JobKey(step.namespace_(), step.job());
+    if (refused_jobs_.insert(key).second) {
+      LogEvent("step_report_refused",
+               {{"job", key},
+                {"worker", step.worker_id()},
+                {"node", step.node()},
+                {"credential", step.credential_digest().empty() ? "missing" : "not the job's"}});
+    }
+    return;
+  }
+  monitor_.Ingest(step);
+}
+
+void MonitorHub::SetStepGate(StepGate gate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  gate_ = std::move(gate);
 }
 
 void MonitorHub::CloseStream(AgentStream& stream) {
@@ -179,6 +200,7 @@ struct MetricsInput {
   std::vector<v1::GetJobHealthResponse> jobs;
   std::map<std::string, v1::AgentDropped> dropped;  // by node
   int64_t streams_opened = 0;
+  int64_t refused_steps = 0;  // refused by the step gate
 };
 
 void Add(MetricFamily& family, Labels labels, double value) {
@@ -199,7 +221,8 @@ MetricFamily Counter(const std::string& name, const std::string& help,
   return family;
 }
 
-std::vector<MetricFamily> IngestFamilies(const MonitorStats& stats, int64_t streams_opened) {
+std::vector<MetricFamily> IngestFamilies(const MonitorStats& stats, int64_t streams_opened,
+                                         int64_t refused_steps) {
   return {
       Counter("antdt_monitor_reports_total", "Reports the Monitor took in, by kind.",
               {{{{"kind", "step"}}, static_cast<double>(stats.step_reports)},
@@ -207,7 +230,8 @@ std::vector<MetricFamily> IngestFamilies(const MonitorStats& stats, int64_t stre
       Counter("antdt_monitor_reports_dropped_total", "Reports the Monitor refused, by reason.",
               {{{{"reason", "malformed"}}, static_cast<double>(stats.rejected)},
                {{{"reason", "late"}}, static_cast<double>(stats.late_reports)},
-               {{{"reason", "early"}}, static_cast<double>(stats.early_reports)}}),
+               {{{"reason", "early"}}, static_cast<double>(stats.early_reports)},
+               {{{"reason", "credential"}}, static_cast<double>(refused_steps)}}),
       Counter("antdt_monitor_windows_closed_total", "Windows closed, over all jobs.",
               {{{}, static_cast<double>(stats.windows_closed)}}),
       Counter("antdt_monitor_agent_streams_total", "Agent streams opened.",
@@ -286,7 +310,7 @@ class MonitorCollector final : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const MetricsInput in = snapshot_();
-    std::vector<MetricFamily> out = IngestFamilies(in.stats, in.streams_opened);
+    std::vector<MetricFamily> out = IngestFamilies(in.stats, in.streams_opened, in.refused_steps);
     out.push_back(AgentDroppedFamily(in.dropped));
     for (MetricFamily& f : HealthFamilies(in.jobs)) out.push_back(std::move(f));
     return out;
@@ -307,6 +331,7 @@ std::shared_ptr<prometheus::Collectable> MonitorHub::Collector() {
     for (const std::string& job : monitor_.Jobs()) in.jobs.push_back(monitor_.Health(job, now));
     in.dropped = dropped_;
     in.streams_opened = streams_opened_;
+    in.refused_steps = refused_steps_;
     return in;
   });
 }

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -61,6 +62,14 @@ class MonitorHub {
   // name): Monitor::Forget; its series leave /metrics.
   void ForgetJob(const std::string& job_key);
 
+  // Which step reports the Monitor takes in. With a gate, only those it
+  // accepts (a job's reports carrying its credential's digest); the others
+  // are counted (antdt_monitor_reports_dropped_total{reason="credential"})
+  // and the first of each job is logged. Called under the hub's lock: the
+  // gate must not call the hub.
+  using StepGate = std::function<bool(const v1::StepReport&)>;
+  void SetStepGate(StepGate gate);
+
   // Starts the ticker that calls Tick every `tick_ms`.
   void Start(int64_t tick_ms);
   // Stops the ticker; idempotent.
@@ -75,12 +84,16 @@ class MonitorHub {
  private:
   // Writes unless the stream is closed; false when closed or the write failed.
   static bool Write(AgentStream& stream, const v1::MonitorMessage& message);
+  void IngestStep(const v1::StepReport& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
   mutable std::mutex mu_;
   Monitor monitor_ ABSL_GUARDED_BY(mu_);
   int64_t windows_seen_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t streams_opened_ ABSL_GUARDED_BY(mu_) = 0;  // hellos that registered a stream
+  StepGate gate_ ABSL_GUARDED_BY(mu_);
+  int64_t refused_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> refused_jobs_ ABSL_GUARDED_BY(mu_);               // logged once each
   std::map<std::string, v1::AgentDropped> dropped_ ABSL_GUARDED_BY(mu_);  // by node, as agents said
   std::map<AgentStream*, std::shared_ptr<AgentStream>> streams_ ABSL_GUARDED_BY(mu_);  // open ones
 

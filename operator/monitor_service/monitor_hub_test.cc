@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/credential.h"
 #include "common/process.h"
 #include "prometheus/text_serializer.h"
 
@@ -211,6 +212,43 @@ TEST_F(MonitorHubTest, MetricsCountStreamsDropsAndHealth) {
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
   }
+}
+
+// With a step gate (the job's credential), a report without the job's digest
+// is not taken in: a forged slow report for w-2 changes nothing, and is
+// counted under reason "credential".
+TEST_F(MonitorHubTest, AStepGateKeepsOutReportsWithoutTheJobsCredential) {
+  const std::string digest = TokenDigest("the-jobs-token");
+  hub_.SetStepGate(
+      [&](const v1::StepReport& step) { return DigestsMatch(step.credential_digest(), digest); });
+  Inbox a;
+  auto sa = hub_.OpenStream("peer-a", a.Writer());
+  hub_.Receive(*sa, Hello("node-a"));
+  const int64_t t = clock_.NowMillis();
+  for (const char* w : {"w-0", "w-1", "w-2"}) {
+    v1::AgentMessage m = Step(w, "node-a", 0.1, t);
+    m.mutable_step()->set_credential_digest(digest);
+    hub_.Receive(*sa, m);
+  }
+  for (const std::string& forged : {std::string(), TokenDigest("another-jobs-token")}) {
+    v1::AgentMessage m = Step("w-2", "node-a", 5.0, t);
+    m.mutable_step()->set_credential_digest(forged);
+    hub_.Receive(*sa, m);
+  }
+  clock_.Advance(kCloseAfterMs);
+  hub_.Tick();
+  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health("", kJob);
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->workers_size(), 3);
+  for (const v1::WorkerHealth& w : health->workers()) {
+    EXPECT_EQ(w.class_(), v1::HEALTHY) << w.worker_id() << ": a forged report counted";
+  }
+  const std::string text = prometheus::TextSerializer().Serialize(hub_.Collector()->Collect());
+  EXPECT_NE(text.find("antdt_monitor_reports_dropped_total{reason=\"credential\"} 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("antdt_monitor_reports_total{kind=\"step\"} 3"), std::string::npos) << text;
+  hub_.SetStepGate(nullptr);
 }
 
 TEST_F(MonitorHubTest, TheTickerClosesWindowsUntilStopped) {

@@ -8,11 +8,13 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/credential.h"
 #include "operator/bridge/bridge.h"
 #include "operator/bridge/worker_env.h"
 #include "operator/kube/object.h"
@@ -99,6 +101,12 @@ Json EnvValue(const std::string& name, const std::string& value) {
 }
 Json EnvField(const std::string& name, const std::string& field_path) {
   return {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field_path}}}}}};
+}
+// ANTDT_TOKEN from the job's Secret (Settings::job_credentials).
+Json TokenEnv(const manifest::Job& spec) {
+  return {{"name", kEnvToken},
+          {"valueFrom",
+           {{"secretKeyRef", {{"name", TokenSecretName(spec.name, spec.uid)}, {"key", "token"}}}}}};
 }
 
 // A queue's labels on the job (Kueue's queue-name and priority-class) go to
@@ -204,6 +212,7 @@ std::vector<Json> WorkerVariables(const manifest::Job& spec, const Settings& s,
   for (const auto& [name, value] : bridge::WorkerEnv(spec, Placement(spec, s, w))) {
     if (name != bridge::kEnvNodeSpeedFile) env.push_back(EnvValue(name, value));
   }
+  if (s.job_credentials) env.push_back(TokenEnv(spec));
   return env;
 }
 
@@ -478,6 +487,9 @@ std::string WorkerHostname(const std::string& job, int32_t index) {
 std::string WorkerPodName(const std::string& job, int32_t index) {
   return WorkerHostname(job, index);
 }
+std::string TokenSecretName(const std::string& job, const std::string& uid) {
+  return uid.empty() ? job + "-token" : absl::StrCat(job, "-token-", uid);
+}
 
 Json ToJson(const WorkerInstance& w) {
   Json j = {
@@ -576,6 +588,16 @@ std::vector<Json> RenderServices(const Json& job, const manifest::Job& spec, con
   return services;
 }
 
+Json RenderTokenSecret(const Json& job, const manifest::Job& spec, const std::string& token,
+                       const Settings& s) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata",
+           Metadata(job, spec, TokenSecretName(spec.name, spec.uid), Labels(spec, "token", s))},
+          {"type", "Opaque"},
+          {"data", {{"token", absl::Base64Escape(token)}}}};
+}
+
 Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Settings& s) {
   const bool own_state = spec.checkpoint.path.empty();
   // Per job even where the volume is shared (a hostPath, the test kubelet).
@@ -591,7 +613,8 @@ Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Setting
        {"--listen", absl::StrCat("$(POD_IP):", s.sharding_port), "--metrics-listen",
         absl::StrCat("$(POD_IP):", s.metrics_port), "--state-dir", state_dir, "--lease-ttl", "10s",
         "--namespace", kube::StringAt(job, {"metadata", "namespace"})}},
-      {"env", Json::array({EnvField("POD_IP", "status.podIP")})},
+      {"env", s.job_credentials ? Json::array({EnvField("POD_IP", "status.podIP"), TokenEnv(spec)})
+                                : Json::array({EnvField("POD_IP", "status.podIP")})},
       {"ports", Json::array({{{"name", "grpc"}, {"containerPort", s.sharding_port}},
                              {{"name", "metrics"}, {"containerPort", s.metrics_port}}})},
       {"readinessProbe",
@@ -1250,6 +1273,12 @@ void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
     if (!pass.children.HasService(Name(svc))) {
       AddWrite(plan, Create("services", std::move(svc), "missing"));
     }
+  }
+  // The job's credential before the pods that read it.
+  if (pass.s.job_credentials && !pass.o.token_secret_exists && !pass.o.job_token.empty()) {
+    AddWrite(plan,
+             Create("secrets", RenderTokenSecret(pass.o.job, pass.spec, pass.o.job_token, pass.s),
+                    "missing"));
   }
   EnsureServer(
       pass, ShardingName(pass.job),

@@ -92,6 +92,10 @@ struct Settings {
   // members are its parameter servers and workers (not the sharding service,
   // which must run before they are created).
   std::string gang_scheduler;
+  // Per-job credentials: each job gets a Secret <job>-token (Observed::
+  // job_token) that its sharding service and workers read as ANTDT_TOKEN;
+  // the service refuses calls without it.
+  bool job_credentials = false;
 };
 
 // One straggler (or leader) as the Monitor currently classifies it.
@@ -128,9 +132,13 @@ struct Observed {
   // Objects labelled antdt.io/job=<name> in the job's namespace, including
   // terminating ones (metadata.deletionTimestamp set).
   std::vector<Json> pods, services;
-  std::optional<Progress> progress;   // from the sharding service, when known
-  bool dataset_ready = false;         // the glue created the dataset on the sharding service
-  bool pod_group_exists = false;      // the glue created the job's PodGroup (gang scheduling)
+  std::optional<Progress> progress;  // from the sharding service, when known
+  bool dataset_ready = false;        // the glue created the dataset on the sharding service
+  bool pod_group_exists = false;     // the glue created the job's PodGroup (gang scheduling)
+  // Settings::job_credentials: the job's token (the glue derives it from the
+  // job's UID), and whether its Secret was created.
+  std::string job_token;
+  bool token_secret_exists = false;
   std::vector<Straggler> stragglers;  // current view of the Monitor
   std::vector<Action> actions;        // new Controller decisions to carry out in this pass
   int64_t now_ms = 0;                 // wall clock, for timestamps
@@ -146,10 +154,10 @@ struct Write {
     kAdjustBatch,             // an ADJUST_BS directive to a running worker
     kReleaseShards,           // a removed worker's shards go back to the queue
   } kind;
-  std::string resource;               // "pods" | "services" | "podgroups" (kCreate, kDelete)
-  Json object;                        // kCreate
-  std::string name;                   // kDelete, kDeleteJob
-  std::string uid;                    // kDelete, kDeleteJob: precondition
+  std::string resource;  // "pods" | "services" | "podgroups" | "secrets" (kCreate, kDelete)
+  Json object;           // kCreate
+  std::string name;      // kDelete, kDeleteJob
+  std::string uid;       // kDelete, kDeleteJob: precondition
   int64_t grace_period_seconds = -1;  // kDelete; -1: the default
   std::string worker;                 // kLeaveParameterServers, kAdjustBatch, kReleaseShards
   std::string reason;                 // for logs
@@ -205,6 +213,9 @@ std::string PsPodName(const std::string& job, int32_t k);
 std::string WorkersServiceName(const std::string& job);             // J-workers
 std::string WorkerHostname(const std::string& job, int32_t index);  // J-worker-<i>
 std::string WorkerPodName(const std::string& job, int32_t index);   // J-worker-<i>, as the hostname
+// J-token-<uid>: an earlier job's of the same name (orphaned by `kubectl
+// delete --cascade=orphan`, or still being collected) never stands in for it.
+std::string TokenSecretName(const std::string& job, const std::string& uid);
 
 // How many parameter servers, their feature slices and the workers' initial
 // batches: operator/bridge (shared with the local runner).
@@ -220,6 +231,9 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
 // named after the job; min members spec.runPolicy.schedulingPolicy.minAvailable
 // or every parameter server and worker. Null without gang scheduling.
 Json RenderPodGroup(const Json& job, const manifest::Job& spec, const Settings& s);
+// The job's credential as a Secret (data.token, base64) owned by the job.
+Json RenderTokenSecret(const Json& job, const manifest::Job& spec, const std::string& token,
+                       const Settings& s);
 // The headless Services: sharding, ps (when the job has parameter servers),
 // workers.
 std::vector<Json> RenderServices(const Json& job, const manifest::Job& spec, const Settings& s);

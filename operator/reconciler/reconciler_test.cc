@@ -61,7 +61,7 @@ manifest::Job MustParse(const Json& job) {
 
 struct Cluster {
   Json job = QuickstartJob();
-  std::vector<Json> pods, services, podgroups;
+  std::vector<Json> pods, services, podgroups, secrets;
   Settings settings;
   std::vector<std::string> left;  // kLeaveParameterServers, in order
   std::vector<std::string> created_pods;
@@ -71,8 +71,12 @@ struct Cluster {
   int next_uid = 0;
   bool clear_pending_events = true;  // false: the operator stops before writing Events
 
+  std::string job_token;  // Settings::job_credentials: the glue's derived token
+
   Observed Observe(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) const {
     Observed o;
+    o.job_token = job_token;
+    o.token_secret_exists = !secrets.empty();
     o.job = job;
     o.spec = manifest::ParseJob(job.dump());
     o.pods = pods;
@@ -112,6 +116,11 @@ struct Cluster {
           if (w.resource == "podgroups") {
             ASSERT_TRUE(podgroups.empty()) << "a second PodGroup";
             podgroups.push_back(obj);
+            break;
+          }
+          if (w.resource == "secrets") {
+            ASSERT_TRUE(secrets.empty()) << "a second Secret";
+            secrets.push_back(obj);
             break;
           }
           ASSERT_EQ(FindPod(name), nullptr) << "created " << name << " twice";
@@ -1466,6 +1475,45 @@ TEST(ReconcileTest, GangSchedulingPutsTheServersAndWorkersInAPodGroup) {
     c.RunAll();
     c.Pass();  // the PodGroup is not created twice (the harness asserts it)
   }
+}
+
+// Per-job credentials: the job's Secret (its token, base64, owned by the job)
+// is created before any pod; the sharding service and every worker read it as
+// ANTDT_TOKEN through a secretKeyRef (the value is in no pod spec); the
+// parameter servers do not.
+TEST(ReconcileTest, JobCredentialsGoInAnOwnedSecretThePodsReference) {
+  Cluster c;
+  c.settings.job_credentials = true;
+  c.job_token = "t0k3n";
+  Plan plan = c.Pass();
+  EXPECT_THAT(
+      Describe(plan.writes),
+      ElementsAre("create services quickstart-k8s-sharding", "create services quickstart-k8s-ps",
+                  "create services quickstart-k8s-workers",
+                  "create secrets quickstart-k8s-token-0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10",
+                  "create pods quickstart-k8s-sharding"));
+  ASSERT_EQ(c.secrets.size(), 1u);
+  const Json& secret = c.secrets[0];
+  EXPECT_EQ(secret["kind"], "Secret");
+  EXPECT_EQ(secret["data"]["token"], "dDBrM24=");  // base64("t0k3n")
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], kJobUid);
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["controller"], true);
+  const Json token_env = Json::parse(R"({"name": "ANTDT_TOKEN", "valueFrom": {"secretKeyRef":
+      {"name": "quickstart-k8s-token-0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10", "key": "token"}}})");
+  auto has_token = [&](const Json& pod) {
+    for (const Json& e : pod["spec"]["containers"][0]["env"]) {
+      if (e == token_env) return true;
+    }
+    return false;
+  };
+  ASSERT_NE(c.FindPod("quickstart-k8s-sharding"), nullptr);
+  EXPECT_TRUE(has_token(*c.FindPod("quickstart-k8s-sharding")));
+  EXPECT_EQ(c.FindPod("quickstart-k8s-sharding")->dump().find("t0k3n"), std::string::npos);
+  c.Settle();
+  EXPECT_EQ(c.secrets.size(), 1u) << "created once";
+  EXPECT_TRUE(has_token(*c.FindPod("quickstart-k8s-worker-0")));
+  EXPECT_FALSE(has_token(*c.FindPod("quickstart-k8s-ps-0")));
+  for (const Json& p : c.pods) EXPECT_EQ(p.dump().find("t0k3n"), std::string::npos);
 }
 
 TEST(RenderTest, NoPodGroupWithoutGangScheduling) {

@@ -45,6 +45,35 @@ def given_or_env(argument: str, value: Optional[str], *variables: str) -> str:
     return found
 
 
+#: The job's credential (a bearer token), or the file holding it.
+TOKEN = "ANTDT_TOKEN"
+TOKEN_FILE = "ANTDT_TOKEN_FILE"
+
+
+def token() -> Optional[str]:
+    """``$ANTDT_TOKEN``, else the content of the file ``$ANTDT_TOKEN_FILE``
+    names (surrounding whitespace stripped), else None.
+
+    Raises:
+        ValueError: the file cannot be read or is empty; the message starts
+            with ``ANTDT_TOKEN_FILE`` and names the path, never the content.
+    """
+    value = first_set(TOKEN)
+    if value is not None:
+        return value.strip()
+    path = first_set(TOKEN_FILE)
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="ascii") as f:
+            content = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{TOKEN_FILE}: cannot read {path}: {e.__class__.__name__}") from None
+    if not content:
+        raise ValueError(f"{TOKEN_FILE}: {path} is empty")
+    return content
+
+
 def required(variable: str) -> str:
     """The value of ``variable``, or ValueError naming it when it is not set."""
     value = first_set(variable)

@@ -163,6 +163,9 @@ class ShardingClient:
         on_commit: called as ``on_commit(epoch, record_ids)`` after every
             acknowledged report or completion, with the newly committed ids.
         call_timeout_s: deadline of each attempt.
+        token: the job's credential, sent with every call; ``None`` reads
+            ``$ANTDT_TOKEN``, else the file ``$ANTDT_TOKEN_FILE`` names (the
+            operator and the local runner set one of them), else sends none.
     """
 
     def __init__(
@@ -175,6 +178,7 @@ class ShardingClient:
         retry_budget_s: float = 60.0,
         on_commit: Optional[OnCommit] = None,
         call_timeout_s: float = 5.0,
+        token: Optional[str] = None,
     ) -> None:
         self.address = address
         self.job = job
@@ -196,6 +200,9 @@ class ShardingClient:
             ],
         )
         self._stub = pb_grpc.ShardingServiceStub(self._channel)
+        if token is None:
+            token = _env.token()
+        self._metadata = (("authorization", "Bearer " + token),) if token else ()
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "ShardingClient":
@@ -397,7 +404,11 @@ class ShardingClient:
         while True:
             remaining = give_up_at - time.monotonic()
             try:
-                return rpc(request, timeout=max(min(self.call_timeout_s, remaining), 0.05))
+                return rpc(
+                    request,
+                    timeout=max(min(self.call_timeout_s, remaining), 0.05),
+                    metadata=self._metadata,
+                )
             except grpc.RpcError as e:
                 code: grpc.StatusCode = e.code()
                 details: str = e.details() or ""

@@ -118,6 +118,10 @@ class StepReporter:
             ],
         )
         self._stub = pb_grpc.AgentStub(self._channel)
+        # The job's credential ($ANTDT_TOKEN or $ANTDT_TOKEN_FILE): the Monitor counts a job's
+        # reports only with it. An unreadable file raises ValueError naming it.
+        token = _env.token()
+        self._metadata = (("authorization", "Bearer " + token),) if token else ()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -189,7 +193,8 @@ class StepReporter:
         )
         self._next_step = request.step.step + 1
         try:
-            response = self._stub.ReportStep(request, timeout=self.timeout_s)
+            response = self._stub.ReportStep(
+                request, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as e:
             self.failures += 1
             self.last_error = f"{e.code().name}: {e.details() or ''}"

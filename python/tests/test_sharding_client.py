@@ -13,7 +13,7 @@ import threading
 import time
 import unittest
 from collections import defaultdict
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 from unittest import mock
 
 import grpc
@@ -44,10 +44,11 @@ class Service(ServerProcess):
         self.state_dir = os.path.join(workdir, "state")
         self.address = ""
 
-    def start(self, listen: str = "127.0.0.1:0", timeout_s: float = 30.0) -> str:
+    def start(self, listen: str = "127.0.0.1:0", timeout_s: float = 30.0,
+              extra: Sequence[str] = ()) -> str:
         """Starts the service and waits for its ready file; returns HOST:PORT."""
         lines = self.spawn(["--listen", listen, "--state-dir", self.state_dir,
-                            "--lease-ttl", "2s"], timeout_s)
+                            "--lease-ttl", "2s", *extra], timeout_s)
         self.address = lines[0]
         return self.address
 
@@ -228,6 +229,54 @@ class ShardingClientTest(unittest.TestCase):
         self.assertIn("spec.shard_size", err.exception.message)
         self.assertEqual(c.retries, 0)
 
+
+
+class ShardingClientCredentialTest(unittest.TestCase):
+    """A service holding the job's token: the client sends the one its environment names
+    ($ANTDT_TOKEN_FILE, as the local runner sets it) with no code for it; without it, or with
+    another, the call is refused at once and not retried."""
+
+    def setUp(self) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="antdt-py-auth-")
+        self.addCleanup(shutil.rmtree, self.workdir, True)
+        self.token_file = os.path.join(self.workdir, "token")
+        with open(self.token_file, "w") as f:
+            f.write("py-job-token-0123456789\n")
+        self.service = Service(self.workdir)
+        self.addCleanup(self.service.kill)
+        self.address = self.service.start(extra=["--token-file", self.token_file])
+
+    def client(self, env: Dict[str, str], **kwargs: Any) -> ShardingClient:
+        with mock.patch.dict(os.environ, env, clear=True):
+            c = ShardingClient(self.address, JOB, "d", "w0", retry_budget_s=10, **kwargs)
+        self.addCleanup(c.close)
+        return c
+
+    def test_the_token_from_the_environment_is_sent(self) -> None:
+        commits = Commits()
+        c = self.client({"ANTDT_TOKEN_FILE": self.token_file})
+        c.on_commit = commits
+        c.create_dataset(record_count=100, shard_size=10, epochs=1)
+        for _shard, _record in c.records(commit_every=5):
+            pass
+        self.assertEqual(commits.count(), 100)
+
+    def test_no_token_or_another_is_refused_naming_the_variables(self) -> None:
+        for env, kwargs, code in (({}, {}, grpc.StatusCode.UNAUTHENTICATED),
+                                  ({"ANTDT_TOKEN": "another-jobs"}, {}, grpc.StatusCode.PERMISSION_DENIED),
+                                  ({}, {"token": "another-jobs"}, grpc.StatusCode.PERMISSION_DENIED)):
+            with self.subTest(env=env, kwargs=kwargs):
+                c = self.client(env, **kwargs)
+                with self.assertRaises(ShardingError) as err:
+                    c.create_dataset(record_count=100, shard_size=10, epochs=1)
+                self.assertEqual(err.exception.code, code)
+                self.assertEqual(c.retries, 0)
+                if code == grpc.StatusCode.UNAUTHENTICATED:
+                    self.assertIn("$ANTDT_TOKEN", str(err.exception))
+
+    def test_an_unreadable_token_file_is_an_error_naming_it(self) -> None:
+        with self.assertRaisesRegex(ValueError, "^ANTDT_TOKEN_FILE: cannot read .*missing"):
+            self.client({"ANTDT_TOKEN_FILE": os.path.join(self.workdir, "missing")})
 
 
 class ShardingClientFromEnvTest(unittest.TestCase):

@@ -338,8 +338,18 @@ class ChartTest(unittest.TestCase):
         objs, _ = render_objects("--set", "operator.leaderElection.enabled=false", "--set", "operator.replicas=1")
         [svc] = find(objs, "Service", "antdt-monitor")
         self.assertNotIn("antdt.io/leader", svc["spec"]["selector"])
-        self.assertEqual(self.rules(find(objs, "Role")), {("Role", "antdt-system", "", "pods", "get", "")})
+        self.assertEqual(self.rules(find(objs, "Role")), {
+            ("Role", "antdt-system", "", "pods", "get", ""),
+            ("Role", "antdt-system", "", "secrets", "create", ""),
+            ("Role", "antdt-system", "", "secrets", "get", "antdt-operator-key")})
         self.assertFalse(find(objs, "PodDisruptionBudget"))
+        self.assertIn("--job-credentials=true", args)
+        self.assertIn("--token-key-secret=antdt-operator-key", args)
+        # Without job credentials: no secrets granted anywhere.
+        objs, _ = render_objects("--set", "operator.jobCredentials=false")
+        self.assertFalse([r for r in self.rules(objs) if r[3] == "secrets"])
+        [dep] = find(objs, "Deployment")
+        self.assertIn("--job-credentials=false", dep["spec"]["template"]["spec"]["containers"][0]["args"])
 
     def rules(self, objs):
         out = set()
@@ -358,11 +368,14 @@ class ChartTest(unittest.TestCase):
             ("antdt.io", "antdtjobs/status", "update")] + [
             ("", "pods", v) for v in ("list", "watch", "create", "delete")] + [
             ("", "services", v) for v in ("list", "watch", "create")] + [
-            ("", "events", v) for v in ("create", "patch")]
+            ("", "events", v) for v in ("create", "patch")] + [
+            ("", "secrets", "create")]  # each job's credential, never read back
         own = [("coordination.k8s.io", "leases", "create", ""),
                ("coordination.k8s.io", "leases", "get", "antdt-operator"),
                ("coordination.k8s.io", "leases", "update", "antdt-operator"),
-               ("", "pods", "get", ""), ("", "pods", "patch", "")]
+               ("", "pods", "get", ""), ("", "pods", "patch", ""),
+               # the key of job credentials: created once, then only that one Secret read
+               ("", "secrets", "create", ""), ("", "secrets", "get", "antdt-operator-key")]
         expected = {("ClusterRole", "", "", "nodes", v, "") for v in ("list", "watch")}
         expected |= {("ClusterRole", "") + j + ("",) for j in jobs}
         expected |= {("Role", "antdt-system") + r for r in own}

@@ -4,6 +4,7 @@ Level-triggered: `sync()` compares every pod of its nodes (from the informer cac
 processes and acts; it never blocks on a process (grace periods and restart backoff are deadlines
 checked on later passes)."""
 
+import base64
 import json
 import os
 import signal
@@ -158,7 +159,8 @@ class Kubelet:
             base = self._base_env(view, state)
             if binary == podspec.SYSTEM_PYTHON:
                 base.update(podspec.python_base_env(self.bin_dir))
-            env = podspec.container_env(view, container, base)
+            env = podspec.container_env(view, container, base,
+                                        lambda name, key, optional: self._secret_key(pod, name, key, optional))
             if binary == podspec.SYSTEM_PYTHON:
                 env = podspec.keep_sdk_importable(env, self.bin_dir)
             argv = podspec.map_image_paths(podspec.container_argv(container, env), self.image_root)
@@ -194,6 +196,28 @@ class Kubelet:
         state.waiting = None
         log("container_started", pod=state.key, pid=state.proc.pid, restarts=state.restart_count,
             argv=" ".join(argv))
+
+    def _secret_key(self, pod, name, key, optional):
+        """A secretKeyRef's value, read from the API server as the kubelet does; None for a missing
+        optional one; SpecError (CreateContainerConfigError, retried) for a missing one."""
+        ns = pod["metadata"]["namespace"]
+        try:
+            secret = self.api.get("/api/v1/namespaces/%s/secrets/%s" % (ns, name))
+        except Exception as e:  # noqa: BLE001
+            if is_status(e, 404):
+                if optional:
+                    return None
+                raise podspec.SpecError("CreateContainerConfigError", 'secret "%s" not found' % name)
+            raise podspec.SpecError("CreateContainerConfigError", "secret %s: %s" % (name, describe(e)))
+        data = secret.get("data") or {}
+        if key in data:
+            return base64.b64decode(data[key]).decode("utf-8", "replace")
+        if key in (secret.get("stringData") or {}):
+            return secret["stringData"][key]
+        if optional:
+            return None
+        raise podspec.SpecError("CreateContainerConfigError",
+                                "couldn't find key %s in Secret %s/%s" % (key, ns, name))
 
     def _service_account_env(self, pod, state, env):
         """env with the pod's ServiceAccount token where Kubernetes would mount one

@@ -87,12 +87,13 @@ def pod_hostname(pod):
     return (pod["spec"].get("hostname") or pod["metadata"]["name"])[:63]
 
 
-def container_env(pod, container, base):
+def container_env(pod, container, base, secret_key=None):
     """The container's environment as an ordered list of (name, value).
 
     `base` (name -> value) holds what the runtime adds (HOSTNAME, KUBERNETES_SERVICE_*...): it comes
     first and, like Kubernetes' service variables, may be referenced by $(VAR) but is overridden by
-    the container's own env."""
+    the container's own env. `secret_key(name, key)` gives a secretKeyRef's value (raising SpecError
+    as the kubelet's CreateContainerConfigError when the Secret or key is missing)."""
     result = dict(base)
     defined = {}
     for var in container.get("env") or []:
@@ -101,6 +102,11 @@ def container_env(pod, container, base):
             source = var["valueFrom"]
             if source.get("fieldRef"):
                 value = field_ref(pod, source["fieldRef"].get("fieldPath", ""))
+            elif source.get("secretKeyRef") and secret_key is not None:
+                ref = source["secretKeyRef"]
+                value = secret_key(ref.get("name", ""), ref.get("key", ""), bool(ref.get("optional")))
+                if value is None:
+                    continue
             else:
                 kinds = ",".join(sorted(source))
                 raise SpecError("CreateContainerConfigError",

@@ -1,0 +1,119 @@
+#include "common/credential.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace antdt {
+namespace {
+
+constexpr size_t kMaxTokenBytes = 4096;
+constexpr absl::string_view kBearer = "Bearer ";
+
+std::string Hex(const unsigned char* data, size_t size) {
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(data), size));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(field, ": cannot read ", path));
+  std::ostringstream content;
+  content << in.rdbuf();
+  const std::string token(absl::StripAsciiWhitespace(content.str()));
+  if (token.empty())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " is empty"));
+  if (token.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", path, " holds more than ", kMaxTokenBytes, " bytes"));
+  }
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", path, " holds other than printable ASCII"));
+    }
+  }
+  return token;
+}
+
+absl::StatusOr<std::string> TokenFromEnvironment() {
+  if (const char* token = std::getenv(kEnvToken); token != nullptr && *token != '\0') {
+    return std::string(absl::StripAsciiWhitespace(token));
+  }
+  if (const char* path = std::getenv(kEnvTokenFile); path != nullptr && *path != '\0') {
+    return ReadTokenFile(path, kEnvTokenFile);
+  }
+  return std::string();
+}
+
+std::string RandomToken() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) std::abort();  // no entropy: nothing is safe
+  return Hex(bytes, sizeof(bytes));
+}
+
+std::string DeriveToken(absl::string_view key, absl::string_view subject) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(subject.data()), subject.size(), mac, &size);
+  return Hex(mac, size);
+}
+
+void AddCredential(grpc::ClientContext& context, const std::string& token) {
+  if (!token.empty()) context.AddMetadata(kAuthorizationMetadata, absl::StrCat(kBearer, token));
+}
+
+std::string TokenDigest(absl::string_view token) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(token.data(), token.size(), digest, &size, EVP_sha256(), nullptr);
+  return std::string(reinterpret_cast<const char*>(digest), size);
+}
+
+std::string CredentialDigestOf(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kAuthorizationMetadata);
+  if (it == metadata.end()) return "";
+  const absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::StartsWith(value, kBearer) || value.size() == kBearer.size()) return "";
+  return TokenDigest(value.substr(kBearer.size()));
+}
+
+bool DigestsMatch(absl::string_view a, absl::string_view b) {
+  return !a.empty() && a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+grpc::Status TokenCheck::Check(const grpc::ServerContext& context) const {
+  if (token_.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kAuthorizationMetadata);
+  if (it == metadata.end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "no credential: calls to this job's service carry the job's token "
+                        "(\"authorization: Bearer <token>\"; the SDKs read $ANTDT_TOKEN or "
+                        "$ANTDT_TOKEN_FILE)");
+  }
+  const absl::string_view value(it->second.data(), it->second.size());
+  const absl::string_view given =
+      absl::StartsWith(value, kBearer) ? value.substr(kBearer.size()) : absl::string_view();
+  if (given.size() != token_.size() ||
+      CRYPTO_memcmp(given.data(), token_.data(), token_.size()) != 0) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the credential is not this job's token");
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace antdt
