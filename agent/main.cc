@@ -25,7 +25,8 @@ constexpr const char* kUsage = R"(usage: antdt-agent [flags]
   --node NAME                 node name                              [host name]
   --listen HOST:PORT          TCP endpoint for step reports           [127.0.0.1:0]
   --socket PATH               unix socket for step reports too
-  --monitor HOST:PORT         the Monitor to stream to                [none]
+  --monitor HOST:PORT[,...]   the Monitor to stream to; several (the
+                              operator's replicas) are tried in turn    [none]
   --metrics-listen HOST:PORT  Prometheus /metrics and /healthz        [off]
   --ready-file PATH           written once serving: address, then socket=, metrics=
   --state-dir DIR             accepted for uniformity; unused

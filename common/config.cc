@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -100,10 +101,19 @@ absl::StatusOr<ParsedFlags> ParseFlags(int argc, const char* const* argv,
   return out;
 }
 
+namespace {
+std::atomic<bool> grpc_reflection{false};
+}  // namespace
+
+bool GrpcReflectionRequested() { return grpc_reflection.load(); }
+
 std::optional<ParsedFlags> ParseCommandLine(int argc, const char* const* argv,
                                             const std::string& program, const char* usage,
                                             const std::vector<std::string>& known, int* exit_code) {
-  absl::StatusOr<ParsedFlags> flags = ParseFlags(argc, argv, known, {"help"});
+  std::vector<std::string> with_common = known;
+  with_common.push_back("grpc-reflection");
+  absl::StatusOr<ParsedFlags> flags =
+      ParseFlags(argc, argv, with_common, {"help", "grpc-reflection"});
   *exit_code = 2;
   if (!flags.ok()) {
     std::fputs(usage, stderr);
@@ -120,6 +130,10 @@ std::optional<ParsedFlags> ParseCommandLine(int argc, const char* const* argv,
     std::fprintf(stderr, "%s: unexpected argument %s\n", program.c_str(),
                  flags->positional[0].c_str());
     return std::nullopt;
+  }
+  if (flags->Has("grpc-reflection")) {
+    grpc_reflection = true;
+    flags->values.erase("grpc-reflection");  // not a field of any config
   }
   return *std::move(flags);
 }

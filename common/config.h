@@ -40,10 +40,15 @@ absl::StatusOr<ParsedFlags> ParseFlags(int argc, const char* const* argv,
                                        const std::vector<std::string>& bool_flags = {});
 
 // A binary's command line, by the convention every AntDT binary shares:
-// ParseFlags with --help; on a bad flag the usage and "program: error" on
-// stderr (exit 2), on --help the usage on stdout (exit 0), a positional
+// ParseFlags with --help and --grpc-reflection (GrpcReflectionRequested); on a bad flag the usage
+// and "program: error" on stderr (exit 2), on --help the usage on stdout (exit 0), a positional
 // argument is "program: unexpected argument X" (exit 2). Returns the flags,
 // or nullopt with `*exit_code` set to what main() returns.
+// Whether the command line asked for gRPC server reflection
+// (--grpc-reflection): the servers of this process offer it then, and only
+// then (common/serve.h).
+bool GrpcReflectionRequested();
+
 std::optional<ParsedFlags> ParseCommandLine(int argc, const char* const* argv,
                                             const std::string& program, const char* usage,
                                             const std::vector<std::string>& known, int* exit_code);

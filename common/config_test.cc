@@ -53,6 +53,22 @@ TEST(ParseFlags, ReadsBothFormsAndRejectsUnknown) {
 namespace antdt {
 namespace {
 
+// gRPC reflection is off unless a command line asks for it; the flag is every
+// program's, and no config field.
+TEST(ParseCommandLine, GrpcReflectionIsOffUnlessAsked) {
+  int exit_code = 0;
+  const char* plain[] = {"bin", "--listen", "127.0.0.1:0"};
+  auto f = ParseCommandLine(3, plain, "bin", "usage\n", {"listen"}, &exit_code);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_FALSE(GrpcReflectionRequested());
+  const char* asked[] = {"bin", "--grpc-reflection", "--listen", "127.0.0.1:0"};
+  f = ParseCommandLine(4, asked, "bin", "usage\n", {"listen"}, &exit_code);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_TRUE(GrpcReflectionRequested());
+  EXPECT_FALSE(f->Has("grpc-reflection"));
+  EXPECT_EQ(f->Get("listen"), "127.0.0.1:0");
+}
+
 TEST(ForEachYamlField, FlattensListsAndMapsAndNamesBadKeys) {
   std::map<std::string, std::string> got;
   auto collect = [&](const std::string& k, const std::string& v) {

@@ -13,7 +13,9 @@ namespace antdt {
 absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(const ServeOptions& options) {
   std::unique_ptr<Serving> s(new Serving());
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Reflection only when asked for (--grpc-reflection): it lists every
+  // service and message to whoever can connect.
+  if (GrpcReflectionRequested()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);

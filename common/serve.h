@@ -1,5 +1,5 @@
-// How every AntDT server main serves: one gRPC server (health checking and
-// reflection on) on --listen and optionally a unix socket, the Prometheus
+// How every AntDT server main serves: one gRPC server (health checking on;
+// reflection only with --grpc-reflection) on --listen and optionally a unix socket, the Prometheus
 // endpoint on --metrics-listen, the ready file, and an orderly stop on
 // SIGTERM / SIGINT / SIGHUP.
 //

@@ -26,6 +26,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -58,6 +59,16 @@ std::string Str(const Json& j, std::initializer_list<const char*> path) {
 
 // The lines of `metrics` (Prometheus text) of series `name` whose labels
 // contain every one of `labels` (each `key="value"`).
+// The value of a series without labels ("name 3"), or -1 when absent.
+double MetricValue(const std::string& metrics, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::StartsWith(line, name + " ")) continue;
+    double value = -1;
+    if (absl::SimpleAtod(line.substr(name.size() + 1), &value)) return value;
+  }
+  return -1;
+}
+
 std::vector<std::string> SeriesLines(const std::string& metrics, const std::string& name,
                                      const std::vector<std::string>& labels) {
   std::vector<std::string> out;
@@ -1315,14 +1326,24 @@ TEST(OperatorE2E, StandbyTakesOverWhenTheLeaderIsKilled) {
         return l.ok() && Str(*l, {"spec", "holderIdentity"}) == "op-a";
       },
       std::chrono::seconds(30)));
-  cluster.StartOperator("op-b");
-  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor_a));
-  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("ha", 4000, 2)));
-  ASSERT_TRUE(WaitFor([&] { return !cluster.Pods("ha").empty(); }, std::chrono::seconds(60)));
-  // Only the leader acts: the standby reports itself as not leading.
-  EXPECT_NE(cluster.OperatorMetrics("op-b").find(
-                "leader_election_master_status{name=\"antdt-operator\"} 0"),
+  const std::string monitor_b = cluster.StartOperator("op-b");
+  // The agents know both replicas, the standby first: it refuses them until
+  // it leads, so they stream to the leader.
+  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor_b + "," + monitor_a));
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("ha", 24000, 2)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const Json j = cluster.GetJob("ha");
+        return Condition(j, "Running") == "True" &&
+               j["status"]["progress"].value("recordsCommitted", int64_t{0}) > 0;
+      },
+      std::chrono::seconds(120)));
+  // Only the leader acts: the standby reports itself as not leading, and has
+  // taken no agent's stream.
+  const std::string standby = cluster.OperatorMetrics("op-b");
+  EXPECT_NE(standby.find("leader_election_master_status{name=\"antdt-operator\"} 0"),
             std::string::npos);
+  EXPECT_EQ(MetricValue(standby, "antdt_monitor_agent_streams_total"), 0) << standby;
 
   const auto killed_at = std::chrono::steady_clock::now();
   cluster.Operator("op-a")->Signal(SIGKILL);
@@ -1342,6 +1363,42 @@ TEST(OperatorE2E, StandbyTakesOverWhenTheLeaderIsKilled) {
   std::printf("standby took over after %.1f s (lease 4 s)\n", took);
   EXPECT_LT(took, 4.0 + 10.0);
   EXPECT_GE(lease["spec"].value("leaseTransitions", 0), 1);
+  // The agents reach the new leader (the next address they know), which sends
+  // each running worker its committed local batch: a second time, the first
+  // having come from op-a when the worker started.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return MetricValue(cluster.OperatorMetrics("op-b"), "antdt_monitor_agent_streams_total") >
+               0;
+      },
+      std::chrono::seconds(30)));
+  const std::string resync = "reason=\"the committed local batch";
+  std::string logs;
+  const bool resynced = WaitFor(
+      [&] {
+        logs.clear();
+        int workers = 0, got = 0;
+        for (const Json& p : cluster.Pods("ha")) {
+          if (Str(p, {"metadata", "labels", "antdt.io/role"}) != "worker") continue;
+          if (Str(p, {"status", "phase"}) != "Running") continue;
+          ++workers;
+          const std::string log = cluster.PodLog(p);
+          size_t count = 0;
+          for (size_t at = log.find(resync); at != std::string::npos;
+               at = log.find(resync, at + 1)) {
+            ++count;
+          }
+          got += count >= 2;
+          logs += log.substr(log.size() > 1500 ? log.size() - 1500 : 0);
+        }
+        return workers > 0 && got == workers;
+      },
+      std::chrono::seconds(60));
+  const Json now = cluster.GetJob("ha");
+  if (!Finished(now)) {
+    EXPECT_TRUE(resynced) << logs;
+  }
+  std::printf("resynced after the takeover: %s\n", resynced ? "yes" : "no (finished first)");
   // The new leader drives the job to the end.
   Json job = cluster.WaitJob("ha", Finished, std::chrono::seconds(240));
   EXPECT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);

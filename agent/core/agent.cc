@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/credential.h"
 #include "common/job_key.h"
 #include "common/log.h"
@@ -376,6 +377,7 @@ std::vector<std::pair<std::string, std::string>> AgentServiceImpl::ForgetIdle(
 MonitorLink::MonitorLink(MonitorLinkOptions options, Outbox* outbox, DirectiveTable* directives,
                          NodeView* view, prometheus::Registry& registry)
     : options_(std::move(options)),
+      addresses_(absl::StrSplit(options_.address, ',', absl::SkipEmpty())),
       outbox_(outbox),
       directives_(directives),
       view_(view),
@@ -405,8 +407,12 @@ void MonitorLink::Start() {
 
 void MonitorLink::Run() {
   int64_t backoff = options_.min_backoff_ms;
-  while (!stop_) {
-    const bool had_session = Session();
+  size_t next = 0;
+  while (!stop_ && !addresses_.empty()) {
+    const bool had_session = Session(addresses_[next]);
+    // The next replica's, after any session that ended: the acting one may
+    // be another now.
+    next = (next + 1) % addresses_.size();
     if (stop_) break;
     backoff =
         had_session ? options_.min_backoff_ms : std::min(backoff * 2, options_.max_backoff_ms);
@@ -416,12 +422,11 @@ void MonitorLink::Run() {
   }
 }
 
-bool MonitorLink::Session() {
+bool MonitorLink::Session(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel =
-      grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2))) {
     return false;
   }
@@ -450,7 +455,7 @@ bool MonitorLink::Session() {
     connected_ = true;
     connected_gauge_.Set(1);
     reconnects_.Increment();
-    LogEvent("monitor_connected", {{"monitor", options_.address}, {"node", options_.node}});
+    LogEvent("monitor_connected", {{"monitor", address}, {"node", options_.node}});
   }
   std::thread reader([&] {
     v1::MonitorMessage msg;
@@ -483,8 +488,7 @@ bool MonitorLink::Session() {
     ctx_ = nullptr;
   }
   if (connected_) {
-    LogEvent("monitor_disconnected",
-             {{"monitor", options_.address}, {"error", status.error_message()}});
+    LogEvent("monitor_disconnected", {{"monitor", address}, {"error", status.error_message()}});
   }
   const bool was = connected_;
   connected_ = false;

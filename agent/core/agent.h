@@ -89,6 +89,9 @@ class AgentServiceImpl final : public v1::Agent::Service {
 };
 
 struct MonitorLinkOptions {
+  // HOST:PORT, or several comma-separated (the operator's replicas): each
+  // session tries the next after one that ended or was refused (a standby's
+  // Monitor refuses agents until it leads).
   std::string address;
   std::string node;
   std::map<std::string, std::string> labels;
@@ -108,9 +111,10 @@ class MonitorLink {
 
  private:
   void Run();
-  bool Session();  // one connection; returns after it breaks
+  bool Session(const std::string& address);  // one connection; returns after it breaks
 
   const MonitorLinkOptions options_;
+  const std::vector<std::string> addresses_;  // options_.address, split
   Outbox* const outbox_;
   DirectiveTable* const directives_;
   NodeView* const view_;

@@ -87,7 +87,10 @@ absl::StatusOr<AgentConfig> ApplyAgentFlags(AgentConfig base, const ParsedFlags&
 
 absl::Status ValidateAgentConfig(const AgentConfig& c) {
   RETURN_IF_ERROR(ValidateHostPort(c.listen, "listen"));
-  if (!c.monitor.empty()) RETURN_IF_ERROR(ValidateHostPort(c.monitor, "monitor"));
+  // One Monitor, or the operator's replicas, comma-separated (tried in turn).
+  for (absl::string_view address : absl::StrSplit(c.monitor, ',', absl::SkipEmpty())) {
+    RETURN_IF_ERROR(ValidateHostPort(std::string(address), "monitor"));
+  }
   if (!c.metrics_listen.empty())
     RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
   if (c.interval_ms < 100) {

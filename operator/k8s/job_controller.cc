@@ -103,6 +103,9 @@ struct JobController::JobRuntime {
   bool pod_group_created = false;  // gang scheduling: the job's PodGroup exists
   std::string token;               // the job's credential ("" without)
   bool token_secret_created = false;
+  // Per worker, the "incarnation/batch" a directive of this process delivered
+  // (ResyncBatches sends what is committed and not delivered yet).
+  std::map<std::string, std::string> delivered;
 };
 
 namespace {
@@ -123,7 +126,7 @@ class JobController::LoopBackend final : public control::Backend {
   explicit LoopBackend(JobController* controller) : controller_(controller) {}
 
   void Bind(const Json* job, const std::vector<Json>* pods, const v1::GetJobHealthResponse* health,
-            const JobRuntime* rt) {
+            JobRuntime* rt) {
     job_ = job;
     pods_ = pods;
     health_ = health;
@@ -188,7 +191,15 @@ class JobController::LoopBackend final : public control::Backend {
   }
 
   bool SendDirective(const std::string& node, const v1::Directive& directive) override {
-    if (controller_->monitor_->hub().SendDirective(node, directive)) return true;
+    if (controller_->monitor_->hub().SendDirective(node, directive)) {
+      for (const controller::WorkerState& m : Members()) {
+        if (m.id == directive.worker_id()) {
+          rt_->delivered[m.id] =
+              absl::StrCat(m.incarnation, "/", directive.adjust_batch().local_batch_size());
+        }
+      }
+      return true;
+    }
     LogEvent("operator", {{"event", "directive_not_delivered"},
                           {"job", kube::KeyOf(*job_)},
                           {"worker", directive.worker_id()},
@@ -230,7 +241,7 @@ class JobController::LoopBackend final : public control::Backend {
   const Json* job_ = nullptr;
   const std::vector<Json>* pods_ = nullptr;
   const v1::GetJobHealthResponse* health_ = nullptr;
-  const JobRuntime* rt_ = nullptr;
+  JobRuntime* rt_ = nullptr;
 };
 
 namespace {
@@ -666,6 +677,14 @@ void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w
       d.mutable_adjust_batch()->set_accumulation_steps(1);
       d.set_reason(w.reason);
       const bool sent = monitor_ != nullptr && monitor_->hub().SendDirective(w.node, d);
+      if (sent && rt != nullptr) {
+        for (const Json& p : pods) {
+          if (kube::Label(p, "antdt.io/worker-id") == w.worker && !kube::Terminating(p)) {
+            rt->delivered[w.worker] =
+                absl::StrCat(kube::Label(p, "antdt.io/incarnation"), "/", w.local_batch_size);
+          }
+        }
+      }
       LogEvent("operator", {{"event", sent ? "directive_sent" : "directive_not_delivered"},
                             {"job", key},
                             {"worker", w.worker},
@@ -790,6 +809,38 @@ void JobController::ReportOrphans(const Json& job, const std::vector<Json>& pods
                    "--cascade=orphan` of an earlier job?): ", names,
                    ". The job neither counts nor adopts them (they hold an earlier run's state); "
                    "delete them when done with them"));
+}
+
+void JobController::ResyncBatches(const Json& job, const Json& status,
+                                  const std::vector<Json>& pods, JobRuntime& rt) {
+  if (monitor_ == nullptr) return;
+  const Json& instances = kube::At(status, {"workerInstances"});
+  if (!instances.is_array()) return;
+  for (const Json& inst : instances) {
+    const std::string id = kube::StringAt(inst, {"id"});
+    const std::string incarnation = std::to_string(inst.value("incarnation", int64_t{0}));
+    const int64_t batch = inst.value("localBatchSize", int64_t{0});
+    if (batch <= 0) continue;
+    const std::string want = absl::StrCat(incarnation, "/", batch);
+    if (rt.delivered[id] == want) continue;
+    std::string node;
+    for (const Json& p : pods) {
+      if (NameOf(p) == kube::StringAt(inst, {"pod"}) && !kube::Terminating(p) &&
+          kube::Label(p, "antdt.io/incarnation") == incarnation && kube::PodPhase(p) == "Running") {
+        node = NodeOf(p);
+      }
+    }
+    if (node.empty()) continue;
+    v1::Directive d;
+    d.set_job(kube::StringAt(job, {"metadata", "name"}));
+    d.set_namespace_(kube::StringAt(job, {"metadata", "namespace"}));
+    d.set_worker_id(id);
+    d.set_version(RealClock::Get().NowMillis());
+    d.mutable_adjust_batch()->set_local_batch_size(batch);
+    d.mutable_adjust_batch()->set_accumulation_steps(1);
+    d.set_reason("the committed local batch (status.workerInstances), not delivered before");
+    if (monitor_->hub().SendDirective(node, d)) rt.delivered[id] = want;
+  }
 }
 
 void JobController::RecordCommittedEvents(const reconciler::Plan& plan, bool status_written,
@@ -943,6 +994,8 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     // committed above), and the history (cool-downs, budgets).
     RETURN_IF_ERROR(rt->loop->Execute(*decided));
   }
+  if (rt != nullptr)
+    ResyncBatches(job, plan.status ? *plan.status : kube::At(job, {"status"}), obs.pods, *rt);
   *requeue_after_ms = plan.requeue_after_ms;
   if (obs.spec.ok() && plan.requeue_after_ms > 0) {
     *requeue_after_ms =

@@ -99,6 +99,12 @@ class JobController {
   absl::Status Apply(const kube::Json& job, const reconciler::Plan& plan,
                      const std::vector<kube::Json>& pods, const std::set<std::string>& foreign,
                      JobRuntime* rt);
+  // Sends each running worker its committed local batch (`status`'s
+  // workerInstances) once per incarnation and batch in this process: an
+  // ADJUST_BS lost while its agent was away, or committed by a leader that
+  // died before delivering it, reaches the worker all the same.
+  void ResyncBatches(const kube::Json& job, const kube::Json& status,
+                     const std::vector<kube::Json>& pods, JobRuntime& rt);
   // A write to AntDT's own servers (parameter servers, sharding service, an
   // agent), best effort: logged when it fails (a lease expires by itself).
   void ApplyServerWrite(const kube::Json& job, const reconciler::Write& w,

@@ -63,6 +63,9 @@ constexpr const char* kUsage = R"(usage: antdt-operator [flags]
 Readiness: gRPC health service "antdt.operator" on --listen (a Kubernetes gRPC
 probe): SERVING while the API server answers and, on the acting replica, once
 its informers have synced. /healthz (liveness) answers while the process runs.
+With leader election a standby's Monitor refuses agent streams (UNAVAILABLE)
+until it leads; the leader sends each running worker its committed local
+batch once (a directive lost or left undelivered by a dead leader arrives).
 )";
 
 int Fail(const std::string& message) {
@@ -185,9 +188,10 @@ absl::StatusOr<std::string> LoadTokenKey(antdt::kube::Api* api, const std::strin
 
 // Runs the controller while this replica holds the Lease (or at once without
 // leader election), until a termination signal. True when the lease was lost.
-bool Act(antdt::k8s::JobController& controller, antdt::kube::Api* api,
-         const antdt::k8s::OperatorConfig& config, prometheus::Registry* registry,
-         antdt::Serving& serving, antdt::k8s::Readiness& readiness) {
+bool Act(antdt::k8s::JobController& controller, antdt::monitor::MonitorServiceImpl& monitor,
+         antdt::kube::Api* api, const antdt::k8s::OperatorConfig& config,
+         prometheus::Registry* registry, antdt::Serving& serving,
+         antdt::k8s::Readiness& readiness) {
   using namespace antdt;
   std::atomic<bool> lost{false};
   std::unique_ptr<kube::LeaderElector> elector;
@@ -209,6 +213,7 @@ bool Act(antdt::k8s::JobController& controller, antdt::kube::Api* api,
       LogEvent("operator", {{"event", "cache_sync_timeout"}});
     }
     mark(true);  // agents reach this replica's Monitor from now on
+    monitor.SetAcceptingAgents(true);
   };
   mark(false);  // a restarted replica's pod may still carry the mark
   if (config.leader_elect) {
@@ -316,6 +321,8 @@ int main(int argc, char** argv) {
   auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(monitor_spec));
   if (!mon.ok()) return Fail(std::string(mon.status().message()));
   monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
+  // A standby takes no agent stream until it leads (Act).
+  if (config->leader_elect) monitor_service.SetAcceptingAgents(false);
   auto monitor_collector = monitor_service.Collector();  // the exposer holds it weakly
 
   auto serving =
@@ -348,7 +355,8 @@ int main(int argc, char** argv) {
                         {"metrics", (*serving)->metrics_address()},
                         {"identity", config->identity}});
 
-  const bool lost = Act(controller, client->get(), *config, registry.get(), **serving, readiness);
+  const bool lost = Act(controller, monitor_service, client->get(), *config, registry.get(),
+                        **serving, readiness);
   readiness_loop.Stop();
   monitor_service.Stop();
   (*serving)->Shutdown(std::chrono::seconds(1));

@@ -70,13 +70,30 @@ MonitorServiceImpl::MonitorServiceImpl(Monitor monitor, const Clock* clock)
 grpc::Status MonitorServiceImpl::Stream(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::MonitorMessage, v1::AgentMessage>* stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "this Monitor is a standby's: agents stream to the acting leader's");
+    }
+    open_.insert(ctx);
+  }
   stream->SendInitialMetadata();  // tells the agent it reached a Monitor
   std::shared_ptr<MonitorHub::AgentStream> agent = hub_.OpenStream(
       ctx->peer(), [stream](const v1::MonitorMessage& message) { return stream->Write(message); });
   v1::AgentMessage message;
   while (stream->Read(&message)) hub_.Receive(*agent, message);
   hub_.CloseStream(*agent);
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.erase(ctx);
   return grpc::Status::OK;
+}
+
+void MonitorServiceImpl::SetAcceptingAgents(bool accepting) {
+  std::lock_guard<std::mutex> lock(mu_);
+  accepting_ = accepting;
+  if (accepting) return;
+  for (grpc::ServerContext* ctx : open_) ctx->TryCancel();
 }
 
 grpc::Status MonitorServiceImpl::GetJobHealth(grpc::ServerContext*,

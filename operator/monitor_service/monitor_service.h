@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "antdt/v1/monitor.grpc.pb.h"
@@ -36,6 +38,12 @@ class MonitorServiceImpl final : public v1::Monitor::Service {
   // The in-process hub behind the service, for hosts that call it directly.
   MonitorHub& hub() { return hub_; }
 
+  // Whether agent streams are taken (true from the start). A standby replica
+  // of the operator takes none until it leads: an agent that reached it
+  // retries (UNAVAILABLE) until it reaches the acting one, whose Monitor
+  // decides. Turning it off ends the streams open now.
+  void SetAcceptingAgents(bool accepting);
+
   // The hub's, for hosts written against the service (see MonitorHub).
   void Start(int64_t tick_ms) { hub_.Start(tick_ms); }
   void Stop() { hub_.Stop(); }
@@ -47,6 +55,9 @@ class MonitorServiceImpl final : public v1::Monitor::Service {
 
  private:
   MonitorHub hub_;
+  std::mutex mu_;
+  bool accepting_ = true;
+  std::set<grpc::ServerContext*> open_;  // the streams being served
 };
 
 }  // namespace antdt::monitor
