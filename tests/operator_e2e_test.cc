@@ -1719,4 +1719,47 @@ TEST(OperatorE2E, EachJobsShardingServiceRefusesCallsWithoutItsCredential) {
   EXPECT_TRUE(v.exactly_once()) << v.Summary();
 }
 
+// The sharding service's pod is deleted mid-epoch (an eviction, a node
+// drain): the operator creates it again, the service recovers the job's state
+// from spec.checkpoint.path, the workers ride out the restart, and the job
+// finishes with every record committed exactly once.
+TEST(OperatorE2E, ShardingPodDeletedMidEpochRecoversAndCommitsOnce) {
+  Cluster cluster(4);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
+  const int64_t records = 16000;
+  Json job;
+  ASSERT_NO_FATAL_FAILURE(job = cluster.ApplyRunningJob("evict", records, 3));
+  std::string uid;
+  for (const Json& p : cluster.Pods("evict")) {
+    if (Str(p, {"metadata", "name"}) == "evict-sharding") uid = Str(p, {"metadata", "uid"});
+  }
+  ASSERT_FALSE(uid.empty());
+  int rc = 0;
+  const std::string out = cluster.Kubectl("delete pod evict-sharding --wait=false", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const int64_t at =
+      cluster.GetJob("evict")["status"]["progress"].value("recordsCommitted", int64_t{0});
+  std::cerr << "sharding pod deleted at " << at << " of " << records << " records\n";
+  // A new pod of the same name (another UID) serves the job again.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const Json& p : cluster.Pods("evict")) {
+          if (Str(p, {"metadata", "name"}) == "evict-sharding" &&
+              Str(p, {"metadata", "uid"}) != uid && Str(p, {"status", "phase"}) == "Running") {
+            return true;
+          }
+        }
+        return false;
+      },
+      std::chrono::seconds(60)));
+  job = cluster.WaitJob(
+      "evict", [](const Json& j) { return Finished(j); }, std::chrono::seconds(240));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  EXPECT_LT(at, records) << "deleted too late to show anything";
+  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  EXPECT_EQ(job["status"]["workers"].value("failed", -1), 0) << "the workers rode it out";
+  const demo::Verification v = cluster.Verify("evict", records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+}
+
 }  // namespace antdt

@@ -307,6 +307,15 @@ class IpPoolTest(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             pool.allocate()
 
+    def test_a_recreated_pod_gets_its_previous_ip_when_free(self):
+        pool = IpPool("127.3.5")
+        a = pool.allocate("ns/sharding")
+        b = pool.allocate("ns/worker-0")
+        pool.release(a)
+        self.assertNotEqual(pool.allocate("ns/other"), a, "a remembered IP is kept for its name")
+        self.assertEqual(pool.allocate("ns/sharding"), a)
+        self.assertNotEqual(pool.allocate("ns/sharding-2"), b)
+
 
 class FakeApi:
     """Records requests; PUT /status stores the object it is given."""

@@ -24,20 +24,34 @@ def now_rfc3339():
 
 
 class IpPool:
-    """Pod IPs 127.X.Y.10-254, handed out round-robin and skipping those in use."""
+    """Pod IPs 127.X.Y.10-254, handed out round-robin and skipping those in use.
+
+    A pod created again under the same namespace/name gets its previous IP when it is free: a
+    container's service and host names are resolved once, when it starts (a process's environment
+    cannot re-resolve), so this stands in for the DNS re-resolution by which a real client finds a
+    re-created pod (a sharding service or worker-0 after an eviction)."""
 
     def __init__(self, base):
         self.base = base
         self.in_use = set()
         self.cursor = 0
+        self.previous = {}  # namespace/name -> the IP its last pod had
 
-    def allocate(self):
-        for _ in range(245):
-            ip = "%s.%d" % (self.base, 10 + self.cursor)
-            self.cursor = (self.cursor + 1) % 245
-            if ip not in self.in_use:
-                self.in_use.add(ip)
-                return ip
+    def allocate(self, key=None):
+        remembered = self.previous.get(key)
+        if remembered is not None and remembered not in self.in_use:
+            self.in_use.add(remembered)
+            return remembered
+        taken = set(self.previous.values())
+        for avoid in (True, False):  # another name's remembered IP only when nothing else is free
+            for _ in range(245):
+                ip = "%s.%d" % (self.base, 10 + self.cursor)
+                self.cursor = (self.cursor + 1) % 245
+                if ip not in self.in_use and not (avoid and ip in taken):
+                    self.in_use.add(ip)
+                    if key is not None:
+                        self.previous[key] = ip
+                    return ip
         raise RuntimeError("no free pod IP in %s.10-254" % self.base)
 
     def release(self, ip):
@@ -129,7 +143,8 @@ class Kubelet:
         os.makedirs(sandbox, exist_ok=True)
         node = pod["spec"]["nodeName"]
         # A host-network pod's IP is its node's.
-        ip = self.nodes[node]["hostIP"] if pod["spec"].get("hostNetwork") else self.ips.allocate()
+        key = "%s/%s" % (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        ip = self.nodes[node]["hostIP"] if pod["spec"].get("hostNetwork") else self.ips.allocate(key)
         state = PodState(pod, node, ip, sandbox)
         state.host_network = bool(pod["spec"].get("hostNetwork"))
         self.pods[state.uid] = state
