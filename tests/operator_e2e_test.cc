@@ -278,11 +278,26 @@ class Cluster {
     Json job = kube::YamlToJson(YAML::LoadFile(SourcePath(file)));
     job["metadata"]["namespace"] = "default";
     job["spec"]["checkpoint"]["path"] = dir_.File("checkpoints/" + Str(job, {"metadata", "name"}));
+    MountCheckpointVolume(job);
     return job;
   }
 
-  // The quickstart job, smaller.
-  Json ExampleJob(const std::string& name, int64_t records, int workers) {
+  // The checkpoint path as a volume of the workers' template (a hostPath
+  // here; an NFS or other shared claim on a cluster): the operator mounts the
+  // same volume into the sharding service's pod, whose state then outlives
+  // the pod. Without it that state is in the pod (an emptyDir).
+  static void MountCheckpointVolume(Json& job) {
+    const std::string path = Str(job, {"spec", "checkpoint", "path"});
+    Json& pod = job["spec"]["workers"]["template"]["spec"];
+    pod["volumes"].push_back(
+        {{"name", "checkpoint"}, {"hostPath", {{"path", path}, {"type", "DirectoryOrCreate"}}}});
+    pod["containers"][0]["volumeMounts"].push_back({{"name", "checkpoint"}, {"mountPath", path}});
+  }
+
+  // The quickstart job, smaller; `shared_volume`: its checkpoint path mounted
+  // as a volume (MountCheckpointVolume; not where Pod Security forbids hostPath).
+  Json ExampleJob(const std::string& name, int64_t records, int workers,
+                  bool shared_volume = true) {
     Json job = kube::YamlToJson(YAML::LoadFile(SourcePath("examples/k8s/quickstart.yaml")));
     job["metadata"]["name"] = name;
     job["metadata"]["namespace"] = "default";
@@ -291,6 +306,7 @@ class Cluster {
     job["spec"]["dataset"]["epochs"] = 1;
     job["spec"]["workers"]["replicas"] = workers;
     job["spec"]["checkpoint"]["path"] = dir_.File("checkpoints/" + name);
+    if (shared_volume) MountCheckpointVolume(job);
     return job;
   }
 
@@ -632,7 +648,8 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
 
   // A job with a straggler: worker-1's node turns 4x slower once it runs.
   const int64_t records = 16000;
-  Json spec = cluster.ExampleJob("chart", records, 4);
+  // Pod Security "restricted" forbids a hostPath: the sharding state stays in its pod.
+  Json spec = cluster.ExampleJob("chart", records, 4, /*shared_volume=*/false);
   spec["spec"]["stragglerPolicy"] = {
       {"name", "antdt-nd"}, {"cooldown", "4s"}, {"minSavingRatio", 0.2}};
   spec["spec"]["monitor"] = {{"window", "1s"}};
@@ -1760,6 +1777,38 @@ TEST(OperatorE2E, ShardingPodDeletedMidEpochRecoversAndCommitsOnce) {
   EXPECT_EQ(job["status"]["workers"].value("failed", -1), 0) << "the workers rode it out";
   const demo::Verification v = cluster.Verify("evict", records);
   EXPECT_TRUE(v.exactly_once()) << v.Summary();
+}
+
+// Without spec.checkpoint.path the sharding service's state lives in its pod:
+// deleted mid-epoch, it comes back empty. The job fails, saying so and what
+// keeps the state (Failed, ShardingStateLost, an Event), instead of training
+// committed records a second time or failing its workers one by one.
+TEST(OperatorE2E, ShardingStateLostWithoutACheckpointPathFailsTheJobSayingWhy) {
+  Cluster cluster(3);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
+  Json spec = cluster.ExampleJob("nockpt", 40000, 2);
+  spec["spec"].erase("checkpoint");
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+  Json job = cluster.WaitJob(
+      "nockpt",
+      [](const Json& j) {
+        return Condition(j, "Running") == "True" &&
+               j["status"]["progress"].value("recordsCommitted", int64_t{0}) > 0;
+      },
+      std::chrono::seconds(120));
+  ASSERT_EQ(Condition(job, "Running"), "True") << job.dump(2);
+  int rc = 0;
+  const std::string out = cluster.Kubectl("delete pod nockpt-sharding --wait=false", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  job = cluster.WaitJob(
+      "nockpt", [](const Json& j) { return Finished(j); }, std::chrono::seconds(120));
+  ASSERT_EQ(Condition(job, "Failed"), "True") << job.dump(2);
+  const Json* failed = reconciler::FindCondition(job["status"], "Failed");
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(Str(*failed, {"reason"}), "ShardingStateLost");
+  EXPECT_NE(Str(*failed, {"message"}).find("spec.checkpoint.path"), std::string::npos);
+  EXPECT_TRUE(HasEvent(cluster.Events(), "ShardingStateLost"));
+  EXPECT_NE(cluster.Kubectl("get adt nockpt").find("Failed"), std::string::npos);
 }
 
 }  // namespace antdt

@@ -570,6 +570,9 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
           rt.metrics->Progress(pr.records_committed, pr.records_total, p->records_per_second(),
                                p->eta_seconds());
         }
+      } else if (p.status().code() == absl::StatusCode::kNotFound) {
+        // The service answers, without the dataset it was given: its state is gone.
+        obs->dataset_lost = true;
       }
     }
   }

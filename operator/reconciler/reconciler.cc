@@ -1094,9 +1094,33 @@ void CheckDeadline(const Pass& pass, Records& r, Plan& plan) {
   plan.events.push_back({"Warning", "DeadlineExceeded", r.failed_message});
 }
 
+// The sharding service answered without the job's dataset: its state is gone
+// (in the pod without spec.checkpoint.path, or a wiped volume). Creating the
+// dataset again would train committed records a second time; the job fails,
+// saying why and what keeps the state.
+void CheckShardingState(const Pass& pass, Records& r, Plan& plan) {
+  if (!pass.o.dataset_lost || !r.dataset_created) return;
+  r.failed = true;
+  r.failed_reason = "ShardingStateLost";
+  r.failed_message = absl::StrCat(
+      "the sharding service (pod ", ShardingName(pass.job),
+      ") came back without the job's dataset, so which records were committed is lost; ",
+      pass.spec.checkpoint.path.empty()
+          ? "its state was in the pod (no spec.checkpoint.path): set spec.checkpoint.path to a "
+            "shared volume for state that outlives the pod"
+          : absl::StrCat("its state under ", JobStateDir(pass.spec), "/sharding is gone"),
+      "; create the job again to train from the start");
+  plan.events.push_back({"Warning", "ShardingStateLost", r.failed_message});
+}
+
 // Steps 2 and 3, for a job not finished before this pass. A suspended job
 // carries out no decision (it has no workers to act on).
 void Decide(const Pass& pass, Records& r, Plan& plan) {
+  CheckShardingState(pass, r, plan);
+  if (r.failed) {
+    r.completion = (pass.now / 1000) * 1000;
+    return;
+  }
   if (!r.suspended) ApplyActions(pass, r, plan);
   ApplyFailures(pass, r, plan);
   if (!r.failed) CheckSuccess(pass, r, plan);

@@ -43,7 +43,10 @@
 //                       batch differs from its even share (BatchSizesAdjusted).
 //   Succeeded           True once every worker's pod Succeeded.
 //   Failed              True on an invalid spec (InvalidSpec; cleared when the
-//                       spec is fixed), when worker failures exceed
+//                       spec is fixed), when the sharding service came back
+//                       without the job's state (ShardingStateLost: what was
+//                       committed is unknown, so nothing is trained twice),
+//                       when worker failures exceed
 //                       spec.runPolicy.backoffLimit (BackoffLimitExceeded; a pod
 //                       evicted or preempted is restarted but not counted), or
 //                       spec.runPolicy.activeDeadlineSeconds after startTime
@@ -134,7 +137,10 @@ struct Observed {
   std::vector<Json> pods, services;
   std::optional<Progress> progress;  // from the sharding service, when known
   bool dataset_ready = false;        // the glue created the dataset on the sharding service
-  bool pod_group_exists = false;     // the glue created the job's PodGroup (gang scheduling)
+  // The sharding service answers NOT_FOUND for a dataset it was given: it came
+  // back without its state (Failed, ShardingStateLost).
+  bool dataset_lost = false;
+  bool pod_group_exists = false;  // the glue created the job's PodGroup (gang scheduling)
   // Settings::job_credentials: the job's token (the glue derives it from the
   // job's UID), and whether its Secret was created.
   std::string job_token;

@@ -20,6 +20,7 @@
 namespace antdt::reconciler {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -72,10 +73,12 @@ struct Cluster {
   bool clear_pending_events = true;  // false: the operator stops before writing Events
 
   std::string job_token;  // Settings::job_credentials: the glue's derived token
+  bool dataset_lost = false;
 
   Observed Observe(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) const {
     Observed o;
     o.job_token = job_token;
+    o.dataset_lost = dataset_lost;
     o.token_secret_exists = !secrets.empty();
     o.job = job;
     o.spec = manifest::ParseJob(job.dump());
@@ -1514,6 +1517,31 @@ TEST(ReconcileTest, JobCredentialsGoInAnOwnedSecretThePodsReference) {
   EXPECT_TRUE(has_token(*c.FindPod("quickstart-k8s-worker-0")));
   EXPECT_FALSE(has_token(*c.FindPod("quickstart-k8s-ps-0")));
   for (const Json& p : c.pods) EXPECT_EQ(p.dump().find("t0k3n"), std::string::npos);
+}
+
+// The sharding service came back without the job's dataset (its state was in
+// its pod): the job fails, saying why and what keeps the state, rather than
+// creating the dataset again and training committed records twice; its pods
+// are stopped.
+TEST(ReconcileTest, AShardingServiceBackWithoutItsStateFailsTheJobSayingWhy) {
+  Cluster c;
+  c.job["spec"].erase("checkpoint");
+  c.Settle();
+  c.dataset_lost = true;
+  c.now += 1000;
+  Plan plan = c.Pass();
+  EXPECT_EQ(Condition(c.Status(), "Failed")["status"], "True");
+  EXPECT_EQ(Condition(c.Status(), "Failed")["reason"], "ShardingStateLost");
+  EXPECT_THAT(Condition(c.Status(), "Failed")["message"].get<std::string>(),
+              HasSubstr("set spec.checkpoint.path to a shared volume"));
+  EXPECT_EQ(c.Status()["state"], "Failed");
+  EXPECT_THAT(EventReasons(plan), Contains("Warning ShardingStateLost"));
+  EXPECT_THAT(Describe(plan.writes), Contains(HasSubstr("delete pods quickstart-k8s-worker-0")));
+  // Said once; nothing created again.
+  c.RemoveTerminating();
+  plan = c.Pass();
+  EXPECT_THAT(EventReasons(plan), Not(Contains("Warning ShardingStateLost")));
+  for (const Write& w : plan.writes) EXPECT_NE(w.kind, Write::Kind::kCreate);
 }
 
 TEST(RenderTest, NoPodGroupWithoutGangScheduling) {

@@ -183,6 +183,14 @@ class PodNetworkAndHostPathTest(unittest.TestCase):
                                                  "/host/procfs"], mounts),
                          ["agent", "--proc-root=/proc", "--cgroup-root", "/sys/fs/cgroup/kubepods", "/tmp/x",
                           "/host/procfs"])
+        # Given the pod's sandbox, an emptyDir is a directory of the pod's own.
+        with tempfile.TemporaryDirectory() as sandbox:
+            mounts = spec.host_path_mounts(pod, container, sandbox)
+            local = os.path.join(sandbox, "volumes", "tmp")
+            self.assertIn(("/tmp", local), mounts)
+            self.assertTrue(os.path.isdir(local))
+            self.assertEqual(spec.map_host_paths(["svc", "--state-dir", "/tmp/uid-1"], mounts),
+                             ["svc", "--state-dir", local + "/uid-1"])
 
 
 class DnsTest(unittest.TestCase):

@@ -180,7 +180,7 @@ class Kubelet:
                 env = podspec.keep_sdk_importable(env, self.bin_dir)
             argv = podspec.map_image_paths(podspec.container_argv(container, env), self.image_root)
             argv = podspec.map_host_paths(podspec.bind_to_pod_ip(argv, state.ip),
-                                          podspec.host_path_mounts(pod, container))
+                                          podspec.host_path_mounts(pod, container, state.sandbox))
             env = self._service_account_env(pod, state, env)
         except podspec.SpecError as e:
             self._set_waiting(state, e.reason, e.message)

@@ -203,14 +203,21 @@ def bind_to_pod_ip(argv, ip):
     return [a.replace("0.0.0.0:", ip + ":") for a in argv]
 
 
-def host_path_mounts(pod, container):
-    """(mountPath, hostPath) for each of the container's mounts of a hostPath volume, longest first."""
+def host_path_mounts(pod, container, sandbox=None):
+    """(mountPath, path on this machine) for each of the container's mounts of a hostPath volume,
+    and, given the pod's `sandbox`, of an emptyDir volume (SANDBOX/volumes/NAME, created: it lives
+    and dies with the pod, as Kubernetes' does), longest first."""
     volumes = {v.get("name"): v for v in pod["spec"].get("volumes") or []}
     out = []
     for m in container.get("volumeMounts") or []:
         v = volumes.get(m.get("name"))
+        mount = m["mountPath"].rstrip("/") or "/"
         if v and v.get("hostPath", {}).get("path"):
-            out.append((m["mountPath"].rstrip("/") or "/", v["hostPath"]["path"].rstrip("/") or "/"))
+            out.append((mount, v["hostPath"]["path"].rstrip("/") or "/"))
+        elif v is not None and "emptyDir" in v and sandbox:
+            local = os.path.join(sandbox, "volumes", m["name"])
+            os.makedirs(local, exist_ok=True)
+            out.append((mount, local))
     return sorted(out, key=lambda mp: -len(mp[0]))
 
 
