@@ -742,11 +742,14 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   }
   EXPECT_TRUE(not_granted.empty()) << absl::StrJoin(not_granted, ", ");
   // Everything granted was used, but for what this run cannot make happen: a
-  // repeated Event (patched, not created again) and a quiet API server (the
-  // readiness check reads the replica's own pod).
+  // repeated Event (patched, not created again), a quiet API server (the
+  // readiness check reads the replica's own pod) and a cache behind the
+  // operator's own status write while Events are pending (the job is read).
   std::vector<std::string> unexplained;
   for (const std::string& u : unused) {
-    if (u != "patch /events" && u != "get /pods") unexplained.push_back(u);
+    if (u != "patch /events" && u != "get /pods" && u != "get antdt.io/antdtjobs") {
+      unexplained.push_back(u);
+    }
   }
   EXPECT_TRUE(unexplained.empty()) << "granted, never used: " << absl::StrJoin(unexplained, ", ");
   std::cout << "operator RBAC: " << used.size() << " (verb, resource) pairs used of "

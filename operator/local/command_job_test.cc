@@ -82,7 +82,7 @@ nodes:
   - name: spare-0
     spare: true
 slowdowns:
-  - {node: node-1, kind: persistent, factor: 4, start: 3s}
+  - {node: node-1, kind: persistent, factor: 4, start: 8s}
 )";
 
 struct Ran {

@@ -364,7 +364,7 @@ class ChartTest(unittest.TestCase):
         return out
 
     def test_rbac_grants_only_what_the_operator_uses(self):
-        jobs = [("antdt.io", "antdtjobs", v) for v in ("list", "watch", "delete")] + [
+        jobs = [("antdt.io", "antdtjobs", v) for v in ("get", "list", "watch", "delete")] + [
             ("antdt.io", "antdtjobs/status", "update")] + [
             ("", "pods", v) for v in ("list", "watch", "create", "delete")] + [
             ("", "services", v) for v in ("list", "watch", "create")] + [
