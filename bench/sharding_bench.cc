@@ -6,6 +6,8 @@
 //     unary RPCs (grpc.health.v1.Health/Check) to the same process.
 //  2. Recovery after kill -9 with 1,000,000 shards stored: time from exec to
 //     serving, beside the same on an empty state directory.
+//  3. The job credential's cost: the same pairs against a service holding a
+//     token (--token-file; every call carries it), beside a service without.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <thread>
 
@@ -40,16 +43,26 @@ struct Service {
   double ready_seconds = 0;  // exec to ready file
 };
 
-Service StartService(const std::string& state_dir, const std::string& sync,
-                     const std::string& log) {
+Service StartService(const std::string& state_dir, const std::string& sync, const std::string& log,
+                     const std::string& token_file = "") {
   Service s;
   const std::string ready = g_work_dir + "/ready";
   std::filesystem::remove(ready);
   auto t0 = Clock::now();
-  s.proc = std::make_unique<Process>(
-      std::vector<std::string>{g_bin_dir + "/antdt-sharding-service", "--listen", "127.0.0.1:0",
-                               "--state-dir", state_dir, "--ready-file", ready, "--sync", sync},
-      log);
+  std::vector<std::string> argv = {g_bin_dir + "/antdt-sharding-service",
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--state-dir",
+                                   state_dir,
+                                   "--ready-file",
+                                   ready,
+                                   "--sync",
+                                   sync};
+  if (!token_file.empty()) {
+    argv.push_back("--token-file");
+    argv.push_back(token_file);
+  }
+  s.proc = std::make_unique<Process>(argv, log);
   auto address = antdt::WaitForReadyFile(ready, std::chrono::seconds(120));
   if (!address) {
     std::fprintf(stderr, "service did not start; see %s\n", log.c_str());
@@ -111,22 +124,87 @@ Figures Measure(int clients, double seconds, const std::string& address, PairFn 
   return f;
 }
 
+// A client's AcquireShard+CompleteShard pair on dataset bench/pairs, each
+// call with `token` (none when empty).
+std::function<bool()> ShardPair(const std::shared_ptr<grpc::Channel>& channel, int c,
+                                const std::string& token) {
+  auto stub = std::shared_ptr<antdt::v1::ShardingService::Stub>(
+      antdt::v1::ShardingService::NewStub(channel));
+  return [stub, c, token] {
+    grpc::ClientContext a;
+    if (!token.empty()) a.AddMetadata("authorization", "Bearer " + token);
+    antdt::v1::AcquireShardRequest req;
+    req.mutable_dataset()->set_job("bench");
+    req.mutable_dataset()->set_name("pairs");
+    req.set_worker_id("w" + std::to_string(c));
+    antdt::v1::AcquireShardResponse resp;
+    if (!stub->AcquireShard(&a, req, &resp).ok() ||
+        resp.result() != antdt::v1::AcquireShardResponse::SHARD) {
+      return false;
+    }
+    grpc::ClientContext b;
+    if (!token.empty()) b.AddMetadata("authorization", "Bearer " + token);
+    antdt::v1::CompleteShardRequest done;
+    *done.mutable_dataset() = req.dataset();
+    done.set_token(resp.lease().token());
+    antdt::v1::CompleteShardResponse dresp;
+    return stub->CompleteShard(&b, done, &dresp).ok();
+  };
+}
+
+// Creates the pairs dataset (4M one-record shards) on a fresh service.
+void CreatePairsDataset(const Service& svc, const std::string& token) {
+  auto stub = antdt::v1::ShardingService::NewStub(NewChannel(svc.address, -1));
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  antdt::v1::CreateDatasetRequest req;
+  req.mutable_spec()->set_job("bench");
+  req.mutable_spec()->set_name("pairs");
+  req.mutable_spec()->set_record_count(4'000'000);
+  req.mutable_spec()->set_shard_size(1);
+  req.mutable_spec()->set_epochs(1);
+  antdt::v1::CreateDatasetResponse resp;
+  if (!stub->CreateDataset(&ctx, req, &resp).ok()) std::exit(1);
+}
+
+// The same pairs against a service without a credential and one holding a
+// token, each started fresh, the figures side by side.
+void CredentialCost(const std::vector<int>& levels, double seconds, const std::string& sync) {
+  const std::string token = "bench-token-0123456789abcdef0123456789abcdef";
+  const std::string token_file = g_work_dir + "/token";
+  std::ofstream(token_file) << token << "\n";
+  std::printf(
+      "\n== The job credential: AcquireShard+CompleteShard pairs (--sync %s) without and with "
+      "a token, %.0f s per figure ==\n",
+      sync.c_str(), seconds);
+  std::printf("%8s | %12s %9s | %12s %9s | %10s\n", "clients", "open pair/s", "p99 ms",
+              "token pair/s", "p99 ms", "rate ratio");
+  for (int clients : levels) {
+    Figures figures[2];
+    for (int with = 0; with < 2; ++with) {
+      const std::string state = g_work_dir + "/credential-state";
+      std::filesystem::remove_all(state);
+      Service svc =
+          StartService(state, sync, g_work_dir + "/credential.log", with ? token_file : "");
+      const std::string t = with ? token : "";
+      CreatePairsDataset(svc, t);
+      figures[with] = Measure(clients, seconds, svc.address,
+                              [&t](auto channel, int c) { return ShardPair(channel, c, t); });
+      svc.proc->Signal(SIGTERM);
+      svc.proc->Wait(std::chrono::seconds(30));
+    }
+    std::printf("%8d | %12.0f %9.3f | %12.0f %9.3f | %10.2f\n", clients,
+                figures[0].pairs_per_second, figures[0].p99_ms, figures[1].pairs_per_second,
+                figures[1].p99_ms, figures[1].pairs_per_second / figures[0].pairs_per_second);
+    std::fflush(stdout);
+  }
+}
+
 void Throughput(const std::vector<int>& levels, double seconds, const std::string& sync) {
   const std::string state = g_work_dir + "/throughput-state";
   std::filesystem::remove_all(state);
   Service svc = StartService(state, sync, g_work_dir + "/throughput.log");
-  {
-    auto stub = antdt::v1::ShardingService::NewStub(NewChannel(svc.address, -1));
-    grpc::ClientContext ctx;
-    antdt::v1::CreateDatasetRequest req;
-    req.mutable_spec()->set_job("bench");
-    req.mutable_spec()->set_name("pairs");
-    req.mutable_spec()->set_record_count(4'000'000);
-    req.mutable_spec()->set_shard_size(1);
-    req.mutable_spec()->set_epochs(1);
-    antdt::v1::CreateDatasetResponse resp;
-    if (!stub->CreateDataset(&ctx, req, &resp).ok()) std::exit(1);
-  }
+  CreatePairsDataset(svc, "");
   std::printf(
       "\n== AcquireShard+CompleteShard pairs (durable: WAL, --sync %s) vs. "
       "empty unary pairs, %.0f s per figure ==\n",
@@ -147,28 +225,8 @@ void Throughput(const std::vector<int>& levels, double seconds, const std::strin
         return true;
       };
     });
-    Figures shard = Measure(clients, seconds, svc.address, [](auto channel, int c) {
-      auto stub = std::shared_ptr<antdt::v1::ShardingService::Stub>(
-          antdt::v1::ShardingService::NewStub(channel));
-      return [stub, c] {
-        grpc::ClientContext a;
-        antdt::v1::AcquireShardRequest req;
-        req.mutable_dataset()->set_job("bench");
-        req.mutable_dataset()->set_name("pairs");
-        req.set_worker_id("w" + std::to_string(c));
-        antdt::v1::AcquireShardResponse resp;
-        if (!stub->AcquireShard(&a, req, &resp).ok() ||
-            resp.result() != antdt::v1::AcquireShardResponse::SHARD) {
-          return false;
-        }
-        grpc::ClientContext b;
-        antdt::v1::CompleteShardRequest done;
-        *done.mutable_dataset() = req.dataset();
-        done.set_token(resp.lease().token());
-        antdt::v1::CompleteShardResponse dresp;
-        return stub->CompleteShard(&b, done, &dresp).ok();
-      };
-    });
+    Figures shard = Measure(clients, seconds, svc.address,
+                            [](auto channel, int c) { return ShardPair(channel, c, ""); });
     std::printf("%8d | %12.0f %9.3f %9.3f | %12.0f %9.3f %9.3f | %10.2f\n", clients,
                 empty.pairs_per_second, empty.p50_ms, empty.p99_ms, shard.pairs_per_second,
                 shard.p50_ms, shard.p99_ms, shard.pairs_per_second / empty.pairs_per_second);
@@ -277,7 +335,7 @@ void Recovery(int64_t shards) {
 int main(int argc, char** argv) {
   auto flags = antdt::ParseFlags(
       argc, argv, {"seconds", "clients", "recovery-shards", "work-dir", "bin-dir", "sync"},
-      {"skip-recovery", "skip-throughput"});
+      {"skip-recovery", "skip-throughput", "skip-credential"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s\n", std::string(flags.status().message()).c_str());
     return 2;
@@ -299,6 +357,7 @@ int main(int argc, char** argv) {
   std::printf("machine: %u cores; client and service share them\n",
               std::thread::hardware_concurrency());
   if (!flags->Has("skip-throughput")) Throughput(levels, seconds, flags->Get("sync", "full"));
+  if (!flags->Has("skip-credential")) CredentialCost(levels, seconds, flags->Get("sync", "full"));
   if (!flags->Has("skip-recovery")) Recovery(shards);
   return 0;
 }
