@@ -8,6 +8,9 @@
 //     pre-generated StepReports of one 256-worker job on one thread, beside a
 //     protobuf CopyFrom of each report; then reports/s accepted by a real
 //     `antdt monitor` over one agent stream, beside the in-process rate.
+//  2b. The credential gate's cost: the same reports through a MonitorHub (the
+//     operator's ingest path) on one thread, without a step gate and with the
+//     credential gate (each report's digest compared with the job's).
 //  3. Detection quality (computed, not timed), default MonitorConfig: windows
 //     from a persistent 2x straggler's onset to PERSISTENT, beside K; false
 //     positives of a healthy run with +-10% jitter.
@@ -31,9 +34,13 @@
 #include "absl/strings/str_cat.h"
 #include "antdt/v1/monitor.grpc.pb.h"
 #include "client/step_reporter.h"
+#include "common/clock.h"
 #include "common/config.h"
+#include "common/credential.h"
 #include "common/process.h"
 #include "operator/monitor/monitor.h"
+#include "operator/monitor_service/monitor_hub.h"
+#include "prometheus/text_serializer.h"
 
 namespace {
 
@@ -460,6 +467,60 @@ IngestFigures InProcessIngest(int64_t n) {
   return f;
 }
 
+// 2b: reports/s through a hub's Receive without and with the credential gate,
+// alternating, `rounds` times each over `n` reports (within the Monitor's open
+// windows: no window closes, so every report is taken in).
+void GateCost(int64_t n, int rounds) {
+  std::vector<v1::StepReport> reports = MakeReports(n);
+  const std::string digest = antdt::TokenDigest("bench-job-token");
+  for (v1::StepReport& r : reports) r.set_credential_digest(digest);
+  double seconds[2] = {0, 0};
+  int64_t accepted[2] = {0, 0};
+  for (int i = 0; i < 2 * rounds; ++i) {
+    const int gated = i % 2;
+    antdt::monitor::MonitorHub hub(
+        *antdt::monitor::Monitor::Create(antdt::monitor::MonitorConfig{}),
+        &antdt::RealClock::Get());
+    if (gated == 1) {
+      hub.SetStepGate([&digest](const v1::StepReport& step) {
+        return antdt::DigestsMatch(step.credential_digest(), digest);
+      });
+    }
+    auto stream = hub.OpenStream("bench", [](const v1::MonitorMessage&) { return true; });
+    v1::AgentMessage message;
+    message.mutable_hello()->set_node("node-0");
+    hub.Receive(*stream, message);
+    const auto t0 = Clock::now();
+    for (const v1::StepReport& r : reports) {
+      *message.mutable_step() = r;
+      hub.Receive(*stream, message);
+    }
+    seconds[gated] += Seconds(Clock::now() - t0);
+    hub.CloseStream(*stream);
+    const std::string text = prometheus::TextSerializer().Serialize(hub.Collector()->Collect());
+    const std::string key = "antdt_monitor_reports_total{kind=\"step\"} ";
+    const size_t at = text.find(key);
+    int64_t taken = 0;
+    if (at != std::string::npos) {
+      (void)absl::SimpleAtoi(text.substr(at + key.size(), text.find('\n', at) - at - key.size()),
+                             &taken);
+    }
+    accepted[gated] += taken;
+  }
+  const double rate[2] = {static_cast<double>(n) * rounds / seconds[0],
+                          static_cast<double>(n) * rounds / seconds[1]};
+  std::printf(
+      "\n== The credential gate: %d x %lld step reports through MonitorHub::Receive, one thread, "
+      "alternating ==\n",
+      rounds, static_cast<long long>(n));
+  std::printf("%-52s %12.0f reports/s  (%lld taken in)\n", "no gate (baseline)", rate[0],
+              static_cast<long long>(accepted[0]));
+  std::printf("%-52s %12.0f reports/s  (%lld taken in)\n", "credential gate (digest compared)",
+              rate[1], static_cast<long long>(accepted[1]));
+  std::printf("%-52s %12.2f\n", "rate ratio", rate[0] > 0 ? rate[1] / rate[0] : 0);
+  std::fflush(stdout);
+}
+
 // One client streams step reports to a real `antdt monitor` over one Monitor
 // stream, as an agent does, for `seconds`.
 bool GrpcIngest(double seconds, const IngestFigures& in_process) {
@@ -675,6 +736,7 @@ int main(int argc, char** argv) {
   if (!flags->Has("skip-agent") && !AgentOverhead(seconds)) return 1;
   if (!flags->Has("skip-ingest")) {
     const IngestFigures f = InProcessIngest(reports);
+    GateCost(200'000, 5);
     if (!GrpcIngest(std::min(seconds, 5.0), f)) return 1;
   }
   if (!flags->Has("skip-detection")) Detection();
