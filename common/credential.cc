@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -22,6 +23,17 @@ constexpr absl::string_view kBearer = "Bearer ";
 
 std::string Hex(const unsigned char* data, size_t size) {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(data), size));
+}
+
+// The token of a call's "authorization: Bearer <token>", or nullopt when it
+// carries none or another scheme.
+std::optional<absl::string_view> BearerToken(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kAuthorizationMetadata);
+  if (it == metadata.end()) return std::nullopt;
+  const absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::StartsWith(value, kBearer)) return std::nullopt;
+  return value.substr(kBearer.size());
 }
 
 }  // namespace
@@ -83,12 +95,8 @@ std::string TokenDigest(absl::string_view token) {
 }
 
 std::string CredentialDigestOf(const grpc::ServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kAuthorizationMetadata);
-  if (it == metadata.end()) return "";
-  const absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::StartsWith(value, kBearer) || value.size() == kBearer.size()) return "";
-  return TokenDigest(value.substr(kBearer.size()));
+  const std::optional<absl::string_view> token = BearerToken(context);
+  return token && !token->empty() ? TokenDigest(*token) : "";
 }
 
 bool DigestsMatch(absl::string_view a, absl::string_view b) {
@@ -97,17 +105,13 @@ bool DigestsMatch(absl::string_view a, absl::string_view b) {
 
 grpc::Status TokenCheck::Check(const grpc::ServerContext& context) const {
   if (token_.empty()) return grpc::Status::OK;
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kAuthorizationMetadata);
-  if (it == metadata.end()) {
+  if (!context.client_metadata().count(kAuthorizationMetadata)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "no credential: calls to this job's service carry the job's token "
                         "(\"authorization: Bearer <token>\"; the SDKs read $ANTDT_TOKEN or "
                         "$ANTDT_TOKEN_FILE)");
   }
-  const absl::string_view value(it->second.data(), it->second.size());
-  const absl::string_view given =
-      absl::StartsWith(value, kBearer) ? value.substr(kBearer.size()) : absl::string_view();
+  const absl::string_view given = BearerToken(context).value_or(absl::string_view());
   if (given.size() != token_.size() ||
       CRYPTO_memcmp(given.data(), token_.data(), token_.size()) != 0) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,

@@ -349,6 +349,12 @@ class Cluster {
     return last;
   }
 
+  // The pod `name` in "default", or null.
+  Json Pod(const std::string& name) {
+    auto p = api_->Get(kube::PodsResource(), "default", name);
+    return p.ok() ? *p : Json();
+  }
+
   std::vector<Json> Pods(const std::string& job) {
     kube::ListOptions o;
     o.label_selector = "antdt.io/job=" + job;
@@ -465,6 +471,17 @@ class Cluster {
 
 bool Finished(const Json& job) {
   return Condition(job, "Succeeded") == "True" || Condition(job, "Failed") == "True";
+}
+
+// Waits for the job `name` to finish: it succeeded, and its workers' own
+// journals show every one of its `records` trained on once.
+void ExpectSucceededExactlyOnce(Cluster& cluster, const std::string& name, int64_t records,
+                                Json* job) {
+  *job = cluster.WaitJob(name, Finished, std::chrono::seconds(300));
+  ASSERT_EQ(Condition(*job, "Succeeded"), "True") << job->dump(2);
+  EXPECT_EQ((*job)["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  const demo::Verification v = cluster.Verify(name, records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
 }
 
 // Worker pods of a job that are not terminating, by worker id.
@@ -967,10 +984,7 @@ TEST(OperatorE2E, ScalingARunningJobDownAndUpKeepsTheGlobalBatchAndCommitsOnce) 
   EXPECT_EQ(Condition(job, "Mitigating"), "False");
   EXPECT_TRUE(HasEvent(cluster.Events(), "Scaled"));
   // worker-0 runs the whole global batch: the directive reached it.
-  Json worker0;
-  for (const Json& p : cluster.Pods("scale")) {
-    if (Str(p, {"metadata", "name"}) == "scale-worker-0") worker0 = p;
-  }
+  const Json worker0 = cluster.Pod("scale-worker-0");
   const std::string applied = absl::StrCat("event=directive_applied worker=worker-0");
   EXPECT_TRUE(WaitFor(
       [&] {
@@ -981,10 +995,7 @@ TEST(OperatorE2E, ScalingARunningJobDownAndUpKeepsTheGlobalBatchAndCommitsOnce) 
       std::chrono::seconds(30)))
       << cluster.PodLog(worker0);
   // The parameter server was told its members.
-  Json ps;
-  for (const Json& p : cluster.Pods("scale")) {
-    if (Str(p, {"metadata", "name"}) == "scale-ps-0") ps = p;
-  }
+  const Json ps = cluster.Pod("scale-ps-0");
   EXPECT_NE(cluster.PodLog(ps).find("event=resized"), std::string::npos) << cluster.PodLog(ps);
   const int64_t at_one = job["status"]["progress"].value("recordsCommitted", int64_t{0});
   std::cerr << "scaled to 1 at " << at_one << " of " << records << " records\n";
@@ -995,22 +1006,14 @@ TEST(OperatorE2E, ScalingARunningJobDownAndUpKeepsTheGlobalBatchAndCommitsOnce) 
   ASSERT_NE(Condition(job, "Succeeded"), "True") << "finished before it was scaled up";
   EXPECT_EQ(absl::StrJoin(LiveWorkers(cluster.Pods("scale")), ","),
             "scale-worker-0,scale-worker-1,scale-worker-2");
-  for (const Json& p : cluster.Pods("scale")) {
-    if (Str(p, {"metadata", "name"}) == "scale-worker-1") {
-      EXPECT_EQ(Str(p, {"metadata", "labels", "antdt.io/incarnation"}), "1");
-    }
-  }
+  EXPECT_EQ(Str(cluster.Pod("scale-worker-1"), {"metadata", "labels", "antdt.io/incarnation"}),
+            "1");
   EXPECT_EQ(BatchSum(job), global);
   EXPECT_FALSE(job["status"].contains("removedWorkers")) << job["status"].dump(2);
 
-  job = cluster.WaitJob(
-      "scale", [](const Json& j) { return Finished(j); }, std::chrono::seconds(240));
-  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
-  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "scale", records, &job));
   EXPECT_EQ(job["status"]["workers"].value("restarts", -1), 0) << "scaling is no restart";
   EXPECT_EQ(BatchSum(job), global);
-  const demo::Verification v = cluster.Verify("scale", records);
-  EXPECT_TRUE(v.exactly_once()) << v.Summary();
 }
 
 // Pods orphaned by `kubectl delete --cascade=orphan` hold the names a job
@@ -1460,17 +1463,6 @@ std::map<std::string, Json> LatestWorkerPods(const std::vector<Json>& pods) {
   return latest;
 }
 
-// Waits for the job `name` to finish: it succeeded, and its workers' own
-// journals show every one of its `records` trained on once.
-void ExpectSucceededExactlyOnce(Cluster& cluster, const std::string& name, int64_t records,
-                                Json* job) {
-  *job = cluster.WaitJob(name, Finished, std::chrono::seconds(300));
-  ASSERT_EQ(Condition(*job, "Succeeded"), "True") << job->dump(2);
-  EXPECT_EQ((*job)["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
-  const demo::Verification v = cluster.Verify(name, records);
-  EXPECT_TRUE(v.exactly_once()) << v.Summary();
-}
-
 // examples/k8s/pytorch.yaml as a user applies it: 2 ranks of PyTorch DDP over
 // the rendezvous the operator gives (worker-0's stable DNS name), no
 // parameter servers, every record committed exactly once.
@@ -1697,12 +1689,8 @@ TEST(OperatorE2E, EachJobsShardingServiceRefusesCallsWithoutItsCredential) {
 
   // A forged slow step report for worker-0, sent to its node's agent without
   // the job's credential: the Monitor does not take it in (and counts it).
-  std::string agent_address;
-  for (const Json& p : cluster.Pods("auth")) {
-    if (Str(p, {"metadata", "name"}) == "auth-worker-0") {
-      agent_address = cluster.Cmdline(p)["env"].value("ANTDT_AGENT_ADDR", "");
-    }
-  }
+  const std::string agent_address =
+      cluster.Cmdline(cluster.Pod("auth-worker-0"))["env"].value("ANTDT_AGENT_ADDR", "");
   ASSERT_FALSE(agent_address.empty());
   auto agent =
       v1::Agent::NewStub(grpc::CreateChannel(agent_address, grpc::InsecureChannelCredentials()));
@@ -1732,11 +1720,7 @@ TEST(OperatorE2E, EachJobsShardingServiceRefusesCallsWithoutItsCredential) {
       std::chrono::seconds(20)))
       << cluster.OperatorMetrics("op-a");
 
-  job = cluster.WaitJob(
-      "auth", [](const Json& j) { return Finished(j); }, std::chrono::seconds(240));
-  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
-  const demo::Verification v = cluster.Verify("auth", records);
-  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "auth", records, &job));
 }
 
 // The sharding service's pod is deleted mid-epoch (an eviction, a node
@@ -1749,10 +1733,7 @@ TEST(OperatorE2E, ShardingPodDeletedMidEpochRecoversAndCommitsOnce) {
   const int64_t records = 16000;
   Json job;
   ASSERT_NO_FATAL_FAILURE(job = cluster.ApplyRunningJob("evict", records, 3));
-  std::string uid;
-  for (const Json& p : cluster.Pods("evict")) {
-    if (Str(p, {"metadata", "name"}) == "evict-sharding") uid = Str(p, {"metadata", "uid"});
-  }
+  const std::string uid = Str(cluster.Pod("evict-sharding"), {"metadata", "uid"});
   ASSERT_FALSE(uid.empty());
   int rc = 0;
   const std::string out = cluster.Kubectl("delete pod evict-sharding --wait=false", &rc);
@@ -1763,23 +1744,13 @@ TEST(OperatorE2E, ShardingPodDeletedMidEpochRecoversAndCommitsOnce) {
   // A new pod of the same name (another UID) serves the job again.
   ASSERT_TRUE(WaitFor(
       [&] {
-        for (const Json& p : cluster.Pods("evict")) {
-          if (Str(p, {"metadata", "name"}) == "evict-sharding" &&
-              Str(p, {"metadata", "uid"}) != uid && Str(p, {"status", "phase"}) == "Running") {
-            return true;
-          }
-        }
-        return false;
+        const Json p = cluster.Pod("evict-sharding");
+        return Str(p, {"metadata", "uid"}) != uid && Str(p, {"status", "phase"}) == "Running";
       },
       std::chrono::seconds(60)));
-  job = cluster.WaitJob(
-      "evict", [](const Json& j) { return Finished(j); }, std::chrono::seconds(240));
-  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "evict", records, &job));
   EXPECT_LT(at, records) << "deleted too late to show anything";
-  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
   EXPECT_EQ(job["status"]["workers"].value("failed", -1), 0) << "the workers rode it out";
-  const demo::Verification v = cluster.Verify("evict", records);
-  EXPECT_TRUE(v.exactly_once()) << v.Summary();
 }
 
 // Without spec.checkpoint.path the sharding service's state lives in its pod:

@@ -152,6 +152,17 @@ TEST(AgentService, ForgetsAWorkerThatLeftTheNode) {
       << text();
 }
 
+// One step of worker `worker` of job "train" (0.5 s, 100 samples).
+v1::ReportStepRequest OneStep(const std::string& worker) {
+  v1::ReportStepRequest req;
+  req.mutable_step()->set_job("train");
+  req.mutable_step()->set_worker_id(worker);
+  req.mutable_step()->set_role("worker");
+  req.mutable_step()->set_bpt_seconds(0.5);
+  req.mutable_step()->set_samples(100);
+  return req;
+}
+
 // The credential digest the Monitor checks is the agent's to set, from the
 // call's own credential: a worker's claim in the report is replaced (here by
 // none, the call carrying no token).
@@ -162,12 +173,7 @@ TEST(AgentService, AWorkersOwnCredentialDigestIsReplaced) {
   AgentServiceImpl service("node-a", &box, &table, registry);
   grpc::ServerContext ctx;
   v1::ReportStepResponse resp;
-  v1::ReportStepRequest req;
-  req.mutable_step()->set_job("train");
-  req.mutable_step()->set_worker_id("worker-1");
-  req.mutable_step()->set_role("worker");
-  req.mutable_step()->set_bpt_seconds(0.5);
-  req.mutable_step()->set_samples(100);
+  v1::ReportStepRequest req = OneStep("worker-1");
   req.mutable_step()->set_credential_digest(std::string(32, 'x'));
   ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
   std::optional<v1::AgentMessage> sent = box.Peek(1000);
@@ -186,13 +192,8 @@ TEST(AgentService, LabelsAWorkersSeriesWithTheNamespaceItReports) {
   AgentServiceImpl service("node-a", &box, &table, registry);
   grpc::ServerContext ctx;
   v1::ReportStepResponse resp;
-  v1::ReportStepRequest req;
-  req.mutable_step()->set_job("train");
+  v1::ReportStepRequest req = OneStep("worker-1");
   req.mutable_step()->set_namespace_("team-a");
-  req.mutable_step()->set_worker_id("worker-1");
-  req.mutable_step()->set_role("worker");
-  req.mutable_step()->set_bpt_seconds(0.5);
-  req.mutable_step()->set_samples(100);
   ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
   req.mutable_step()->clear_namespace_();  // an older SDK: no namespace
   req.mutable_step()->set_worker_id("worker-2");

@@ -671,23 +671,14 @@ void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w
       });
       break;
     case reconciler::Write::Kind::kAdjustBatch: {
-      v1::Directive d;
-      d.set_job(kube::StringAt(job, {"metadata", "name"}));
-      d.set_namespace_(kube::StringAt(job, {"metadata", "namespace"}));
-      d.set_worker_id(w.worker);
-      d.set_version(RealClock::Get().NowMillis());
-      d.mutable_adjust_batch()->set_local_batch_size(w.local_batch_size);
-      d.mutable_adjust_batch()->set_accumulation_steps(1);
-      d.set_reason(w.reason);
-      const bool sent = monitor_ != nullptr && monitor_->hub().SendDirective(w.node, d);
-      if (sent && rt != nullptr) {
-        for (const Json& p : pods) {
-          if (kube::Label(p, "antdt.io/worker-id") == w.worker && !kube::Terminating(p)) {
-            rt->delivered[w.worker] =
-                absl::StrCat(kube::Label(p, "antdt.io/incarnation"), "/", w.local_batch_size);
-          }
+      std::string incarnation;
+      for (const Json& p : pods) {
+        if (kube::Label(p, "antdt.io/worker-id") == w.worker && !kube::Terminating(p)) {
+          incarnation = kube::Label(p, "antdt.io/incarnation");
         }
       }
+      const bool sent =
+          SendBatch(job, w.worker, incarnation, w.node, w.local_batch_size, w.reason, rt);
       LogEvent("operator", {{"event", sent ? "directive_sent" : "directive_not_delivered"},
                             {"job", key},
                             {"worker", w.worker},
@@ -834,16 +825,28 @@ void JobController::ResyncBatches(const Json& job, const Json& status,
       }
     }
     if (node.empty()) continue;
-    v1::Directive d;
-    d.set_job(kube::StringAt(job, {"metadata", "name"}));
-    d.set_namespace_(kube::StringAt(job, {"metadata", "namespace"}));
-    d.set_worker_id(id);
-    d.set_version(RealClock::Get().NowMillis());
-    d.mutable_adjust_batch()->set_local_batch_size(batch);
-    d.mutable_adjust_batch()->set_accumulation_steps(1);
-    d.set_reason("the committed local batch (status.workerInstances), not delivered before");
-    if (monitor_->hub().SendDirective(node, d)) rt.delivered[id] = want;
+    SendBatch(job, id, incarnation, node, batch,
+              "the committed local batch (status.workerInstances), not delivered before", &rt);
   }
+}
+
+bool JobController::SendBatch(const Json& job, const std::string& worker,
+                              const std::string& incarnation, const std::string& node,
+                              int64_t batch, const std::string& reason, JobRuntime* rt) {
+  if (monitor_ == nullptr) return false;
+  v1::Directive d;
+  d.set_job(kube::StringAt(job, {"metadata", "name"}));
+  d.set_namespace_(kube::StringAt(job, {"metadata", "namespace"}));
+  d.set_worker_id(worker);
+  d.set_version(RealClock::Get().NowMillis());
+  d.mutable_adjust_batch()->set_local_batch_size(batch);
+  d.mutable_adjust_batch()->set_accumulation_steps(1);
+  d.set_reason(reason);
+  if (!monitor_->hub().SendDirective(node, d)) return false;
+  if (rt != nullptr && !incarnation.empty()) {
+    rt->delivered[worker] = absl::StrCat(incarnation, "/", batch);
+  }
+  return true;
 }
 
 void JobController::RecordCommittedEvents(const reconciler::Plan& plan, bool status_written,

@@ -425,6 +425,18 @@ Write Delete(const Json& pod, int64_t grace, std::string reason) {
   return w;
 }
 
+// The parameter servers' new members (kResizeParameterServers).
+Write Resize(int32_t workers, std::vector<std::string> removed, std::vector<std::string> added,
+             std::string reason) {
+  Write w;
+  w.kind = Write::Kind::kResizeParameterServers;
+  w.workers = workers;
+  w.removed = std::move(removed);
+  w.added = std::move(added);
+  w.reason = std::move(reason);
+  return w;
+}
+
 // status.conditions as a pass sets them, each with the job's generation.
 class Conditions {
  public:
@@ -1183,13 +1195,8 @@ void Rescale(const Pass& pass, Records& r, Plan& plan) {
     w.local_batch_size = batch;
   }
   if (acting && !collective) {
-    Write resize;
-    resize.kind = Write::Kind::kResizeParameterServers;
-    resize.workers = pass.n;
-    resize.removed = r.newly_removed;
-    resize.added = r.added;
-    resize.reason = absl::StrCat("scaled from ", r.scaled_from, " to ", pass.n, " workers");
-    AddWrite(plan, std::move(resize));
+    AddWrite(plan, Resize(pass.n, r.newly_removed, r.added,
+                          absl::StrCat("scaled from ", r.scaled_from, " to ", pass.n, " workers")));
   }
   std::string message =
       absl::StrCat("spec.workers.replicas changed from ", r.scaled_from, " to ", pass.n);
@@ -1214,10 +1221,7 @@ void Rescale(const Pass& pass, Records& r, Plan& plan) {
 // the scale's: harmless twice, and a second chance when an operator stopped
 // before the first).
 void PlanRemoved(const Pass& pass, Records& r, Plan& plan) {
-  Write resize;
-  resize.kind = Write::Kind::kResizeParameterServers;
-  resize.workers = pass.n;
-  resize.reason = "removed workers' pods are gone";
+  std::vector<std::string> gone;
   for (WorkerInstance& w : r.removed) {
     if (w.retired) continue;
     const std::vector<const Json*>& pods = pass.children.PodsOfWorker(w.id);
@@ -1234,9 +1238,11 @@ void PlanRemoved(const Pass& pass, Records& r, Plan& plan) {
     release.reason = absl::StrCat(w.id, " was removed and its pod is gone");
     AddWrite(plan, std::move(release));
     w.retired = true;
-    resize.removed.push_back(w.id);
+    gone.push_back(w.id);
   }
-  if (pass.p > 0 && !resize.removed.empty()) AddWrite(plan, std::move(resize));
+  if (pass.p > 0 && !gone.empty()) {
+    AddWrite(plan, Resize(pass.n, gone, {}, "removed workers' pods are gone"));
+  }
 }
 
 // A server pod is created when missing; one that failed (evicted, say) is
