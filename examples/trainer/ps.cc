@@ -33,6 +33,16 @@ absl::StatusOr<PushResult> ParameterShard::Push(const std::string& worker, int64
         "gradient: has ", gradient.size(), " values, this server owns ", options_.features));
   }
   std::unique_lock<std::mutex> lock(mu_);
+  // A server taking over holds pushes until it has its state; a server being
+  // moved holds the first push of a new step until it has stopped.
+  cv_.wait(lock, [&] {
+    return shutdown_ || (!awaiting_state_ && !(freezing_ && contributors_.empty()));
+  });
+  if (!moved_to_.empty()) {
+    PushResult moved;
+    moved.moved_to = moved_to_;
+    return moved;
+  }
   if (shutdown_) return Current(false, false);
   if (step != step_) {  // its step finished without it (or a server restart)
     ++dropped_;
@@ -49,21 +59,34 @@ absl::StatusOr<PushResult> ParameterShard::Push(const std::string& worker, int64
     step_loss_ += loss_sum;
     if (static_cast<int>(contributors_.size()) >= needed()) {
       CompleteStep();
+      WriteCapturedCheckpoint(lock);
       return Current(true, true);
     }
   }
   const auto deadline = first_at_ + options_.step_timeout;
-  while (step_ == step && !shutdown_) {
-    if (std::chrono::steady_clock::now() >= deadline) {
+  const int64_t generation = generation_;
+  // Until the step completes, and its checkpoint, if any, is written.
+  while (!shutdown_ && generation == generation_ && (step_ == step || writing_)) {
+    if (step_ != step) {
+      cv_.wait(lock);
+    } else if (std::chrono::steady_clock::now() >= deadline) {
       CompleteStep();
+      WriteCapturedCheckpoint(lock);
       return Current(accepted, true);
+    } else {
+      cv_.wait_until(lock, deadline);
     }
-    cv_.wait_until(lock, deadline);
   }
   return Current(accepted, false);
 }
 
 void ParameterShard::CompleteStep() {
+  // The state before this step's gradients: what the records committed so
+  // far trained (see ps.h).
+  if (checkpoint_hook_ && step_ > 0 &&
+      ((checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0) || step_ == checkpoint_at_)) {
+    captured_ = StateLocked();
+  }
   if (step_samples_ > 0) {
     const double scale = options_.learning_rate / static_cast<double>(step_samples_);
     for (size_t j = 0; j < params_.size(); ++j) {
@@ -93,10 +116,25 @@ PushResult ParameterShard::Current(bool accepted, bool completed) const {
   return r;
 }
 
+void ParameterShard::WriteCapturedCheckpoint(std::unique_lock<std::mutex>& lock) {
+  if (!captured_) return;
+  const PsState state = std::move(*captured_);
+  captured_.reset();
+  writing_ = true;
+  lock.unlock();
+  checkpoint_hook_(state);
+  lock.lock();
+  writing_ = false;
+  cv_.notify_all();
+}
+
 int ParameterShard::Leave(const std::string& worker) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (contributors_.count(worker) == 0 && !shutdown_) departed_.insert(worker);
-  if (!contributors_.empty() && static_cast<int>(contributors_.size()) >= needed()) CompleteStep();
+  if (!contributors_.empty() && static_cast<int>(contributors_.size()) >= needed()) {
+    CompleteStep();
+    WriteCapturedCheckpoint(lock);
+  }
   return needed();
 }
 
@@ -106,19 +144,105 @@ absl::StatusOr<int> ParameterShard::Resize(int workers, absl::Span<const std::st
     return absl::InvalidArgumentError(absl::StrCat(
         "workers: must be in (backup = ", options_.backup, ", ", kMaxWorkers, "], got ", workers));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   workers_ = workers;
   for (const std::string& w : removed) departed_.erase(w);
   for (const std::string& w : added) {
     if (contributors_.count(w) == 0) departed_.insert(w);
   }
-  if (!contributors_.empty() && static_cast<int>(contributors_.size()) >= needed()) CompleteStep();
+  if (!contributors_.empty() && static_cast<int>(contributors_.size()) >= needed()) {
+    CompleteStep();
+    WriteCapturedCheckpoint(lock);
+  }
   return needed();
 }
 
 PushResult ParameterShard::Pull() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return shutdown_ || !awaiting_state_; });
+  PushResult r = Current(false, false);
+  r.moved_to = moved_to_;
+  return r;
+}
+
+void ParameterShard::SetCheckpointHook(int64_t every_steps,
+                                       std::function<void(const PsState&)> hook) {
   std::lock_guard<std::mutex> lock(mu_);
-  return Current(false, false);
+  checkpoint_every_ = std::max<int64_t>(0, every_steps);
+  checkpoint_hook_ = std::move(hook);
+}
+
+int64_t ParameterShard::ScheduleCheckpoint(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The step being completed next is step_: its completion captures step_.
+  checkpoint_at_ = std::max(step, step_ + 1);
+  return checkpoint_at_;
+}
+
+absl::StatusOr<PsState> ParameterShard::Freeze(const std::string& moved_to,
+                                               std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!moved_to_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("already moved to ", moved_to_));
+  }
+  if (freezing_) return absl::FailedPreconditionError("already being moved");
+  freezing_ = true;
+  const bool boundary = cv_.wait_for(
+      lock, timeout, [&] { return shutdown_ || (contributors_.empty() && !writing_); });
+  freezing_ = false;
+  if (!boundary || shutdown_) {
+    cv_.notify_all();
+    return absl::DeadlineExceededError(absl::StrCat("no step boundary within ", timeout.count(),
+                                                    " ms: ", contributors_.size(),
+                                                    " gradients of step ", step_, " pending"));
+  }
+  moved_to_ = moved_to;
+  cv_.notify_all();
+  return StateLocked();
+}
+
+void ParameterShard::AwaitState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  awaiting_state_ = true;
+}
+
+absl::Status ParameterShard::Load(const PsState& state) {
+  if (static_cast<int64_t>(state.parameters.size()) != options_.features) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters: has ", state.parameters.size(),
+                                                   " values, this server owns ",
+                                                   options_.features));
+  }
+  if (state.step < 0) return absl::InvalidArgumentError("step: must be >= 0");
+  std::lock_guard<std::mutex> lock(mu_);
+  params_ = state.parameters;
+  step_ = state.step;
+  samples_ = state.samples;
+  mean_loss_ = state.mean_loss;
+  first_mean_loss_ = state.first_mean_loss;
+  grad_sum_.assign(grad_sum_.size(), 0.0);
+  contributors_.clear();
+  step_samples_ = 0;
+  step_loss_ = 0;
+  moved_to_.clear();
+  awaiting_state_ = false;
+  ++generation_;
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+PsState ParameterShard::State() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return StateLocked();
+}
+
+PsState ParameterShard::StateLocked() const {
+  PsState s;
+  s.step = step_;
+  s.parameters = params_;
+  s.samples = samples_;
+  s.mean_loss = mean_loss_;
+  s.first_mean_loss = first_mean_loss_;
+  return s;
 }
 
 PsStats ParameterShard::Stats() const {

@@ -9,6 +9,20 @@
 // (older: its step completed without it) is dropped and answered with the
 // current parameters; so is a second one from the same worker in a step.
 //
+// Checkpoints: with a hook set (SetCheckpointHook), the completion of every
+// step s that is a multiple of `every_steps` (or the step ScheduleCheckpoint
+// names) hands the hook the state *before* that step's gradients are applied
+// (s steps applied), and no push of step s is answered until the hook
+// returns. So a hook that also checkpoints the sharding service (the first
+// server's does) records exactly the records whose gradients are in that
+// state: a worker commits a batch only after every server answered its step,
+// and it pushes step s only after committing step s-1.
+//
+// Moving (Freeze): at the next step boundary (no gradient of a step pending)
+// the server stops; every later push is answered with `moved_to`, and the
+// state goes to the server taking over, which Loads it. A server started to
+// take over (AwaitState) holds every push and pull until it has its state.
+//
 // Thread-safe: Push blocks its caller until the step completes.
 #pragma once
 
@@ -16,7 +30,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,6 +61,17 @@ struct PushResult {
   int32_t contributions = 0;  // gradients averaged in the last finished step
   bool accepted = false;      // this gradient was averaged in
   bool completed = false;     // this call finished the step
+  std::string moved_to;       // set: this server moved there; nothing was done
+};
+
+// A server's whole state (a checkpoint, or what a move hands over). The
+// optimizer is plain SGD: no state beyond the parameters and the step.
+struct PsState {
+  int64_t step = 0;  // steps applied to `parameters`
+  std::vector<float> parameters;
+  int64_t samples = 0;
+  double mean_loss = 0;
+  double first_mean_loss = 0;
 };
 
 struct PsStats {
@@ -82,16 +109,39 @@ class ParameterShard {
   // Wakes every blocked Push, which then answers the current parameters.
   void Shutdown();
 
+  // Checkpoints every `every_steps` steps (0: only scheduled ones) through
+  // `hook`, called by the pusher that completed the step, outside the lock.
+  // Set before the first push.
+  void SetCheckpointHook(int64_t every_steps, std::function<void(const PsState&)> hook);
+  // The next checkpoint at `step` (when later than the current step);
+  // returns the step it will be at.
+  int64_t ScheduleCheckpoint(int64_t step);
+  // Stops at the next step boundary and returns the state then; later pushes
+  // answer `moved_to`. DeadlineExceeded, nothing changed, when no boundary
+  // comes within `timeout`; FailedPrecondition when already moved.
+  absl::StatusOr<PsState> Freeze(const std::string& moved_to, std::chrono::milliseconds timeout);
+  // Holds every push and pull until Load (a server taking over).
+  void AwaitState();
+  // Takes `state` (its size must be this server's slice): a step in progress
+  // is dropped, blocked pushes answer the new state, a frozen server serves again.
+  absl::Status Load(const PsState& state);
+  PsState State() const;
+
  private:
   int needed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return std::max(1, workers_ - options_.backup - static_cast<int>(departed_.size()));
   }
   void CompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the checkpoint CompleteStep captured, if any, with `lock` released,
+  // holding back the answers of the step until it is written.
+  void WriteCapturedCheckpoint(std::unique_lock<std::mutex>& lock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PsState StateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PushResult Current(bool accepted, bool completed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PsOptions options_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
   int workers_ ABSL_GUARDED_BY(mu_);  // world size: options_.workers, then Resize's
   std::vector<float> params_ ABSL_GUARDED_BY(mu_);
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
@@ -109,6 +159,16 @@ class ParameterShard {
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> departed_ ABSL_GUARDED_BY(mu_);  // left; steps do not wait for them
+  // Checkpoints and moves.
+  int64_t checkpoint_every_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t checkpoint_at_ ABSL_GUARDED_BY(mu_) = -1;  // a scheduled one
+  std::function<void(const PsState&)> checkpoint_hook_;
+  std::optional<PsState> captured_ ABSL_GUARDED_BY(mu_);  // to write, by the completer
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;             // answers of the last step held back
+  bool freezing_ ABSL_GUARDED_BY(mu_) = false;
+  std::string moved_to_ ABSL_GUARDED_BY(mu_);  // set: frozen
+  bool awaiting_state_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // Loads so far: a blocked push gives up
 };
 
 }  // namespace antdt::trainer

@@ -1,20 +1,35 @@
 // antdt-ps: the demo trainer's synchronous parameter server, holding one
 // slice of a logistic-regression model (see ps.h for the step semantics).
+//
+// Checkpoints (--checkpoint-dir): every --checkpoint-every-steps steps, and at
+// the step a ScheduleCheckpoint call names, the server writes its state under
+// the directory (ps_checkpoint.h); the one given --sharding first records the
+// sharding service's Checkpoint of the same step, so that model and data
+// position restore together. Moving: a server started with --take-over ADDR
+// asks the server there for its state at a step boundary (Handoff), and the
+// old one sends every later push here; --restore-step N starts from this
+// server's checkpoint of step N instead. RestoreCheckpoint puts a running
+// server back to one of its checkpoints (a job-wide restore).
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "antdt/v1/sharding.grpc.pb.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "common/config.h"
+#include "common/credential.h"
 #include "common/log.h"
 #include "common/serve.h"
 #include "common/server.h"
 #include "common/status.h"
 #include "examples/trainer/ps.h"
+#include "examples/trainer/ps_checkpoint.h"
 
 namespace {
 
@@ -28,27 +43,140 @@ constexpr const char* kUsage = R"(usage: antdt-ps --features N --workers N [flag
   --learning-rate R           SGD step size                          [0.5]
   --step-timeout DURATION     a step completes with what it has this long
                               after its first gradient               [5s]
-  --emulated-us-per-step N    extra server time per step (slow-PS scenario) [0]
+  --emulated-us-per-step N    extra server time per step at speed 1 (slow-PS
+                              scenario)                              [0]
+  --speed-file PATH           the node's relative speed, re-read at most every
+                              200 ms; the emulated time is divided by it [1]
   --log-every-steps N         one log line per N steps               [50]
+  --checkpoint-dir DIR        where checkpoints go                   [off]
+  --checkpoint-every-steps N  a checkpoint every N steps (0: only on demand) [0]
+  --keep-checkpoints N        checkpoints kept                       [3]
+  --sharding ADDRESS          record the sharding service's Checkpoint of each
+                              checkpoint's step first (one server of a job)
+  --job J --dataset D         the dataset whose position is checkpointed
+  --token-file PATH           the job's credential   [$ANTDT_TOKEN(_FILE)]
+  --take-over HOST:PORT       start from the state of the server there,
+                              taken at a step boundary; it then sends its
+                              pushes here
+  --restore-step N            start from this server's checkpoint of step N
+  --advertise HOST:PORT       the address workers reach this server at (given
+                              to the server taken over)       [the bound one]
 )";
+
+constexpr char kMovedToMetadata[] = "antdt-moved-to";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "antdt-ps: %s\n", message.c_str());
   return 2;
 }
 
+// The node's relative speed from a file holding one number, re-read at most
+// every 200 ms; 1 without a file, the last good value while it is rewritten.
+class NodeSpeed {
+ public:
+  explicit NodeSpeed(std::string path) : path_(std::move(path)) {}
+  double Get() {
+    if (path_.empty()) return 1;
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (now - read_at_ms_ >= 200) {
+      read_at_ms_ = now;
+      std::ifstream in(path_);
+      double v = 0;
+      if (in >> v && v > 0) speed_ = v;
+    }
+    return speed_;
+  }
+
+ private:
+  const std::string path_;
+  std::mutex mu_;
+  int64_t read_at_ms_ = -1'000'000;
+  double speed_ = 1;
+};
+
+// A pushed or pulled call to a server that moved: FAILED_PRECONDITION with
+// the new address in the trailing metadata, for the worker to follow.
+grpc::Status Moved(grpc::ServerContext* ctx, const std::string& to) {
+  ctx->AddTrailingMetadata(kMovedToMetadata, to);
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "moved: this server is now at " + to);
+}
+
+// Writes checkpoints: the sharding service's first (when given), then this
+// server's file.
+class CheckpointWriter {
+ public:
+  struct Options {
+    std::string dir, id, sharding, job, dataset, token;
+    int keep = 3;
+  };
+  explicit CheckpointWriter(Options o) : o_(std::move(o)) {
+    if (!o_.sharding.empty()) {
+      sharding_ = antdt::v1::ShardingService::NewStub(
+          grpc::CreateChannel(o_.sharding, grpc::InsecureChannelCredentials()));
+    }
+  }
+
+  void Write(const antdt::trainer::PsState& state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t records = -1;
+    if (sharding_) {
+      antdt::v1::CheckpointRequest req;
+      req.mutable_dataset()->set_job(o_.job);
+      req.mutable_dataset()->set_name(o_.dataset);
+      req.set_step(state.step);
+      antdt::v1::CheckpointResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      antdt::AddCredential(ctx, o_.token);
+      const grpc::Status s = sharding_->Checkpoint(&ctx, req, &resp);
+      if (!s.ok()) {  // no file either: a checkpoint is both or neither
+        antdt::LogEvent(
+            "checkpoint_failed",
+            {{"ps", o_.id}, {"step", state.step}, {"error", "sharding: " + s.error_message()}});
+        return;
+      }
+      records = resp.records_committed();
+    }
+    if (absl::Status s = antdt::trainer::WriteCheckpoint(o_.dir, o_.id, state, o_.keep); !s.ok()) {
+      antdt::LogEvent("checkpoint_failed",
+                      {{"ps", o_.id}, {"step", state.step}, {"error", std::string(s.message())}});
+      return;
+    }
+    antdt::LogEvent(
+        "checkpoint",
+        {{"ps", o_.id},
+         {"step", state.step},
+         {"records_committed", records},
+         {"ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                    .count()}});
+  }
+
+ private:
+  const Options o_;
+  std::unique_ptr<antdt::v1::ShardingService::Stub> sharding_;
+};
+
 class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
  public:
   ParameterServerImpl(antdt::trainer::ParameterShard& shard, std::string id, int64_t emulated_us,
-                      int64_t log_every)
-      : shard_(shard), id_(std::move(id)), emulated_us_(emulated_us), log_every_(log_every) {}
+                      int64_t log_every, NodeSpeed& speed, std::string checkpoint_dir)
+      : shard_(shard),
+        id_(std::move(id)),
+        emulated_us_(emulated_us),
+        log_every_(log_every),
+        speed_(speed),
+        checkpoint_dir_(std::move(checkpoint_dir)) {}
 
-  grpc::Status PushGradient(grpc::ServerContext*, const antdt::v1::PushGradientRequest* req,
+  grpc::Status PushGradient(grpc::ServerContext* ctx, const antdt::v1::PushGradientRequest* req,
                             antdt::v1::PushGradientResponse* resp) override {
     auto r = shard_.Push(req->worker_id(), req->step(), req->samples(),
                          absl::MakeConstSpan(req->gradient().data(), req->gradient().size()),
                          req->loss_sum());
     if (!r.ok()) return antdt::ToGrpcStatus(r.status());
+    if (!r->moved_to.empty()) return Moved(ctx, r->moved_to);
     if (r->completed && (r->step == 1 || r->step % log_every_ == 0)) {
       const antdt::trainer::PsStats s = shard_.Stats();
       antdt::LogEvent("step", {{"ps", id_},
@@ -60,7 +188,10 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     }
     // Every answer of a step waits the emulated time, in parallel: the step
     // takes that much longer on the server.
-    if (emulated_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(emulated_us_));
+    if (emulated_us_ > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(
+          static_cast<double>(emulated_us_) / speed_.Get()));
+    }
     resp->set_step(r->step);
     resp->mutable_parameters()->Add(r->parameters.begin(), r->parameters.end());
     resp->set_mean_loss(r->mean_loss);
@@ -68,9 +199,10 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Pull(grpc::ServerContext*, const antdt::v1::PullRequest*,
+  grpc::Status Pull(grpc::ServerContext* ctx, const antdt::v1::PullRequest*,
                     antdt::v1::PullResponse* resp) override {
     const antdt::trainer::PushResult r = shard_.Pull();
+    if (!r.moved_to.empty()) return Moved(ctx, r.moved_to);
     resp->set_step(r.step);
     resp->mutable_parameters()->Add(r.parameters.begin(), r.parameters.end());
     return grpc::Status::OK;
@@ -122,12 +254,134 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Handoff(grpc::ServerContext*, const antdt::v1::HandoffRequest* req,
+                       antdt::v1::ParameterServerState* resp) override {
+    if (!antdt::ValidateHostPort(req->moved_to(), "moved_to").ok()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "moved_to: must be HOST:PORT");
+    }
+    if (req->timeout_ms() <= 0 || req->timeout_ms() > 600'000) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "timeout_ms: must be in (0, 600000]");
+    }
+    absl::StatusOr<antdt::trainer::PsState> state =
+        shard_.Freeze(req->moved_to(), std::chrono::milliseconds(req->timeout_ms()));
+    if (!state.ok()) return antdt::ToGrpcStatus(state.status());
+    *resp = antdt::trainer::ToProto(*state, id_);
+    antdt::LogEvent("handed_off", {{"ps", id_}, {"step", state->step}, {"to", req->moved_to()}});
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ScheduleCheckpoint(grpc::ServerContext*,
+                                  const antdt::v1::ScheduleCheckpointRequest* req,
+                                  antdt::v1::ScheduleCheckpointResponse* resp) override {
+    if (checkpoint_dir_.empty()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this server has no --checkpoint-dir");
+    }
+    if (req->step() < 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: must be >= 0");
+    }
+    resp->set_step(shard_.ScheduleCheckpoint(req->step()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RestoreCheckpoint(grpc::ServerContext*,
+                                 const antdt::v1::RestoreCheckpointRequest* req,
+                                 antdt::v1::ParameterServerState* resp) override {
+    if (checkpoint_dir_.empty()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this server has no --checkpoint-dir");
+    }
+    absl::StatusOr<antdt::trainer::PsState> state =
+        antdt::trainer::ReadCheckpoint(checkpoint_dir_, id_, req->step());
+    if (!state.ok()) return antdt::ToGrpcStatus(state.status());
+    if (absl::Status s = shard_.Load(*state); !s.ok()) return antdt::ToGrpcStatus(s);
+    *resp = antdt::trainer::ToProto(*state, id_);
+    antdt::LogEvent("restored", {{"ps", id_}, {"step", state->step}, {"from", "checkpoint"}});
+    return grpc::Status::OK;
+  }
+
  private:
   antdt::trainer::ParameterShard& shard_;
   const std::string id_;
   const int64_t emulated_us_;
   const int64_t log_every_;
+  NodeSpeed& speed_;
+  const std::string checkpoint_dir_;
 };
+
+// The state of the server at `from`, taken at its next step boundary; it
+// sends its later pushes to `self`.
+absl::StatusOr<antdt::trainer::PsState> TakeOver(const std::string& from, const std::string& self) {
+  auto stub = antdt::v1::ParameterServer::NewStub(
+      grpc::CreateChannel(from, grpc::InsecureChannelCredentials()));
+  antdt::v1::HandoffRequest req;
+  req.set_moved_to(self);
+  req.set_timeout_ms(60'000);
+  antdt::v1::ParameterServerState resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(75));
+  const grpc::Status s = stub->Handoff(&ctx, req, &resp);
+  if (!s.ok()) return antdt::FromGrpcStatus(s);
+  return antdt::trainer::FromProto(resp);
+}
+
+absl::StatusOr<CheckpointWriter::Options> CheckpointOptions(const antdt::ParsedFlags& flags,
+                                                            const std::string& id) {
+  CheckpointWriter::Options o;
+  o.dir = flags.Get("checkpoint-dir");
+  o.id = id;
+  int64_t keep = 3;
+  if (!absl::SimpleAtoi(flags.Get("keep-checkpoints", "3"), &keep) || keep < 1 || keep > 1000) {
+    return absl::InvalidArgumentError("--keep-checkpoints: must be an integer in [1, 1000]");
+  }
+  o.keep = static_cast<int>(keep);
+  o.sharding = flags.Get("sharding");
+  if (o.sharding.empty()) return o;
+  if (o.dir.empty()) return absl::InvalidArgumentError("--sharding: needs --checkpoint-dir");
+  o.job = flags.Get("job");
+  o.dataset = flags.Get("dataset");
+  if (o.job.empty() || o.dataset.empty()) {
+    return absl::InvalidArgumentError("--job, --dataset: required with --sharding");
+  }
+  if (flags.Has("token-file")) {
+    ASSIGN_OR_RETURN(o.token, antdt::ReadTokenFile(flags.Get("token-file"), "--token-file"));
+  } else {
+    ASSIGN_OR_RETURN(o.token, antdt::TokenFromEnvironment());
+  }
+  return o;
+}
+
+// The state a server starts from: the server it takes over, or its own
+// checkpoint of a step; nothing for a fresh server.
+absl::Status StartingState(antdt::trainer::ParameterShard& shard,
+                           const CheckpointWriter::Options& o, const std::string& take_over,
+                           int64_t restore_step, const std::string& self) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<antdt::trainer::PsState> state;
+  if (!take_over.empty()) {
+    state = TakeOver(take_over, self);
+    if (!state.ok()) {
+      return absl::Status(state.status().code(), "--take-over " + take_over + ": " +
+                                                     std::string(state.status().message()));
+    }
+  } else if (restore_step >= 0) {
+    state = antdt::trainer::ReadCheckpoint(o.dir, o.id, restore_step);
+    if (!state.ok())
+      return absl::Status(state.status().code(),
+                          "--restore-step: " + std::string(state.status().message()));
+  } else {
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(shard.Load(*state));
+  antdt::LogEvent(
+      "restored",
+      {{"ps", o.id},
+       {"step", state->step},
+       {"from", take_over.empty() ? "checkpoint" : take_over},
+       {"ms",
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}});
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -135,11 +389,29 @@ int main(int argc, char** argv) {
   using namespace antdt;
   BlockTerminationSignals();
   int exit_code = 0;
-  const std::optional<ParsedFlags> flags =
-      ParseCommandLine(argc, argv, "antdt-ps", kUsage,
-                       {"listen", "ready-file", "id", "features", "workers", "backup",
-                        "learning-rate", "step-timeout", "emulated-us-per-step", "log-every-steps"},
-                       &exit_code);
+  const std::optional<ParsedFlags> flags = ParseCommandLine(argc, argv, "antdt-ps", kUsage,
+                                                            {"listen",
+                                                             "ready-file",
+                                                             "id",
+                                                             "features",
+                                                             "workers",
+                                                             "backup",
+                                                             "learning-rate",
+                                                             "step-timeout",
+                                                             "emulated-us-per-step",
+                                                             "log-every-steps",
+                                                             "speed-file",
+                                                             "checkpoint-dir",
+                                                             "checkpoint-every-steps",
+                                                             "keep-checkpoints",
+                                                             "sharding",
+                                                             "job",
+                                                             "dataset",
+                                                             "token-file",
+                                                             "take-over",
+                                                             "restore-step",
+                                                             "advertise"},
+                                                            &exit_code);
   if (!flags) return exit_code;
   for (const char* required : {"features", "workers"}) {
     if (!flags->Has(required)) return Fail(std::string("--") + required + ": required");
@@ -175,10 +447,43 @@ int main(int argc, char** argv) {
   if (!valid.ok()) return Fail("--" + std::string(valid.status().message()));
   const std::string id = flags->Get("id", "ps-0");
 
+  absl::StatusOr<CheckpointWriter::Options> checkpoints = CheckpointOptions(*flags, id);
+  if (!checkpoints.ok()) return Fail(std::string(checkpoints.status().message()));
+  int64_t every = 0, restore_step = -1;
+  if (!absl::SimpleAtoi(flags->Get("checkpoint-every-steps", "0"), &every) || every < 0) {
+    return Fail("--checkpoint-every-steps: must be an integer >= 0");
+  }
+  if (flags->Has("restore-step") &&
+      (!absl::SimpleAtoi(flags->Get("restore-step"), &restore_step) || restore_step < 0)) {
+    return Fail("--restore-step: must be an integer >= 0");
+  }
+  if (restore_step >= 0 && checkpoints->dir.empty()) {
+    return Fail("--restore-step: needs --checkpoint-dir");
+  }
+  const std::string take_over = flags->Get("take-over");
+  if (!take_over.empty()) {
+    if (auto s = ValidateHostPort(take_over, "--take-over"); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  }
+
   trainer::ParameterShard shard(*valid);
-  ParameterServerImpl service(shard, id, emulated_us, log_every);
+  CheckpointWriter writer(*checkpoints);
+  if (!checkpoints->dir.empty()) {
+    shard.SetCheckpointHook(every, [&writer](const trainer::PsState& st) { writer.Write(st); });
+  }
+  if (!take_over.empty() || restore_step >= 0) shard.AwaitState();
+  NodeSpeed speed(flags->Get("speed-file"));
+  ParameterServerImpl service(shard, id, emulated_us, log_every, speed, checkpoints->dir);
   auto serving = Serving::Start({listen, "", "", nullptr, {&service}});
   if (!serving.ok()) return Fail("--" + std::string(serving.status().message()));
+  if (absl::Status s = StartingState(shard, *checkpoints, take_over, restore_step,
+                                     flags->Get("advertise", (*serving)->address()));
+      !s.ok()) {
+    shard.Shutdown();
+    (*serving)->Shutdown(std::chrono::seconds(1));
+    return Fail(std::string(s.message()));
+  }
   if (auto s = (*serving)->WriteReady(flags->Get("ready-file")); !s.ok()) {
     return Fail(std::string(s.message()));
   }

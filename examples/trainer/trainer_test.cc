@@ -2,12 +2,17 @@
 // parameter server's step aggregation (threads, no gRPC).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/testing/testing.h"
 #include "examples/trainer/model.h"
 #include "examples/trainer/ps.h"
+#include "examples/trainer/ps_checkpoint.h"
 
 namespace antdt::trainer {
 namespace {
@@ -289,6 +294,143 @@ TEST(ParameterShardTest, ShutdownReleasesBlockedPushes) {
   ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 1; }, milliseconds(5000)));
   ps.Shutdown();
   EXPECT_EQ(first.Get().step, 0);
+}
+
+TEST(ParameterShardTest, CheckpointsHoldTheStateBeforeTheStepAndItsAnswersWait) {
+  ParameterShard ps(Options(1, 0));
+  std::mutex mu;
+  std::vector<PsState> written;
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return written.size();
+  };
+  std::atomic<bool> release{false};
+  ps.SetCheckpointHook(2, [&](const PsState& s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      written.push_back(s);
+    }
+    while (!release.load()) std::this_thread::sleep_for(milliseconds(1));
+  });
+  ASSERT_TRUE(ps.Push("w0", 0, 1, {1.0f}, 0.5).ok());  // step 0: no checkpoint at 0
+  ASSERT_TRUE(ps.Push("w0", 1, 1, {1.0f}, 0.5).ok());  // step 1
+  EXPECT_EQ(count(), 0u);
+  // Completing step 2 checkpoints the state after two steps; its answer waits
+  // until the checkpoint is written.
+  AsyncPush third(ps, "w0", 2, 1, 1.0f);
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return count() == 1; }, milliseconds(5000)));
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(ps.Stats().step, 3);
+  release = true;
+  EXPECT_EQ(third.Get().step, 3);
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_EQ(written[0].step, 2);
+  EXPECT_FLOAT_EQ(written[0].parameters[0], -2.0f);
+  EXPECT_EQ(written[0].samples, 2);
+  // On demand: the step named, besides every second one.
+  EXPECT_EQ(ps.ScheduleCheckpoint(0), 4);  // not before the step in progress
+  EXPECT_EQ(ps.ScheduleCheckpoint(5), 5);
+  for (int64_t step = 3; step < 7; ++step) ASSERT_TRUE(ps.Push("w0", step, 1, {1.0f}, 0.5).ok());
+  std::vector<int64_t> steps;
+  for (const PsState& s : written) steps.push_back(s.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 4, 5, 6}));
+}
+
+TEST(ParameterShardTest, FreezeWaitsForTheStepBoundaryThenPushesAreSentOn) {
+  ParameterShard ps(Options(2, 0, 1, milliseconds(60'000)));
+  AsyncPush first(ps, "w0", 0, 1, 1.0f);
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 1; }, milliseconds(5000)));
+  // A step is half done: the freeze waits for it, then takes the state.
+  std::optional<absl::StatusOr<PsState>> frozen;
+  std::thread freezer([&] { frozen = ps.Freeze("127.0.0.1:9", milliseconds(10'000)); });
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(frozen.has_value());
+  auto second = ps.Push("w1", 0, 1, {3.0f}, 0.5);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->moved_to.empty());  // the step it was part of completed here
+  freezer.join();
+  EXPECT_EQ(first.Get().step, 1);
+  ASSERT_TRUE(frozen->ok()) << frozen->status();
+  EXPECT_EQ((*frozen)->step, 1);
+  EXPECT_FLOAT_EQ((*frozen)->parameters[0], -2.0f);
+  // Every later push and pull is sent to the new server, and nothing changes.
+  auto later = ps.Push("w0", 1, 1, {5.0f}, 0.5);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->moved_to, "127.0.0.1:9");
+  EXPECT_EQ(ps.Pull().moved_to, "127.0.0.1:9");
+  EXPECT_EQ(ps.Stats().pending, 0);
+  EXPECT_EQ(ps.Freeze("127.0.0.1:10", milliseconds(10)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // The new server holds pushes until it has the state, then goes on from it.
+  ParameterShard next(Options(2, 0, 1, milliseconds(60'000)));
+  next.AwaitState();
+  AsyncPush early(next, "w0", 1, 1, 5.0f);
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(next.Stats().pending, 0);
+  ASSERT_TRUE(next.Load(**frozen).ok());
+  auto w1 = next.Push("w1", 1, 1, {1.0f}, 0.5);
+  ASSERT_TRUE(w1.ok());
+  EXPECT_EQ(early.Get().step, 2);
+  EXPECT_FLOAT_EQ(w1->parameters[0], -2.0f - 3.0f);  // (5 + 1) / 2 more
+  EXPECT_EQ(next.Stats().samples, 4);
+}
+
+TEST(ParameterShardTest, FreezeWithoutABoundaryChangesNothing) {
+  ParameterShard ps(Options(2, 0, 1, milliseconds(60'000)));
+  AsyncPush first(ps, "w0", 0, 1, 1.0f);
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 1; }, milliseconds(5000)));
+  EXPECT_EQ(ps.Freeze("127.0.0.1:9", milliseconds(100)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  auto second = ps.Push("w1", 0, 1, {3.0f}, 0.5);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->moved_to.empty());
+  EXPECT_EQ(first.Get().step, 1);
+  PsState wrong;
+  wrong.parameters = {1.0f, 2.0f};
+  EXPECT_EQ(ps.Load(wrong).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ps.Stats().step, 1);
+}
+
+TEST(ParameterShardTest, LoadGoesBackToACheckpointAndReleasesBlockedPushes) {
+  ParameterShard ps(Options(2, 0, 1, milliseconds(60'000)));
+  ASSERT_TRUE(ps.Resize(2, {}, {}).ok());
+  PsState at_one;
+  at_one.step = 1;
+  at_one.parameters = {-2.0f};
+  AsyncPush blocked(ps, "w0", 0, 1, 1.0f);  // waits for w1, which is gone
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 1; }, milliseconds(5000)));
+  ASSERT_TRUE(ps.Load(at_one).ok());
+  const PushResult r = blocked.Get();
+  EXPECT_EQ(r.step, 1);
+  EXPECT_FLOAT_EQ(r.parameters[0], -2.0f);
+  EXPECT_EQ(ps.Stats().pending, 0);
+}
+
+TEST(PsCheckpointFilesTest, WrittenAtomicallyKeptAndFoundInCommon) {
+  antdt::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  PsState s;
+  s.parameters = {1.0f, 2.0f};
+  for (int64_t step : {10, 20, 30, 40}) {
+    s.step = step;
+    ASSERT_TRUE(WriteCheckpoint(dir, "ps-0", s, 3).ok());
+  }
+  EXPECT_EQ(CheckpointSteps(dir, "ps-0"), (std::vector<int64_t>{20, 30, 40}));
+  for (int64_t step : {20, 30}) {
+    s.step = step;
+    ASSERT_TRUE(WriteCheckpoint(dir, "ps-1", s, 3).ok());
+  }
+  EXPECT_EQ(LatestCommonCheckpoint(dir, {"ps-0", "ps-1"}), 30);
+  EXPECT_EQ(LatestCommonCheckpoint(dir, {"ps-0", "ps-2"}), std::nullopt);
+  auto read = ReadCheckpoint(dir, "ps-1", 30);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->parameters, s.parameters);
+  EXPECT_EQ(ReadCheckpoint(dir, "ps-1", 40).status().code(), absl::StatusCode::kNotFound);
+  // Another server's file under this server's name is refused.
+  std::filesystem::copy_file(dir + "/ps-0/step-000000000040.ckpt",
+                             dir + "/ps-1/step-000000000040.ckpt");
+  EXPECT_EQ(ReadCheckpoint(dir, "ps-1", 40).status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(TrainingTest, LossGoesDownOverTwoHundredSteps) {
