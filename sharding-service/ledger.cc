@@ -1,6 +1,7 @@
 #include "sharding-service/ledger.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -501,6 +502,45 @@ struct Ops {
   }
 };
 
+// The ids of records [from, to) of shard `index` in `epoch`, in the order the
+// shard hands them out.
+void AppendRecordIds(const Ledger::Dataset& ds, int32_t epoch, int64_t index, int64_t from,
+                     int64_t to, v1::RolledBack* out) {
+  const int64_t begin = ds.ShardBegin(index);
+  if (!ds.spec.shuffle()) {
+    for (int64_t i = from; i < to; ++i) out->add_record_ids(begin + i);
+    return;
+  }
+  const std::vector<int64_t> perm = Permutation(
+      ds.ShardSize(index),
+      MixSeed(ds.spec.seed(), static_cast<uint64_t>(epoch), static_cast<uint64_t>(index) + 1));
+  for (int64_t i = from; i < to; ++i) out->add_record_ids(begin + perm[i]);
+}
+
+// The commits a restore to `snap` undoes: in the snapshot's epoch what was
+// committed beyond it, and everything committed in later epochs.
+void RolledBackCommits(const Ledger::Dataset& ds, const v1::ShardStateSnapshot& snap,
+                       v1::RestoreResponse* resp) {
+  std::map<int64_t, int64_t> at_snap;
+  for (int i = 0; i < snap.index_size(); ++i) at_snap[snap.index(i)] = snap.committed(i);
+  const int32_t now = ds.row.epoch;
+  for (int32_t e = snap.epoch(); e <= now && e < ds.spec.epochs(); ++e) {
+    v1::RolledBack rb;
+    rb.set_epoch(e);
+    for (int64_t index = 0; index < ds.shard_count; ++index) {
+      const int64_t size = ds.ShardSize(index);
+      const int64_t from = e == snap.epoch() ? std::min(at_snap[index], size) : 0;
+      const int64_t to = e < now ? size
+                                 : std::min(index < static_cast<int64_t>(ds.shards.size())
+                                                ? ds.shards[index].committed
+                                                : 0,
+                                            size);
+      if (to > from) AppendRecordIds(ds, e, index, from, to, &rb);
+    }
+    if (rb.record_ids_size() > 0) *resp->add_rolled_back() = std::move(rb);
+  }
+}
+
 void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed, v1::Shard* out) {
   const int64_t begin = ds.ShardBegin(index);
   const int64_t size = ds.ShardSize(index);
@@ -955,6 +995,7 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
     }
     resp.set_fenced_leases(static_cast<int32_t>(ds.leases.size()));
     ds.leases.clear();
+    RolledBackCommits(ds, snap, &resp);
     ds.row.epoch = snap.epoch();
     ds.StartEpoch();
     batch.push_back(DeleteShards{ds.row.id});

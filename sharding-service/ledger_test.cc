@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -412,6 +413,25 @@ TEST_F(LedgerTest, CheckpointAndRestore) {
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(restored->records_committed(), 34);
   EXPECT_EQ(restored->fenced_leases(), 1);
+  // It names the commits it undid: the partial shard past record 4, and all
+  // of the shard completed after the checkpoint.
+  auto ids = [](const v1::Shard& shard, int64_t from) {
+    std::vector<int64_t> out;
+    for (int64_t i = from; i < shard.size() - shard.committed(); ++i) {
+      out.push_back(shard.record_ids_size() > 0 ? shard.record_ids(static_cast<int>(i))
+                                                : shard.start() + i);
+    }
+    return out;
+  };
+  std::vector<int64_t> undone = ids(partial.shard(), 4);
+  for (int64_t id : ids(later.shard(), 0)) undone.push_back(id);
+  ASSERT_EQ(restored->rolled_back_size(), 1);
+  EXPECT_EQ(restored->rolled_back(0).epoch(), 0);
+  std::vector<int64_t> got(restored->rolled_back(0).record_ids().begin(),
+                           restored->rolled_back(0).record_ids().end());
+  std::sort(undone.begin(), undone.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, undone);
   EXPECT_EQ(Report(held.lease().token(), 1).status().code(), absl::StatusCode::kFailedPrecondition);
   auto p = Progress();
   EXPECT_EQ(p.records_committed_epoch(), 34);

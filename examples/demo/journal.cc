@@ -58,6 +58,13 @@ void Journal::Refused(uint64_t token, int64_t done) {
   Line(absl::StrCat("X ", token, " ", done, "\n"));
 }
 
+void Journal::RolledBack(int32_t epoch, const std::vector<int64_t>& ids) {
+  std::string line = absl::StrCat("U ", epoch);
+  for (int64_t id : ids) absl::StrAppend(&line, " ", id);
+  line += '\n';
+  Line(line);
+}
+
 absl::StatusOr<std::vector<Journal::PendingCall>> Journal::Unresolved(const std::string& path) {
   std::ifstream in(path);
   std::vector<PendingCall> out;
@@ -126,6 +133,10 @@ std::string Verification::Summary() const {
   }
   absl::StrAppendFormat(&out, "refused commits (lease lost, redone by others): %d\n",
                         refused_calls);
+  if (rolled_back > 0) {
+    absl::StrAppendFormat(&out, "commits undone by restores (trained and committed again): %d\n",
+                          rolled_back);
+  }
   absl::StrAppend(&out, exactly_once() ? "RESULT: every record committed exactly once\n"
                                        : "RESULT: FAILED: records lost or committed twice\n");
   return out;
@@ -136,7 +147,8 @@ absl::StatusOr<Verification> VerifyJournals(const std::vector<std::string>& path
   Verification v;
   v.epochs = epochs;
   v.records = records;
-  std::vector<std::vector<uint8_t>> count(epochs, std::vector<uint8_t>(records, 0));
+  // Signed: a restore's U line may be read before the commits it undoes.
+  std::vector<std::vector<int16_t>> count(epochs, std::vector<int16_t>(records, 0));
   for (const std::string& path : paths) {
     std::ifstream in(path);
     if (!in) return absl::NotFoundError(absl::StrCat("journal: cannot read ", path));
@@ -174,6 +186,20 @@ absl::StatusOr<Verification> VerifyJournals(const std::vector<std::string>& path
         }
         mine += static_cast<int64_t>(ids.size());
         pending.erase(it);
+      } else if (tag == "U") {
+        int32_t epoch = -1;
+        ss >> epoch;
+        if (epoch < 0 || epoch >= epochs) {
+          return absl::DataLossError(absl::StrCat(path, ": epoch ", epoch, " out of range"));
+        }
+        int64_t id;
+        while (ss >> id) {
+          if (id < 0 || id >= records) {
+            return absl::DataLossError(absl::StrCat(path, ": record ", id, " out of range"));
+          }
+          if (count[epoch][id] > -255) --count[epoch][id];
+          ++v.rolled_back;
+        }
       } else if (tag == "X") {
         uint64_t token;
         ss >> token;
@@ -189,7 +215,7 @@ absl::StatusOr<Verification> VerifyJournals(const std::vector<std::string>& path
   for (int32_t e = 0; e < epochs; ++e) {
     for (int64_t id = 0; id < records; ++id) {
       v.committed_per_epoch[e] += count[e][id];
-      if (count[e][id] == 0) ++v.missing_per_epoch[e];
+      if (count[e][id] <= 0) ++v.missing_per_epoch[e];
       if (count[e][id] > 1) ++v.duplicated_per_epoch[e];
     }
   }

@@ -8,6 +8,11 @@
 // killed between the two resolves its last P line on restart by repeating the
 // call, which the service answers idempotently. One write(2) per line, so a
 // SIGKILL never tears a line.
+//
+// A restore of the sharding service to a checkpoint undoes the commits after
+// it; whoever restores appends its RestoreResponse's rolled_back to a journal
+// of its own as  U <epoch> <ids>  lines (AppendRollback), which the check
+// subtracts: those records are committed once more afterwards.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,8 @@ class Journal {
                const std::vector<int64_t>& ids);
   void Acked(uint64_t token, int64_t done);
   void Refused(uint64_t token, int64_t done);
+  // U lines for the commits a restore undid.
+  void RolledBack(int32_t epoch, const std::vector<int64_t>& ids);
 
   struct PendingCall {
     char kind = 0;
@@ -61,6 +68,7 @@ struct Verification {
   std::vector<int64_t> duplicated_per_epoch;
   std::map<std::string, int64_t> per_journal;  // records committed by each journal
   int64_t refused_calls = 0;
+  int64_t rolled_back = 0;  // commits undone by restores (U lines)
   bool exactly_once() const;
   std::string Summary() const;
 };

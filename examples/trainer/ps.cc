@@ -113,6 +113,7 @@ PushResult ParameterShard::Current(bool accepted, bool completed) const {
   r.contributions = contributions_;
   r.accepted = accepted;
   r.completed = completed;
+  r.generation = generation_;
   return r;
 }
 

@@ -62,6 +62,7 @@ struct PushResult {
   bool accepted = false;      // this gradient was averaged in
   bool completed = false;     // this call finished the step
   std::string moved_to;       // set: this server moved there; nothing was done
+  int64_t generation = 0;     // Loads so far
 };
 
 // A server's whole state (a checkpoint, or what a move hands over). The

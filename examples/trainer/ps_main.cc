@@ -196,6 +196,8 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     resp->mutable_parameters()->Add(r->parameters.begin(), r->parameters.end());
     resp->set_mean_loss(r->mean_loss);
     resp->set_contributions(r->contributions);
+    resp->set_accepted(r->accepted);
+    resp->set_generation(r->generation);
     return grpc::Status::OK;
   }
 
@@ -204,6 +206,7 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     const antdt::trainer::PushResult r = shard_.Pull();
     if (!r.moved_to.empty()) return Moved(ctx, r.moved_to);
     resp->set_step(r.step);
+    resp->set_generation(r.generation);
     resp->mutable_parameters()->Add(r.parameters.begin(), r.parameters.end());
     return grpc::Status::OK;
   }

@@ -10,14 +10,17 @@
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "antdt/v1/sharding.grpc.pb.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "client/sharding_client.h"
 #include "common/testing/testing.h"
 #include "examples/demo/journal.h"
+#include "examples/trainer/ps_checkpoint.h"
 
 namespace antdt {
 namespace {
@@ -44,6 +47,14 @@ int CountLines(const std::string& path, const std::string& prefix) {
   int n = 0;
   for (std::string line; std::getline(in, line);) n += line.rfind(prefix, 0) == 0;
   return n;
+}
+
+// Steps every server of the test has a checkpoint of.
+std::optional<int64_t> LatestCommon(const std::string& dir) {
+  return trainer::LatestCommonCheckpoint(dir, {"ps-0", "ps-1"});
+}
+int64_t CheckpointsOfPs1(const std::string& dir) {
+  return static_cast<int64_t>(trainer::CheckpointSteps(dir, "ps-1").size());
 }
 
 TEST(TrainerIntegrationTest, TrainsAndCommitsEveryRecordOnceThroughAWorkerKill) {
@@ -150,6 +161,224 @@ TEST(TrainerIntegrationTest, TrainsAndCommitsEveryRecordOnceThroughAWorkerKill) 
   EXPECT_NE(Read(dir.File("ps.log")).find("event=stopped"), std::string::npos);
   service.Signal(SIGTERM);
   service.Wait(seconds(10));
+}
+
+// A job of the demo trainer on 127.0.0.1: the sharding service, two
+// parameter servers (ps-0 also checkpoints the sharding service) checkpointing
+// every 5 steps, three workers.
+class ServerMoveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    service_ = std::make_unique<Process>(
+        std::vector<std::string>{BinPath("antdt-sharding-service"), "--listen", "127.0.0.1:0",
+                                 "--state-dir", dir_.File("state"), "--ready-file",
+                                 dir_.File("service.ready")},
+        dir_.File("service.log"));
+    auto sharding = WaitForReadyFile(dir_.File("service.ready"), seconds(30));
+    ASSERT_TRUE(sharding) << Read(dir_.File("service.log"));
+    sharding_ = *sharding;
+    client::ShardingClientOptions o;
+    o.job = "ctr";
+    o.dataset = "train";
+    o.worker_id = "test";
+    admin_ = std::make_unique<client::ShardingClient>(client::CreateShardingChannel(sharding_), o);
+    v1::DatasetSpec spec;
+    spec.set_job("ctr");
+    spec.set_name("train");
+    spec.set_record_count(kRecords);
+    spec.set_shard_size(100);
+    spec.set_epochs(1);
+    spec.set_shuffle(true);
+    spec.set_seed(3);
+    ASSERT_TRUE(admin_->CreateDataset(spec).ok());
+    for (int k = 0; k < 2; ++k) {
+      std::vector<std::string> extra;
+      if (k == 0) extra = {"--sharding", sharding_, "--job", "ctr", "--dataset", "train"};
+      ps_.push_back(StartServer(k, "", extra));
+      ASSERT_TRUE(ps_.back().proc) << Read(dir_.File("ps-" + std::to_string(k) + ".log"));
+    }
+    for (int w = 0; w < kWorkers; ++w) {
+      workers_.push_back(
+          std::make_unique<Process>(std::vector<std::string>{BinPath("antdt-trainer-worker"),
+                                                             "--sharding",
+                                                             sharding_,
+                                                             "--job",
+                                                             "ctr",
+                                                             "--dataset",
+                                                             "train",
+                                                             "--ps",
+                                                             ps_[0].address + "," + ps_[1].address,
+                                                             "--features",
+                                                             "16",
+                                                             "--local-batch",
+                                                             "50",
+                                                             "--device-us-per-sample",
+                                                             "1000",
+                                                             "--log-every-steps",
+                                                             "5",
+                                                             "--worker-id",
+                                                             "worker-" + std::to_string(w),
+                                                             "--journal",
+                                                             Journal(w)},
+                                    Log(w)));
+    }
+  }
+
+  struct Server {
+    std::unique_ptr<Process> proc;
+    std::string address;
+  };
+
+  // Server k (the `n`-th of its name), on `listen` (empty: a free port).
+  Server StartServer(int k, const std::string& listen, std::vector<std::string> extra, int n = 0) {
+    const std::string name = "ps-" + std::to_string(k) + (n > 0 ? "." + std::to_string(n) : "");
+    std::vector<std::string> argv = {BinPath("antdt-ps"),
+                                     "--listen",
+                                     listen.empty() ? "127.0.0.1:0" : listen,
+                                     "--ready-file",
+                                     dir_.File(name + ".ready"),
+                                     "--id",
+                                     "ps-" + std::to_string(k),
+                                     "--features",
+                                     "8",
+                                     "--workers",
+                                     std::to_string(kWorkers),
+                                     "--learning-rate",
+                                     "1",
+                                     "--step-timeout",
+                                     "20s",
+                                     "--log-every-steps",
+                                     "10",
+                                     "--checkpoint-dir",
+                                     dir_.File("checkpoints"),
+                                     "--checkpoint-every-steps",
+                                     "5"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    Server s;
+    s.proc = std::make_unique<Process>(argv, dir_.File(name + ".log"));
+    auto address = WaitForReadyFile(dir_.File(name + ".ready"), seconds(90));
+    if (!address) return {};
+    s.address = *address;
+    return s;
+  }
+
+  std::string Journal(int w) const { return dir_.File("worker-" + std::to_string(w) + ".journal"); }
+  std::string Log(int w) const { return dir_.File("worker-" + std::to_string(w) + ".log"); }
+
+  v1::ParameterServerStats Stats(const std::string& address) {
+    auto stub = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    v1::ParameterServerStats stats;
+    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &stats).ok());
+    return stats;
+  }
+
+  void WaitForWorkers() {
+    for (int w = 0; w < kWorkers; ++w) {
+      auto status = workers_[w]->Wait(seconds(180));
+      ASSERT_TRUE(status) << "worker-" << w << " still running:\n" << Read(Log(w));
+      ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "worker-" << w << " failed:\n"
+                                                                   << Read(Log(w));
+    }
+  }
+
+  void ExpectExactlyOnce(std::vector<std::string> journals) {
+    for (int w = 0; w < kWorkers; ++w) journals.push_back(Journal(w));
+    auto verification = demo::VerifyJournals(journals, kRecords, /*epochs=*/1);
+    ASSERT_TRUE(verification.ok()) << verification.status();
+    EXPECT_TRUE(verification->exactly_once()) << verification->Summary();
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Process> service_;
+  std::string sharding_;
+  std::unique_ptr<client::ShardingClient> admin_;
+  std::vector<Server> ps_;
+  std::vector<std::unique_ptr<Process>> workers_;
+};
+
+TEST_F(ServerMoveTest, ASlowServerMovesLiveAtAStepBoundaryAndNoUpdateIsLost) {
+  ASSERT_TRUE(WaitFor([&] { return CountLines(Journal(0), "A ") >= 5; }, seconds(60)))
+      << Read(Log(0));
+  // The new ps-1 takes the old one's state at a step boundary; the old one
+  // sends the workers on.
+  Server moved = StartServer(1, "", {"--take-over", ps_[1].address}, 1);
+  ASSERT_TRUE(moved.proc) << Read(dir_.File("ps-1.1.log"));
+  const std::string old_log = Read(dir_.File("ps-1.log"));
+  EXPECT_NE(old_log.find("event=handed_off"), std::string::npos) << old_log;
+  ASSERT_FALSE(admin_->Progress()->finished()) << "the run ended before the move: make it longer";
+  // Once a step completed on the new server every worker has followed it:
+  // the old one stops.
+  const int64_t moved_at = Stats(moved.address).step();
+  ASSERT_TRUE(WaitFor([&] { return Stats(moved.address).step() > moved_at; }, seconds(60)));
+  ps_[1].proc->Signal(SIGTERM);
+  ASSERT_TRUE(ps_[1].proc->Wait(seconds(10)));
+  WaitForWorkers();
+  ExpectExactlyOnce({});
+  for (int w = 0; w < kWorkers; ++w) {
+    EXPECT_NE(Read(Log(w)).find("event=ps_moved"), std::string::npos) << Read(Log(w));
+  }
+  // No update lost or doubled in the move: both slices averaged the same
+  // samples over the same steps.
+  const v1::ParameterServerStats first = Stats(ps_[0].address);
+  const v1::ParameterServerStats second = Stats(moved.address);
+  EXPECT_EQ(second.samples(), first.samples());
+  EXPECT_EQ(second.step(), first.step());
+  EXPECT_EQ(first.samples(), kRecords);
+  EXPECT_LT(second.mean_loss(), second.first_mean_loss());
+}
+
+TEST_F(ServerMoveTest, AKilledServerIsRestoredFromTheLastCheckpointAndEveryRecordCommittedOnce) {
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return CheckpointsOfPs1(dir_.File("checkpoints")) >= 2 && CountLines(Journal(0), "A ") >= 8;
+      },
+      seconds(60)))
+      << Read(Log(0));
+  ps_[1].proc->Signal(SIGKILL);
+  ASSERT_TRUE(ps_[1].proc->Wait(seconds(10)));
+  ASSERT_FALSE(admin_->Progress()->finished()) << "the run ended before the kill: make it longer";
+  // The newest step both servers have: ps-1 back from it on its address,
+  // ps-0 back to it, then the data position.
+  const std::optional<int64_t> step = LatestCommon(dir_.File("checkpoints"));
+  ASSERT_TRUE(step.has_value());
+  Server restored = StartServer(1, ps_[1].address, {"--restore-step", std::to_string(*step)}, 1);
+  ASSERT_TRUE(restored.proc) << Read(dir_.File("ps-1.1.log"));
+  {
+    auto stub = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(ps_[0].address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::RestoreCheckpointRequest req;
+    req.set_step(*step);
+    v1::ParameterServerState state;
+    ASSERT_TRUE(stub->RestoreCheckpoint(&ctx, req, &state).ok());
+    EXPECT_EQ(state.step(), *step);
+  }
+  auto stub = v1::ShardingService::NewStub(client::CreateShardingChannel(sharding_));
+  grpc::ClientContext ctx;
+  v1::RestoreRequest req;
+  req.mutable_dataset()->set_job("ctr");
+  req.mutable_dataset()->set_name("train");
+  req.set_step(*step);
+  v1::RestoreResponse resp;
+  ASSERT_TRUE(stub->Restore(&ctx, req, &resp).ok());
+  auto restores = demo::Journal::Open(dir_.File("restores.journal"));
+  ASSERT_TRUE(restores.ok());
+  int64_t undone = 0;
+  for (const v1::RolledBack& rb : resp.rolled_back()) {
+    restores->RolledBack(rb.epoch(), {rb.record_ids().begin(), rb.record_ids().end()});
+    undone += rb.record_ids_size();
+  }
+  EXPECT_GT(undone, 0) << "nothing committed after the checkpoint: the test proves nothing";
+  WaitForWorkers();
+  ExpectExactlyOnce({dir_.File("restores.journal")});
+  const v1::ParameterServerStats first = Stats(ps_[0].address);
+  const v1::ParameterServerStats second = Stats(restored.address);
+  EXPECT_EQ(second.step(), first.step());
+  EXPECT_LT(second.mean_loss(), second.first_mean_loss());
+  EXPECT_NE(Read(dir_.File("ps-1.1.log")).find("event=restored"), std::string::npos);
 }
 
 }  // namespace

@@ -146,6 +146,12 @@ double ReadSpeed(const std::string& path, double fallback) {
 }
 
 // The parameter servers, each owning a contiguous slice of the parameters.
+// A server that moved answers FAILED_PRECONDITION naming its new address in
+// the trailing metadata `antdt-moved-to`; the call goes there (and so does
+// every later one). A MoveParameterServer directive does the same between
+// steps (Redirect). A push the server did not take because its state was
+// replaced since (a restore: a newer generation, another step) is pushed
+// again at the step it answered.
 class ParameterServers {
  public:
   ParameterServers(const std::vector<std::string>& addresses, int64_t features,
@@ -153,10 +159,9 @@ class ParameterServers {
       : worker_id_(std::move(worker_id)), params_(static_cast<size_t>(features), 0.0f) {
     const int count = static_cast<int>(addresses.size());
     for (int k = 0; k < count; ++k) {
-      servers_.push_back(
-          {v1::ParameterServer::NewStub(grpc::CreateChannel(addresses[static_cast<size_t>(k)],
-                                                            grpc::InsecureChannelCredentials())),
-           trainer::PsSlice(features, k, count), 0});
+      Server& ps = servers_.emplace_back();
+      ps.slice = trainer::PsSlice(features, k, count);
+      Connect(ps, addresses[static_cast<size_t>(k)]);
     }
   }
 
@@ -177,9 +182,10 @@ class ParameterServers {
       v1::PullRequest req;
       req.set_worker_id(worker_id_);
       v1::PullResponse resp;
-      RETURN_IF_ERROR(
-          WithRetry([&](grpc::ClientContext* ctx) { return ps.stub->Pull(ctx, req, &resp); }));
+      RETURN_IF_ERROR(FollowingMoves(
+          ps, [&](grpc::ClientContext* ctx) { return ps.stub->Pull(ctx, req, &resp); }));
       RETURN_IF_ERROR(Take(ps, resp.step(), resp.parameters()));
+      ps.generation = resp.generation();
     }
     return absl::OkStatus();
   }
@@ -193,20 +199,8 @@ class ParameterServers {
     std::vector<std::thread> threads;
     for (size_t k = 0; k < servers_.size(); ++k) {
       threads.emplace_back([&, k] {
-        Server& ps = servers_[k];
         const auto t0 = Clock::now();
-        v1::PushGradientRequest req;
-        req.set_worker_id(worker_id_);
-        req.set_step(ps.step);
-        req.set_samples(samples);
-        req.set_loss_sum(g.loss);
-        req.mutable_gradient()->Add(g.gradient.begin() + ps.slice.begin,
-                                    g.gradient.begin() + ps.slice.begin + ps.slice.size);
-        v1::PushGradientResponse resp;
-        status[k] = WithRetry(
-            [&](grpc::ClientContext* ctx) { return ps.stub->PushGradient(ctx, req, &resp); });
-        if (status[k].ok()) status[k] = Take(ps, resp.step(), resp.parameters());
-        if (status[k].ok() && k == 0) mean_loss_ = resp.mean_loss();
+        status[k] = PushOne(servers_[k], g, samples, k == 0);
         seconds[k] = Seconds(Clock::now() - t0);
       });
     }
@@ -218,6 +212,19 @@ class ParameterServers {
     return absl::OkStatus();
   }
 
+  // Sends the calls for server "ps-K" to `address` from now on.
+  absl::Status Redirect(const std::string& ps_id, const std::string& address) {
+    int k = -1;
+    if (ps_id.rfind("ps-", 0) != 0 || !absl::SimpleAtoi(ps_id.substr(3), &k) || k < 0 ||
+        k >= static_cast<int>(servers_.size())) {
+      return absl::InvalidArgumentError("ps_id: no parameter server " + ps_id);
+    }
+    if (servers_[static_cast<size_t>(k)].address != address) {
+      Connect(servers_[static_cast<size_t>(k)], address);
+    }
+    return absl::OkStatus();
+  }
+
   const std::vector<float>& params() const { return params_; }
   int64_t step() const { return servers_.front().step; }
   double mean_loss() const { return mean_loss_; }  // PS 0's, of its last finished step
@@ -225,9 +232,61 @@ class ParameterServers {
  private:
   struct Server {
     std::unique_ptr<v1::ParameterServer::Stub> stub;
+    std::string address;
     trainer::Slice slice;
     int64_t step = 0;
+    int64_t generation = 0;  // of the server's state, as last answered
   };
+
+  void Connect(Server& ps, const std::string& address) {
+    if (!ps.address.empty()) {
+      LogEvent("ps_moved", {{"worker", worker_id_}, {"from", ps.address}, {"to", address}});
+    }
+    ps.address = address;
+    ps.stub = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+
+  absl::Status PushOne(Server& ps, const trainer::GradientSum& g, int64_t samples, bool first) {
+    v1::PushGradientRequest req;
+    req.set_worker_id(worker_id_);
+    req.set_samples(samples);
+    req.set_loss_sum(g.loss);
+    req.mutable_gradient()->Add(g.gradient.begin() + ps.slice.begin,
+                                g.gradient.begin() + ps.slice.begin + ps.slice.size);
+    for (int attempt = 0;; ++attempt) {
+      req.set_step(ps.step);
+      v1::PushGradientResponse resp;
+      RETURN_IF_ERROR(FollowingMoves(
+          ps, [&](grpc::ClientContext* ctx) { return ps.stub->PushGradient(ctx, req, &resp); }));
+      RETURN_IF_ERROR(Take(ps, resp.step(), resp.parameters()));
+      const bool replaced = resp.generation() != ps.generation;
+      ps.generation = resp.generation();
+      if (first) mean_loss_ = resp.mean_loss();
+      if (resp.accepted() || !replaced || attempt >= 2) return absl::OkStatus();
+      LogEvent("push_again", {{"worker", worker_id_}, {"ps", ps.address}, {"step", ps.step}});
+    }
+  }
+
+  // Makes `call` on `ps`, following the server as it moves (8 moves at most).
+  template <typename Call>
+  absl::Status FollowingMoves(Server& ps, Call call) {
+    for (int moves = 0;; ++moves) {
+      std::string moved_to;
+      absl::Status s = WithRetry([&](grpc::ClientContext* ctx) {
+        grpc::Status st = call(ctx);
+        if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+          const auto& trailers = ctx->GetServerTrailingMetadata();
+          if (auto it = trailers.find("antdt-moved-to"); it != trailers.end()) {
+            moved_to.assign(it->second.data(), it->second.size());
+          }
+        }
+        return st;
+      });
+      if (moved_to.empty() || moves >= 8) return s;
+      Connect(ps, moved_to);
+    }
+  }
 
   absl::Status Take(Server& ps, int64_t step,
                     const google::protobuf::RepeatedField<float>& values) {
@@ -465,8 +524,17 @@ class TrainingLoop {
   void ReportAndApplyDirective(const client::StepTiming& timing) {
     if (reporter_ == nullptr) return;
     (void)reporter_->Report(timing);  // a failure is counted by the reporter, never fatal
-    if (auto d = reporter_->TakeDirective();
-        d && d->has_adjust_batch() && d->adjust_batch().local_batch_size() > 0) {
+    std::optional<v1::Directive> d = reporter_->TakeDirective();
+    if (d && d->has_move_parameter_server()) {
+      const v1::MoveParameterServer& m = d->move_parameter_server();
+      absl::Status s = ps_.Redirect(m.ps_id(), m.address());
+      LogEvent("directive_applied", {{"worker", c_.options.worker_id},
+                                     {"version", d->version()},
+                                     {"ps", m.ps_id()},
+                                     {"address", m.address()},
+                                     {"error", std::string(s.message())},
+                                     {"reason", d->reason()}});
+    } else if (d && d->has_adjust_batch() && d->adjust_batch().local_batch_size() > 0) {
       c_.batch = d->adjust_batch().local_batch_size();
       LogEvent("directive_applied", {{"worker", c_.options.worker_id},
                                      {"version", d->version()},
