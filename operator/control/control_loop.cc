@@ -31,11 +31,18 @@ void ControlLoop::Seed(std::vector<controller::Decision> decisions) {
   for (controller::Decision& d : decisions) history_.push_back(std::move(d));
 }
 
-double ControlLoop::RestartCostSeconds() const {
-  const double measured = measured_restarts_ > 0 ? measured_seconds_ / measured_restarts_ : 0;
+double ControlLoop::RestartCostSeconds(vocab::Role role) const {
+  const bool ps = role == vocab::Role::kParameterServer;
+  const Measured& m = measured_[ps ? 1 : 0];
+  const double measured = m.restarts > 0 ? m.seconds / m.restarts : 0;
   const double relaunch = std::max(measured, kMinRelaunchSeconds);
   return relaunch + static_cast<double>(options_.window_ms) / 1000.0 +
-         std::max(0.0, options_.regroup_seconds);
+         (ps ? 0.0 : std::max(0.0, options_.regroup_seconds));
+}
+
+int64_t ControlLoop::NextDirectiveVersion() {
+  directive_version_ = std::max(directive_version_ + 1, clock_->NowMillis());
+  return directive_version_;
 }
 
 void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& members) {
@@ -43,8 +50,9 @@ void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& 
   for (const controller::WorkerState& m : members) {
     auto it = relaunching_.find(m.id);
     if (it == relaunching_.end() || !m.alive || m.incarnation <= it->second.first) continue;
-    measured_seconds_ += static_cast<double>(now - it->second.second) / 1000.0;
-    ++measured_restarts_;
+    Measured& measured = measured_[m.role == vocab::Role::kParameterServer ? 1 : 0];
+    measured.seconds += static_cast<double>(now - it->second.second) / 1000.0;
+    ++measured.restarts;
     relaunching_.erase(it);
   }
 }
@@ -73,6 +81,7 @@ std::optional<controller::Observed> ControlLoop::Observe() {
   obs.global_batch_size = options_.global_batch_size;
   obs.remaining_seconds = backend_->RemainingSeconds();
   obs.restart_cost_seconds = RestartCostSeconds();
+  obs.ps_restart_cost_seconds = RestartCostSeconds(vocab::Role::kParameterServer);
   obs.history = history_;
   return obs;
 }
@@ -96,8 +105,7 @@ absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
     directive.set_job(options_.job);
     directive.set_namespace_(options_.namespace_);
     directive.set_worker_id(a->worker);
-    directive_version_ = std::max(directive_version_ + 1, clock_->NowMillis());
-    directive.set_version(directive_version_);
+    directive.set_version(NextDirectiveVersion());
     directive.mutable_adjust_batch()->set_local_batch_size(a->local_batch_size);
     directive.mutable_adjust_batch()->set_accumulation_steps(a->accumulation_steps);
     directive.set_reason(d.reason);

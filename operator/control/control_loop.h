@@ -13,7 +13,10 @@
 //   restarts so far (a decision until the member is alive again at its new
 //   incarnation), never less than kMinRelaunchSeconds, plus one Monitor window
 //   to see the member again, plus LoopOptions::regroup_seconds (a collective
-//   job's group re-forming, when every rank waits);
+//   job's group re-forming, when every rank waits); parameter servers apart:
+//   their relaunch is a move (the state handed over at a step boundary, or a
+//   restore from the last checkpoint and the replay after it), measured on
+//   their own moves, with no regroup;
 // - directives: one ADJUST_BS directive per batch change, with the decision's
 //   accumulation steps, versions increasing across the loop's lifetime;
 // - the order of a restart: the backend stops the member and starts it
@@ -150,10 +153,14 @@ class ControlLoop {
   // executed; an empty plan when not due or nothing was observed.
   absl::StatusOr<controller::Plan> RunOnce();
 
-  // Seconds a restart costs under the model above.
-  double RestartCostSeconds() const;
-  // Restarts measured so far and their mean relaunch time (0 when none).
-  int measured_restarts() const { return measured_restarts_; }
+  // Seconds a restart costs under the model above (of a worker, or of a
+  // parameter server).
+  double RestartCostSeconds(vocab::Role role = vocab::Role::kWorker) const;
+  // Restarts measured so far (workers and servers).
+  int measured_restarts() const { return measured_[0].restarts + measured_[1].restarts; }
+  // The version for a directive the backend sends itself (a parameter server
+  // moved): above every version the loop has used, so an SDK applies it.
+  int64_t NextDirectiveVersion();
   // Time lost to stragglers and saved by the actions so far (time_ledger.h),
   // accrued at each Observe().
   const TimeLedger& ledger() const { return ledger_; }
@@ -171,8 +178,11 @@ class ControlLoop {
   int64_t directive_version_ = 0;
   // Restarts in flight: member id -> (incarnation it restarts from, when).
   std::map<std::string, std::pair<int32_t, int64_t>> relaunching_;
-  int measured_restarts_ = 0;
-  double measured_seconds_ = 0;
+  struct Measured {
+    int restarts = 0;
+    double seconds = 0;
+  };
+  Measured measured_[2];  // [0] workers, [1] parameter servers
   TimeLedger ledger_;
 };
 

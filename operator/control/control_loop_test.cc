@@ -224,6 +224,10 @@ TEST(ControlLoop, PersistentStragglerRestartedOnSpareAndRelaunchTimeMeasured) {
   EXPECT_EQ(loop.measured_restarts(), 1);
   EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), 3.0 + 10.0);
   EXPECT_DOUBLE_EQ(obs->restart_cost_seconds, 3.0 + 10.0);
+  // A parameter server's move is measured on moves only.
+  EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(vocab::Role::kParameterServer),
+                   kMinRelaunchSeconds + 10.0);
+  EXPECT_DOUBLE_EQ(obs->ps_restart_cost_seconds, kMinRelaunchSeconds + 10.0);
   // The history puts the restart into the member's state (its cool-down).
   EXPECT_EQ(obs->workers[1].last_restart_ms, kStart);
 }

@@ -648,7 +648,8 @@ class Planner {
     }
     auto evidence = BaseEvidence(m);
     const double saved = SavedSeconds(m, evidence);
-    const double cost = std::max(0.0, o_.restart_cost_seconds);
+    const double cost =
+        std::max(0.0, m.is_ps() ? o_.ps_restart_cost_seconds : o_.restart_cost_seconds);
     evidence["remaining_seconds"] = o_.remaining_seconds;
     evidence["saved_seconds"] = saved;
     evidence["cost_seconds"] = cost;

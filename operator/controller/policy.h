@@ -96,7 +96,8 @@
 //   1.15); antdt-dd adds `hysteresis` on the batch proportions.
 // - Restarts: none for a member restarted (WorkerState::last_restart_ms) within
 //   cooldown_ms; none when remaining_seconds is unknown; only when
-//   saved_seconds > min_saving_ratio x restart_cost_seconds; onto the first spare
+//   saved_seconds > min_saving_ratio x restart_cost_seconds (ps_restart_cost_seconds
+//   for a parameter server); onto the first spare
 //   node by name that is not excluded (excluded_until_ms > now, or the source of a
 //   restart in history whose exclusion still runs), not the target of a restart
 //   within cooldown_ms, and not already chosen in this plan; the source node is
@@ -246,7 +247,10 @@ struct Observed {
   int64_t global_batch_size = 0;     // <= 0: the sum of the current local batches
   double remaining_seconds = -1;     // the job's ETA from the sharding service; -1 unknown
   double restart_cost_seconds = 60;  // measured relaunch + warm-up, or a default
-  std::vector<Decision> history;     // decisions already taken for this job
+  // A parameter server's move: measured (the handoff at a step boundary, or a
+  // restore from its checkpoint and the replay after it) + warm-up, or a default.
+  double ps_restart_cost_seconds = 60;
+  std::vector<Decision> history;  // decisions already taken for this job
 };
 
 // ---- The policy specification (spec.stragglerPolicy in the manifest) ---------------

@@ -80,6 +80,7 @@ Observed Make(const std::vector<M>& members, int64_t global_batch = 0) {
   o.nodes = {{"spare-b", true, 0}, {"busy-0", false, 0}, {"spare-a", true, 0}};
   o.remaining_seconds = 36'000;  // ten hours left
   o.restart_cost_seconds = 60;
+  o.ps_restart_cost_seconds = 60;
   return o;
 }
 
@@ -158,6 +159,30 @@ Decision Past(Action action, int64_t ago_ms, std::string rule, std::string subje
 }
 
 // ---- antdt-nd: each straggler kind leads to its action ------------------------
+
+TEST(NdPolicy, AServerMoveIsWeighedAgainstTheMeasuredCostOfAMove) {
+  // ps-0 at 2x: a move saves R x (1 - 1/2) = 300 s of R = 600 s.
+  for (const double cost : {100.0, 400.0}) {
+    SCOPED_TRACE(cost);
+    Observed o =
+        Make(Eight({{"ps-0", v1::PERSISTENT, 2.0, 5, 0, Role::kParameterServer}, Healthy("ps-1")}));
+    o.remaining_seconds = 600;
+    o.restart_cost_seconds = 1;  // a worker's restart is not what a move costs
+    o.ps_restart_cost_seconds = cost;
+    const Plan p = Decide(o, Spec(Policy::kAntdtNd));
+    SCOPED_TRACE(Dump(p));
+    const Decision* d = Find(p, "ps-0");
+    if (cost < 300) {
+      ASSERT_NE(d, nullptr);
+      EXPECT_EQ(ActionName(d->action), std::string("KILL_RESTART"));
+      EXPECT_EQ(d->evidence.at("cost_seconds"), cost);
+      EXPECT_NEAR(d->evidence.at("saved_seconds"), 300, 1e-6);
+    } else {
+      EXPECT_EQ(d, nullptr);
+      EXPECT_TRUE(SkippedFor(p, "ps-0", SkipReason::kCostAboveSaving));
+    }
+  }
+}
 
 struct KindCase {
   std::string name;

@@ -564,10 +564,13 @@ absl::Status ParseRunPolicy(const YAML::Node& node, RunPolicySpec* r) {
 
 absl::Status ParseLocal(const YAML::Node& node, LocalSpec* l) {
   const std::string path = "spec.local";
-  RETURN_IF_ERROR(CheckMapping(node, path, {"scenario", "deviceTimePerSample"}));
+  RETURN_IF_ERROR(
+      CheckMapping(node, path, {"scenario", "deviceTimePerSample", "serverTimePerStep"}));
   RETURN_IF_ERROR(ReadString(node, path, "scenario", &l->scenario));
   RETURN_IF_ERROR(ReadDurationUs(node, path, "deviceTimePerSample", &l->device_time_per_sample_us));
-  return AtLeast(Join(path, "deviceTimePerSample"), l->device_time_per_sample_us, 0);
+  RETURN_IF_ERROR(AtLeast(Join(path, "deviceTimePerSample"), l->device_time_per_sample_us, 0));
+  RETURN_IF_ERROR(ReadDurationUs(node, path, "serverTimePerStep", &l->server_time_per_step_us));
+  return AtLeast(Join(path, "serverTimePerStep"), l->server_time_per_step_us, 0);
 }
 
 // The job's name makes its children's on a cluster (the CRD's rules, the same
@@ -645,12 +648,19 @@ absl::Status ParseJobRoot(const YAML::Node& root, Job* job) {
 
 absl::Status ParseNode(const YAML::Node& node, const std::string& path, NodeSpec* n) {
   if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
-  RETURN_IF_ERROR(CheckMapping(node, path, {"name", "speed", "spare", "labels"}));
+  RETURN_IF_ERROR(CheckMapping(node, path, {"name", "speed", "spare", "role", "labels"}));
   RETURN_IF_ERROR(Required(node, path, "name"));
   RETURN_IF_ERROR(ReadString(node, path, "name", &n->name));
   RETURN_IF_ERROR(ReadDouble(node, path, "speed", &n->speed));
   RETURN_IF_ERROR(Positive(Join(path, "speed"), n->speed));
   RETURN_IF_ERROR(ReadBool(node, path, "spare", &n->spare));
+  std::string role = "worker";
+  RETURN_IF_ERROR(ReadString(node, path, "role", &role));
+  if (role == "ps") {
+    n->role = vocab::Role::kParameterServer;
+  } else if (role != "worker") {
+    return Invalid(Join(path, "role"), absl::StrCat("must be worker or ps, got \"", role, "\""));
+  }
   return ReadStringMap(Get(node, "labels"), Join(path, "labels"), &n->labels);
 }
 

@@ -100,6 +100,9 @@ struct LocalSpec {       // spec.local: only `antdt run` reads it
   // spec.local.deviceTimePerSample, a duration like "200us" or "1.5ms": emulated
   // compute per sample at speed 1.
   int64_t device_time_per_sample_us = 200;
+  // spec.local.serverTimePerStep: emulated time a parameter server spends on
+  // each step at speed 1 (its node's speed divides it); 0: none.
+  int64_t server_time_per_step_us = 0;
 };
 
 struct Job {
@@ -156,7 +159,10 @@ struct Slowdown {
 struct NodeSpec {
   std::string name;
   double speed = 1.0;  // nodes[i].speed: relative device speed (> 0; 1.5 = a leader)
-  bool spare = false;  // nodes[i].spare: idle, can take a restarted worker
+  bool spare = false;  // nodes[i].spare: idle, can take a restarted worker or server
+  // nodes[i].role: what the node runs when not spare, "worker" (the default)
+  // or "ps" (the job's parameter servers, the k-th server on the k-th such node).
+  vocab::Role role = vocab::Role::kWorker;
   std::map<std::string, std::string> labels;
 };
 
