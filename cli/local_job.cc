@@ -78,9 +78,10 @@ absl::StatusOr<LocalJob> LoadLocalJob(const std::string& path, const std::string
   // No scenario: one node per worker at full speed, and one spare.
   local.scenario.name = "uniform";
   for (int i = 0; i < local.job.workers.replicas; ++i) {
-    local.scenario.nodes.push_back({absl::StrCat("node-", i), 1.0, false, {}});
+    local.scenario.nodes.push_back(
+        {absl::StrCat("node-", i), 1.0, false, vocab::Role::kWorker, {}});
   }
-  local.scenario.nodes.push_back({"spare-0", 1.0, true, {}});
+  local.scenario.nodes.push_back({"spare-0", 1.0, true, vocab::Role::kWorker, {}});
   return local;
 }
 

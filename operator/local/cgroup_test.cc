@@ -68,7 +68,8 @@ TEST(CpuCgroup, VersionFromTheHierarchy) {
 
 TEST(NodeCgroups, ErrorNamesTheSlowdownsVia) {
   manifest::Scenario s;
-  s.nodes = {{"node-0", 1, false, {}}, {"node-1", 1, false, {}}};
+  s.nodes = {{"node-0", 1, false, vocab::Role::kWorker, {}},
+             {"node-1", 1, false, vocab::Role::kWorker, {}}};
   s.slowdowns = {{"node-0", v1::PERSISTENT, 2, 0, 0, manifest::SlowdownVia::kEmulated},
                  {"node-1", v1::PERSISTENT, 3, 5'000, 0, manifest::SlowdownVia::kCpuQuota}};
   auto groups = NodeCgroups::Create(s, "/nonexistent/cpu", "antdt-1");
@@ -116,7 +117,8 @@ TEST(CpuCgroup, CapsAProcessAndIsRemovedWithItInside) {
 TEST(NodeCgroups, OneGroupPerCpuQuotaNodeFollowingTheScenario) {
   if (const std::string why = WhyNotWritable(); !why.empty()) GTEST_SKIP() << why;
   manifest::Scenario s;
-  s.nodes = {{"node-0", 1, false, {}}, {"node-1", 1, false, {}}};
+  s.nodes = {{"node-0", 1, false, vocab::Role::kWorker, {}},
+             {"node-1", 1, false, vocab::Role::kWorker, {}}};
   s.slowdowns = {{"node-1", v1::TRANSIENT, 4, 1'000, 1'000, manifest::SlowdownVia::kCpuQuota}};
   const std::string prefix = GroupName("nodes");
   auto groups = NodeCgroups::Create(s, kCpuCgroupRoot, prefix);

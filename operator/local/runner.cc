@@ -35,6 +35,7 @@
 #include "operator/local/loss_log.h"
 #include "operator/local/progress.h"
 #include "operator/local/prometheus.h"
+#include "operator/local/servers.h"
 #include "operator/local/worker_command.h"
 #include "operator/local/workers.h"
 #include "operator/monitor_service/monitor_service.h"
@@ -45,42 +46,11 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-struct Server {
-  std::unique_ptr<Process> proc;
-  std::string address;
-  std::string metrics;  // HOST:PORT of its /metrics; empty: none
-  std::string log;
-};
-
-absl::StatusOr<Server> StartServer(std::vector<std::string> argv, const std::string& dir,
-                                   const std::string& name) {
-  Server s;
-  const std::string ready = dir + "/" + name + ".ready";
-  fs::remove(ready);
-  argv.insert(argv.end(), {"--ready-file", ready});
-  s.log = dir + "/" + name + ".log";
-  s.proc = std::make_unique<Process>(argv, s.log);
-  auto address = WaitForReadyFile(ready, std::chrono::seconds(30));
-  if (!address) return absl::UnavailableError(name + " did not start: " + Tail(s.log, 1500));
-  s.address = *address;
-  s.metrics = ReadyFileField(ready, "metrics").value_or("");
-  return s;
-}
-
 // How long an agent keeps the series of a worker that stopped reporting: three
 // Monitor windows (at least 5 s), so a worker restarted elsewhere soon shows
 // on its new node only.
 int64_t WorkerIdleAfterMs(const manifest::Job& job) {
   return std::max<int64_t>(3 * job.monitor.window_ms, 5'000);
-}
-
-void Stop(Server& s) {
-  if (!s.proc) return;
-  s.proc->Signal(SIGTERM);
-  if (!s.proc->Wait(std::chrono::seconds(5))) {
-    s.proc->Signal(SIGKILL);
-    s.proc->Wait(std::chrono::seconds(5));
-  }
 }
 
 // Milliseconds since the job started: the runner's time for the policy, the
@@ -114,7 +84,11 @@ class Runner final : public control::Backend {
 
   // ---- control::Backend
   std::optional<v1::GetJobHealthResponse> Health() override;
-  std::vector<controller::WorkerState> Members() override { return workers_->Members(); }
+  std::vector<controller::WorkerState> Members() override {
+    std::vector<controller::WorkerState> members = workers_->Members();
+    for (controller::WorkerState& m : servers_->Members()) members.push_back(std::move(m));
+    return members;
+  }
   std::vector<controller::NodeState> Nodes() override;
   double RemainingSeconds() override {
     auto progress = driver_->Progress();
@@ -124,6 +98,9 @@ class Runner final : public control::Backend {
                                 const controller::KillRestart& restart) override {
     // The source node's exclusion is the decision's (exclude_node_until_ms),
     // which the policy reads from the loop's history.
+    if (member.role == vocab::Role::kParameterServer) {
+      return MoveParameterServer(member.id, restart.to_node);
+    }
     return workers_->RestartElsewhere(member.id, restart.to_node);
   }
   bool SendDirective(const std::string& node, const v1::Directive& directive) override;
@@ -154,12 +131,17 @@ class Runner final : public control::Backend {
 
   void StartLoop();
   absl::StatusOr<std::vector<const manifest::NodeSpec*>> Placement() const;
+  absl::StatusOr<std::vector<std::string>> ServerPlacement() const;
   absl::Status PrepareWorkers();
   absl::Status StartShardingService();
   absl::Status StartMonitor();
   absl::Status StartAgents();
   absl::Status StartPrometheus();
-  absl::Status StartParameterServers();
+  absl::Status StartParameterServers(const std::vector<std::string>& nodes);
+  absl::Status MoveParameterServer(const std::string& id, const std::string& to_node);
+  void PointWorkersAt(const std::string& ps_id, const std::string& address,
+                      const std::string& reason);
+  absl::Status PollParameterServers();
   absl::Status StartWorkers(const std::vector<const manifest::NodeSpec*>& placement);
   absl::Status ApplyScenario();
   void CollectLoss();
@@ -186,7 +168,7 @@ class Runner final : public control::Backend {
   std::string monitor_address_;
   std::unique_ptr<Process> prometheus_;   // with RunOptions::prometheus
   std::map<std::string, Server> agents_;  // by node
-  std::vector<Server> ps_;
+  std::unique_ptr<ServerSet> servers_;
   std::unique_ptr<Launcher> launcher_ = NewProcessLauncher();
   std::unique_ptr<WorkerSet> workers_;
   std::unique_ptr<control::ControlLoop> loop_;
@@ -319,29 +301,84 @@ absl::Status Runner::StartPrometheus() {
   return absl::OkStatus();
 }
 
-absl::Status Runner::StartParameterServers() {
-  const int32_t p = bridge::ParameterServerCount(job_);
-  const int32_t backup =
-      policy_ == vocab::Policy::kBackupWorkers ? job_.straggler_policy.backup_workers : 0;
-  for (int32_t k = 0; k < p; ++k) {
-    const int32_t slice = bridge::ParameterServerFeatures(job_, k);
-    std::vector<std::string> argv = {o_.bin_dir + "/antdt-ps",
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--id",
-                                     absl::StrCat("ps-", k),
-                                     "--features",
-                                     std::to_string(slice),
-                                     "--workers",
-                                     std::to_string(job_.workers.replicas),
-                                     "--backup",
-                                     std::to_string(backup),
-                                     "--learning-rate",
-                                     absl::StrCat(job_.model.learning_rate),
-                                     "--step-timeout",
-                                     "30s"};
-    ASSIGN_OR_RETURN(Server s, StartServer(argv, dir_, absl::StrCat("ps-", k)));
-    ps_.push_back(std::move(s));
+absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes) {
+  ServerSetOptions so;
+  so.bin_dir = o_.bin_dir;
+  so.dir = dir_;
+  so.workers = job_.workers.replicas;
+  so.backup = policy_ == vocab::Policy::kBackupWorkers ? job_.straggler_policy.backup_workers : 0;
+  so.learning_rate = job_.model.learning_rate;
+  for (int32_t k = 0; k < static_cast<int32_t>(nodes.size()); ++k) {
+    so.features.push_back(bridge::ParameterServerFeatures(job_, k));
+  }
+  so.server_time_us = job_.local.server_time_per_step_us;
+  if (job_.checkpoint.every_steps > 0) {
+    // In the run's own directory, not spec.checkpoint.path (a cluster's
+    // volume): a run never restores another run's servers.
+    so.checkpoint_dir = dir_ + "/checkpoint/ps";
+    so.checkpoint_every_steps = job_.checkpoint.every_steps;
+  }
+  so.sharding = sharding_.address;
+  so.job = job_.name;
+  so.dataset = "train";
+  so.token_file = site_.token_file;
+  so.token = token_;
+  so.speed_file = [this](const std::string& node) { return dir_ + "/nodes/" + node + ".speed"; };
+  so.on_event = [this](const std::string& line) { Event(line); };
+  servers_ = std::make_unique<ServerSet>(std::move(so));
+  return servers_->Start(nodes);
+}
+
+// KILL_RESTART of a parameter server: moved to `to_node` (servers.h), then
+// every worker is pointed at it between two steps (those that pushed to the
+// old one in between were sent on by it).
+absl::Status Runner::MoveParameterServer(const std::string& id, const std::string& to_node) {
+  ASSIGN_OR_RETURN(ServerSet::MoveResult r, servers_->Move(id, to_node, clock_.NowMillis()));
+  const size_t k = static_cast<size_t>(std::stoi(id.substr(3)));
+  site_.ps_addrs[k] = r.address;  // restarted workers start with it
+  Event(absl::StrFormat("%s moved to %s (%s) %s step %d in %.2f s", id, to_node, r.address,
+                        r.live ? "live, handed over at" : "restored from the checkpoint of", r.step,
+                        r.seconds));
+  PointWorkersAt(id, r.address, absl::StrCat(id, " moved to ", to_node));
+  return absl::OkStatus();
+}
+
+void Runner::PointWorkersAt(const std::string& ps_id, const std::string& address,
+                            const std::string& reason) {
+  for (const controller::WorkerState& w : workers_->Members()) {
+    if (!w.alive || w.node.empty()) continue;
+    v1::Directive d;
+    d.set_job(job_.name);
+    d.set_namespace_(job_.namespace_);
+    d.set_worker_id(w.id);
+    d.set_version(loop_->NextDirectiveVersion());
+    d.mutable_move_parameter_server()->set_ps_id(ps_id);
+    d.mutable_move_parameter_server()->set_address(address);
+    d.set_reason(reason);
+    (void)monitor_->hub().SendDirective(w.node, d);  // not delivered: the old server sends it on
+  }
+}
+
+// Old servers stopped once followed; a server that died restored from the
+// last checkpoint (an action in the report).
+absl::Status Runner::PollParameterServers() {
+  ASSIGN_OR_RETURN(std::vector<ServerSet::MoveResult> restored, servers_->Poll(clock_.NowMillis()));
+  for (const ServerSet::MoveResult& r : restored) {
+    for (const controller::WorkerState& m : servers_->Members()) {
+      if (servers_->address(static_cast<size_t>(std::stoi(m.id.substr(3)))) != r.address) continue;
+      ActionRecord rec;
+      rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
+      rec.action = vocab::ActionKind::kKillRestart;
+      rec.worker = m.id;
+      rec.rule = "ps-restore";
+      rec.description = absl::StrFormat("restored_step=%d seconds=%.2f", r.step, r.seconds);
+      rec.reason = absl::StrFormat(
+          "%s exited: restored from the checkpoint of step %d, every server and the data "
+          "position back to it",
+          m.id, r.step);
+      Event(ActionLine(rec));
+      result_.actions.push_back(rec);
+    }
   }
   return absl::OkStatus();
 }
@@ -359,7 +396,7 @@ absl::Status Runner::PrepareWorkers() {
 
 absl::Status Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& placement) {
   site_.sharding_addr = sharding_.address;
-  for (const Server& s : ps_) site_.ps_addrs.push_back(s.address);
+  site_.ps_addrs = servers_->addresses();
   WorkerSetOptions wo;
   wo.log_dir = dir_;
   wo.backoff_limit = job_.run_policy.backoff_limit;
@@ -383,9 +420,9 @@ absl::Status Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& 
 }
 
 void Runner::LeaveParameterServers(const std::string& worker) {
-  for (const Server& s : ps_) {
+  for (const std::string& address : servers_->addresses()) {
     auto stub = v1::ParameterServer::NewStub(
-        grpc::CreateChannel(s.address, grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::LeaveRequest req;
@@ -422,7 +459,8 @@ std::optional<v1::GetJobHealthResponse> Runner::Health() {
 }
 
 std::vector<controller::NodeState> Runner::Nodes() {
-  const std::map<std::string, bool> busy = workers_->BusyNodes();
+  std::map<std::string, bool> busy = workers_->BusyNodes();
+  for (const auto& [node, b] : servers_->BusyNodes()) busy[node] = b;
   std::vector<controller::NodeState> nodes;
   for (const manifest::NodeSpec& n : scenario_.nodes) {
     controller::NodeState ns;
@@ -517,7 +555,7 @@ void Runner::ShowProgress() {
 
 void Runner::Teardown() {
   if (workers_) workers_->KillAll();
-  for (Server& s : ps_) Stop(s);
+  if (servers_) servers_->StopAll();
   for (auto& [node, a] : agents_) Stop(a);
   if (monitor_) monitor_->Stop();
   if (monitor_server_) monitor_server_->Shutdown(std::chrono::seconds(1));
@@ -548,11 +586,11 @@ void Runner::StartLoop() {
   (void)loop_->TakeTurn();
 }
 
-// Worker i on the i-th node that is not a spare.
+// Worker i on the i-th worker node that is not a spare.
 absl::StatusOr<std::vector<const manifest::NodeSpec*>> Runner::Placement() const {
   std::vector<const manifest::NodeSpec*> placement;
   for (const manifest::NodeSpec& n : scenario_.nodes) {
-    if (!n.spare) placement.push_back(&n);
+    if (!n.spare && n.role == vocab::Role::kWorker) placement.push_back(&n);
   }
   if (static_cast<int32_t>(placement.size()) < job_.workers.replicas) {
     return absl::InvalidArgumentError(absl::StrCat("spec.workers.replicas: ", job_.workers.replicas,
@@ -560,6 +598,24 @@ absl::StatusOr<std::vector<const manifest::NodeSpec*>> Runner::Placement() const
                                                    placement.size(), " non-spare nodes"));
   }
   return placement;
+}
+
+// Server k on the k-th ps node that is not a spare; on no node (never slowed,
+// never moved) when the scenario has no ps nodes.
+absl::StatusOr<std::vector<std::string>> Runner::ServerPlacement() const {
+  const int32_t count = bridge::ParameterServerCount(job_);
+  std::vector<std::string> nodes;
+  for (const manifest::NodeSpec& n : scenario_.nodes) {
+    if (!n.spare && n.role == vocab::Role::kParameterServer) nodes.push_back(n.name);
+  }
+  if (nodes.empty()) return std::vector<std::string>(static_cast<size_t>(count));
+  if (static_cast<int32_t>(nodes.size()) < count) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.parameterServers.replicas: ", count,
+                                                   " servers but the scenario has ", nodes.size(),
+                                                   " non-spare ps nodes"));
+  }
+  nodes.resize(static_cast<size_t>(count));
+  return nodes;
 }
 
 // Start: the sharding service and its dataset, the Monitor, agents, parameter
@@ -574,12 +630,14 @@ absl::Status Runner::StartJob() {
   RETURN_IF_ERROR(ApplyScenario());
   RETURN_IF_ERROR(StartAgents());
   RETURN_IF_ERROR(StartPrometheus());
-  RETURN_IF_ERROR(StartParameterServers());
+  ASSIGN_OR_RETURN(const std::vector<std::string> server_nodes, ServerPlacement());
+  RETURN_IF_ERROR(StartParameterServers(server_nodes));
   RETURN_IF_ERROR(StartWorkers(placement));
-  Event(absl::StrFormat(
-      "%d workers (%s), %d parameter servers, %d nodes; policy %s", job_.workers.replicas,
-      bridge::HasWorkerCommand(job_) ? "worker command" : "demo trainer",
-      static_cast<int>(ps_.size()), static_cast<int>(scenario_.nodes.size()), result_.policy));
+  Event(absl::StrFormat("%d workers (%s), %d parameter servers, %d nodes; policy %s",
+                        job_.workers.replicas,
+                        bridge::HasWorkerCommand(job_) ? "worker command" : "demo trainer",
+                        static_cast<int>(servers_->size()),
+                        static_cast<int>(scenario_.nodes.size()), result_.policy));
 
   if (policy_ == vocab::Policy::kBackupWorkers) {
     controller::Plan plan;
@@ -606,6 +664,7 @@ absl::Status Runner::Loop() {
     RETURN_IF_ERROR(ApplyScenario());
     ASSIGN_OR_RETURN(const bool all_done, workers_->Poll());
     if (all_done) return absl::OkStatus();
+    RETURN_IF_ERROR(PollParameterServers());
     RETURN_IF_ERROR(Control());
     ShowProgress();
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -620,9 +679,9 @@ void Runner::CollectLoss() {
     result_.held_out_log_loss = h->log_loss;
     result_.held_out_accuracy = h->accuracy;
   }
-  if (!ps_.empty()) {
+  if (servers_->size() > 0) {
     auto stub = v1::ParameterServer::NewStub(
-        grpc::CreateChannel(ps_[0].address, grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(servers_->address(0), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::StatsRequest req;
@@ -659,6 +718,7 @@ absl::Status Runner::Collect() {
   if (o_.plain) return absl::OkStatus();
   std::vector<std::string> journals;
   for (const auto& w : workers_->slots()) journals.push_back(JournalPath(dir_, w->id));
+  if (fs::exists(servers_->restores_journal())) journals.push_back(servers_->restores_journal());
   ASSIGN_OR_RETURN(result_.verification,
                    demo::VerifyJournals(journals, job_.dataset.records, job_.dataset.epochs));
   return absl::OkStatus();
