@@ -7,8 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <vector>
 
 #include "common/testing/testing.h"
+#include "examples/trainer/ps_checkpoint.h"
 
 namespace antdt {
 namespace {
@@ -109,6 +112,143 @@ TEST(LocalRunner, RestartsAPersistentStragglerOnTheSpareNodeWithNoRecordLostOrDo
   // Nothing is left running: every process the runner started was stopped
   // ("wor[k]" so that the shell running pgrep does not match itself).
   EXPECT_NE(std::system(("pgrep -f '" + dir.path() + "/wor[k]' > /dev/null").c_str()), 0);
+}
+
+// Three parameter servers, the second on a node 3x slower from 2 s on, and
+// checkpoints every 20 steps.
+constexpr const char* kPsJob = R"(apiVersion: antdt.io/v1alpha1
+kind: AntDTJob
+metadata:
+  name: ps-e2e
+spec:
+  dataset:
+    records: 40000
+    shardSize: 256
+    epochs: 1
+  model:
+    features: 24
+    learningRate: 0.2
+    globalBatchSize: 192
+  workers:
+    replicas: 3
+  parameterServers:
+    replicas: 3
+  checkpoint:
+    path: /checkpoints/ps-e2e
+    everySteps: 20
+  stragglerPolicy:
+    name: antdt-nd
+    cooldown: 4s
+    minSavingRatio: 0.5
+  monitor:
+    window: 1s
+  local:
+    scenario: scenario.yaml
+    deviceTimePerSample: 1ms
+    serverTimePerStep: 20ms
+)";
+
+constexpr const char* kPsScenario = R"(name: ps-e2e
+nodes:
+  - name: node-0
+  - name: node-1
+  - name: node-2
+  - name: ps-node-0
+    role: ps
+  - name: ps-node-1
+    role: ps
+  - name: ps-node-2
+    role: ps
+  - name: spare-0
+    spare: true
+slowdowns:
+  - node: ps-node-1
+    kind: persistent
+    factor: 3
+    start: 2s
+)";
+
+// The held-out log-loss in a run's report.json.
+double HeldOutLogLoss(const std::string& report) {
+  const size_t at = report.find("\"held_out_log_loss\": ");
+  return at == std::string::npos ? -1 : std::stod(report.substr(at + 21));
+}
+
+TEST(LocalRunner, MovesASlowParameterServerLiveAndLearnsWhatTheRunWithoutSlowdownLearns) {
+  TempDir dir;
+  Write(dir.File("job.yaml"), kPsJob);
+  Write(dir.File("scenario.yaml"), kPsScenario);
+  std::map<std::string, std::string> out, report;
+  for (const std::string run : {"antdt-nd", "ideal"}) {
+    std::vector<std::string> argv = {
+        BinPath("antdt"), "run",        dir.File("job.yaml"),    "--report",
+        dir.File(run),    "--work-dir", dir.File(run + "-work"), "--quiet"};
+    if (run == "ideal") argv.push_back("--no-slowdown");
+    Process p(argv, dir.File(run + ".log"));
+    auto status = p.Wait(std::chrono::seconds(200));
+    ASSERT_TRUE(status) << run << " did not finish:\n" << Read(dir.File(run + ".log"));
+    out[run] = Read(dir.File(run + ".log"));
+    ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out[run];
+    EXPECT_NE(out[run].find("RESULT: every record committed exactly once"), std::string::npos)
+        << out[run];
+    report[run] = Read(dir.File(run + "/report.json"));
+    EXPECT_NE(report[run].find("\"records_committed\": 40000"), std::string::npos) << report[run];
+  }
+  // ps-1 was moved off its slow node to the spare one, its state handed over
+  // at a step boundary, and the old server stopped once the workers followed.
+  const std::string& nd = out["antdt-nd"];
+  const size_t kill = report["antdt-nd"].find("\"action\": \"KILL_RESTART\", \"worker\": \"ps-1\"");
+  ASSERT_NE(kill, std::string::npos) << report["antdt-nd"];
+  const std::string entry =
+      report["antdt-nd"].substr(kill, report["antdt-nd"].find('}', kill) - kill);
+  EXPECT_NE(entry.find("\"rule\": \"antdt-nd:ps-restart\""), std::string::npos) << entry;
+  EXPECT_NE(entry.find("to_node=spare-0"), std::string::npos) << entry;
+  EXPECT_NE(entry.find("from_node=ps-node-1"), std::string::npos) << entry;
+  EXPECT_NE(nd.find("ps-1 moved to spare-0"), std::string::npos) << nd;
+  EXPECT_NE(nd.find("live, handed over at step"), std::string::npos) << nd;
+  EXPECT_NE(nd.find("ps-1: the server it moved from"), std::string::npos) << nd;
+  EXPECT_EQ(report["ideal"].find("KILL_RESTART"), std::string::npos) << report["ideal"];
+  // The move lost no update: the final model is as good as the one trained
+  // without any slowdown (the runs differ only in timing: batches are formed
+  // from whatever shards each worker got, so the figures are close, not equal).
+  const double moved = HeldOutLogLoss(report["antdt-nd"]);
+  const double ideal = HeldOutLogLoss(report["ideal"]);
+  ASSERT_GT(moved, 0) << report["antdt-nd"];
+  ASSERT_GT(ideal, 0) << report["ideal"];
+  EXPECT_NEAR(moved, ideal, 0.03) << "held-out log-loss after the move " << moved
+                                  << ", without slowdown " << ideal;
+}
+
+TEST(LocalRunner, AKilledParameterServerIsRestoredFromTheCheckpointAndEveryRecordCountsOnce) {
+  TempDir dir;
+  Write(dir.File("job.yaml"), kPsJob);
+  Write(dir.File("scenario.yaml"), kPsScenario);
+  Process run({BinPath("antdt"), "run", dir.File("job.yaml"), "--report", dir.File("report"),
+               "--work-dir", dir.File("work"), "--policy", "none", "--no-slowdown", "--quiet"},
+              dir.File("run.log"));
+  // Once every server has two checkpoints, ps-2 is SIGKILLed.
+  const std::string checkpoints = dir.File("work/checkpoint/ps");
+  ASSERT_TRUE(antdt::testing::WaitFor(
+      [&] { return trainer::CheckpointSteps(checkpoints, "ps-2").size() >= 2; },
+      std::chrono::seconds(120)))
+      << Read(dir.File("run.log"));
+  // Its process id: the one whose command line names its ready file.
+  const std::string pids = dir.File("ps-2.pid");
+  ASSERT_EQ(std::system(("pgrep -f '" + dir.path() + "/work/ps-2.read[y]' > " + pids).c_str()), 0);
+  const std::string pid = Read(pids);
+  ASSERT_FALSE(pid.empty());
+  ASSERT_EQ(kill(std::stoi(pid), SIGKILL), 0);
+  auto status = run.Wait(std::chrono::seconds(200));
+  ASSERT_TRUE(status) << "antdt run did not finish:\n" << Read(dir.File("run.log"));
+  const std::string out = Read(dir.File("run.log"));
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  EXPECT_NE(out.find("ps-2 restored on ps-node-2 from the checkpoint of step"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("RESULT: every record committed exactly once"), std::string::npos) << out;
+  EXPECT_NE(out.find("commits undone by restores"), std::string::npos) << out;
+  const std::string report = Read(dir.File("report/report.json"));
+  EXPECT_NE(report.find("\"records_committed\": 40000"), std::string::npos) << report;
+  EXPECT_NE(report.find("\"rule\": \"ps-restore\""), std::string::npos) << report;
 }
 
 TEST(LocalRunner, CtrlCStopsEveryChild) {

@@ -1253,6 +1253,88 @@ TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {
       << metrics;
 }
 
+TEST(OperatorE2E, SlowParameterServerPodIsMovedToAnotherNodeWhileTheJobTrains) {
+  Cluster cluster(10);
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
+  const std::string monitor = cluster.StartOperator("op-a");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor));
+  const int64_t records = 36000;
+  Json spec = cluster.ExampleJob("psmove", records, 3);
+  // Three servers, each spending 20 ms of emulated time per step (divided by
+  // its node's speed), checkpointing every 20 steps.
+  spec["spec"]["parameterServers"] = Json::parse(R"({"replicas": 3, "template": {"spec":
+      {"containers": [{"name": "ps", "env": [{"name": "ANTDT_SERVER_US_PER_STEP",
+                                              "value": "20000"}]}]}}})");
+  spec["spec"]["checkpoint"]["everySteps"] = 20;
+  spec["spec"]["stragglerPolicy"] = {
+      {"name", "antdt-nd"}, {"cooldown", "4s"}, {"minSavingRatio", 0.2}};
+  spec["spec"]["monitor"] = {{"window", "1s"}};
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+
+  // Once the job runs, the node of ps-1 turns 3x slower.
+  std::string victim_node;
+  Json job = cluster.WaitJob(
+      "psmove",
+      [&](const Json& j) {
+        if (Condition(j, "Running") != "True") return false;
+        const Json ps = cluster.Pod("psmove-ps-1");
+        if (!ps.is_null() && Str(ps, {"status", "phase"}) == "Running") {
+          victim_node = Str(ps, {"spec", "nodeName"});
+        }
+        return !victim_node.empty();
+      },
+      std::chrono::seconds(120));
+  ASSERT_FALSE(victim_node.empty()) << job.dump(2);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // past the Monitor's warm-up
+  cluster.WriteSpeed(victim_node, 1.0 / 3);
+
+  // The move: the next incarnation's pod runs elsewhere while the old one
+  // still serves (it hands over its state), then the old pod goes while the
+  // job is still training.
+  std::string new_node;
+  bool old_gone_while_training = false;
+  job = cluster.WaitJob(
+      "psmove",
+      [&](const Json& j) {
+        const Json next = cluster.Pod("psmove-ps-1-1");
+        if (!next.is_null() && Str(next, {"status", "phase"}) == "Running") {
+          new_node = Str(next, {"spec", "nodeName"});
+          if (cluster.Pod("psmove-ps-1").is_null() && !Finished(j)) {
+            old_gone_while_training = true;
+          }
+        }
+        return Finished(j);
+      },
+      std::chrono::seconds(300));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  EXPECT_FALSE(new_node.empty()) << "no pod psmove-ps-1-1 was seen running";
+  EXPECT_NE(new_node, victim_node);
+  EXPECT_TRUE(old_gone_while_training);
+  bool moved = false;
+  for (const Json& a : job["status"]["lastActions"]) {
+    if (a.value("action", "") == "KILL_RESTART" && a.value("worker", "") == "ps-1") {
+      moved = true;
+      EXPECT_EQ(a.value("fromNode", ""), victim_node);
+      EXPECT_EQ(a.value("rule", ""), "antdt-nd:ps-restart");
+    }
+  }
+  EXPECT_TRUE(moved) << job["status"].dump(2);
+  ASSERT_TRUE(job["status"]["serverInstances"].is_array()) << job["status"].dump(2);
+  EXPECT_EQ(job["status"]["serverInstances"][0].value("id", ""), "ps-1");
+  bool event = false;
+  for (const Json& e : cluster.Events()) {
+    if (e.value("reason", "") == "ParameterServerMoved" &&
+        absl::StrContains(e.value("message", ""), victim_node)) {
+      event = true;
+    }
+  }
+  EXPECT_TRUE(event);
+  // Every worker followed the new server without restarting.
+  EXPECT_EQ(job["status"]["workers"].value("restarts", -1), 0) << job["status"].dump(2);
+  const demo::Verification v = cluster.Verify("psmove", records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+}
+
 TEST(OperatorE2E, KilledMidReconcileConvergesWithoutDuplicatePods) {
   Cluster cluster(5);
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());

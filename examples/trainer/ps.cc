@@ -183,6 +183,8 @@ int64_t ParameterShard::ScheduleCheckpoint(int64_t step) {
 absl::StatusOr<PsState> ParameterShard::Freeze(const std::string& moved_to,
                                                std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
+  // The same server asking again (it restarted before it had the state).
+  if (!moved_to_.empty() && moved_to_ == moved_to) return StateLocked();
   if (!moved_to_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("already moved to ", moved_to_));
   }
@@ -227,6 +229,7 @@ absl::Status ParameterShard::Load(const PsState& state) {
   moved_to_.clear();
   awaiting_state_ = false;
   ++generation_;
+  loaded_step_ = state.step;
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -255,6 +258,8 @@ PsStats ParameterShard::Stats() const {
   s.samples = samples_;
   s.dropped = dropped_;
   s.pending = static_cast<int32_t>(contributors_.size());
+  s.generation = generation_;
+  s.loaded_step = loaded_step_;
   return s;
 }
 

@@ -82,6 +82,8 @@ struct PsStats {
   int64_t samples = 0;         // averaged in, over all steps
   int64_t dropped = 0;         // gradients not averaged in
   int32_t pending = 0;         // gradients waiting in the current step
+  int64_t generation = 0;      // Loads so far
+  int64_t loaded_step = 0;     // the step of the last Load
 };
 
 class ParameterShard {
@@ -170,6 +172,7 @@ class ParameterShard {
   std::string moved_to_ ABSL_GUARDED_BY(mu_);  // set: frozen
   bool awaiting_state_ ABSL_GUARDED_BY(mu_) = false;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // Loads so far: a blocked push gives up
+  int64_t loaded_step_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace antdt::trainer

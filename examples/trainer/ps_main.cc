@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -44,9 +45,10 @@ constexpr const char* kUsage = R"(usage: antdt-ps --features N --workers N [flag
   --step-timeout DURATION     a step completes with what it has this long
                               after its first gradient               [5s]
   --emulated-us-per-step N    extra server time per step at speed 1 (slow-PS
-                              scenario)                              [0]
+                              scenario)             [$ANTDT_SERVER_US_PER_STEP or 0]
   --speed-file PATH           the node's relative speed, re-read at most every
-                              200 ms; the emulated time is divided by it [1]
+                              200 ms; the emulated time is divided by it
+                                                    [$ANTDT_NODE_SPEED_FILE or 1]
   --log-every-steps N         one log line per N steps               [50]
   --checkpoint-dir DIR        where checkpoints go                   [off]
   --checkpoint-every-steps N  a checkpoint every N steps (0: only on demand) [0]
@@ -58,7 +60,9 @@ constexpr const char* kUsage = R"(usage: antdt-ps --features N --workers N [flag
   --take-over HOST:PORT       start from the state of the server there,
                               taken at a step boundary; it then sends its
                               pushes here
-  --restore-step N            start from this server's checkpoint of step N
+  --restore-step N|latest     start from this server's checkpoint of step N,
+                              or its newest one (latest: none is a fresh start,
+                              for a container restarted in place)
   --advertise HOST:PORT       the address workers reach this server at (given
                               to the server taken over)       [the bound one]
 )";
@@ -254,6 +258,8 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     resp->set_samples(s.samples);
     resp->set_first_mean_loss(s.first_mean_loss);
     resp->set_dropped_gradients(s.dropped);
+    resp->set_generation(s.generation);
+    resp->set_loaded_step(s.loaded_step);
     return grpc::Status::OK;
   }
 
@@ -440,7 +446,10 @@ int main(int argc, char** argv) {
   auto timeout_ms = ParseDurationMs(flags->Get("step-timeout", "5s"), "--step-timeout");
   if (!timeout_ms.ok()) return Fail(std::string(timeout_ms.status().message()));
   options.step_timeout = std::chrono::milliseconds(*timeout_ms);
-  if (!absl::SimpleAtoi(flags->Get("emulated-us-per-step", "0"), &emulated_us) || emulated_us < 0) {
+  const char* env_us = std::getenv("ANTDT_SERVER_US_PER_STEP");
+  if (!absl::SimpleAtoi(flags->Get("emulated-us-per-step", env_us != nullptr ? env_us : "0"),
+                        &emulated_us) ||
+      emulated_us < 0) {
     return Fail("--emulated-us-per-step: must be an integer >= 0");
   }
   if (!absl::SimpleAtoi(flags->Get("log-every-steps", "50"), &log_every) || log_every <= 0) {
@@ -456,12 +465,17 @@ int main(int argc, char** argv) {
   if (!absl::SimpleAtoi(flags->Get("checkpoint-every-steps", "0"), &every) || every < 0) {
     return Fail("--checkpoint-every-steps: must be an integer >= 0");
   }
-  if (flags->Has("restore-step") &&
+  const bool latest = flags->Get("restore-step") == "latest";
+  if (flags->Has("restore-step") && !latest &&
       (!absl::SimpleAtoi(flags->Get("restore-step"), &restore_step) || restore_step < 0)) {
-    return Fail("--restore-step: must be an integer >= 0");
+    return Fail("--restore-step: must be an integer >= 0 or latest");
   }
-  if (restore_step >= 0 && checkpoints->dir.empty()) {
+  if (flags->Has("restore-step") && checkpoints->dir.empty()) {
     return Fail("--restore-step: needs --checkpoint-dir");
+  }
+  if (latest) {
+    const std::vector<int64_t> steps = trainer::CheckpointSteps(checkpoints->dir, id);
+    if (!steps.empty()) restore_step = steps.back();
   }
   const std::string take_over = flags->Get("take-over");
   if (!take_over.empty()) {
@@ -476,7 +490,8 @@ int main(int argc, char** argv) {
     shard.SetCheckpointHook(every, [&writer](const trainer::PsState& st) { writer.Write(st); });
   }
   if (!take_over.empty() || restore_step >= 0) shard.AwaitState();
-  NodeSpeed speed(flags->Get("speed-file"));
+  const char* env_speed = std::getenv("ANTDT_NODE_SPEED_FILE");
+  NodeSpeed speed(flags->Get("speed-file", env_speed != nullptr ? env_speed : ""));
   ParameterServerImpl service(shard, id, emulated_us, log_every, speed, checkpoints->dir);
   auto serving = Serving::Start({listen, "", "", nullptr, {&service}});
   if (!serving.ok()) return Fail("--" + std::string(serving.status().message()));

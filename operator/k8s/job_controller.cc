@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "antdt/v1/trainer.grpc.pb.h"
@@ -106,6 +107,8 @@ struct JobController::JobRuntime {
   // Per worker, the "incarnation/batch" a directive of this process delivered
   // (ResyncBatches sends what is committed and not delivered yet).
   std::map<std::string, std::string> delivered;
+  // Per moved parameter server, the incarnation the workers were told of.
+  std::map<std::string, int64_t> moves_announced;
 };
 
 namespace {
@@ -161,13 +164,50 @@ class JobController::LoopBackend final : public control::Backend {
       }
       members.push_back(ws);
     }
+    for (controller::WorkerState& ps : ServerMembers()) members.push_back(std::move(ps));
     return members;
+  }
+
+  // The parameter servers: each one's desired incarnation (status.serverInstances,
+  // else 0), alive while that pod runs.
+  std::vector<controller::WorkerState> ServerMembers() const {
+    std::map<int32_t, int64_t> desired;
+    const Json& moved = kube::At(*job_, {"status", "serverInstances"});
+    for (const Json& si : moved.is_array() ? moved : Json::array()) {
+      int32_t k = -1;
+      const std::string id = si.value("id", "");
+      if (absl::StartsWith(id, "ps-") && absl::SimpleAtoi(id.substr(3), &k)) {
+        desired[k] = si.value("incarnation", int64_t{0});
+      }
+    }
+    std::map<int32_t, controller::WorkerState> servers;
+    for (const Json& p : *pods_) {
+      int32_t k = -1;
+      if (kube::Label(p, "antdt.io/role") != "ps" || kube::Terminating(p) ||
+          !absl::SimpleAtoi(kube::Label(p, "antdt.io/replica-index"), &k)) {
+        continue;
+      }
+      controller::WorkerState& ws = servers[k];
+      ws.id = absl::StrCat("ps-", k);
+      ws.role = vocab::Role::kParameterServer;
+      ws.incarnation = static_cast<int32_t>(desired[k]);
+      const std::string incarnation = kube::Label(p, "antdt.io/incarnation");
+      if ((incarnation.empty() ? "0" : incarnation) == std::to_string(desired[k])) {
+        ws.alive = kube::PodPhase(p) == "Running";
+        ws.node = NodeOf(p);
+      }
+    }
+    std::vector<controller::WorkerState> out;
+    for (auto& [k, ws] : servers) out.push_back(std::move(ws));
+    return out;
   }
 
   std::vector<controller::NodeState> Nodes() override {
     std::map<std::string, bool> busy;
     for (const Json& p : *pods_) {
-      if (kube::Label(p, "antdt.io/worker-id").empty() || kube::Terminating(p)) continue;
+      const bool member =
+          !kube::Label(p, "antdt.io/worker-id").empty() || kube::Label(p, "antdt.io/role") == "ps";
+      if (!member || kube::Terminating(p)) continue;
       if (!NodeOf(p).empty() &&
           (kube::PodPhase(p) == "Running" || kube::PodPhase(p) == "Pending")) {
         busy[NodeOf(p)] = true;
@@ -600,6 +640,67 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
       st.since_ms = h.since_unix_ms();
       obs->stragglers.push_back(st);
     }
+  }
+  ObserveMovedServers(job, spec, pods, rt, obs);
+}
+
+void JobController::ObserveMovedServers(const Json& job, const manifest::Job& spec,
+                                        const std::vector<Json>& pods, JobRuntime& rt,
+                                        reconciler::Observed* obs) {
+  const Json& moved = kube::At(job, {"status", "serverInstances"});
+  if (!moved.is_array()) return;
+  for (const Json& si : moved) {
+    const std::string id = si.value("id", "");
+    const int64_t incarnation = si.value("incarnation", int64_t{0});
+    int32_t k = -1;
+    if (!absl::StartsWith(id, "ps-") || !absl::SimpleAtoi(id.substr(3), &k)) continue;
+    const std::string desired = reconciler::PsPodName(spec.name, k, incarnation);
+    const Json* pod = nullptr;
+    bool older = false;
+    for (const Json& p : pods) {
+      if (kube::Label(p, "antdt.io/role") != "ps" ||
+          kube::Label(p, "antdt.io/replica-index") != std::to_string(k) || kube::Terminating(p)) {
+        continue;
+      }
+      if (NameOf(p) == desired) {
+        if (kube::PodPhase(p) == "Running" && !PodIp(p).empty()) pod = &p;
+      } else {
+        older = true;
+      }
+    }
+    if (pod == nullptr || !older) continue;
+    const std::string address = absl::StrCat(PodIp(*pod), ":", options_.settings.ps_port);
+    auto stub = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(options_.rpc_timeout_ms));
+    v1::ParameterServerStats stats;
+    if (!stub->Stats(&ctx, v1::StatsRequest(), &stats).ok() || stats.generation() < 1) continue;
+    if (rt.moves_announced[id] != incarnation) {
+      // Each running worker is pointed at it between two steps (one that
+      // pushes to the old server first is sent on by it).
+      for (const Json& p : pods) {
+        const std::string worker = kube::Label(p, "antdt.io/worker-id");
+        if (worker.empty() || kube::Terminating(p) || kube::PodPhase(p) != "Running") continue;
+        v1::Directive d;
+        d.set_job(spec.name);
+        d.set_namespace_(spec.namespace_);
+        d.set_worker_id(worker);
+        d.set_version(rt.loop->NextDirectiveVersion());
+        d.mutable_move_parameter_server()->set_ps_id(id);
+        d.mutable_move_parameter_server()->set_address(address);
+        d.set_reason(absl::StrCat(id, " moved to pod ", desired));
+        if (monitor_ != nullptr) (void)monitor_->hub().SendDirective(NodeOf(p), d);
+      }
+      rt.moves_announced[id] = incarnation;
+      LogEvent("operator", {{"event", "parameter_server_took_over"},
+                            {"job", kube::KeyOf(job)},
+                            {"ps", id},
+                            {"pod", desired},
+                            {"step", stats.loaded_step()}});
+    }
+    if (stats.step() > stats.loaded_step()) obs->servers_followed.insert(id);
   }
 }
 

@@ -77,6 +77,12 @@ class JobController {
   void Observe(const kube::Json& job, const manifest::Job& spec,
                const std::vector<kube::Json>& pods, const v1::GetJobHealthResponse* health,
                JobRuntime& rt, reconciler::Observed* obs);
+  // Parameter servers being moved (status.serverInstances): once the new pod
+  // has the state, the workers are told (a MoveParameterServer directive);
+  // once it has completed a step, obs->servers_followed names it.
+  void ObserveMovedServers(const kube::Json& job, const manifest::Job& spec,
+                           const std::vector<kube::Json>& pods, JobRuntime& rt,
+                           reconciler::Observed* obs);
   // The control loop's plan for this pass when a decision is due and the job
   // runs; what the operator does not carry out (backup workers) left out.
   std::optional<controller::Plan> PlanIfDue(const kube::Json& job, JobRuntime& rt);

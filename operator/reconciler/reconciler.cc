@@ -73,6 +73,7 @@ bool IsReady(const Json* pod) {
   }
   return true;
 }
+std::string PodIp(const Json& pod) { return GetString(Get(pod, "status"), "podIP"); }
 bool IsSucceeded(const Json* pod) { return pod != nullptr && kube::PodPhase(*pod) == "Succeeded"; }
 
 // Why a pod failed, from its status: "exit code 1 (Error)", or the pod's reason.
@@ -491,7 +492,10 @@ Plan InvalidSpecPlan(const Observed& o, const Json& old_status, int64_t generati
 
 std::string ShardingName(const std::string& job) { return job + "-sharding"; }
 std::string PsServiceName(const std::string& job) { return job + "-ps"; }
-std::string PsPodName(const std::string& job, int32_t k) { return absl::StrCat(job, "-ps-", k); }
+std::string PsPodName(const std::string& job, int32_t k, int64_t incarnation) {
+  return incarnation == 0 ? absl::StrCat(job, "-ps-", k)
+                          : absl::StrCat(job, "-ps-", k, "-", incarnation);
+}
 std::string WorkersServiceName(const std::string& job) { return job + "-workers"; }
 std::string WorkerHostname(const std::string& job, int32_t index) {
   return absl::StrCat(job, "-worker-", index);
@@ -513,6 +517,29 @@ Json ToJson(const WorkerInstance& w) {
   }
   if (w.retired) j["retired"] = true;
   return j;
+}
+
+Json ToJson(const ServerInstance& s) {
+  return {{"id", s.id},
+          {"incarnation", s.incarnation},
+          {"node", s.node},
+          {"excludedNodes", s.excluded_nodes}};
+}
+
+ServerInstance ServerInstanceFromJson(const Json& j) {
+  ServerInstance s;
+  s.id = GetString(j, "id");
+  int32_t index = -1;
+  if (absl::StartsWith(s.id, "ps-") && absl::SimpleAtoi(s.id.substr(3), &index)) s.index = index;
+  s.incarnation = GetInt(j, "incarnation", 0);
+  s.node = GetString(j, "node");
+  const Json& excluded = Get(j, "excludedNodes");
+  if (excluded.is_array()) {
+    for (const Json& e : excluded) {
+      if (e.is_string()) s.excluded_nodes.push_back(e.get<std::string>());
+    }
+  }
+  return s;
 }
 
 WorkerInstance WorkerInstanceFromJson(const Json& j) {
@@ -687,11 +714,28 @@ void JoinGang(const manifest::Job& spec, const Settings& s, Json& pod) {
   }
 }
 
+// The flags of server k's checkpoints under the job's state directory (with
+// spec.checkpoint.everySteps): the first server also checkpoints the data
+// position, with the job's credential.
+std::vector<std::string> CheckpointFlags(const manifest::Job& spec, int32_t k, const Settings& s) {
+  const std::string dir = JobStateDir(spec);
+  if (dir.empty() || spec.checkpoint.every_steps <= 0) return {};
+  std::vector<std::string> flags = {"--checkpoint-dir", dir + "/ps", "--checkpoint-every-steps",
+                                    std::to_string(spec.checkpoint.every_steps)};
+  if (k == 0) {
+    flags.insert(flags.end(), {"--sharding", ShardingAddress(spec, s), "--job", spec.name,
+                               "--dataset", "train"});
+  }
+  return flags;
+}
+
 Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_t k,
-                              const Settings& s) {
-  const std::string name = PsPodName(spec.name, k);
+                              const Settings& s, const ServerInstance& inst,
+                              const std::string& take_over) {
+  const std::string name = PsPodName(spec.name, k, inst.incarnation);
   Json labels = Labels(spec, "ps", s);
   labels["antdt.io/replica-index"] = std::to_string(k);
+  labels["antdt.io/incarnation"] = std::to_string(inst.incarnation);
   const int32_t slice = bridge::ParameterServerFeatures(spec, k);
   const int32_t backup = spec.straggler_policy.name == vocab::Policy::kBackupWorkers
                              ? spec.straggler_policy.backup_workers
@@ -700,6 +744,29 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   env.push_back(EnvValue("ANTDT_PS_INDEX", std::to_string(k)));
   env.push_back(EnvValue("ANTDT_PS_ID", absl::StrCat("ps-", k)));
   env.push_back(EnvValue("ANTDT_PS_FEATURES", std::to_string(slice)));
+  std::vector<std::string> args = {"--listen",
+                                   absl::StrCat("$(POD_IP):", s.ps_port),
+                                   "--id",
+                                   absl::StrCat("ps-", k),
+                                   "--features",
+                                   std::to_string(slice),
+                                   "--workers",
+                                   std::to_string(spec.workers.replicas),
+                                   "--backup",
+                                   std::to_string(backup),
+                                   "--learning-rate",
+                                   FormatDouble(spec.model.learning_rate),
+                                   "--step-timeout",
+                                   "30s"};
+  const std::vector<std::string> checkpoints = CheckpointFlags(spec, k, s);
+  args.insert(args.end(), checkpoints.begin(), checkpoints.end());
+  if (!take_over.empty()) {
+    args.insert(args.end(),
+                {"--take-over", take_over, "--advertise", absl::StrCat("$(POD_IP):", s.ps_port)});
+  } else if (!checkpoints.empty()) {
+    args.insert(args.end(), {"--restore-step", "latest"});
+  }
+  if (k == 0 && !checkpoints.empty() && s.job_credentials) env.push_back(TokenEnv(spec));
   Json pod = {
       {"apiVersion", "v1"},
       {"kind", "Pod"},
@@ -710,17 +777,14 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
              {{{"name", "ps"},
                {"image", s.image},
                {"command", Json::array({"antdt-ps"})},
-               {"args",
-                {"--listen", absl::StrCat("$(POD_IP):", s.ps_port), "--id", absl::StrCat("ps-", k),
-                 "--features", std::to_string(slice), "--workers",
-                 std::to_string(spec.workers.replicas), "--backup", std::to_string(backup),
-                 "--learning-rate", FormatDouble(spec.model.learning_rate), "--step-timeout",
-                 "30s"}},
+               {"args", args},
                {"ports", Json::array({{{"name", "grpc"}, {"containerPort", s.ps_port}}})}}})}}}};
   MergePodTemplate(pod, Get(Get(Get(job, "spec"), "parameterServers"), "template"));
   ApplySecureDefaults(pod["spec"], {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}});
   PrependEnv(pod["spec"]["containers"][0], env);
-  pod["spec"]["hostname"] = name;
+  if (!checkpoints.empty()) AddCheckpointVolume(job, spec, pod);
+  AddNodeAffinity(pod["spec"], inst.excluded_nodes, inst.node);
+  pod["spec"]["hostname"] = PsPodName(spec.name, k);  // every incarnation's
   pod["spec"]["subdomain"] = PsServiceName(spec.name);
   pod["spec"]["restartPolicy"] = "Always";
   JoinGang(spec, s, pod);
@@ -767,6 +831,11 @@ class Children {
       if (kube::Label(pod, "antdt.io/role") == "worker" && !worker.empty()) {
         pods_of_worker_[worker].push_back(&pod);
       }
+      int32_t k = -1;
+      if (kube::Label(pod, "antdt.io/role") == "ps" &&
+          absl::SimpleAtoi(kube::Label(pod, "antdt.io/replica-index"), &k)) {
+        pods_of_server_[k].push_back(&pod);
+      }
     }
     for (const Json& svc : o.services) service_names_.insert(Name(svc));
   }
@@ -783,6 +852,12 @@ class Children {
     return it == pods_of_worker_.end() ? kNone : it->second;
   }
   bool HasService(const std::string& name) const { return service_names_.count(name) > 0; }
+  // Every pod of parameter server k, whatever its incarnation.
+  const std::vector<const Json*>& PodsOfServer(int32_t k) const {
+    static const std::vector<const Json*> kNone;
+    auto it = pods_of_server_.find(k);
+    return it == pods_of_server_.end() ? kNone : it->second;
+  }
   // The worker's desired pod: its name with the worker's incarnation, or
   // nullptr (absent, or the previous incarnation's pod still there).
   const Json* Worker(const WorkerInstance& w) const {
@@ -795,6 +870,7 @@ class Children {
  private:
   std::map<std::string, const Json*> pod_by_name_;
   std::map<std::string, std::vector<const Json*>> pods_of_worker_;
+  std::map<int32_t, std::vector<const Json*>> pods_of_server_;
   std::set<std::string> service_names_;
 };
 
@@ -827,6 +903,7 @@ struct Pass {
 // The durable facts of the job's status, as the pass updates them.
 struct Records {
   std::vector<WorkerInstance> instances;  // worker-0 .. worker-<n-1>
+  std::vector<ServerInstance> servers;    // ps-0 .. ps-<p-1>
   Json last_actions;
   int64_t failures = 0;
   bool dataset_created = false;
@@ -928,6 +1005,18 @@ Records LoadRecords(const Pass& pass) {
   r.suspended = pass.spec.suspend && !r.Finished();
   r.resuming = !pass.spec.suspend && ConditionTrue(old, "Suspended");
   LoadInstances(pass, r);
+  for (int32_t k = 0; k < pass.p; ++k) {
+    ServerInstance& si = r.servers.emplace_back();
+    si.id = absl::StrCat("ps-", k);
+    si.index = k;
+  }
+  const Json& moved = Get(old, "serverInstances");
+  for (const Json& j : moved.is_array() ? moved : Json::array()) {
+    ServerInstance si = ServerInstanceFromJson(j);
+    if (si.index >= 0 && si.index < pass.p && si.id == r.servers[si.index].id) {
+      r.servers[si.index] = std::move(si);
+    }
+  }
   return r;
 }
 
@@ -988,14 +1077,43 @@ void TrimLastActions(Json& last_actions) {
       last_actions.begin() + static_cast<std::ptrdiff_t>(last_actions.size() - kMaxLastActions));
 }
 
+// KILL_RESTART of a parameter server: its next incarnation on another node
+// (see reconciler.h).
+Event MoveServer(const Action& a, ServerInstance& si, const std::string& job) {
+  const std::string old_pod = PsPodName(job, si.index, si.incarnation);
+  ++si.incarnation;
+  if (!a.from_node.empty() && std::find(si.excluded_nodes.begin(), si.excluded_nodes.end(),
+                                        a.from_node) == si.excluded_nodes.end()) {
+    si.excluded_nodes.push_back(a.from_node);
+  }
+  si.node = a.to_node;
+  return {"Warning", "ParameterServerMoved",
+          absl::StrCat("moving ", si.id, " (pod ", old_pod, ") from node ",
+                       a.from_node.empty() ? "?" : a.from_node, " to ",
+                       a.to_node.empty() ? "any other node" : "node " + a.to_node, " as pod ",
+                       PsPodName(job, si.index, si.incarnation),
+                       ", its state handed over at a step boundary: rule ", a.rule, "; ", a.reason,
+                       EvidenceText(a))};
+}
+
 void ApplyActions(const Pass& pass, Records& r, Plan& plan) {
   for (const Action& a : pass.o.actions) {
+    if (a.kind == vocab::ActionKind::kKillRestart && absl::StartsWith(a.worker, "ps-")) {
+      auto si = std::find_if(r.servers.begin(), r.servers.end(),
+                             [&](const ServerInstance& x) { return x.id == a.worker; });
+      if (si != r.servers.end()) {
+        plan.events.push_back(MoveServer(a, *si, pass.job));
+        r.last_actions.push_back(LastAction(a, pass.now));
+        continue;
+      }
+    }
     WorkerInstance* w = FindInstance(r.instances, a.worker);
     if (w == nullptr || a.kind == vocab::ActionKind::kBackupWorkers) {
       plan.events.push_back({"Warning", "ActionIgnored",
                              absl::StrCat(vocab::Name(a.kind), " for ", a.worker,
-                                          ": the operator carries out KILL_RESTART and "
-                                          "ADJUST_BS for the job's workers only")});
+                                          ": the operator carries out KILL_RESTART for the "
+                                          "job's workers and servers and ADJUST_BS for its "
+                                          "workers only")});
       continue;
     }
     if (a.kind == vocab::ActionKind::kKillRestart) {
@@ -1259,6 +1377,29 @@ void EnsureServer(const Pass& pass, const std::string& name, const std::function
   }
 }
 
+// Parameter server `si`'s desired pod; while it is being moved, its earlier
+// incarnation hands over to it and is deleted once followed.
+void EnsureParameterServer(const Pass& pass, const ServerInstance& si, Plan& plan) {
+  const std::string desired = PsPodName(pass.job, si.index, si.incarnation);
+  std::string take_over;
+  for (const Json* pod : pass.children.PodsOfServer(si.index)) {
+    if (Name(*pod) == desired || kube::Terminating(*pod)) continue;
+    if (pass.o.servers_followed.count(si.id) > 0 || Finished(*pod)) {
+      AddWrite(plan,
+               Delete(*pod, -1,
+                      absl::StrCat(si.id, " moved to ", desired, " and every worker follows")));
+    } else if (IsRunning(pod) && !PodIp(*pod).empty()) {
+      take_over = absl::StrCat(PodIp(*pod), ":", pass.s.ps_port);
+    }
+  }
+  EnsureServer(
+      pass, desired,
+      [&] {
+        return RenderParameterServerPod(pass.o.job, pass.spec, si.index, pass.s, si, take_over);
+      },
+      plan);
+}
+
 // True when some worker still has a pod of an earlier incarnation.
 bool AnySuperseded(const Pass& pass, const Records& r) {
   for (const WorkerInstance& w : r.instances) {
@@ -1329,11 +1470,7 @@ void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
   if (!pass.s.gang_scheduler.empty() && !pass.o.pod_group_exists) {
     AddWrite(plan, Create("podgroups", RenderPodGroup(pass.o.job, pass.spec, pass.s), "missing"));
   }
-  for (int32_t k = 0; k < pass.p; ++k) {
-    EnsureServer(
-        pass, PsPodName(pass.job, k),
-        [&] { return RenderParameterServerPod(pass.o.job, pass.spec, k, pass.s); }, plan);
-  }
+  for (const ServerInstance& si : r.servers) EnsureParameterServer(pass, si, plan);
   // A collective job's group forms once: while an earlier incarnation of some
   // rank is still there (a scale restarts them all), no new rank starts, so
   // none meets the old group at its rendezvous.
@@ -1421,8 +1558,8 @@ View ViewChildren(const Pass& pass, const Records& r) {
                      (pass.p == 0 || pass.children.HasService(PsServiceName(pass.job))) &&
                      pass.children.HasService(WorkersServiceName(pass.job));
   v.sharding = pass.children.Pod(ShardingName(pass.job));
-  for (int32_t k = 0; k < pass.p; ++k) {
-    v.servers.push_back(pass.children.Pod(PsPodName(pass.job, k)));
+  for (const ServerInstance& si : r.servers) {
+    v.servers.push_back(pass.children.Pod(PsPodName(pass.job, si.index, si.incarnation)));
   }
   for (const WorkerInstance& w : r.instances) v.workers.push_back(pass.children.Worker(w));
   v.server_tally = Count(v.servers);
@@ -1664,6 +1801,11 @@ Json NewStatus(const Pass& pass, const Records& r) {
   }
   if (r.completion) status["completionTime"] = kube::FormatTime(*r.completion);
   if (!removed.empty()) status["removedWorkers"] = std::move(removed);
+  Json servers = Json::array();
+  for (const ServerInstance& si : r.servers) {
+    if (si.incarnation > 0) servers.push_back(ToJson(si));
+  }
+  if (!servers.empty()) status["serverInstances"] = std::move(servers);
   status["state"] = JobState(status);
   return status;
 }

@@ -57,6 +57,17 @@
 //                       resumed (each unfinished worker as its next incarnation;
 //                       startTime restarts, as a Kubernetes Job's does).
 //
+// Moving a parameter server (KILL_RESTART of "ps-K"; a ParameterServerMoved
+// Event, the action in status.lastActions, the server's record in
+// status.serverInstances): its next incarnation J-ps-<K>-<n> is created,
+// kept off the node it left, with --take-over the running predecessor's
+// address (the new server takes its state at a step boundary and the old
+// one sends every later push on) and --advertise its own; the predecessor
+// is deleted once the glue saw the new server complete a step
+// (Observed::servers_followed). With no running predecessor the new pod
+// starts from its own newest checkpoint (--restore-step latest), as a
+// server's container restarted in place does.
+//
 // Scaling (spec.workers.replicas changed on a running job; a Scaled Event):
 // the global batch is split evenly again over the workers there are now.
 // Workers beyond the new count are removed: their pods deleted and, once gone,
@@ -72,6 +83,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -147,7 +159,11 @@ struct Observed {
   bool token_secret_exists = false;
   std::vector<Straggler> stragglers;  // current view of the Monitor
   std::vector<Action> actions;        // new Controller decisions to carry out in this pass
-  int64_t now_ms = 0;                 // wall clock, for timestamps
+  // Parameter servers ("ps-K") being moved whose new pod has the state and
+  // has completed a step with it (the glue asks it: every worker follows it
+  // now), so their earlier pods can go.
+  std::set<std::string> servers_followed;
+  int64_t now_ms = 0;  // wall clock, for timestamps
 };
 
 struct Write {
@@ -212,10 +228,24 @@ struct WorkerInstance {
 Json ToJson(const WorkerInstance& w);
 WorkerInstance WorkerInstanceFromJson(const Json& j);
 
+// The durable record of a parameter server that was moved (an entry of
+// status.serverInstances; a server never moved has none).
+struct ServerInstance {
+  std::string id;  // "ps-<index>"
+  int32_t index = 0;
+  int64_t incarnation = 0;  // the desired pod: PsPodName(job, index, incarnation)
+  std::string node;         // the Controller's choice
+  std::vector<std::string> excluded_nodes;
+};
+Json ToJson(const ServerInstance& s);
+ServerInstance ServerInstanceFromJson(const Json& j);
+
 // Child names.
 std::string ShardingName(const std::string& job);  // pod and Service
 std::string PsServiceName(const std::string& job);
-std::string PsPodName(const std::string& job, int32_t k);
+// Parameter server k: J-ps-<k>, then J-ps-<k>-<incarnation> for each move;
+// every incarnation has the host name J-ps-<k> under J-ps (stable DNS).
+std::string PsPodName(const std::string& job, int32_t k, int64_t incarnation = 0);
 std::string WorkersServiceName(const std::string& job);             // J-workers
 std::string WorkerHostname(const std::string& job, int32_t index);  // J-worker-<i>
 std::string WorkerPodName(const std::string& job, int32_t index);   // J-worker-<i>, as the hostname
@@ -228,8 +258,11 @@ std::string TokenSecretName(const std::string& job, const std::string& uid);
 
 // Renderers (pure; `job` is the AntDTJob as stored, for its uid and templates).
 Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Settings& s);
+// Parameter server k as incarnation inst.incarnation; `take_over`: the
+// address of the running predecessor whose state it takes.
 Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_t k,
-                              const Settings& s);
+                              const Settings& s, const ServerInstance& inst = {},
+                              const std::string& take_over = "");
 Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerInstance& instance,
                      const Settings& s);
 // The job's PodGroup for Settings::gang_scheduler (Volcano's

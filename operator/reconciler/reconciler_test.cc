@@ -827,6 +827,57 @@ TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
   EXPECT_FALSE(Reconcile(c.Observe(), Settings{}).status.has_value());
 }
 
+TEST(ReconcileTest, ASlowServerMovesToItsNextIncarnationWhichTakesOverThenTheOldPodGoes) {
+  Cluster c;
+  c.Settle();
+  (*c.FindPod("quickstart-k8s-ps-0"))["status"]["podIP"] = "10.0.0.9";
+  Action move = KillRestart("ps-0", "node-9", "node-5");
+  move.rule = "antdt-nd:ps-restart";
+  Plan plan = c.Pass({move});
+  ASSERT_TRUE(c.job["status"].contains("serverInstances")) << c.Status().dump(2);
+  EXPECT_EQ(c.Status()["serverInstances"],
+            Json::parse(R"([{"id":"ps-0","incarnation":1,"node":"node-5",
+                             "excludedNodes":["node-9"]}])"));
+  EXPECT_EQ(c.Status()["lastActions"].back()["worker"], "ps-0");
+  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning ParameterServerMoved"));
+  EXPECT_THAT(plan.events[0].message, HasSubstr("quickstart-k8s-ps-0-1"));
+  // The old server keeps serving; the new one is created beside it, taking
+  // its state over, with the stable host name and off the node it left.
+  ASSERT_THAT(Describe(plan.writes), ElementsAre("create pods quickstart-k8s-ps-0-1"));
+  const Json& pod = plan.writes[0].object;
+  const Json& args = pod["spec"]["containers"][0]["args"];
+  auto arg = [&](const std::string& flag) {
+    for (size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == flag) return args[i + 1].get<std::string>();
+    }
+    return std::string("<unset>");
+  };
+  EXPECT_EQ(arg("--take-over"), "10.0.0.9:50052");
+  EXPECT_EQ(arg("--advertise"), "$(POD_IP):50052");
+  EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/incarnation"], "1");
+  EXPECT_EQ(pod["spec"]["hostname"], "quickstart-k8s-ps-0");
+  EXPECT_EQ(
+      pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+         ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
+      Json::array({"node-9"}));
+  // Both run; until the glue sees a step completed on the new one, nothing.
+  c.RunAll();
+  EXPECT_THAT(c.Pass().writes, IsEmpty());
+  // Then the old pod goes, and the job's Running condition follows the new.
+  Observed o = c.Observe();
+  o.servers_followed = {"ps-0"};
+  plan = Reconcile(o, Settings{});
+  c.Apply(plan);
+  ASSERT_EQ(plan.writes.size(), 1u);
+  EXPECT_EQ(Describe(plan.writes)[0].rfind("delete pods quickstart-k8s-ps-0 ", 0), 0u)
+      << Describe(plan.writes)[0];
+  c.RemoveTerminating();
+  c.Pass();
+  EXPECT_EQ(Condition(c.Status(), "Running")["status"], "True");
+  EXPECT_EQ(c.FindPod("quickstart-k8s-ps-0"), nullptr);
+  EXPECT_FALSE(Reconcile(c.Observe(), Settings{}).status.has_value());
+}
+
 TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {
   Cluster c;
   c.Settle();
