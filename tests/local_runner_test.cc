@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <vector>
 
 #include "common/testing/testing.h"
@@ -226,12 +227,27 @@ TEST(LocalRunner, AKilledParameterServerIsRestoredFromTheCheckpointAndEveryRecor
   Process run({BinPath("antdt"), "run", dir.File("job.yaml"), "--report", dir.File("report"),
                "--work-dir", dir.File("work"), "--policy", "none", "--no-slowdown", "--quiet"},
               dir.File("run.log"));
-  // Once every server has two checkpoints, ps-2 is SIGKILLed.
+  // Once every server has a checkpoint and the workers have committed a few
+  // steps past it (the next checkpoint is 20 steps away), ps-2 is SIGKILLed:
+  // the restore then undoes commits.
   const std::string checkpoints = dir.File("work/checkpoint/ps");
   ASSERT_TRUE(antdt::testing::WaitFor(
-      [&] { return trainer::CheckpointSteps(checkpoints, "ps-2").size() >= 2; },
+      [&] {
+        return trainer::LatestCommonCheckpoint(checkpoints, {"ps-0", "ps-1", "ps-2"}).has_value();
+      },
       std::chrono::seconds(120)))
       << Read(dir.File("run.log"));
+  auto acked = [&] {
+    int n = 0;
+    for (int w = 0; w < 3; ++w) {
+      std::istringstream in(Read(dir.File("work/worker-" + std::to_string(w) + ".journal")));
+      for (std::string line; std::getline(in, line);) n += line.rfind("A ", 0) == 0;
+    }
+    return n;
+  };
+  const int at_checkpoint = acked();
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return acked() >= at_checkpoint + 6; },
+                                      std::chrono::seconds(60)));
   // Its process id: the one whose command line names its ready file.
   const std::string pids = dir.File("ps-2.pid");
   ASSERT_EQ(std::system(("pgrep -f '" + dir.path() + "/work/ps-2.read[y]' > " + pids).c_str()), 0);

@@ -243,8 +243,15 @@ class ParameterServers {
       LogEvent("ps_moved", {{"worker", worker_id_}, {"from", ps.address}, {"to", address}});
     }
     ps.address = address;
+    // A server restored on its address is back within a second or two: the
+    // channel tries again at least every second (gRPC's default backoff grows
+    // to two minutes), so no step waits long on one worker's channel.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     ps.stub = v1::ParameterServer::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   }
 
   absl::Status PushOne(Server& ps, const trainer::GradientSum& g, int64_t samples, bool first) {
