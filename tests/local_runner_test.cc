@@ -166,7 +166,7 @@ slowdowns:
   - node: ps-node-1
     kind: persistent
     factor: 3
-    start: 2s
+    start: 3s
 )";
 
 // The held-out log-loss in a run's report.json.

@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "antdt/v1/agent.grpc.pb.h"
 #include "antdt/v1/sharding.grpc.pb.h"
+#include "antdt/v1/trainer.grpc.pb.h"
 #include "common/testing/testing.h"
 #include "examples/demo/journal.h"
 #include "gtest/gtest.h"
@@ -1271,12 +1272,17 @@ TEST(OperatorE2E, SlowParameterServerPodIsMovedToAnotherNodeWhileTheJobTrains) {
   spec["spec"]["monitor"] = {{"window", "1s"}};
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
 
-  // Once the job runs, the node of ps-1 turns 3x slower.
+  // Once the job trains, the node of ps-1 turns 3x slower (after the
+  // Monitor's warm-up windows of the servers: a server slow from its first
+  // window would read as slow hardware, which a move does not change).
   std::string victim_node;
   Json job = cluster.WaitJob(
       "psmove",
       [&](const Json& j) {
-        if (Condition(j, "Running") != "True") return false;
+        if (Condition(j, "Running") != "True" ||
+            j["status"]["progress"].value("recordsCommitted", int64_t{0}) < 2000) {
+          return false;
+        }
         const Json ps = cluster.Pod("psmove-ps-1");
         if (!ps.is_null() && Str(ps, {"status", "phase"}) == "Running") {
           victim_node = Str(ps, {"spec", "nodeName"});
@@ -1730,12 +1736,13 @@ TEST(OperatorE2E, EachJobsShardingServiceRefusesCallsWithoutItsCredential) {
   ASSERT_TRUE(absl::Base64Unescape(Str(*secret, {"data", "token"}), &token));
   ASSERT_GE(token.size(), 32u);
 
-  std::string sharding_ip;
+  std::string sharding_ip, ps_ip;
   for (const Json& p : cluster.Pods("auth")) {
     EXPECT_EQ(p.dump().find(token), std::string::npos) << "a token in the spec of " << p.dump();
     const std::string role = Str(p, {"metadata", "labels", "antdt.io/role"});
     if (role == "sharding") sharding_ip = Str(p, {"status", "podIP"});
-    if (role == "sharding" || role == "worker") {
+    if (role == "ps") ps_ip = Str(p, {"status", "podIP"});
+    if (role == "sharding" || role == "worker" || role == "ps") {
       EXPECT_EQ(cluster.Cmdline(p)["env"].value("ANTDT_TOKEN", ""), token)
           << Str(p, {"metadata", "name"});
     }
@@ -1767,6 +1774,20 @@ TEST(OperatorE2E, EachJobsShardingServiceRefusesCallsWithoutItsCredential) {
     v1::ReleaseWorkerResponse resp;
     EXPECT_EQ(stub->ReleaseWorker(&ctx, req, &resp).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
+  }
+
+  // The parameter server refuses a call without the job's credential too: a
+  // pod of another job cannot push gradients into this job's model.
+  ASSERT_FALSE(ps_ip.empty());
+  {
+    auto ps = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(ps_ip + ":50052", grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::PushGradientRequest req;
+    req.set_worker_id("worker-0");
+    v1::PushGradientResponse resp;
+    EXPECT_EQ(ps->PushGradient(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
 
   // A forged slow step report for worker-0, sent to its node's agent without

@@ -56,7 +56,10 @@ constexpr const char* kUsage = R"(usage: antdt-ps --features N --workers N [flag
   --sharding ADDRESS          record the sharding service's Checkpoint of each
                               checkpoint's step first (one server of a job)
   --job J --dataset D         the dataset whose position is checkpointed
-  --token-file PATH           the job's credential   [$ANTDT_TOKEN(_FILE)]
+  --token-file PATH           the job's credential: every call must carry it,
+                              and the server sends it (to the sharding
+                              service, the server taken over)
+                                                     [$ANTDT_TOKEN(_FILE)]
   --take-over HOST:PORT       start from the state of the server there,
                               taken at a step boundary; it then sends its
                               pushes here
@@ -166,8 +169,10 @@ class CheckpointWriter {
 class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
  public:
   ParameterServerImpl(antdt::trainer::ParameterShard& shard, std::string id, int64_t emulated_us,
-                      int64_t log_every, NodeSpeed& speed, std::string checkpoint_dir)
-      : shard_(shard),
+                      int64_t log_every, NodeSpeed& speed, std::string checkpoint_dir,
+                      const std::string& token)
+      : check_(token),
+        shard_(shard),
         id_(std::move(id)),
         emulated_us_(emulated_us),
         log_every_(log_every),
@@ -176,6 +181,7 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
 
   grpc::Status PushGradient(grpc::ServerContext* ctx, const antdt::v1::PushGradientRequest* req,
                             antdt::v1::PushGradientResponse* resp) override {
+    if (grpc::Status refused = Refused(ctx, "PushGradient"); !refused.ok()) return refused;
     auto r = shard_.Push(req->worker_id(), req->step(), req->samples(),
                          absl::MakeConstSpan(req->gradient().data(), req->gradient().size()),
                          req->loss_sum());
@@ -207,6 +213,7 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
 
   grpc::Status Pull(grpc::ServerContext* ctx, const antdt::v1::PullRequest*,
                     antdt::v1::PullResponse* resp) override {
+    if (grpc::Status refused = Refused(ctx, "Pull"); !refused.ok()) return refused;
     const antdt::trainer::PushResult r = shard_.Pull();
     if (!r.moved_to.empty()) return Moved(ctx, r.moved_to);
     resp->set_step(r.step);
@@ -215,8 +222,9 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Leave(grpc::ServerContext*, const antdt::v1::LeaveRequest* req,
+  grpc::Status Leave(grpc::ServerContext* ctx, const antdt::v1::LeaveRequest* req,
                      antdt::v1::LeaveResponse* resp) override {
+    if (grpc::Status refused = Refused(ctx, "Leave"); !refused.ok()) return refused;
     if (req->worker_id().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: must not be empty");
     }
@@ -224,8 +232,9 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Resize(grpc::ServerContext*, const antdt::v1::ResizeRequest* req,
+  grpc::Status Resize(grpc::ServerContext* ctx, const antdt::v1::ResizeRequest* req,
                       antdt::v1::ResizeResponse* resp) override {
+    if (grpc::Status refused = Refused(ctx, "Resize"); !refused.ok()) return refused;
     for (const auto* ids : {&req->removed(), &req->added()}) {
       for (const std::string& w : *ids) {
         if (w.empty() || w.size() > 253) {
@@ -250,8 +259,9 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Stats(grpc::ServerContext*, const antdt::v1::StatsRequest*,
+  grpc::Status Stats(grpc::ServerContext* ctx, const antdt::v1::StatsRequest*,
                      antdt::v1::ParameterServerStats* resp) override {
+    if (grpc::Status refused = Refused(ctx, "Stats"); !refused.ok()) return refused;
     const antdt::trainer::PsStats s = shard_.Stats();
     resp->set_step(s.step);
     resp->set_mean_loss(s.mean_loss);
@@ -263,8 +273,9 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Handoff(grpc::ServerContext*, const antdt::v1::HandoffRequest* req,
+  grpc::Status Handoff(grpc::ServerContext* ctx, const antdt::v1::HandoffRequest* req,
                        antdt::v1::ParameterServerState* resp) override {
+    if (grpc::Status refused = Refused(ctx, "Handoff"); !refused.ok()) return refused;
     if (!antdt::ValidateHostPort(req->moved_to(), "moved_to").ok()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "moved_to: must be HOST:PORT");
     }
@@ -279,9 +290,10 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ScheduleCheckpoint(grpc::ServerContext*,
+  grpc::Status ScheduleCheckpoint(grpc::ServerContext* ctx,
                                   const antdt::v1::ScheduleCheckpointRequest* req,
                                   antdt::v1::ScheduleCheckpointResponse* resp) override {
+    if (grpc::Status refused = Refused(ctx, "ScheduleCheckpoint"); !refused.ok()) return refused;
     if (checkpoint_dir_.empty()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "this server has no --checkpoint-dir");
@@ -293,9 +305,10 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status RestoreCheckpoint(grpc::ServerContext*,
+  grpc::Status RestoreCheckpoint(grpc::ServerContext* ctx,
                                  const antdt::v1::RestoreCheckpointRequest* req,
                                  antdt::v1::ParameterServerState* resp) override {
+    if (grpc::Status refused = Refused(ctx, "RestoreCheckpoint"); !refused.ok()) return refused;
     if (checkpoint_dir_.empty()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "this server has no --checkpoint-dir");
@@ -310,6 +323,20 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
   }
 
  private:
+  // The job's credential on every call (none without a token); a refusal is
+  // logged with the method, never the token.
+  grpc::Status Refused(const grpc::ServerContext* ctx, const char* method) const {
+    grpc::Status s = check_.Check(*ctx);
+    if (!s.ok()) {
+      antdt::LogEvent("auth_refused", {{"ps", id_},
+                                       {"method", method},
+                                       {"code", static_cast<int>(s.error_code())},
+                                       {"peer", ctx->peer()}});
+    }
+    return s;
+  }
+
+  const antdt::TokenCheck check_;
   antdt::trainer::ParameterShard& shard_;
   const std::string id_;
   const int64_t emulated_us_;
@@ -320,7 +347,8 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
 
 // The state of the server at `from`, taken at its next step boundary; it
 // sends its later pushes to `self`.
-absl::StatusOr<antdt::trainer::PsState> TakeOver(const std::string& from, const std::string& self) {
+absl::StatusOr<antdt::trainer::PsState> TakeOver(const std::string& from, const std::string& self,
+                                                 const std::string& token) {
   auto stub = antdt::v1::ParameterServer::NewStub(
       grpc::CreateChannel(from, grpc::InsecureChannelCredentials()));
   antdt::v1::HandoffRequest req;
@@ -329,6 +357,7 @@ absl::StatusOr<antdt::trainer::PsState> TakeOver(const std::string& from, const 
   antdt::v1::ParameterServerState resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(75));
+  antdt::AddCredential(ctx, token);
   const grpc::Status s = stub->Handoff(&ctx, req, &resp);
   if (!s.ok()) return antdt::FromGrpcStatus(s);
   return antdt::trainer::FromProto(resp);
@@ -344,6 +373,11 @@ absl::StatusOr<CheckpointWriter::Options> CheckpointOptions(const antdt::ParsedF
     return absl::InvalidArgumentError("--keep-checkpoints: must be an integer in [1, 1000]");
   }
   o.keep = static_cast<int>(keep);
+  if (flags.Has("token-file")) {
+    ASSIGN_OR_RETURN(o.token, antdt::ReadTokenFile(flags.Get("token-file"), "--token-file"));
+  } else {
+    ASSIGN_OR_RETURN(o.token, antdt::TokenFromEnvironment());
+  }
   o.sharding = flags.Get("sharding");
   if (o.sharding.empty()) return o;
   if (o.dir.empty()) return absl::InvalidArgumentError("--sharding: needs --checkpoint-dir");
@@ -351,11 +385,6 @@ absl::StatusOr<CheckpointWriter::Options> CheckpointOptions(const antdt::ParsedF
   o.dataset = flags.Get("dataset");
   if (o.job.empty() || o.dataset.empty()) {
     return absl::InvalidArgumentError("--job, --dataset: required with --sharding");
-  }
-  if (flags.Has("token-file")) {
-    ASSIGN_OR_RETURN(o.token, antdt::ReadTokenFile(flags.Get("token-file"), "--token-file"));
-  } else {
-    ASSIGN_OR_RETURN(o.token, antdt::TokenFromEnvironment());
   }
   return o;
 }
@@ -368,7 +397,7 @@ absl::Status StartingState(antdt::trainer::ParameterShard& shard,
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<antdt::trainer::PsState> state;
   if (!take_over.empty()) {
-    state = TakeOver(take_over, self);
+    state = TakeOver(take_over, self, o.token);
     if (!state.ok()) {
       return absl::Status(state.status().code(), "--take-over " + take_over + ": " +
                                                      std::string(state.status().message()));
@@ -492,7 +521,8 @@ int main(int argc, char** argv) {
   if (!take_over.empty() || restore_step >= 0) shard.AwaitState();
   const char* env_speed = std::getenv("ANTDT_NODE_SPEED_FILE");
   NodeSpeed speed(flags->Get("speed-file", env_speed != nullptr ? env_speed : ""));
-  ParameterServerImpl service(shard, id, emulated_us, log_every, speed, checkpoints->dir);
+  ParameterServerImpl service(shard, id, emulated_us, log_every, speed, checkpoints->dir,
+                              checkpoints->token);
   auto serving = Serving::Start({listen, "", "", nullptr, {&service}});
   if (!serving.ok()) return Fail("--" + std::string(serving.status().message()));
   if (absl::Status s = StartingState(shard, *checkpoints, take_over, restore_step,

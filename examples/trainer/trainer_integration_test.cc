@@ -18,6 +18,7 @@
 #include "antdt/v1/sharding.grpc.pb.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "client/sharding_client.h"
+#include "common/credential.h"
 #include "common/testing/testing.h"
 #include "examples/demo/journal.h"
 #include "examples/trainer/ps_checkpoint.h"
@@ -161,6 +162,57 @@ TEST(TrainerIntegrationTest, TrainsAndCommitsEveryRecordOnceThroughAWorkerKill) 
   EXPECT_NE(Read(dir.File("ps.log")).find("event=stopped"), std::string::npos);
   service.Signal(SIGTERM);
   service.Wait(seconds(10));
+}
+
+// A server given the job's credential refuses every call without it
+// (UNAUTHENTICATED) or with another (PERMISSION_DENIED), changing nothing, and
+// logs the refusal without the token.
+TEST(ParameterServerAuthTest, RefusesCallsWithoutTheJobsCredential) {
+  TempDir dir;
+  const std::string token = "job-credential-7f3a";
+  std::ofstream(dir.File("token")) << token << "\n";
+  Process ps(
+      {BinPath("antdt-ps"), "--listen", "127.0.0.1:0", "--ready-file", dir.File("ps.ready"), "--id",
+       "ps-0", "--features", "4", "--workers", "1", "--token-file", dir.File("token")},
+      dir.File("ps.log"));
+  auto address = WaitForReadyFile(dir.File("ps.ready"), seconds(30));
+  ASSERT_TRUE(address) << Read(dir.File("ps.log"));
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+  v1::PushGradientRequest push;
+  push.set_worker_id("w0");
+  push.set_samples(1);
+  for (int i = 0; i < 4; ++i) push.add_gradient(1.0f);
+  v1::HandoffRequest handoff;
+  handoff.set_moved_to("127.0.0.1:9");
+  handoff.set_timeout_ms(1000);
+  for (const std::string& sent : {std::string(), std::string("another-job")}) {
+    const grpc::StatusCode want =
+        sent.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::PERMISSION_DENIED;
+    grpc::ClientContext c1, c2, c3;
+    AddCredential(c1, sent);
+    AddCredential(c2, sent);
+    AddCredential(c3, sent);
+    v1::PushGradientResponse pushed;
+    v1::ParameterServerState state;
+    v1::ParameterServerStats stats;
+    EXPECT_EQ(stub->PushGradient(&c1, push, &pushed).error_code(), want);
+    EXPECT_EQ(stub->Handoff(&c2, handoff, &state).error_code(), want);
+    EXPECT_EQ(stub->Stats(&c3, v1::StatsRequest(), &stats).error_code(), want);
+  }
+  // Nothing changed: the server is not moved and took no gradient.
+  grpc::ClientContext ok1, ok2;
+  AddCredential(ok1, token);
+  AddCredential(ok2, token);
+  v1::PushGradientResponse pushed;
+  ASSERT_TRUE(stub->PushGradient(&ok1, push, &pushed).ok());
+  EXPECT_TRUE(pushed.accepted());
+  v1::ParameterServerStats stats;
+  ASSERT_TRUE(stub->Stats(&ok2, v1::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.samples(), 1);
+  const std::string log = Read(dir.File("ps.log"));
+  EXPECT_NE(log.find("event=auth_refused"), std::string::npos) << log;
+  EXPECT_EQ(log.find(token), std::string::npos) << "the token was logged";
 }
 
 // A job of the demo trainer on 127.0.0.1: the sharding service, two

@@ -154,9 +154,12 @@ double ReadSpeed(const std::string& path, double fallback) {
 // again at the step it answered.
 class ParameterServers {
  public:
+  // Every call carries the job's credential `token` (none when empty).
   ParameterServers(const std::vector<std::string>& addresses, int64_t features,
-                   std::string worker_id)
-      : worker_id_(std::move(worker_id)), params_(static_cast<size_t>(features), 0.0f) {
+                   std::string worker_id, std::string token)
+      : worker_id_(std::move(worker_id)),
+        token_(std::move(token)),
+        params_(static_cast<size_t>(features), 0.0f) {
     const int count = static_cast<int>(addresses.size());
     for (int k = 0; k < count; ++k) {
       Server& ps = servers_.emplace_back();
@@ -173,6 +176,7 @@ class ParameterServers {
       v1::LeaveResponse resp;
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      AddCredential(ctx, token_);
       (void)ps.stub->Leave(&ctx, req, &resp);
     }
   }
@@ -281,6 +285,7 @@ class ParameterServers {
     for (int moves = 0;; ++moves) {
       std::string moved_to;
       absl::Status s = WithRetry([&](grpc::ClientContext* ctx) {
+        AddCredential(*ctx, token_);
         grpc::Status st = call(ctx);
         if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
           const auto& trailers = ctx->GetServerTrailingMetadata();
@@ -323,6 +328,7 @@ class ParameterServers {
   }
 
   const std::string worker_id_;
+  const std::string token_;
   std::vector<Server> servers_;
   std::vector<float> params_;  // slices are written by separate threads
   double mean_loss_ = 0;
@@ -605,7 +611,9 @@ int main(int argc, char** argv) {
 
   auto journal = demo::Journal::OpenAndResolve(config->journal, sharding);
   if (!journal.ok()) return Fail(std::string(journal.status().message()));
-  ParameterServers ps(config->ps_addresses, config->features, options.worker_id);
+  // The job's credential as the sharding client found it (flag or environment).
+  ParameterServers ps(config->ps_addresses, config->features, options.worker_id,
+                      sharding.options().token);
   if (auto s = ps.Pull(); !s.ok()) return Fail("pull: " + std::string(s.message()));
   LogEvent("worker_started", {{"worker", options.worker_id},
                               {"incarnation", options.incarnation},

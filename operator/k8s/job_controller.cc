@@ -248,7 +248,7 @@ class JobController::LoopBackend final : public control::Backend {
   }
 
   void LeaveParameterServers(const std::string& worker) override {
-    controller_->LeaveParameterServers(worker, *pods_);
+    controller_->LeaveParameterServers(worker, *pods_, rt_->token);
   }
 
   absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override {
@@ -675,6 +675,7 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(options_.rpc_timeout_ms));
+    AddCredential(ctx, rt.token);
     v1::ParameterServerStats stats;
     if (!stub->Stats(&ctx, v1::StatsRequest(), &stats).ok() || stats.generation() < 1) continue;
     if (rt.moves_announced[id] != incarnation) {
@@ -723,7 +724,7 @@ std::optional<controller::Plan> JobController::PlanIfDue(const Json& job, JobRun
 }
 
 void JobController::ForEachParameterServer(
-    const std::vector<Json>& pods,
+    const std::vector<Json>& pods, const std::string& token,
     const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call) {
   for (const Json& p : pods) {
     if (kube::Label(p, "antdt.io/role") != "ps" || PodIp(p).empty() || kube::Terminating(p))
@@ -734,6 +735,7 @@ void JobController::ForEachParameterServer(
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(options_.rpc_timeout_ms));
+    AddCredential(ctx, token);
     const grpc::Status s = call(*stub, ctx);
     if (!s.ok()) {
       LogEvent("operator", {{"event", "parameter_server_call_failed"},
@@ -744,14 +746,15 @@ void JobController::ForEachParameterServer(
   }
 }
 
-void JobController::LeaveParameterServers(const std::string& worker,
-                                          const std::vector<Json>& pods) {
-  ForEachParameterServer(pods, [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
-    v1::LeaveRequest req;
-    req.set_worker_id(worker);
-    v1::LeaveResponse resp;
-    return stub.Leave(&ctx, req, &resp);
-  });
+void JobController::LeaveParameterServers(const std::string& worker, const std::vector<Json>& pods,
+                                          const std::string& token) {
+  ForEachParameterServer(pods, token,
+                         [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
+                           v1::LeaveRequest req;
+                           req.set_worker_id(worker);
+                           v1::LeaveResponse resp;
+                           return stub.Leave(&ctx, req, &resp);
+                         });
 }
 
 void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w,
@@ -759,17 +762,18 @@ void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w
   const std::string key = kube::KeyOf(job);
   switch (w.kind) {
     case reconciler::Write::Kind::kLeaveParameterServers:
-      LeaveParameterServers(w.worker, pods);
+      LeaveParameterServers(w.worker, pods, rt == nullptr ? "" : rt->token);
       return;
     case reconciler::Write::Kind::kResizeParameterServers:
-      ForEachParameterServer(pods, [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
-        v1::ResizeRequest req;
-        req.set_workers(w.workers);
-        for (const std::string& id : w.removed) req.add_removed(id);
-        for (const std::string& id : w.added) req.add_added(id);
-        v1::ResizeResponse resp;
-        return stub.Resize(&ctx, req, &resp);
-      });
+      ForEachParameterServer(pods, rt == nullptr ? "" : rt->token,
+                             [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
+                               v1::ResizeRequest req;
+                               req.set_workers(w.workers);
+                               for (const std::string& id : w.removed) req.add_removed(id);
+                               for (const std::string& id : w.added) req.add_added(id);
+                               v1::ResizeResponse resp;
+                               return stub.Resize(&ctx, req, &resp);
+                             });
       break;
     case reconciler::Write::Kind::kAdjustBatch: {
       std::string incarnation;

@@ -119,15 +119,17 @@ class JobController {
   // agent), best effort: logged when it fails (a lease expires by itself).
   void ApplyServerWrite(const kube::Json& job, const reconciler::Write& w,
                         const std::vector<kube::Json>& pods, JobRuntime* rt);
-  // Calls each running parameter server of `pods` (a deadline set); logs failures.
+  // Calls each running parameter server of `pods` (a deadline set, the job's
+  // credential `token` added); logs failures.
   void ForEachParameterServer(
-      const std::vector<kube::Json>& pods,
+      const std::vector<kube::Json>& pods, const std::string& token,
       const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call);
   // A Warning Event naming the pods and Services with the job's labels and no
   // controller, each time that set changes.
   void ReportOrphans(const kube::Json& job, const std::vector<kube::Json>& pods,
                      const std::vector<kube::Json>& services, JobRuntime* rt);
-  void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods);
+  void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods,
+                             const std::string& token);
 
   kube::Api* const api_;
   monitor::MonitorServiceImpl* const monitor_;

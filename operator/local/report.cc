@@ -128,6 +128,7 @@ std::string TimeSaved(const RunResult& r) {
 // What the Monitor saw of one worker that was ever slow, by BPT or per sample.
 struct StragglerSummary {
   std::string worker;
+  bool server = false;  // a parameter server: scored by the workers' wait on it
   double from_seconds = -1, to_seconds = -1;  // first and last view in which it was slow
   v1::StragglerClass klass = v1::HEALTHY;     // the last slow view's, per sample when known
   double max_sample_score = 0;
@@ -140,13 +141,14 @@ std::vector<StragglerSummary> Stragglers(const RunResult& r) {
   std::map<std::string, StragglerSummary> by_worker;
   std::map<std::string, double> last_compensated;  // worker -> time of its last compensated view
   for (const ThroughputPoint& p : r.timeline) {
-    if (p.role != "worker") continue;
+    if (p.role != "worker" && p.role != "ps") continue;
     if (!vocab::IsStraggler(p.klass) && !p.compensated && !vocab::IsStraggler(p.speed_class)) {
       last_compensated.erase(p.worker);
       continue;
     }
     StragglerSummary& s = by_worker[p.worker];
     s.worker = p.worker;
+    s.server = p.role == "ps";
     if (s.from_seconds < 0) s.from_seconds = p.at_seconds;
     s.to_seconds = p.at_seconds;
     s.klass = vocab::IsStraggler(p.speed_class) ? p.speed_class : p.klass;
@@ -185,7 +187,9 @@ std::string MainCause(const StragglerSummary& s) {
 std::string StragglerLine(const StragglerSummary& s) {
   std::string out = absl::StrFormat("%s %s from %.1f s to %.1f s", s.worker,
                                     v1::StragglerClass_Name(s.klass), s.from_seconds, s.to_seconds);
-  if (s.max_sample_score > 0) {
+  if (s.server) {
+    absl::StrAppendFormat(&out, ": parameter server, step time score up to %.2f", s.max_score);
+  } else if (s.max_sample_score > 0) {
     absl::StrAppendFormat(&out, ": up to %.2fx slower per sample (batch time score up to %.2f)",
                           s.max_sample_score, s.max_score);
   } else {

@@ -103,6 +103,11 @@ TEST(ReportText, ShowsEachStragglerWithItsPerSampleSpeedAndCompensation) {
   EXPECT_THAT(Read(dir.File("report.json")),
               HasSubstr("\"sample_score\": 3.050, \"speed_class\": \"transient\", "
                         "\"compensated\": true}"));
+  // A slow parameter server is listed too, by the workers' wait on it.
+  r.timeline.push_back({8, "ps-1", 0, 2.02, v1::PERSISTENT, v1::CAUSE_UNSPECIFIED, "ps"});
+  EXPECT_THAT(ReportText(r), HasSubstr("stragglers: 2, as the Monitor saw them:\n"));
+  EXPECT_THAT(ReportText(r), HasSubstr("\n  ps-1 PERSISTENT from 8.0 s to 8.0 s: parameter "
+                                       "server, step time score up to 2.02\n"));
   r.timeline.clear();
   EXPECT_THAT(ReportText(r), HasSubstr("stragglers: 0\n"));
 }

@@ -425,6 +425,7 @@ void Runner::LeaveParameterServers(const std::string& worker) {
         grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    AddCredential(ctx, token_);
     v1::LeaveRequest req;
     req.set_worker_id(worker);
     v1::LeaveResponse resp;
@@ -684,6 +685,7 @@ void Runner::CollectLoss() {
         grpc::CreateChannel(servers_->address(0), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    AddCredential(ctx, token_);
     v1::StatsRequest req;
     v1::ParameterServerStats stats;
     if (stub->Stats(&ctx, req, &stats).ok()) {

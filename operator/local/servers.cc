@@ -24,9 +24,11 @@ std::unique_ptr<v1::ParameterServer::Stub> PsStub(const std::string& address) {
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 }
 
-absl::StatusOr<v1::ParameterServerStats> PsStats(const std::string& address) {
+absl::StatusOr<v1::ParameterServerStats> PsStats(const std::string& address,
+                                                 const std::string& token) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  AddCredential(ctx, token);
   v1::ParameterServerStats stats;
   RETURN_IF_ERROR(FromGrpcStatus(PsStub(address)->Stats(&ctx, v1::StatsRequest(), &stats)));
   return stats;
@@ -88,12 +90,14 @@ std::vector<std::string> ServerSet::Argv(size_t k, const std::string& node) cons
   if (const std::string speed = node.empty() ? "" : o_.speed_file(node); !speed.empty()) {
     argv.insert(argv.end(), {"--speed-file", speed});
   }
+  // The run's credential: every call to a server carries it.
+  if (!o_.token_file.empty()) argv.insert(argv.end(), {"--token-file", o_.token_file});
   if (!o_.checkpoint_dir.empty()) {
     argv.insert(argv.end(), {"--checkpoint-dir", o_.checkpoint_dir, "--checkpoint-every-steps",
                              std::to_string(o_.checkpoint_every_steps)});
     if (k == 0) {
-      argv.insert(argv.end(), {"--sharding", o_.sharding, "--job", o_.job, "--dataset", o_.dataset,
-                               "--token-file", o_.token_file});
+      argv.insert(argv.end(),
+                  {"--sharding", o_.sharding, "--job", o_.job, "--dataset", o_.dataset});
     }
   }
   return argv;
@@ -154,7 +158,7 @@ absl::StatusOr<ServerSet::MoveResult> ServerSet::Move(const std::string& id,
                        next.status().message(), "): restoring it from its last checkpoint"));
     return Restore(k, to_node, now_ms);
   }
-  absl::StatusOr<v1::ParameterServerStats> stats = PsStats(next->address);
+  absl::StatusOr<v1::ParameterServerStats> stats = PsStats(next->address, o_.token);
   MoveResult r;
   r.address = next->address;
   r.live = true;
@@ -198,6 +202,7 @@ absl::StatusOr<ServerSet::MoveResult> ServerSet::Restore(size_t k, const std::st
     if (j == k) continue;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    AddCredential(ctx, o_.token);
     v1::RestoreCheckpointRequest req;
     req.set_step(*step);
     v1::ParameterServerState state;
@@ -239,7 +244,8 @@ absl::StatusOr<ServerSet::MoveResult> ServerSet::Restore(size_t k, const std::st
 
 absl::StatusOr<std::vector<ServerSet::MoveResult>> ServerSet::Poll(int64_t now_ms) {
   for (auto it = retiring_.begin(); it != retiring_.end();) {
-    absl::StatusOr<v1::ParameterServerStats> stats = PsStats(servers_[it->k].server.address);
+    absl::StatusOr<v1::ParameterServerStats> stats =
+        PsStats(servers_[it->k].server.address, o_.token);
     if ((stats.ok() && stats->step() > it->step) ||
         std::chrono::steady_clock::now() > it->give_up) {
       Stop(it->server);

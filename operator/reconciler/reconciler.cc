@@ -766,7 +766,9 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   } else if (!checkpoints.empty()) {
     args.insert(args.end(), {"--restore-step", "latest"});
   }
-  if (k == 0 && !checkpoints.empty() && s.job_credentials) env.push_back(TokenEnv(spec));
+  // The job's credential: every call to the server must carry it (and the
+  // server sends it to the sharding service and the server it takes over).
+  if (s.job_credentials) env.push_back(TokenEnv(spec));
   Json pod = {
       {"apiVersion", "v1"},
       {"kind", "Pod"},
