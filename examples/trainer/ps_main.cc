@@ -389,6 +389,37 @@ absl::StatusOr<CheckpointWriter::Options> CheckpointOptions(const antdt::ParsedF
   return o;
 }
 
+// Checkpoints' interval and where a server starts from, from its flags.
+struct StartFlags {
+  int64_t every = 0;          // --checkpoint-every-steps
+  int64_t restore_step = -1;  // -1: none (or latest with no checkpoint yet)
+  std::string take_over;
+};
+
+absl::StatusOr<StartFlags> ParseStartFlags(const antdt::ParsedFlags& flags,
+                                           const std::string& checkpoint_dir,
+                                           const std::string& id) {
+  StartFlags f;
+  if (!absl::SimpleAtoi(flags.Get("checkpoint-every-steps", "0"), &f.every) || f.every < 0) {
+    return absl::InvalidArgumentError("--checkpoint-every-steps: must be an integer >= 0");
+  }
+  const bool latest = flags.Get("restore-step") == "latest";
+  if (flags.Has("restore-step") && !latest &&
+      (!absl::SimpleAtoi(flags.Get("restore-step"), &f.restore_step) || f.restore_step < 0)) {
+    return absl::InvalidArgumentError("--restore-step: must be an integer >= 0 or latest");
+  }
+  if (flags.Has("restore-step") && checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("--restore-step: needs --checkpoint-dir");
+  }
+  if (latest) {
+    const std::vector<int64_t> steps = antdt::trainer::CheckpointSteps(checkpoint_dir, id);
+    if (!steps.empty()) f.restore_step = steps.back();
+  }
+  f.take_over = flags.Get("take-over");
+  if (!f.take_over.empty()) RETURN_IF_ERROR(antdt::ValidateHostPort(f.take_over, "--take-over"));
+  return f;
+}
+
 // The state a server starts from: the server it takes over, or its own
 // checkpoint of a step; nothing for a fresh server.
 absl::Status StartingState(antdt::trainer::ParameterShard& shard,
@@ -490,28 +521,10 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<CheckpointWriter::Options> checkpoints = CheckpointOptions(*flags, id);
   if (!checkpoints.ok()) return Fail(std::string(checkpoints.status().message()));
-  int64_t every = 0, restore_step = -1;
-  if (!absl::SimpleAtoi(flags->Get("checkpoint-every-steps", "0"), &every) || every < 0) {
-    return Fail("--checkpoint-every-steps: must be an integer >= 0");
-  }
-  const bool latest = flags->Get("restore-step") == "latest";
-  if (flags->Has("restore-step") && !latest &&
-      (!absl::SimpleAtoi(flags->Get("restore-step"), &restore_step) || restore_step < 0)) {
-    return Fail("--restore-step: must be an integer >= 0 or latest");
-  }
-  if (flags->Has("restore-step") && checkpoints->dir.empty()) {
-    return Fail("--restore-step: needs --checkpoint-dir");
-  }
-  if (latest) {
-    const std::vector<int64_t> steps = trainer::CheckpointSteps(checkpoints->dir, id);
-    if (!steps.empty()) restore_step = steps.back();
-  }
-  const std::string take_over = flags->Get("take-over");
-  if (!take_over.empty()) {
-    if (auto s = ValidateHostPort(take_over, "--take-over"); !s.ok()) {
-      return Fail(std::string(s.message()));
-    }
-  }
+  absl::StatusOr<StartFlags> start = ParseStartFlags(*flags, checkpoints->dir, id);
+  if (!start.ok()) return Fail(std::string(start.status().message()));
+  const int64_t every = start->every, restore_step = start->restore_step;
+  const std::string& take_over = start->take_over;
 
   trainer::ParameterShard shard(*valid);
   CheckpointWriter writer(*checkpoints);
