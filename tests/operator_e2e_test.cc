@@ -470,6 +470,14 @@ class Cluster {
   std::unique_ptr<kube::Client> api_;
 };
 
+// antdt-nd with a 4 s cool-down, restarts that save 0.2x their cost, and
+// 1 s Monitor windows: a short test job sees its stragglers acted on.
+void UseNdPolicyWithShortWindows(Json& spec) {
+  spec["spec"]["stragglerPolicy"] = {
+      {"name", "antdt-nd"}, {"cooldown", "4s"}, {"minSavingRatio", 0.2}};
+  spec["spec"]["monitor"] = {{"window", "1s"}};
+}
+
 bool Finished(const Json& job) {
   return Condition(job, "Succeeded") == "True" || Condition(job, "Failed") == "True";
 }
@@ -668,9 +676,7 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   const int64_t records = 16000;
   // Pod Security "restricted" forbids a hostPath: the sharding state stays in its pod.
   Json spec = cluster.ExampleJob("chart", records, 4, /*shared_volume=*/false);
-  spec["spec"]["stragglerPolicy"] = {
-      {"name", "antdt-nd"}, {"cooldown", "4s"}, {"minSavingRatio", 0.2}};
-  spec["spec"]["monitor"] = {{"window", "1s"}};
+  UseNdPolicyWithShortWindows(spec);
   spec["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 3}};  // then the operator deletes it
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
   std::string victim;
@@ -1162,9 +1168,7 @@ TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {
   ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor));
   const int64_t records = 24000;
   Json spec = cluster.ExampleJob("slow", records, 4);
-  spec["spec"]["stragglerPolicy"] = {
-      {"name", "antdt-nd"}, {"cooldown", "4s"}, {"minSavingRatio", 0.2}};
-  spec["spec"]["monitor"] = {{"window", "1s"}};
+  UseNdPolicyWithShortWindows(spec);
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
 
   // Once the job runs, the node of worker-1 turns 4x slower.
@@ -1267,9 +1271,7 @@ TEST(OperatorE2E, SlowParameterServerPodIsMovedToAnotherNodeWhileTheJobTrains) {
       {"containers": [{"name": "ps", "env": [{"name": "ANTDT_SERVER_US_PER_STEP",
                                               "value": "20000"}]}]}}})");
   spec["spec"]["checkpoint"]["everySteps"] = 20;
-  spec["spec"]["stragglerPolicy"] = {
-      {"name", "antdt-nd"}, {"cooldown", "4s"}, {"minSavingRatio", 0.2}};
-  spec["spec"]["monitor"] = {{"window", "1s"}};
+  UseNdPolicyWithShortWindows(spec);
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
 
   // Once the job trains, the node of ps-1 turns 3x slower (after the

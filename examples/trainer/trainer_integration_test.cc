@@ -50,6 +50,57 @@ int CountLines(const std::string& path, const std::string& prefix) {
   return n;
 }
 
+// Job ctr's dataset train: kRecords records in shards of 100, shuffled.
+v1::DatasetSpec CtrDataset() {
+  v1::DatasetSpec spec;
+  spec.set_job("ctr");
+  spec.set_name("train");
+  spec.set_record_count(kRecords);
+  spec.set_shard_size(100);
+  spec.set_epochs(1);
+  spec.set_shuffle(true);
+  spec.set_seed(3);
+  return spec;
+}
+
+// The test's own client of job ctr's dataset at the sharding service `address`.
+client::ShardingClient CtrAdmin(const std::string& address) {
+  client::ShardingClientOptions o;
+  o.job = "ctr";
+  o.dataset = "train";
+  o.worker_id = "test";
+  return client::ShardingClient(client::CreateShardingChannel(address), o);
+}
+
+// The demo trainer's worker `w` (incarnation `incarnation`) on job ctr's
+// dataset train, 16 features over the servers `ps` (comma-separated).
+std::vector<std::string> WorkerArgv(const std::string& sharding, const std::string& ps, int w,
+                                    int incarnation, const std::string& journal) {
+  return {BinPath("antdt-trainer-worker"),
+          "--sharding",
+          sharding,
+          "--job",
+          "ctr",
+          "--dataset",
+          "train",
+          "--ps",
+          ps,
+          "--features",
+          "16",
+          "--local-batch",
+          "50",
+          "--device-us-per-sample",
+          "1000",
+          "--log-every-steps",
+          "5",
+          "--worker-id",
+          "worker-" + std::to_string(w),
+          "--incarnation",
+          std::to_string(incarnation),
+          "--journal",
+          journal};
+}
+
 // Steps every server of the test has a checkpoint of.
 std::optional<int64_t> LatestCommon(const std::string& dir) {
   return trainer::LatestCommonCheckpoint(dir, {"ps-0", "ps-1"});
@@ -65,20 +116,8 @@ TEST(TrainerIntegrationTest, TrainsAndCommitsEveryRecordOnceThroughAWorkerKill) 
                   dir.File("service.log"));
   auto sharding = WaitForReadyFile(dir.File("service.ready"), seconds(30));
   ASSERT_TRUE(sharding) << Read(dir.File("service.log"));
-  client::ShardingClientOptions admin_options;
-  admin_options.job = "ctr";
-  admin_options.dataset = "train";
-  admin_options.worker_id = "test";
-  client::ShardingClient admin(client::CreateShardingChannel(*sharding), admin_options);
-  v1::DatasetSpec spec;
-  spec.set_job("ctr");
-  spec.set_name("train");
-  spec.set_record_count(kRecords);
-  spec.set_shard_size(100);
-  spec.set_epochs(1);
-  spec.set_shuffle(true);
-  spec.set_seed(3);
-  ASSERT_TRUE(admin.CreateDataset(spec).ok());
+  client::ShardingClient admin = CtrAdmin(*sharding);
+  ASSERT_TRUE(admin.CreateDataset(CtrDataset()).ok());
 
   Process ps({BinPath("antdt-ps"), "--listen", "127.0.0.1:0", "--ready-file", dir.File("ps.ready"),
               "--id", "ps-0", "--features", "16", "--workers", std::to_string(kWorkers),
@@ -90,29 +129,8 @@ TEST(TrainerIntegrationTest, TrainsAndCommitsEveryRecordOnceThroughAWorkerKill) 
   auto journal = [&](int w) { return dir.File("worker-" + std::to_string(w) + ".journal"); };
   auto log = [&](int w) { return dir.File("worker-" + std::to_string(w) + ".log"); };
   auto start = [&](int w, int incarnation) {
-    const std::vector<std::string> argv = {BinPath("antdt-trainer-worker"),
-                                           "--sharding",
-                                           *sharding,
-                                           "--job",
-                                           "ctr",
-                                           "--dataset",
-                                           "train",
-                                           "--ps",
-                                           *ps_address,
-                                           "--features",
-                                           "16",
-                                           "--local-batch",
-                                           "50",
-                                           "--device-us-per-sample",
-                                           "1000",
-                                           "--log-every-steps",
-                                           "5",
-                                           "--worker-id",
-                                           "worker-" + std::to_string(w),
-                                           "--incarnation",
-                                           std::to_string(incarnation),
-                                           "--journal",
-                                           journal(w)};
+    const std::vector<std::string> argv =
+        WorkerArgv(*sharding, *ps_address, w, incarnation, journal(w));
     return std::make_unique<Process>(argv, log(w));
   };
   std::vector<std::unique_ptr<Process>> workers;
@@ -229,20 +247,8 @@ class ServerMoveTest : public ::testing::Test {
     auto sharding = WaitForReadyFile(dir_.File("service.ready"), seconds(30));
     ASSERT_TRUE(sharding) << Read(dir_.File("service.log"));
     sharding_ = *sharding;
-    client::ShardingClientOptions o;
-    o.job = "ctr";
-    o.dataset = "train";
-    o.worker_id = "test";
-    admin_ = std::make_unique<client::ShardingClient>(client::CreateShardingChannel(sharding_), o);
-    v1::DatasetSpec spec;
-    spec.set_job("ctr");
-    spec.set_name("train");
-    spec.set_record_count(kRecords);
-    spec.set_shard_size(100);
-    spec.set_epochs(1);
-    spec.set_shuffle(true);
-    spec.set_seed(3);
-    ASSERT_TRUE(admin_->CreateDataset(spec).ok());
+    admin_ = std::make_unique<client::ShardingClient>(CtrAdmin(sharding_));
+    ASSERT_TRUE(admin_->CreateDataset(CtrDataset()).ok());
     for (int k = 0; k < 2; ++k) {
       std::vector<std::string> extra;
       if (k == 0) extra = {"--sharding", sharding_, "--job", "ctr", "--dataset", "train"};
@@ -250,29 +256,8 @@ class ServerMoveTest : public ::testing::Test {
       ASSERT_TRUE(ps_.back().proc) << Read(dir_.File("ps-" + std::to_string(k) + ".log"));
     }
     for (int w = 0; w < kWorkers; ++w) {
-      workers_.push_back(
-          std::make_unique<Process>(std::vector<std::string>{BinPath("antdt-trainer-worker"),
-                                                             "--sharding",
-                                                             sharding_,
-                                                             "--job",
-                                                             "ctr",
-                                                             "--dataset",
-                                                             "train",
-                                                             "--ps",
-                                                             ps_[0].address + "," + ps_[1].address,
-                                                             "--features",
-                                                             "16",
-                                                             "--local-batch",
-                                                             "50",
-                                                             "--device-us-per-sample",
-                                                             "1000",
-                                                             "--log-every-steps",
-                                                             "5",
-                                                             "--worker-id",
-                                                             "worker-" + std::to_string(w),
-                                                             "--journal",
-                                                             Journal(w)},
-                                    Log(w)));
+      workers_.push_back(std::make_unique<Process>(
+          WorkerArgv(sharding_, ps_[0].address + "," + ps_[1].address, w, 0, Journal(w)), Log(w)));
     }
   }
 
