@@ -62,7 +62,8 @@ constexpr const char* kUsage = R"(usage: antdt-ps --features N --workers N [flag
                                                      [$ANTDT_TOKEN(_FILE)]
   --take-over HOST:PORT       start from the state of the server there,
                               taken at a step boundary; it then sends its
-                              pushes here
+                              pushes here. When it cannot: --restore-step's
+                              checkpoint if given, else exit 1
   --restore-step N|latest     start from this server's checkpoint of step N,
                               or its newest one (latest: none is a fresh start,
                               for a container restarted in place)
@@ -420,33 +421,43 @@ absl::StatusOr<StartFlags> ParseStartFlags(const antdt::ParsedFlags& flags,
   return f;
 }
 
-// The state a server starts from: the server it takes over, or its own
-// checkpoint of a step; nothing for a fresh server.
+// The state a server starts from: the server it takes over (when it cannot,
+// its own checkpoint of `restore_step`, if one is given), or its own
+// checkpoint of `restore_step`; nothing for a fresh server.
 absl::Status StartingState(antdt::trainer::ParameterShard& shard,
                            const CheckpointWriter::Options& o, const std::string& take_over,
                            int64_t restore_step, const std::string& self) {
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<antdt::trainer::PsState> state;
+  std::string from = "checkpoint";
   if (!take_over.empty()) {
     state = TakeOver(take_over, self, o.token);
-    if (!state.ok()) {
+    if (state.ok()) {
+      from = take_over;
+    } else if (restore_step < 0) {
       return absl::Status(state.status().code(), "--take-over " + take_over + ": " +
                                                      std::string(state.status().message()));
+    } else {
+      antdt::LogEvent("take_over_failed", {{"ps", o.id},
+                                           {"from", take_over},
+                                           {"error", std::string(state.status().message())},
+                                           {"restore_step", restore_step}});
     }
-  } else if (restore_step >= 0) {
+  }
+  if (!state.ok() && restore_step >= 0) {
     state = antdt::trainer::ReadCheckpoint(o.dir, o.id, restore_step);
-    if (!state.ok())
+    if (!state.ok()) {
       return absl::Status(state.status().code(),
                           "--restore-step: " + std::string(state.status().message()));
-  } else {
-    return absl::OkStatus();
+    }
   }
+  if (!state.ok()) return absl::OkStatus();  // a fresh server
   RETURN_IF_ERROR(shard.Load(*state));
   antdt::LogEvent(
       "restored",
       {{"ps", o.id},
        {"step", state->step},
-       {"from", take_over.empty() ? "checkpoint" : take_over},
+       {"from", from},
        {"ms",
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}});
   return absl::OkStatus();

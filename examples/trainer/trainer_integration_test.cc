@@ -233,6 +233,55 @@ TEST(ParameterServerAuthTest, RefusesCallsWithoutTheJobsCredential) {
   EXPECT_EQ(log.find(token), std::string::npos) << "the token was logged";
 }
 
+// A server told to take over one that no longer answers starts from its own
+// newest checkpoint when it may (--restore-step latest), and fails saying so
+// when it may not.
+TEST(ParameterServerStartTest, ATakeOverThatCannotHappenFallsBackToTheNewestCheckpoint) {
+  TempDir dir;
+  trainer::PsState state;
+  state.step = 40;
+  state.parameters = {0.5f, -0.5f};
+  state.samples = 1234;
+  ASSERT_TRUE(trainer::WriteCheckpoint(dir.File("ckpt"), "ps-0", state, 3).ok());
+  auto start = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {BinPath("antdt-ps"),
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--ready-file",
+                                     dir.File(name),
+                                     "--features",
+                                     "2",
+                                     "--workers",
+                                     "1",
+                                     "--checkpoint-dir",
+                                     dir.File("ckpt"),
+                                     "--take-over",
+                                     "127.0.0.1:1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Process>(argv, dir.File(name + ".log"));
+  };
+  auto strict = start("strict", {});
+  auto status = strict->Wait(seconds(90));
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0);
+  EXPECT_NE(Read(dir.File("strict.log")).find("--take-over 127.0.0.1:1"), std::string::npos)
+      << Read(dir.File("strict.log"));
+
+  auto fallback = start("fallback", {"--restore-step", "latest"});
+  auto address = WaitForReadyFile(dir.File("fallback"), seconds(90));
+  ASSERT_TRUE(address) << Read(dir.File("fallback.log"));
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::ParameterServerStats stats;
+  ASSERT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.step(), 40);
+  EXPECT_EQ(stats.samples(), 1234);
+  const std::string log = Read(dir.File("fallback.log"));
+  EXPECT_NE(log.find("event=take_over_failed"), std::string::npos) << log;
+  EXPECT_NE(log.find("event=restored ps=ps-0 step=40 from=checkpoint"), std::string::npos) << log;
+}
+
 // A job of the demo trainer on 127.0.0.1: the sharding service, two
 // parameter servers (ps-0 also checkpoints the sharding service) checkpointing
 // every 5 steps, three workers.

@@ -763,9 +763,10 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   if (!take_over.empty()) {
     args.insert(args.end(),
                 {"--take-over", take_over, "--advertise", absl::StrCat("$(POD_IP):", s.ps_port)});
-  } else if (!checkpoints.empty()) {
-    args.insert(args.end(), {"--restore-step", "latest"});
   }
+  // A container restarted in place, or a move whose old server is gone before
+  // it handed over: the server's own newest checkpoint.
+  if (!checkpoints.empty()) args.insert(args.end(), {"--restore-step", "latest"});
   // The job's credential: every call to the server must carry it (and the
   // server sends it to the sharding service and the server it takes over).
   if (s.job_credentials) env.push_back(TokenEnv(spec));
