@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/credential.h"
@@ -59,8 +60,7 @@ absl::Status StepReporter::Flush() {
   v1::ReportStepRequest req;
   for (v1::StepReport& s : buffer_) *req.add_steps() = std::move(s);
   buffer_.clear();
-  req.set_applied_directive_version(pending_ ? std::max(applied_version_, pending_->version())
-                                             : applied_version_);
+  req.set_applied_directive_version(NewestKnown());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(options_.timeout_ms));
@@ -73,17 +73,29 @@ absl::Status StepReporter::Flush() {
     return status;
   }
   for (const v1::Directive& d : resp.directives()) {
-    const int64_t known = pending_ ? pending_->version() : applied_version_;
-    if (d.version() > known) pending_ = d;
+    if (d.version() <= applied_version_) continue;
+    auto it = pending_.find(static_cast<int>(d.action_case()));
+    if (it == pending_.end() || d.version() > it->second.version()) {
+      pending_[static_cast<int>(d.action_case())] = d;
+    }
   }
   return absl::OkStatus();
 }
 
+int64_t StepReporter::NewestKnown() const {
+  int64_t known = applied_version_;
+  for (const auto& [kind, d] : pending_) known = std::max(known, d.version());
+  return known;
+}
+
 std::optional<v1::Directive> StepReporter::TakeDirective() {
-  if (!pending_) return std::nullopt;
-  std::optional<v1::Directive> out = std::move(pending_);
-  pending_.reset();
-  applied_version_ = out->version();
+  if (pending_.empty()) return std::nullopt;
+  auto oldest = std::min_element(
+      pending_.begin(), pending_.end(),
+      [](const auto& a, const auto& b) { return a.second.version() < b.second.version(); });
+  v1::Directive out = std::move(oldest->second);
+  pending_.erase(oldest);
+  applied_version_ = std::max(applied_version_, out.version());
   return out;
 }
 

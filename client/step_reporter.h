@@ -64,7 +64,9 @@ class StepReporter {
   absl::Status Report(const StepTiming& timing);
   // Sends what is buffered now (e.g. before the worker exits).
   absl::Status Flush();
-  // The newest directive not yet taken, if any; taking it marks it applied.
+  // A directive not yet taken, if any, the oldest first (the newest of each
+  // kind is kept: a batch change and a parameter server's move both arrive);
+  // taking it marks it applied.
   std::optional<v1::Directive> TakeDirective();
 
   ~StepReporter();
@@ -76,7 +78,10 @@ class StepReporter {
   StepReporterOptions options_;
   std::unique_ptr<v1::Agent::Stub> stub_;
   int64_t applied_version_ = 0;
-  std::optional<v1::Directive> pending_;
+  // Not taken yet: the newest of each kind (Directive::action_case), taken
+  // oldest first.
+  std::map<int, v1::Directive> pending_;
+  int64_t NewestKnown() const;
   int64_t failures_ = 0;
   int64_t dropped_ = 0;
   std::vector<v1::StepReport> buffer_;

@@ -53,6 +53,35 @@ TEST(DirectiveTable, HandsOutOnlyNewerVersions) {
   EXPECT_TRUE(table.Newer("", "j", "other", 0).empty());
 }
 
+// A parameter server's move does not hide a batch change sent before it (nor
+// the other way round): the newest of each kind, oldest first.
+TEST(DirectiveTable, KeepsTheNewestOfEachKind) {
+  DirectiveTable table;
+  v1::Directive adjust;
+  adjust.set_job("j");
+  adjust.set_worker_id("w");
+  adjust.set_version(3);
+  adjust.mutable_adjust_batch()->set_local_batch_size(40);
+  table.Put(adjust);
+  v1::Directive move = adjust;
+  move.set_version(4);
+  move.mutable_move_parameter_server()->set_ps_id("ps-1");
+  move.mutable_move_parameter_server()->set_address("127.0.0.1:7");
+  table.Put(move);
+  std::vector<v1::Directive> got = table.Newer("", "j", "w", 0);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].has_adjust_batch());
+  EXPECT_TRUE(got[1].has_move_parameter_server());
+  ASSERT_EQ(table.Newer("", "j", "w", 3).size(), 1u);
+  EXPECT_TRUE(table.Newer("", "j", "w", 3)[0].has_move_parameter_server());
+  adjust.set_version(5);  // a newer batch change replaces the older one only
+  table.Put(adjust);
+  got = table.Newer("", "j", "w", 0);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].version(), 4);
+  EXPECT_EQ(got[1].version(), 5);
+}
+
 // Jobs are namespace/name: the same job and worker names in two namespaces
 // get their own directives; a worker that names no namespace gets its job's.
 TEST(DirectiveTable, KeepsNamespacesApart) {

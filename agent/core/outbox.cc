@@ -1,5 +1,6 @@
 #include "agent/core/outbox.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/job_key.h"
@@ -63,7 +64,8 @@ int64_t Outbox::dropped_step_reports() const {
 
 void DirectiveTable::Put(const v1::Directive& directive) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = latest_[{JobKey(directive.namespace_(), directive.job()), directive.worker_id()}];
+  auto& slot = latest_[{JobKey(directive.namespace_(), directive.job()), directive.worker_id(),
+                        static_cast<int>(directive.action_case())}];
   if (directive.version() > slot.version()) slot = directive;
 }
 
@@ -71,20 +73,23 @@ std::vector<v1::Directive> DirectiveTable::Newer(const std::string& ns, const st
                                                  const std::string& worker,
                                                  int64_t applied_version) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const v1::Directive* found = nullptr;
-  if (auto it = latest_.find({JobKey(ns, job), worker}); it != latest_.end()) {
-    found = &it->second;
-  } else if (ns.empty()) {
-    // A worker that reports no namespace (an older SDK): its job's directive
-    // whatever the namespace it was sent for.
-    for (const auto& [key, d] : latest_) {
-      if (key.second == worker && d.job() == job && (!found || d.version() > found->version())) {
-        found = &d;
-      }
-    }
+  // The newest of each kind, for the worker's job in its namespace; for a
+  // worker that reports no namespace (an older SDK), in any namespace.
+  std::map<int, const v1::Directive*> found;
+  const std::string key = JobKey(ns, job);
+  for (const auto& [k, d] : latest_) {
+    const auto& [job_key, id, kind] = k;
+    if (id != worker || d.version() <= applied_version) continue;
+    if (job_key != key && !(ns.empty() && d.job() == job)) continue;
+    const v1::Directive*& slot = found[kind];
+    if (slot == nullptr || d.version() > slot->version()) slot = &d;
   }
-  if (found == nullptr || found->version() <= applied_version) return {};
-  return {*found};
+  std::vector<v1::Directive> out;
+  for (const auto& [kind, d] : found) out.push_back(*d);
+  std::sort(out.begin(), out.end(), [](const v1::Directive& a, const v1::Directive& b) {
+    return a.version() < b.version();
+  });
+  return out;
 }
 
 }  // namespace antdt::agent

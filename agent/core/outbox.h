@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "antdt/v1/monitor.pb.h"
@@ -42,21 +43,24 @@ class Outbox {
   bool closed_ = false;
 };
 
-// The newest directives per worker, as received from the Monitor; the SDK
-// picks them up with its next step report. Thread-safe.
+// The newest directive of each kind (a batch change, a parameter server's
+// move) per worker, as received from the Monitor; the SDK picks them up with
+// its next step report, so a move never hides a batch change sent before it.
+// Thread-safe.
 class DirectiveTable {
  public:
   void Put(const v1::Directive& directive);
-  // Directives are kept per job (JobKey(namespace, job)) and worker.
-  // The directive of `worker` of job `job` in namespace `ns` when newer than
-  // `applied_version`; for `ns` "" (a worker that reports no namespace), that
-  // job's in any namespace.
+  // Directives are kept per job (JobKey(namespace, job)), worker and kind.
+  // The directives of `worker` of job `job` in namespace `ns` newer than
+  // `applied_version`, oldest first; for `ns` "" (a worker that reports no
+  // namespace), that job's in any namespace.
   std::vector<v1::Directive> Newer(const std::string& ns, const std::string& job,
                                    const std::string& worker, int64_t applied_version) const;
 
  private:
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, v1::Directive> latest_;
+  // (job key, worker, Directive::action_case) -> the newest.
+  std::map<std::tuple<std::string, std::string, int>, v1::Directive> latest_;
 };
 
 }  // namespace antdt::agent

@@ -364,21 +364,18 @@ void Runner::PointWorkersAt(const std::string& ps_id, const std::string& address
 absl::Status Runner::PollParameterServers() {
   ASSIGN_OR_RETURN(std::vector<ServerSet::MoveResult> restored, servers_->Poll(clock_.NowMillis()));
   for (const ServerSet::MoveResult& r : restored) {
-    for (const controller::WorkerState& m : servers_->Members()) {
-      if (servers_->address(static_cast<size_t>(std::stoi(m.id.substr(3)))) != r.address) continue;
-      ActionRecord rec;
-      rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
-      rec.action = vocab::ActionKind::kKillRestart;
-      rec.worker = m.id;
-      rec.rule = "ps-restore";
-      rec.description = absl::StrFormat("restored_step=%d seconds=%.2f", r.step, r.seconds);
-      rec.reason = absl::StrFormat(
-          "%s exited: restored from the checkpoint of step %d, every server and the data "
-          "position back to it",
-          m.id, r.step);
-      Event(ActionLine(rec));
-      result_.actions.push_back(rec);
-    }
+    ActionRecord rec;
+    rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
+    rec.action = vocab::ActionKind::kKillRestart;
+    rec.worker = r.id;
+    rec.rule = "ps-restore";
+    rec.description = absl::StrFormat("restored_step=%d seconds=%.2f", r.step, r.seconds);
+    rec.reason = absl::StrFormat(
+        "%s exited: restored from the checkpoint of step %d, every server and the data "
+        "position back to it",
+        r.id, r.step);
+    Event(ActionLine(rec));
+    result_.actions.push_back(rec);
   }
   return absl::OkStatus();
 }

@@ -160,6 +160,7 @@ absl::StatusOr<ServerSet::MoveResult> ServerSet::Move(const std::string& id,
   }
   absl::StatusOr<v1::ParameterServerStats> stats = PsStats(next->address, o_.token);
   MoveResult r;
+  r.id = id;
   r.address = next->address;
   r.live = true;
   r.step = stats.ok() ? stats->step() : 0;
@@ -232,6 +233,7 @@ absl::StatusOr<ServerSet::MoveResult> ServerSet::Restore(size_t k, const std::st
   slot.last_restart_ms = now_ms;
   ++restores_;
   MoveResult r;
+  r.id = slot.id;
   r.address = address;
   r.step = *step;
   r.seconds = SecondsSince(t0);

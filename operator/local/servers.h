@@ -80,6 +80,7 @@ class ServerSet {
   std::map<std::string, bool> BusyNodes() const;
 
   struct MoveResult {
+    std::string id;       // "ps-K"
     std::string address;  // where the server is now
     bool live = false;    // handed over at a step boundary (else restored)
     int64_t step = 0;     // the step it took over at, or restored to
