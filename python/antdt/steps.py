@@ -201,7 +201,10 @@ class StepReporter:
             _log.debug("ReportStep to %s failed: %s", self.agent_address, self.last_error)
             return False
         for directive in response.directives:
-            if directive.version > self._known_version():
+            # The batch changes this SDK applies; the agent also keeps other
+            # kinds apart (a parameter server's move, for the demo trainer),
+            # which must not hide one.
+            if directive.HasField("adjust_batch") and directive.version > self._known_version():
                 self._pending = directive
         return True
 
