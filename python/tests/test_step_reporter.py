@@ -323,6 +323,17 @@ class StepReporterDirectiveTest(unittest.TestCase):
         self.assertEqual(fake.applied_versions(), [0, 2])
         self.assertEqual(r.failures, 0)
 
+    def test_a_later_move_of_a_parameter_server_does_not_hide_a_batch_change(self) -> None:
+        move = monitor_pb2.Directive(
+            job=JOB, worker_id=WORKER, version=5, reason="test",
+            move_parameter_server=monitor_pb2.MoveParameterServer(ps_id="ps-1",
+                                                                  address="127.0.0.1:7"))
+        _, r = self.serve([[directive(4, 40), move]])
+        self.assertTrue(r.report(0, 64, 0.05))
+        d = r.take_directive()
+        assert d is not None
+        self.assertEqual((d.version, d.adjust_batch.local_batch_size), (4, 40))
+
     def test_newest_directive_wins_and_stale_ones_are_ignored(self) -> None:
         fake, r = self.serve([[directive(3, 32), directive(4, 16)], [directive(2, 48)], []])
         self.assertTrue(r.report(0, 64, 0.05))
