@@ -268,7 +268,12 @@ AgentServiceImpl::AgentServiceImpl(std::string node, Outbox* outbox,
       samples_per_second_(prometheus::BuildGauge()
                               .Name("antdt_worker_samples_per_second")
                               .Help("Recent throughput of the worker (EWMA of samples / BPT).")
-                              .Register(registry)) {}
+                              .Register(registry)),
+      refused_(prometheus::BuildCounter()
+                   .Name("antdt_agent_step_reports_refused_total")
+                   .Help("Step reports refused for want of their job's credential (reason: "
+                         "missing, mismatch).")
+                   .Register(registry)) {}
 
 grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext* context,
                                           const v1::ReportStepRequest* req,
@@ -291,6 +296,21 @@ grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext* context,
                              .count();
   // The worker's credential goes on as its digest; never the worker's own claim.
   const std::string digest = context == nullptr ? "" : CredentialDigestOf(*context);
+  // A job whose credential the Monitor sent: reports without it stop here
+  // (not forwarded, not in the worker's series, no directives handed out).
+  const v1::StepReport& claimed = *steps[0];
+  if (!directives_->CredentialAccepted(claimed.namespace_(), claimed.job(), digest)) {
+    const std::string reason = digest.empty() ? "missing" : "mismatch";
+    refused_.Add({{"reason", reason}}).Increment();
+    LogEvent("step_report_refused", {{"job", JobKey(claimed.namespace_(), claimed.job())},
+                                     {"worker", claimed.worker_id()},
+                                     {"reason", reason}});
+    return digest.empty()
+               ? grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                              "authorization: the job's credential is required")
+               : grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                              "authorization: not the credential of job " + claimed.job());
+  }
   v1::AgentMessage msg;
   for (const v1::StepReport* in : steps) {
     v1::StepReport* step =
@@ -460,6 +480,7 @@ bool MonitorLink::Session(const std::string& address) {
   std::thread reader([&] {
     v1::MonitorMessage msg;
     while (stream->Read(&msg)) {
+      if (msg.has_job_credentials()) directives_->SetJobCredentials(msg.job_credentials());
       if (msg.has_directive()) {
         directives_->Put(msg.directive());
         LogEvent("directive_received", {{"job", msg.directive().job()},

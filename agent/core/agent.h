@@ -81,6 +81,7 @@ class AgentServiceImpl final : public v1::Agent::Service {
   prometheus::Family<prometheus::Counter>& steps_;
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Gauge>& samples_per_second_;
+  prometheus::Family<prometheus::Counter>& refused_;  // by reason
   mutable std::mutex mu_;
   std::map<WorkerKey, double> rate_;  // EWMA of samples/s per worker of a job
   // The label sets each worker's series were made with, and its last report.

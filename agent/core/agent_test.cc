@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/credential.h"
 #include "prometheus/text_serializer.h"
 
 namespace antdt::agent {
@@ -210,6 +211,42 @@ TEST(AgentService, AWorkersOwnCredentialDigestIsReplaced) {
   ASSERT_TRUE(sent->has_step());
   EXPECT_EQ(sent->step().credential_digest(), "");
   EXPECT_EQ(sent->step().node(), "node-a");
+}
+
+// Once the Monitor sent a job's credential digest, the agent refuses that
+// job's reports without it (UNAUTHENTICATED), forwards nothing, hands out no
+// directive and counts the refusal; other jobs' reports pass as before.
+TEST(AgentService, RefusesAJobsReportsWithoutItsCredential) {
+  Outbox box(100);
+  DirectiveTable table;
+  prometheus::Registry registry;
+  AgentServiceImpl service("node-a", &box, &table, registry);
+  v1::JobCredentials credentials;
+  v1::JobDigest* d = credentials.add_jobs();
+  d->set_job("train");
+  d->set_digest(TokenDigest("the-jobs-token"));
+  table.SetJobCredentials(credentials);
+  v1::Directive directive;
+  directive.set_job("train");
+  directive.set_worker_id("worker-1");
+  directive.set_version(3);
+  directive.mutable_adjust_batch()->set_local_batch_size(8);
+  table.Put(directive);
+  grpc::ServerContext ctx;
+  v1::ReportStepResponse resp;
+  v1::ReportStepRequest req = OneStep("worker-1");
+  EXPECT_EQ(service.ReportStep(&ctx, &req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(resp.directives_size(), 0);
+  EXPECT_FALSE(box.Peek(100).has_value());
+  const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(text.find("antdt_agent_step_reports_refused_total{reason=\"missing\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("antdt_worker_steps_total{"), std::string::npos) << text;
+  EXPECT_TRUE(table.CredentialAccepted("", "train", TokenDigest("the-jobs-token")));
+  EXPECT_FALSE(table.CredentialAccepted("", "train", TokenDigest("another")));
+  req.mutable_step()->set_job("other-job");  // a job the Monitor sent nothing of
+  EXPECT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
 }
 
 // A worker that reports its namespace gets it on every series of it: step

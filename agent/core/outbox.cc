@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/credential.h"
 #include "common/job_key.h"
 
 namespace antdt::agent {
@@ -90,6 +91,25 @@ std::vector<v1::Directive> DirectiveTable::Newer(const std::string& ns, const st
     return a.version() < b.version();
   });
   return out;
+}
+
+void DirectiveTable::SetJobCredentials(const v1::JobCredentials& credentials) {
+  std::map<std::pair<std::string, std::string>, std::string> digests;
+  for (const v1::JobDigest& d : credentials.jobs()) digests[{d.namespace_(), d.job()}] = d.digest();
+  std::lock_guard<std::mutex> lock(mu_);
+  job_digests_ = std::move(digests);
+}
+
+bool DirectiveTable::CredentialAccepted(const std::string& ns, const std::string& job,
+                                        const std::string& digest) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool known = false;
+  for (const auto& [key, want] : job_digests_) {
+    if (key.second != job || (!ns.empty() && key.first != ns)) continue;
+    known = true;
+    if (DigestsMatch(digest, want)) return true;
+  }
+  return !known;
 }
 
 }  // namespace antdt::agent

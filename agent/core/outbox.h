@@ -57,8 +57,18 @@ class DirectiveTable {
   std::vector<v1::Directive> Newer(const std::string& ns, const std::string& job,
                                    const std::string& worker, int64_t applied_version) const;
 
+  // The jobs' credentials as the Monitor last sent them (digests, all jobs).
+  void SetJobCredentials(const v1::JobCredentials& credentials);
+  // Whether a step report of job ns/job carrying a credential of `digest` ("":
+  // none) may go on: yes for a job whose credential the Monitor did not send;
+  // for a worker that reports no namespace, when some namespace's job of that
+  // name has it.
+  bool CredentialAccepted(const std::string& ns, const std::string& job,
+                          const std::string& digest) const;
+
  private:
   mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::string> job_digests_;  // (ns, job)
   // (job key, worker, Directive::action_case) -> the newest.
   std::map<std::tuple<std::string, std::string, int>, v1::Directive> latest_;
 };

@@ -77,7 +77,9 @@ absl::StatusOr<PushResult> ParameterShard::Push(const std::string& worker, int64
       cv_.wait_until(lock, deadline);
     }
   }
-  return Current(accepted, false);
+  // A Load replaced the step this gradient was part of: not averaged in (the
+  // worker pushes it again at the step answered).
+  return Current(accepted && generation == generation_, false);
 }
 
 void ParameterShard::CompleteStep() {

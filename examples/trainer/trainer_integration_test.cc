@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -460,9 +461,14 @@ TEST_F(ServerMoveTest, AKilledServerIsRestoredFromTheLastCheckpointAndEveryRecor
   EXPECT_GT(undone, 0) << "nothing committed after the checkpoint: the test proves nothing";
   WaitForWorkers();
   ExpectExactlyOnce({dir_.File("restores.journal")});
+  // Both servers trained on from the restored step. (Not necessarily to the
+  // same step: a push in flight at the crash may complete a step on one
+  // server that the other had already discarded; docs/local-runner.md.)
   const v1::ParameterServerStats first = Stats(ps_[0].address);
   const v1::ParameterServerStats second = Stats(restored.address);
-  EXPECT_EQ(second.step(), first.step());
+  EXPECT_GT(first.step(), *step + 5);
+  EXPECT_GT(second.step(), *step + 5);
+  EXPECT_LE(std::abs(second.step() - first.step()), 1);
   EXPECT_LT(second.mean_loss(), second.first_mean_loss());
   EXPECT_NE(Read(dir_.File("ps-1.1.log")).find("event=restored"), std::string::npos);
 }

@@ -408,6 +408,9 @@ TEST(ParameterShardTest, LoadGoesBackToACheckpointAndReleasesBlockedPushes) {
   const PushResult r = blocked.Get();
   EXPECT_EQ(r.step, 1);
   EXPECT_FLOAT_EQ(r.parameters[0], -2.0f);
+  // Its step was discarded: not averaged in, so the worker pushes it again.
+  EXPECT_FALSE(r.accepted);
+  EXPECT_EQ(r.generation, 1);
   EXPECT_EQ(ps.Stats().pending, 0);
 }
 

@@ -518,8 +518,16 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     rt->uid = uid;
     if (options_.settings.job_credentials) {
       rt->token = DeriveToken(options_.token_key, uid);
-      std::lock_guard<std::mutex> cred_lock(cred_mu_);
-      digests_[key] = TokenDigest(rt->token);
+      {
+        std::lock_guard<std::mutex> cred_lock(cred_mu_);
+        digests_[key] = TokenDigest(rt->token);
+      }
+      // The agents refuse this job's reports without it (outside cred_mu_:
+      // the hub's lock is taken before it by the step gate).
+      if (monitor_ != nullptr) {
+        monitor_->hub().SetJobCredential(kube::StringAt(job, {"metadata", "namespace"}), spec.name,
+                                         TokenDigest(rt->token));
+      }
     }
     rt->backend = std::make_unique<LoopBackend>(this);
   }
@@ -1037,6 +1045,10 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     {
       std::lock_guard<std::mutex> cred_lock(cred_mu_);
       digests_.erase(key);
+    }
+    if (monitor_ != nullptr) {
+      const auto [ns, name] = SplitJobKey(key);
+      monitor_->hub().SetJobCredential(ns, name, "");
     }
     if (runtimes_.erase(key) > 0 && monitor_ != nullptr) {
       // The Monitor keys jobs by namespace/name (`key`); workers that report

@@ -224,6 +224,8 @@ absl::Status Runner::StartMonitor() {
   monitor_->hub().SetStepGate([digest = TokenDigest(token_)](const v1::StepReport& step) {
     return DigestsMatch(step.credential_digest(), digest);
   });
+  // The agents refuse the job's reports without it.
+  monitor_->hub().SetJobCredential(job_.namespace_, job_.name, TokenDigest(token_));
   // The runner's /metrics: the Monitor's series and the job's own.
   ASSIGN_OR_RETURN(monitor_server_,
                    Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", registry_, {monitor_.get()}}));

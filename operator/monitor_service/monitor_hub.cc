@@ -37,7 +37,15 @@ std::shared_ptr<MonitorHub::AgentStream> MonitorHub::OpenStream(std::string peer
 }
 
 void MonitorHub::Receive(AgentStream& stream, const v1::AgentMessage& message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (message.has_hello() && !stream.registered && !job_digests_.empty()) {
+    // A new agent learns the jobs' credentials first (none known: it keeps
+    // what an earlier Monitor told it, until this one knows its jobs).
+    const v1::MonitorMessage credentials = CredentialsMessage();
+    lock.unlock();
+    Write(stream, credentials);
+    lock.lock();
+  }
   switch (message.body_case()) {
     case v1::AgentMessage::kHello:
       stream.node = message.hello().node();
@@ -107,6 +115,42 @@ void MonitorHub::CloseStream(AgentStream& stream) {
 bool MonitorHub::Write(AgentStream& stream, const v1::MonitorMessage& message) {
   std::lock_guard<std::mutex> lock(stream.write_mu);
   return stream.write && stream.write(message);
+}
+
+v1::MonitorMessage MonitorHub::CredentialsMessage() const {
+  v1::MonitorMessage message;
+  v1::JobCredentials* credentials = message.mutable_job_credentials();
+  for (const auto& [key, digest] : job_digests_) {
+    v1::JobDigest* d = credentials->add_jobs();
+    d->set_namespace_(key.first);
+    d->set_job(key.second);
+    d->set_digest(digest);
+  }
+  return message;
+}
+
+void MonitorHub::SetJobCredential(const std::string& ns, const std::string& job,
+                                  const std::string& digest) {
+  std::vector<std::shared_ptr<AgentStream>> targets;
+  v1::MonitorMessage message;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = job_digests_.find({ns, job});
+    if (digest.empty() ? it == job_digests_.end()
+                       : it != job_digests_.end() && it->second == digest) {
+      return;  // no change
+    }
+    if (digest.empty()) {
+      job_digests_.erase(it);
+    } else {
+      job_digests_[{ns, job}] = digest;
+    }
+    message = CredentialsMessage();
+    for (const auto& [ptr, s] : streams_) {
+      if (s->registered) targets.push_back(s);
+    }
+  }
+  for (const auto& s : targets) Write(*s, message);
 }
 
 bool MonitorHub::SendDirective(const std::string& node, const v1::Directive& directive) {

@@ -70,6 +70,11 @@ class MonitorHub {
   using StepGate = std::function<bool(const v1::StepReport&)>;
   void SetStepGate(StepGate gate);
 
+  // The digest of job ns/job's credential (TokenDigest), or none ("" digest):
+  // every agent is told the whole set at once (JobCredentials) and again when
+  // it connects, and refuses that job's step reports that carry another.
+  void SetJobCredential(const std::string& ns, const std::string& job, const std::string& digest);
+
   // Starts the ticker that calls Tick every `tick_ms`.
   void Start(int64_t tick_ms);
   // Stops the ticker; idempotent.
@@ -92,6 +97,8 @@ class MonitorHub {
   int64_t windows_seen_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t streams_opened_ ABSL_GUARDED_BY(mu_) = 0;  // hellos that registered a stream
   StepGate gate_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, std::string> job_digests_ ABSL_GUARDED_BY(mu_);
+  v1::MonitorMessage CredentialsMessage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t refused_steps_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> refused_jobs_ ABSL_GUARDED_BY(mu_);               // logged once each
   std::map<std::string, v1::AgentDropped> dropped_ ABSL_GUARDED_BY(mu_);  // by node, as agents said

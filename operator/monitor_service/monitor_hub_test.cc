@@ -251,6 +251,32 @@ TEST_F(MonitorHubTest, AStepGateKeepsOutReportsWithoutTheJobsCredential) {
   hub_.SetStepGate(nullptr);
 }
 
+// The agents learn each job's credential digest (never its token): those
+// connected when it is set, and one that connects later on its hello.
+TEST_F(MonitorHubTest, AgentsAreToldTheJobsCredentialDigests) {
+  Inbox a, b;
+  auto sa = hub_.OpenStream("peer-a", a.Writer());
+  hub_.Receive(*sa, Hello("node-a"));
+  const std::string digest(32, '\x7f');
+  hub_.SetJobCredential("team", "ctr", digest);
+  hub_.SetJobCredential("team", "ctr", digest);  // no change: not sent again
+  ASSERT_EQ(a.Messages().size(), 1u);
+  ASSERT_EQ(a.Messages()[0].job_credentials().jobs_size(), 1);
+  const v1::JobDigest& d = a.Messages()[0].job_credentials().jobs(0);
+  EXPECT_EQ(d.namespace_(), "team");
+  EXPECT_EQ(d.job(), "ctr");
+  EXPECT_EQ(d.digest(), digest);
+  auto sb = hub_.OpenStream("peer-b", b.Writer());
+  hub_.Receive(*sb, Hello("node-b"));
+  ASSERT_EQ(b.Messages().size(), 1u);
+  EXPECT_EQ(b.Messages()[0].job_credentials().jobs_size(), 1);
+  // The job is gone: every agent is told the (now empty) set.
+  hub_.SetJobCredential("team", "ctr", "");
+  ASSERT_EQ(a.Messages().size(), 2u);
+  EXPECT_EQ(a.Messages()[1].job_credentials().jobs_size(), 0);
+  EXPECT_EQ(b.Messages().size(), 2u);
+}
+
 TEST_F(MonitorHubTest, TheTickerClosesWindowsUntilStopped) {
   Inbox a;
   auto sa = hub_.OpenStream("peer-a", a.Writer());
