@@ -262,7 +262,7 @@ TEST_F(MonitorHubTest, AgentsAreToldTheJobsCredentialDigests) {
   hub_.SetJobCredential("team", "ctr", digest);  // no change: not sent again
   ASSERT_EQ(a.Messages().size(), 1u);
   ASSERT_EQ(a.Messages()[0].job_credentials().jobs_size(), 1);
-  const v1::JobDigest& d = a.Messages()[0].job_credentials().jobs(0);
+  const v1::JobDigest d = a.Messages()[0].job_credentials().jobs(0);  // Messages() is a copy
   EXPECT_EQ(d.namespace_(), "team");
   EXPECT_EQ(d.job(), "ctr");
   EXPECT_EQ(d.digest(), digest);
