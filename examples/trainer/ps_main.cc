@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "antdt/v1/sharding.grpc.pb.h"
 #include "antdt/v1/trainer.grpc.pb.h"
+#include "client/step_reporter.h"
 #include "common/config.h"
 #include "common/credential.h"
 #include "common/log.h"
@@ -69,6 +70,10 @@ constexpr const char* kUsage = R"(usage: antdt-ps --features N --workers N [flag
                               for a container restarted in place)
   --advertise HOST:PORT       the address workers reach this server at (given
                               to the server taken over)       [the bound one]
+  --agent ADDRESS             the node agent to report each step's server time
+                              to (role ps; needs --job)              [off]
+  --namespace NS              the job's namespace, on those reports
+                                                        [$ANTDT_NAMESPACE]
 )";
 
 constexpr char kMovedToMetadata[] = "antdt-moved-to";
@@ -103,6 +108,36 @@ class NodeSpeed {
   std::mutex mu_;
   int64_t read_at_ms_ = -1'000'000;
   double speed_ = 1;
+};
+
+// The server's own time for each step (the completing push: aggregation and
+// the emulated server time) to its node's agent, as a step report of role
+// "ps": the Monitor scores a server by it directly, not only through the
+// workers' round trips, which also hold their wait for the slowest worker.
+class ServerSteps {
+ public:
+  explicit ServerSteps(std::optional<antdt::client::StepReporterOptions> options) {
+    if (options) reporter_.emplace(*options);
+  }
+  void Report(int64_t step, double seconds) {
+    if (!reporter_) return;
+    antdt::client::StepTiming t;
+    t.step = step;
+    t.bpt_seconds = seconds;
+    t.compute_seconds = seconds;
+    std::lock_guard<std::mutex> lock(mu_);
+    (void)reporter_->Report(t);  // a failure is counted by the reporter, never fatal
+  }
+  // Sends what is buffered (at the end).
+  void Flush() {
+    if (!reporter_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    (void)reporter_->Flush();
+  }
+
+ private:
+  std::mutex mu_;
+  std::optional<antdt::client::StepReporter> reporter_;
 };
 
 // A pushed or pulled call to a server that moved: FAILED_PRECONDITION with
@@ -171,8 +206,9 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
  public:
   ParameterServerImpl(antdt::trainer::ParameterShard& shard, std::string id, int64_t emulated_us,
                       int64_t log_every, NodeSpeed& speed, std::string checkpoint_dir,
-                      const std::string& token)
-      : check_(token),
+                      const std::string& token, ServerSteps& steps)
+      : steps_(steps),
+        check_(token),
         shard_(shard),
         id_(std::move(id)),
         emulated_us_(emulated_us),
@@ -182,6 +218,7 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
 
   grpc::Status PushGradient(grpc::ServerContext* ctx, const antdt::v1::PushGradientRequest* req,
                             antdt::v1::PushGradientResponse* resp) override {
+    const auto t0 = std::chrono::steady_clock::now();
     if (grpc::Status refused = Refused(ctx, "PushGradient"); !refused.ok()) return refused;
     auto r = shard_.Push(req->worker_id(), req->step(), req->samples(),
                          absl::MakeConstSpan(req->gradient().data(), req->gradient().size()),
@@ -202,6 +239,10 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     if (emulated_us_ > 0) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(
           static_cast<double>(emulated_us_) / speed_.Get()));
+    }
+    if (r->completed) {
+      steps_.Report(r->step - 1,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     resp->set_step(r->step);
     resp->mutable_parameters()->Add(r->parameters.begin(), r->parameters.end());
@@ -337,6 +378,7 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     return s;
   }
 
+  ServerSteps& steps_;
   const antdt::TokenCheck check_;
   antdt::trainer::ParameterShard& shard_;
   const std::string id_;
@@ -387,6 +429,23 @@ absl::StatusOr<CheckpointWriter::Options> CheckpointOptions(const antdt::ParsedF
   if (o.job.empty() || o.dataset.empty()) {
     return absl::InvalidArgumentError("--job, --dataset: required with --sharding");
   }
+  return o;
+}
+
+// --agent: where and as what the server reports its steps; none without it.
+std::optional<antdt::client::StepReporterOptions> ReporterOptions(const antdt::ParsedFlags& flags,
+                                                                  const std::string& id,
+                                                                  const std::string& token) {
+  if (!flags.Has("agent")) return std::nullopt;
+  antdt::client::StepReporterOptions o;
+  o.agent_address = flags.Get("agent");
+  o.job = flags.Get("job");
+  const char* ns = std::getenv("ANTDT_NAMESPACE");
+  o.namespace_ = flags.Get("namespace", ns != nullptr ? ns : "");
+  o.worker_id = id;
+  o.role = "ps";
+  o.token = token;
+  o.flush_interval_ms = 250;
   return o;
 }
 
@@ -490,7 +549,9 @@ int main(int argc, char** argv) {
                                                              "token-file",
                                                              "take-over",
                                                              "restore-step",
-                                                             "advertise"},
+                                                             "advertise",
+                                                             "agent",
+                                                             "namespace"},
                                                             &exit_code);
   if (!flags) return exit_code;
   for (const char* required : {"features", "workers"}) {
@@ -532,6 +593,7 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<CheckpointWriter::Options> checkpoints = CheckpointOptions(*flags, id);
   if (!checkpoints.ok()) return Fail(std::string(checkpoints.status().message()));
+  if (flags->Has("agent") && flags->Get("job").empty()) return Fail("--agent: needs --job");
   absl::StatusOr<StartFlags> start = ParseStartFlags(*flags, checkpoints->dir, id);
   if (!start.ok()) return Fail(std::string(start.status().message()));
   const int64_t every = start->every, restore_step = start->restore_step;
@@ -545,8 +607,9 @@ int main(int argc, char** argv) {
   if (!take_over.empty() || restore_step >= 0) shard.AwaitState();
   const char* env_speed = std::getenv("ANTDT_NODE_SPEED_FILE");
   NodeSpeed speed(flags->Get("speed-file", env_speed != nullptr ? env_speed : ""));
+  ServerSteps steps(ReporterOptions(*flags, id, checkpoints->token));
   ParameterServerImpl service(shard, id, emulated_us, log_every, speed, checkpoints->dir,
-                              checkpoints->token);
+                              checkpoints->token, steps);
   auto serving = Serving::Start({listen, "", "", nullptr, {&service}});
   if (!serving.ok()) return Fail("--" + std::string(serving.status().message()));
   if (absl::Status s = StartingState(shard, *checkpoints, take_over, restore_step,
@@ -570,6 +633,7 @@ int main(int argc, char** argv) {
   const int sig = (*serving)->WaitForSignal();
   shard.Shutdown();  // blocked pushes answer now
   (*serving)->Shutdown(std::chrono::seconds(2));
+  steps.Flush();
   const trainer::PsStats s = shard.Stats();
   LogEvent("stopped", {{"ps", id},
                        {"signal", sig},

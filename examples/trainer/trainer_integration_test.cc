@@ -29,6 +29,7 @@ namespace {
 
 using antdt::testing::BinPath;
 using antdt::testing::Process;
+using antdt::testing::ReadyFileField;
 using antdt::testing::TempDir;
 using antdt::testing::WaitFor;
 using antdt::testing::WaitForReadyFile;
@@ -281,6 +282,57 @@ TEST(ParameterServerStartTest, ATakeOverThatCannotHappenFallsBackToTheNewestChec
   const std::string log = Read(dir.File("fallback.log"));
   EXPECT_NE(log.find("event=take_over_failed"), std::string::npos) << log;
   EXPECT_NE(log.find("event=restored ps=ps-0 step=40 from=checkpoint"), std::string::npos) << log;
+}
+
+// With --agent, a server reports each step's own time to its node's agent as
+// role "ps" (so the Monitor scores it directly), with the job's credential.
+TEST(ParameterServerStartTest, ReportsItsStepTimesToTheNodesAgent) {
+  TempDir dir;
+  Process agent({BinPath("antdt-agent"), "--node", "n", "--listen", "127.0.0.1:0",
+                 "--metrics-listen", "127.0.0.1:0", "--ready-file", dir.File("agent.ready")},
+                dir.File("agent.log"));
+  auto agent_address = WaitForReadyFile(dir.File("agent.ready"), seconds(30));
+  ASSERT_TRUE(agent_address) << Read(dir.File("agent.log"));
+  const std::string metrics = ReadyFileField(dir.File("agent.ready"), "metrics").value_or("");
+  ASSERT_FALSE(metrics.empty());
+  Process ps({BinPath("antdt-ps"), "--listen", "127.0.0.1:0", "--ready-file", dir.File("ps.ready"),
+              "--id", "ps-0", "--features", "1", "--workers", "1", "--agent", *agent_address,
+              "--job", "ctr", "--namespace", "team"},
+             dir.File("ps.log"));
+  auto address = WaitForReadyFile(dir.File("ps.ready"), seconds(30));
+  ASSERT_TRUE(address) << Read(dir.File("ps.log"));
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+  for (int64_t step = 0; step < 3; ++step) {
+    grpc::ClientContext ctx;
+    v1::PushGradientRequest req;
+    req.set_worker_id("w0");
+    req.set_step(step);
+    req.set_samples(1);
+    req.add_gradient(1.0f);
+    v1::PushGradientResponse resp;
+    ASSERT_TRUE(stub->PushGradient(&ctx, req, &resp).ok());
+  }
+  // Reports go in batches; the server sends what is left as it stops.
+  ps.Signal(SIGTERM);
+  ASSERT_TRUE(ps.Wait(seconds(10)));
+  const std::string series =
+      "antdt_worker_steps_total{job=\"ctr\",namespace=\"team\",role=\"ps\",worker=\"ps-0\"} 3";
+  std::string text;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        text = antdt::testing::HttpGet(metrics, "/metrics").value_or("");
+        return text.find(series) != std::string::npos;
+      },
+      seconds(10)))
+      << text;
+  // --agent without --job is refused, naming the flag.
+  Process bad({BinPath("antdt-ps"), "--features", "1", "--workers", "1", "--agent", *agent_address},
+              dir.File("bad.log"));
+  auto status = bad.Wait(seconds(30));
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2);
+  EXPECT_NE(Read(dir.File("bad.log")).find("--agent: needs --job"), std::string::npos);
 }
 
 // A job of the demo trainer on 127.0.0.1: the sharding service, two

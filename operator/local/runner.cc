@@ -326,6 +326,11 @@ absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes
   so.token_file = site_.token_file;
   so.token = token_;
   so.speed_file = [this](const std::string& node) { return dir_ + "/nodes/" + node + ".speed"; };
+  so.agent_address = [this](const std::string& node) {
+    auto it = agents_.find(node);
+    return it == agents_.end() ? std::string() : it->second.address;
+  };
+  so.namespace_ = job_.namespace_;
   so.on_event = [this](const std::string& line) { Event(line); };
   servers_ = std::make_unique<ServerSet>(std::move(so));
   return servers_->Start(nodes);

@@ -92,12 +92,18 @@ std::vector<std::string> ServerSet::Argv(size_t k, const std::string& node) cons
   }
   // The run's credential: every call to a server carries it.
   if (!o_.token_file.empty()) argv.insert(argv.end(), {"--token-file", o_.token_file});
+  // Its steps' server time to its node's agent (the Monitor sees a slow
+  // server directly).
+  const std::string agent = node.empty() || !o_.agent_address ? "" : o_.agent_address(node);
+  if (!agent.empty()) argv.insert(argv.end(), {"--agent", agent, "--namespace", o_.namespace_});
+  if (!agent.empty() || (!o_.checkpoint_dir.empty() && k == 0)) {
+    argv.insert(argv.end(), {"--job", o_.job});
+  }
   if (!o_.checkpoint_dir.empty()) {
     argv.insert(argv.end(), {"--checkpoint-dir", o_.checkpoint_dir, "--checkpoint-every-steps",
                              std::to_string(o_.checkpoint_every_steps)});
     if (k == 0) {
-      argv.insert(argv.end(),
-                  {"--sharding", o_.sharding, "--job", o_.job, "--dataset", o_.dataset});
+      argv.insert(argv.end(), {"--sharding", o_.sharding, "--dataset", o_.dataset});
     }
   }
   return argv;

@@ -59,8 +59,11 @@ struct ServerSetOptions {
   int64_t server_time_us = 0;     // emulated time per step at speed 1
   // The sharding service the first server checkpoints, with the run's credential.
   std::string sharding, job, dataset, token_file, token;
-  // The speed file of a node ("" none).
+  // The speed file of a node ("" none), and the address of its agent ("" none:
+  // the server reports no step times).
   std::function<std::string(const std::string& node)> speed_file;
+  std::function<std::string(const std::string& node)> agent_address;
+  std::string namespace_;
   std::function<void(const std::string&)> on_event;
 };
 
