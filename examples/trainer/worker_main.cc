@@ -248,14 +248,9 @@ class ParameterServers {
     }
     ps.address = address;
     // A server restored on its address is back within a second or two: the
-    // channel tries again at least every second (gRPC's default backoff grows
-    // to two minutes), so no step waits long on one worker's channel.
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    ps.stub = v1::ParameterServer::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    // SDK's channel for a service that restarts retries at least every second
+    // (gRPC's default backoff grows to two minutes).
+    ps.stub = v1::ParameterServer::NewStub(client::CreateShardingChannel(address));
   }
 
   absl::Status PushOne(Server& ps, const trainer::GradientSum& g, int64_t samples, bool first) {
