@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/serve.h"
 #include "common/server.h"
+#include "common/tls.h"
 #include "prometheus/gauge.h"
 
 namespace {
@@ -214,19 +215,23 @@ int Serve(const antdt::agent::AgentConfig& config, NodeSampling& sampling) {
 int main(int argc, char** argv) {
   using namespace antdt;
   BlockTerminationSignals();
-  auto flags = ParseFlags(argc, argv,
-                          {"node", "listen", "socket", "monitor", "metrics-listen", "ready-file",
-                           "state-dir", "config", "proc-root", "cgroup-root", "cgroups", "labels",
-                           "nvml-library", "interval", "buffer", "worker-idle-after"},
-                          {"once", "help"});
+  auto flags =
+      ParseFlags(argc, argv, {"node",           "listen",      "socket",    "monitor",
+                              "metrics-listen", "ready-file",  "state-dir", "config",
+                              "proc-root",      "cgroup-root", "cgroups",   "labels",
+                              "nvml-library",   "interval",    "buffer",    "worker-idle-after",
+                              "tls-cert",       "tls-key",     "tls-ca",    "tls-server-name"},
+                 {"once", "help"});
   if (!flags.ok()) {
     std::fputs(kUsage, stderr);
     return Fail(flags.status());
   }
   if (flags->Has("help")) {
     std::fputs(kUsage, stdout);
+    std::fputs(kTlsFlagsUsage, stdout);
     return 0;
   }
+  if (absl::Status tls = ConfigureTlsFromFlags(*flags); !tls.ok()) return Fail(tls);
   absl::StatusOr<agent::AgentConfig> config = LoadAgentConfig(*flags);
   if (!config.ok()) return Fail(config.status());
   NodeSampling sampling(*config);

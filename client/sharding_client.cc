@@ -9,6 +9,7 @@
 #include "common/credential.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/tls.h"
 
 namespace antdt::client {
 
@@ -22,7 +23,7 @@ std::shared_ptr<grpc::Channel> CreateShardingChannel(const std::string& address)
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return antdt::CreateChannel(address, args);
 }
 
 ShardingClient::ShardingClient(std::shared_ptr<grpc::Channel> channel,

@@ -7,6 +7,7 @@
 
 #include "common/credential.h"
 #include "common/status.h"
+#include "common/tls.h"
 
 namespace antdt::client {
 
@@ -18,8 +19,7 @@ StepReporter::StepReporter(StepReporterOptions options) : options_(std::move(opt
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  stub_ = v1::Agent::NewStub(
-      grpc::CreateCustomChannel(options_.agent_address, grpc::InsecureChannelCredentials(), args));
+  stub_ = v1::Agent::NewStub(antdt::CreateChannel(options_.agent_address, args));
 }
 
 StepReporter::~StepReporter() { (void)Flush(); }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/tls.h"
 
 namespace antdt {
 
@@ -112,6 +113,7 @@ std::optional<ParsedFlags> ParseCommandLine(int argc, const char* const* argv,
                                             const std::vector<std::string>& known, int* exit_code) {
   std::vector<std::string> with_common = known;
   with_common.push_back("grpc-reflection");
+  with_common.insert(with_common.end(), TlsFlagNames().begin(), TlsFlagNames().end());
   absl::StatusOr<ParsedFlags> flags =
       ParseFlags(argc, argv, with_common, {"help", "grpc-reflection"});
   *exit_code = 2;
@@ -123,6 +125,7 @@ std::optional<ParsedFlags> ParseCommandLine(int argc, const char* const* argv,
   }
   if (flags->Has("help")) {
     std::fputs(usage, stdout);
+    std::fputs(kTlsFlagsUsage, stdout);
     *exit_code = 0;
     return std::nullopt;
   }
@@ -134,6 +137,10 @@ std::optional<ParsedFlags> ParseCommandLine(int argc, const char* const* argv,
   if (flags->Has("grpc-reflection")) {
     grpc_reflection = true;
     flags->values.erase("grpc-reflection");  // not a field of any config
+  }
+  if (absl::Status tls = ConfigureTlsFromFlags(*flags); !tls.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), std::string(tls.message()).c_str());
+    return std::nullopt;
   }
   return *std::move(flags);
 }

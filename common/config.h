@@ -40,7 +40,8 @@ absl::StatusOr<ParsedFlags> ParseFlags(int argc, const char* const* argv,
                                        const std::vector<std::string>& bool_flags = {});
 
 // A binary's command line, by the convention every AntDT binary shares:
-// ParseFlags with --help and --grpc-reflection (GrpcReflectionRequested); on a bad flag the usage
+// ParseFlags with --help, --grpc-reflection (GrpcReflectionRequested) and the --tls-* flags
+// (common/tls.h: the process's TLS, files checked, else exit 2); on a bad flag the usage
 // and "program: error" on stderr (exit 2), on --help the usage on stdout (exit 0), a positional
 // argument is "program: unexpected argument X" (exit 2). Returns the flags,
 // or nullopt with `*exit_code` set to what main() returns.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/tls.h"
 
 namespace antdt {
 
@@ -18,10 +19,11 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::Start(const ServeOptions& opti
   if (GrpcReflectionRequested()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen, ServerCredentials(), &port);
   if (!options.unix_socket.empty()) {
     std::error_code ec;
     std::filesystem::remove(options.unix_socket, ec);
+    // Node-local, guarded by the filesystem: plaintext (common/tls.h).
     builder.AddListeningPort("unix:" + options.unix_socket, grpc::InsecureServerCredentials());
   }
   for (grpc::Service* service : options.services) builder.RegisterService(service);

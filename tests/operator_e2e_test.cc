@@ -31,6 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "antdt/v1/agent.grpc.pb.h"
+#include "antdt/v1/monitor.grpc.pb.h"
 #include "antdt/v1/sharding.grpc.pb.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "common/testing/testing.h"
@@ -228,6 +229,7 @@ class Cluster {
   }
 
   Process* Operator(const std::string& name) { return operators_[name].get(); }
+  std::string File(const std::string& name) const { return dir_.File(name); }
   std::string OperatorMetrics(const std::string& name) {
     auto m = ReadyFileField(dir_.File(name + ".ready"), "metrics");
     return m ? HttpGet(*m, "/metrics").value_or("") : "";
@@ -235,7 +237,7 @@ class Cluster {
 
   // The kubelet; with a `monitor`, its own agent per node streams there
   // (without, a DaemonSet runs the agents).
-  void StartKubelet(const std::string& monitor) {
+  void StartKubelet(const std::string& monitor, const std::string& agent_tls_dir = "") {
     std::ofstream nodes(dir_.File("nodes.yaml"));
     for (int i = 0; i < nodes_; ++i) {
       nodes << "- name: node-" << i << "\n  labels: {zone: z" << i % 2 << "}\n";
@@ -256,6 +258,10 @@ class Cluster {
       argv.push_back("--agent-monitor");
       argv.push_back(monitor);
     }
+    if (!agent_tls_dir.empty()) {
+      argv.push_back("--agent-tls-dir");
+      argv.push_back(agent_tls_dir);
+    }
     kubelet_ = std::make_unique<Process>(argv, dir_.File("kubelet.log"));
     ASSERT_TRUE(WaitForReadyFile(dir_.File("kubelet.ready"), std::chrono::seconds(30)))
         << "kubelet did not start";
@@ -266,6 +272,15 @@ class Cluster {
     ASSERT_NO_FATAL_FAILURE(ApplyCrd());
     const std::string monitor = StartOperator("op-a");
     ASSERT_NO_FATAL_FAILURE(StartKubelet(monitor));
+  }
+
+  // A CA, the server certificate and one per node (scripts/make-certs.sh) in
+  // DIR/tls; returns that folder.
+  std::string MakeCerts() {
+    std::string cmd = SourcePath("scripts/make-certs.sh") + " " + dir_.File("tls");
+    for (int i = 0; i < nodes_; ++i) absl::StrAppend(&cmd, " node-", i);
+    EXPECT_EQ(std::system((cmd + " >/dev/null").c_str()), 0) << cmd;
+    return dir_.File("tls");
   }
 
   void WriteSpeed(const std::string& node, double speed) {
@@ -1883,5 +1898,132 @@ TEST(OperatorE2E, ShardingStateLostWithoutACheckpointPathFailsTheJobSayingWhy) {
   EXPECT_TRUE(HasEvent(cluster.Events(), "ShardingStateLost"));
   EXPECT_NE(cluster.Kubectl("get adt nockpt").find("Failed"), std::string::npos);
 }
+
+namespace {
+
+// A channel over TLS trusting DIR/ca.crt, checking the name antdt.internal;
+// with `identity` (server, node-node-0...) it presents DIR/<identity>.crt.
+std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address, const std::string& dir,
+                                          const std::string& identity = "") {
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = read(dir + "/ca.crt");
+  if (!identity.empty()) {
+    o.pem_cert_chain = read(dir + "/" + identity + ".crt");
+    o.pem_private_key = read(dir + "/" + identity + ".key");
+  }
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("antdt.internal");
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(o), args);
+}
+
+// An agent's stream to the Monitor whose hello claims `node`: how it ended.
+grpc::Status ClaimNode(const std::shared_ptr<grpc::Channel>& channel, const std::string& node) {
+  auto stub = v1::Monitor::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = stub->Stream(&ctx);
+  v1::AgentMessage hello;
+  hello.mutable_hello()->set_node(node);
+  stream->Write(hello);
+  stream->WritesDone();
+  v1::MonitorMessage message;
+  while (stream->Read(&message)) {
+  }
+  return stream->Finish();
+}
+
+// GetProgress of the job `job`'s dataset over `channel`, with no credential.
+grpc::StatusCode Progress(const std::shared_ptr<grpc::Channel>& channel, const std::string& job) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::GetProgressRequest req;
+  req.mutable_dataset()->set_job(job);
+  req.mutable_dataset()->set_name("train");
+  v1::GetProgressResponse resp;
+  return v1::ShardingService::NewStub(channel)->GetProgress(&ctx, req, &resp).error_code();
+}
+
+// TLS on every endpoint of a job and of the control plane: the operator, the
+// agents (mutual TLS with node certificates), the sharding service, the
+// parameter servers and the workers. The job trains to the end exactly once;
+// plaintext clients get nothing; a node stream is taken only from the agent
+// whose certificate names that node.
+TEST(OperatorE2E, TlsEverywhereTheJobTrainsAndOnlyANodesAgentSpeaksForIt) {
+  Cluster cluster(2);
+  const std::string tls = cluster.MakeCerts();
+  int rc = 0;
+  std::string out = cluster.Kubectl("create secret generic antdt-tls --from-file=tls.crt=" + tls +
+                                        "/server.crt --from-file=tls.key=" + tls +
+                                        "/server.key --from-file=ca.crt=" + tls + "/ca.crt",
+                                    &rc);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
+  const std::string monitor = cluster.StartOperator(
+      "op-a",
+      {"--tls-cert", tls + "/server.crt", "--tls-key", tls + "/server.key", "--tls-ca",
+       tls + "/ca.crt", "--tls-server-name", "antdt.internal", "--pod-tls-secret", "antdt-tls"});
+  ASSERT_FALSE(monitor.empty());
+  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor, tls));
+
+  const int64_t records = 6000;
+  Json job;
+  ASSERT_NO_FATAL_FAILURE(job = cluster.ApplyRunningJob("tls", records, 2));
+  std::string sharding_ip, ps_ip;
+  for (const Json& p : cluster.Pods("tls")) {
+    const std::string role = Str(p, {"metadata", "labels", "antdt.io/role"});
+    if (role == "sharding") sharding_ip = Str(p, {"status", "podIP"});
+    if (role == "ps") ps_ip = Str(p, {"status", "podIP"});
+    const Json env = cluster.Cmdline(p)["env"];
+    EXPECT_EQ(env.value("ANTDT_TLS_SERVER_NAME", ""), "antdt.internal") << role;
+    // The mounted Secret's file, where the container reads it.
+    std::ifstream cert(env.value("ANTDT_TLS_CERT", "/nonexistent"));
+    EXPECT_TRUE(cert.good()) << role << ": " << env.dump();
+  }
+  ASSERT_FALSE(sharding_ip.empty());
+  ASSERT_FALSE(ps_ip.empty());
+
+  // Plaintext gets nothing from the sharding service, a parameter server or
+  // the Monitor; TLS with the cluster's CA is answered (refused for want of
+  // the job's credential: the next gate).
+  for (const std::string& address : {sharding_ip + ":50051", ps_ip + ":50052", monitor}) {
+    EXPECT_EQ(Progress(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), "tls"),
+              grpc::StatusCode::UNAVAILABLE)
+        << address;
+  }
+  EXPECT_EQ(Progress(TlsChannel(sharding_ip + ":50051", tls), "tls"),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // Node streams: without a client certificate, with the server's (it names
+  // no node) and with node-1's claiming node-0 are refused; node-0's own
+  // certificate is taken (its running agent's stream stays).
+  EXPECT_EQ(ClaimNode(TlsChannel(monitor, tls), "node-0").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ClaimNode(TlsChannel(monitor, tls, "server"), "node-0").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ClaimNode(TlsChannel(monitor, tls, "node-node-1"), "node-0").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  const grpc::Status own = ClaimNode(TlsChannel(monitor, tls, "node-node-0"), "node-0");
+  EXPECT_TRUE(own.ok()) << own.error_message();
+  const std::string metrics = cluster.OperatorMetrics("op-a");
+  EXPECT_NE(metrics.find("antdt_monitor_agent_streams_refused_total{reason=\"no_certificate\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("antdt_monitor_agent_streams_refused_total{reason=\"certificate\"} 2"),
+            std::string::npos);
+
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "tls", records, &job));
+  // Both nodes' agents streamed (over mutual TLS), and no key was logged.
+  const std::string after = cluster.OperatorMetrics("op-a");
+  EXPECT_EQ(after.find("antdt_monitor_agent_streams_total 0"), std::string::npos) << after;
+  std::ifstream log_in(cluster.File("op-a.log"));
+  const std::string log((std::istreambuf_iterator<char>(log_in)), {});
+  EXPECT_EQ(log.find("PRIVATE KEY"), std::string::npos);
+}
+
+}  // namespace
 
 }  // namespace antdt

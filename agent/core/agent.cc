@@ -11,6 +11,7 @@
 #include "common/job_key.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "prometheus/metric_family.h"
 
 namespace antdt::agent {
@@ -446,7 +447,7 @@ bool MonitorLink::Session(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = antdt::CreateChannel(address, args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2))) {
     return false;
   }

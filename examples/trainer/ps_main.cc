@@ -30,6 +30,7 @@
 #include "common/serve.h"
 #include "common/server.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "examples/trainer/ps.h"
 #include "examples/trainer/ps_checkpoint.h"
 
@@ -157,8 +158,7 @@ class CheckpointWriter {
   };
   explicit CheckpointWriter(Options o) : o_(std::move(o)) {
     if (!o_.sharding.empty()) {
-      sharding_ = antdt::v1::ShardingService::NewStub(
-          grpc::CreateChannel(o_.sharding, grpc::InsecureChannelCredentials()));
+      sharding_ = antdt::v1::ShardingService::NewStub(antdt::CreateChannel(o_.sharding));
     }
   }
 
@@ -392,8 +392,7 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
 // sends its later pushes to `self`.
 absl::StatusOr<antdt::trainer::PsState> TakeOver(const std::string& from, const std::string& self,
                                                  const std::string& token) {
-  auto stub = antdt::v1::ParameterServer::NewStub(
-      grpc::CreateChannel(from, grpc::InsecureChannelCredentials()));
+  auto stub = antdt::v1::ParameterServer::NewStub(antdt::CreateChannel(from));
   antdt::v1::HandoffRequest req;
   req.set_moved_to(self);
   req.set_timeout_ms(60'000);

@@ -79,6 +79,12 @@ absl::Status SetField(OperatorConfig& c, const std::string& raw_key, const std::
     c.gang_scheduler = value;
   } else if (key == "job_credentials") {
     RETURN_IF_ERROR(Bool(value, field, &c.job_credentials));
+  } else if (key == "pod_tls_secret") {
+    if (!value.empty() && !IsDns1123Label(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be a Secret name (a DNS-1123 label), got \"", value, "\""));
+    }
+    c.pod_tls_secret = value;
   } else if (key == "token_key_secret") {
     if (!IsDns1123Label(value)) {
       return absl::InvalidArgumentError(

@@ -36,6 +36,10 @@ struct OperatorConfig {
   // leader-election namespace (created on first start).
   bool job_credentials = true;
   std::string token_key_secret = "antdt-operator-key";
+  // TLS for the jobs' pods: the Secret (in each job's namespace; tls.crt,
+  // tls.key, ca.crt: cert-manager's layout) they mount and serve and dial
+  // with. "" : plaintext pods.
+  std::string pod_tls_secret;
   int64_t monitor_window_ms = 10'000;  // the Monitor's window for every job
   // This replica's pod (the downward API's metadata.name and .namespace): the
   // acting replica labels it antdt.io/leader=true. "" outside a pod.

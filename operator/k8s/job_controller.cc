@@ -14,6 +14,7 @@
 #include "common/job_key.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "operator/bridge/bridge.h"
 #include "operator/control/control_loop.h"
 #include "operator/control/job_metrics.h"
@@ -678,8 +679,7 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
     }
     if (pod == nullptr || !older) continue;
     const std::string address = absl::StrCat(PodIp(*pod), ":", options_.settings.ps_port);
-    auto stub = v1::ParameterServer::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    auto stub = v1::ParameterServer::NewStub(antdt::CreateChannel(address));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(options_.rpc_timeout_ms));
@@ -738,8 +738,7 @@ void JobController::ForEachParameterServer(
     if (kube::Label(p, "antdt.io/role") != "ps" || PodIp(p).empty() || kube::Terminating(p))
       continue;
     auto stub = v1::ParameterServer::NewStub(
-        grpc::CreateChannel(absl::StrCat(PodIp(p), ":", options_.settings.ps_port),
-                            grpc::InsecureChannelCredentials()));
+        antdt::CreateChannel(absl::StrCat(PodIp(p), ":", options_.settings.ps_port)));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(options_.rpc_timeout_ms));

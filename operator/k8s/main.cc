@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/serve.h"
 #include "common/server.h"
+#include "common/tls.h"
 #include "operator/bridge/bridge.h"
 #include "operator/control/job_metrics.h"
 #include "operator/k8s/config.h"
@@ -56,6 +57,10 @@ constexpr const char* kUsage = R"(usage: antdt-operator [flags]
   --token-key-secret NAME     the Secret (leader-election namespace) holding
                               the key job tokens derive from; created on
                               first start                 [antdt-operator-key]
+  --pod-tls-secret NAME       TLS for the jobs' pods: each mounts this Secret
+                              of its namespace (tls.crt, tls.key, ca.crt) at
+                              /etc/antdt/tls and serves and dials with it;
+                              --tls-server-name is the name they verify [off]
   --monitor-window D          the Monitor's window for every job       [10s]
   --pod-name NAME --pod-namespace NS
                               this replica's pod: the acting replica labels it
@@ -132,6 +137,8 @@ antdt::k8s::JobControllerOptions ControllerOptions(const antdt::k8s::OperatorCon
   jo.settings.master_port = config.master_port;
   jo.settings.gang_scheduler = config.gang_scheduler;
   jo.settings.job_credentials = config.job_credentials;
+  jo.settings.pod_tls_secret = config.pod_tls_secret;
+  jo.settings.tls_server_name = antdt::ProcessTls().server_name;
   return jo;
 }
 
@@ -296,7 +303,8 @@ int main(int argc, char** argv) {
        "leader-election-id", "lease-duration", "renew-deadline",  "retry-period",
        "identity",           "image",          "sharding-port",   "ps-port",
        "agent-port",         "master-port",    "monitor-window",  "pod-name",
-       "pod-namespace",      "gang-scheduler", "job-credentials", "token-key-secret"},
+       "pod-namespace",      "gang-scheduler", "job-credentials", "token-key-secret",
+       "pod-tls-secret"},
       &exit_code);
   if (!flags) return exit_code;
   std::string error;
@@ -323,6 +331,9 @@ int main(int argc, char** argv) {
   monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
   // A standby takes no agent stream until it leads (Act).
   if (config->leader_elect) monitor_service.SetAcceptingAgents(false);
+  // With TLS and a CA (common/tls.h), mutual TLS for node streams: an agent
+  // speaks only for the node its certificate names.
+  monitor_service.RequireNodeCertificates(TlsServing() && !ProcessTls().ca.empty());
   auto monitor_collector = monitor_service.Collector();  // the exposer holds it weakly
 
   auto serving =

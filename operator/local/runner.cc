@@ -27,6 +27,7 @@
 #include "common/process.h"
 #include "common/serve.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "operator/bridge/bridge.h"
 #include "operator/control/control_loop.h"
 #include "operator/control/job_metrics.h"
@@ -425,8 +426,7 @@ absl::Status Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& 
 
 void Runner::LeaveParameterServers(const std::string& worker) {
   for (const std::string& address : servers_->addresses()) {
-    auto stub = v1::ParameterServer::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    auto stub = v1::ParameterServer::NewStub(antdt::CreateChannel(address));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     AddCredential(ctx, token_);
@@ -685,8 +685,7 @@ void Runner::CollectLoss() {
     result_.held_out_accuracy = h->accuracy;
   }
   if (servers_->size() > 0) {
-    auto stub = v1::ParameterServer::NewStub(
-        grpc::CreateChannel(servers_->address(0), grpc::InsecureChannelCredentials()));
+    auto stub = v1::ParameterServer::NewStub(antdt::CreateChannel(servers_->address(0)));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     AddCredential(ctx, token_);

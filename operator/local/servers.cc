@@ -12,6 +12,7 @@
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "common/credential.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "examples/demo/journal.h"
 #include "examples/trainer/ps_checkpoint.h"
 
@@ -20,8 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::unique_ptr<v1::ParameterServer::Stub> PsStub(const std::string& address) {
-  return v1::ParameterServer::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  return v1::ParameterServer::NewStub(antdt::CreateChannel(address));
 }
 
 absl::StatusOr<v1::ParameterServerStats> PsStats(const std::string& address,
@@ -217,8 +217,7 @@ absl::StatusOr<ServerSet::MoveResult> ServerSet::Restore(size_t k, const std::st
         FromGrpcStatus(PsStub(servers_[j].server.address)->RestoreCheckpoint(&ctx, req, &state)));
   }
   // The data position last: a commit between the two is undone with the rest.
-  auto sharding = v1::ShardingService::NewStub(
-      grpc::CreateChannel(o_.sharding, grpc::InsecureChannelCredentials()));
+  auto sharding = v1::ShardingService::NewStub(antdt::CreateChannel(o_.sharding));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   AddCredential(ctx, o_.token);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -14,10 +15,16 @@
 namespace antdt::monitor {
 
 struct MonitorHub::AgentStream {
-  AgentStream(std::string peer_address, Writer writer)
-      : peer(std::move(peer_address)), write(std::move(writer)) {}
+  AgentStream(std::string peer_address, Writer writer,
+              std::optional<std::vector<std::string>> names)
+      : peer(std::move(peer_address)),
+        certificate_names(std::move(names)),
+        write(std::move(writer)) {}
 
   const std::string peer;
+  // The client certificate's names when streams must be certified: the
+  // stream speaks only for a node they name.
+  const std::optional<std::vector<std::string>> certificate_names;
   std::string node;         // guarded by the hub's mu_: as the last hello said
   bool registered = false;  // guarded by the hub's mu_: a hello came
   std::mutex write_mu;
@@ -29,15 +36,40 @@ MonitorHub::MonitorHub(Monitor monitor, const Clock* clock)
 
 MonitorHub::~MonitorHub() { Stop(); }
 
-std::shared_ptr<MonitorHub::AgentStream> MonitorHub::OpenStream(std::string peer, Writer write) {
-  auto stream = std::make_shared<AgentStream>(std::move(peer), std::move(write));
+bool CertificateNamesNode(const std::vector<std::string>& names, const std::string& node) {
+  if (node.empty()) return false;
+  return std::any_of(names.begin(), names.end(), [&node](const std::string& name) {
+    return name == absl::StrCat(kNodeCertificatePrefix, node);
+  });
+}
+
+std::shared_ptr<MonitorHub::AgentStream> MonitorHub::OpenStream(
+    std::string peer, Writer write, std::optional<std::vector<std::string>> certificate_names) {
+  auto stream = std::make_shared<AgentStream>(std::move(peer), std::move(write),
+                                              std::move(certificate_names));
   std::lock_guard<std::mutex> lock(mu_);
   streams_[stream.get()] = stream;
   return stream;
 }
 
-void MonitorHub::Receive(AgentStream& stream, const v1::AgentMessage& message) {
+void MonitorHub::RefuseStream(const std::string& peer, const std::string& node,
+                              const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refused_streams_[reason];
+  LogEvent("agent_stream_refused", {{"node", node}, {"peer", peer}, {"reason", reason}});
+}
+
+bool MonitorHub::Receive(AgentStream& stream, const v1::AgentMessage& message) {
+  if (stream.certificate_names.has_value() && message.has_hello() &&
+      !CertificateNamesNode(*stream.certificate_names, message.hello().node())) {
+    RefuseStream(stream.peer, message.hello().node(), "certificate");
+    return false;
+  }
   std::unique_lock<std::mutex> lock(mu_);
+  if (stream.certificate_names.has_value() && !SpeaksForItsNode(stream, message)) {
+    ++foreign_reports_;
+    return true;
+  }
   if (message.has_hello() && !stream.registered && !job_digests_.empty()) {
     // A new agent learns the jobs' credentials first (none known: it keeps
     // what an earlier Monitor told it, until this one knows its jobs).
@@ -73,6 +105,24 @@ void MonitorHub::Receive(AgentStream& stream, const v1::AgentMessage& message) {
       break;
     default:
       break;
+  }
+  return true;
+}
+
+bool MonitorHub::SpeaksForItsNode(const AgentStream& stream,
+                                  const v1::AgentMessage& message) const {
+  if (message.has_hello()) return true;
+  if (!stream.registered) return false;  // nothing before the hello named the node
+  switch (message.body_case()) {
+    case v1::AgentMessage::kNodeSample:
+      return message.node_sample().node() == stream.node;
+    case v1::AgentMessage::kStep:
+      return message.step().node() == stream.node;
+    case v1::AgentMessage::kSteps:
+      return std::all_of(message.steps().steps().begin(), message.steps().steps().end(),
+                         [&stream](const v1::StepReport& s) { return s.node() == stream.node; });
+    default:
+      return true;
   }
 }
 
@@ -244,7 +294,9 @@ struct MetricsInput {
   std::vector<v1::GetJobHealthResponse> jobs;
   std::map<std::string, v1::AgentDropped> dropped;  // by node
   int64_t streams_opened = 0;
-  int64_t refused_steps = 0;  // refused by the step gate
+  int64_t refused_steps = 0;                       // refused by the step gate
+  int64_t foreign_reports = 0;                     // for another node than the certified stream's
+  std::map<std::string, int64_t> refused_streams;  // by reason
 };
 
 void Add(MetricFamily& family, Labels labels, double value) {
@@ -265,8 +317,18 @@ MetricFamily Counter(const std::string& name, const std::string& help,
   return family;
 }
 
-std::vector<MetricFamily> IngestFamilies(const MonitorStats& stats, int64_t streams_opened,
-                                         int64_t refused_steps) {
+std::vector<MetricFamily> IngestFamilies(const MetricsInput& in) {
+  const MonitorStats& stats = in.stats;
+  MetricFamily refused{"antdt_monitor_agent_streams_refused_total",
+                       "Agent streams refused, by reason: no client certificate, or one that "
+                       "does not name the node the agent claimed.",
+                       MetricType::Counter,
+                       {}};
+  for (const char* reason : {"no_certificate", "certificate"}) {
+    auto it = in.refused_streams.find(reason);
+    Add(refused, {{"reason", reason}},
+        static_cast<double>(it == in.refused_streams.end() ? 0 : it->second));
+  }
   return {
       Counter("antdt_monitor_reports_total", "Reports the Monitor took in, by kind.",
               {{{{"kind", "step"}}, static_cast<double>(stats.step_reports)},
@@ -275,11 +337,13 @@ std::vector<MetricFamily> IngestFamilies(const MonitorStats& stats, int64_t stre
               {{{{"reason", "malformed"}}, static_cast<double>(stats.rejected)},
                {{{"reason", "late"}}, static_cast<double>(stats.late_reports)},
                {{{"reason", "early"}}, static_cast<double>(stats.early_reports)},
-               {{{"reason", "credential"}}, static_cast<double>(refused_steps)}}),
+               {{{"reason", "credential"}}, static_cast<double>(in.refused_steps)},
+               {{{"reason", "node_identity"}}, static_cast<double>(in.foreign_reports)}}),
       Counter("antdt_monitor_windows_closed_total", "Windows closed, over all jobs.",
               {{{}, static_cast<double>(stats.windows_closed)}}),
       Counter("antdt_monitor_agent_streams_total", "Agent streams opened.",
-              {{{}, static_cast<double>(streams_opened)}}),
+              {{{}, static_cast<double>(in.streams_opened)}}),
+      refused,
   };
 }
 
@@ -354,7 +418,7 @@ class MonitorCollector final : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const MetricsInput in = snapshot_();
-    std::vector<MetricFamily> out = IngestFamilies(in.stats, in.streams_opened, in.refused_steps);
+    std::vector<MetricFamily> out = IngestFamilies(in);
     out.push_back(AgentDroppedFamily(in.dropped));
     for (MetricFamily& f : HealthFamilies(in.jobs)) out.push_back(std::move(f));
     return out;
@@ -376,6 +440,8 @@ std::shared_ptr<prometheus::Collectable> MonitorHub::Collector() {
     in.dropped = dropped_;
     in.streams_opened = streams_opened_;
     in.refused_steps = refused_steps_;
+    in.foreign_reports = foreign_reports_;
+    in.refused_streams = refused_streams_;
     return in;
   });
 }

@@ -14,9 +14,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -26,6 +28,13 @@
 #include "prometheus/collectable.h"
 
 namespace antdt::monitor {
+
+// A node's certificate names it system:node:NAME, as a kubelet's client
+// certificate does (a server certificate names no node).
+inline constexpr char kNodeCertificatePrefix[] = "system:node:";
+// Whether a client certificate's names (CN and DNS SANs) name `node` as
+// system:node:NAME.
+bool CertificateNamesNode(const std::vector<std::string>& names, const std::string& node);
 
 class MonitorHub {
  public:
@@ -40,12 +49,22 @@ class MonitorHub {
   MonitorHub& operator=(const MonitorHub&) = delete;
 
   // An agent connected from `peer` (for logs). Messages for its node go
-  // through `write` once its hello has named the node.
-  std::shared_ptr<AgentStream> OpenStream(std::string peer, Writer write);
+  // through `write` once its hello has named the node. With
+  // `certificate_names` (mutual TLS: its verified client certificate's) the
+  // stream speaks only for a node they name (CertificateNamesNode).
+  std::shared_ptr<AgentStream> OpenStream(
+      std::string peer, Writer write,
+      std::optional<std::vector<std::string>> certificate_names = std::nullopt);
   // Takes one message from the stream's agent: a hello registers the stream
   // under its node (non-empty labels replace the node's); node samples and
   // step reports go into the Monitor; drop counts are kept by node for metrics.
-  void Receive(AgentStream& stream, const v1::AgentMessage& message);
+  // False when the stream must end: a certified stream's hello named a node
+  // its certificate does not (counted and logged). A certified stream's
+  // reports for another node are dropped (reason node_identity).
+  bool Receive(AgentStream& stream, const v1::AgentMessage& message);
+  // Counts and logs a stream refused before it began (`reason`:
+  // no_certificate, certificate).
+  void RefuseStream(const std::string& peer, const std::string& node, const std::string& reason);
   // Unregisters the stream; waits out a write in flight.
   void CloseStream(AgentStream& stream);
 
@@ -90,6 +109,8 @@ class MonitorHub {
   // Writes unless the stream is closed; false when closed or the write failed.
   static bool Write(AgentStream& stream, const v1::MonitorMessage& message);
   void IngestStep(const v1::StepReport& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool SpeaksForItsNode(const AgentStream& stream, const v1::AgentMessage& message) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
   mutable std::mutex mu_;
@@ -100,6 +121,8 @@ class MonitorHub {
   std::map<std::pair<std::string, std::string>, std::string> job_digests_ ABSL_GUARDED_BY(mu_);
   v1::MonitorMessage CredentialsMessage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t refused_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t foreign_reports_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int64_t> refused_streams_ ABSL_GUARDED_BY(mu_);   // by reason
   std::set<std::string> refused_jobs_ ABSL_GUARDED_BY(mu_);               // logged once each
   std::map<std::string, v1::AgentDropped> dropped_ ABSL_GUARDED_BY(mu_);  // by node, as agents said
   std::map<AgentStream*, std::shared_ptr<AgentStream>> streams_ ABSL_GUARDED_BY(mu_);  // open ones

@@ -288,5 +288,42 @@ TEST_F(MonitorHubTest, TheTickerClosesWindowsUntilStopped) {
   hub_.Stop();  // idempotent
 }
 
+// A certified stream (mutual TLS) speaks only for the node its certificate
+// names: a hello for another node ends it (no credentials sent), and its
+// reports for another node are dropped (reason node_identity).
+TEST_F(MonitorHubTest, ACertifiedStreamSpeaksOnlyForItsNode) {
+  EXPECT_TRUE(CertificateNamesNode({"antdt.internal", "system:node:node-a"}, "node-a"));
+  EXPECT_FALSE(CertificateNamesNode({"node-a"}, "node-a"));  // a bare name is no node's
+  EXPECT_FALSE(CertificateNamesNode({"system:node:node-a"}, "node-b"));
+  EXPECT_FALSE(CertificateNamesNode({"system:node:"}, ""));
+  hub_.SetJobCredential("team", "ctr", TokenDigest("t"));
+
+  Inbox forged;
+  auto sf =
+      hub_.OpenStream("peer-f", forged.Writer(), std::vector<std::string>{"system:node:node-b"});
+  EXPECT_FALSE(hub_.Receive(*sf, Hello("node-a")));
+  EXPECT_TRUE(forged.Messages().empty());  // not even the jobs' credential digests
+  hub_.CloseStream(*sf);
+  EXPECT_FALSE(hub_.SendDirective("node-a", Directive("w-0")));
+
+  Inbox own;
+  auto sa = hub_.OpenStream("peer-a", own.Writer(), std::vector<std::string>{"system:node:node-a"});
+  EXPECT_TRUE(hub_.Receive(*sa, Hello("node-a")));
+  const int64_t t = clock_.NowMillis();
+  EXPECT_TRUE(hub_.Receive(*sa, Step("w-0", "node-a", 0.1, t)));
+  EXPECT_TRUE(hub_.Receive(*sa, Step("w-2", "node-b", 9.0, t)));  // another node's: dropped
+  EXPECT_TRUE(hub_.SendDirective("node-a", Directive("w-0")));
+  hub_.RefuseStream("peer-x", "", "no_certificate");
+
+  const std::string text = prometheus::TextSerializer().Serialize(hub_.Collector()->Collect());
+  for (const char* line : {"antdt_monitor_reports_total{kind=\"step\"} 1",
+                           "antdt_monitor_reports_dropped_total{reason=\"node_identity\"} 1",
+                           "antdt_monitor_agent_streams_refused_total{reason=\"certificate\"} 1",
+                           "antdt_monitor_agent_streams_refused_total{reason=\"no_certificate\"} 1",
+                           "antdt_monitor_agent_streams_total 1"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
+  }
+}
+
 }  // namespace
 }  // namespace antdt::monitor

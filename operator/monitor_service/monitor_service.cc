@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "common/tls.h"
 
 namespace antdt::monitor {
 
@@ -78,15 +79,38 @@ grpc::Status MonitorServiceImpl::Stream(
     }
     open_.insert(ctx);
   }
+  std::optional<std::vector<std::string>> names;
+  if (require_node_certificates_) {
+    names = PeerCertificateNames(*ctx);
+    if (names->empty()) {
+      hub_.RefuseStream(ctx->peer(), "", "no_certificate");
+      Close(ctx);
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "a node stream needs the agent's client certificate (mutual TLS)");
+    }
+  }
   stream->SendInitialMetadata();  // tells the agent it reached a Monitor
   std::shared_ptr<MonitorHub::AgentStream> agent = hub_.OpenStream(
-      ctx->peer(), [stream](const v1::MonitorMessage& message) { return stream->Write(message); });
+      ctx->peer(), [stream](const v1::MonitorMessage& message) { return stream->Write(message); },
+      std::move(names));
+  grpc::Status status = grpc::Status::OK;
   v1::AgentMessage message;
-  while (stream->Read(&message)) hub_.Receive(*agent, message);
+  while (stream->Read(&message)) {
+    if (!hub_.Receive(*agent, message)) {
+      status = grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          "the agent's certificate does not name node \"" + message.hello().node() + "\"");
+      break;
+    }
+  }
   hub_.CloseStream(*agent);
+  Close(ctx);
+  return status;
+}
+
+void MonitorServiceImpl::Close(grpc::ServerContext* ctx) {
   std::lock_guard<std::mutex> lock(mu_);
   open_.erase(ctx);
-  return grpc::Status::OK;
 }
 
 void MonitorServiceImpl::SetAcceptingAgents(bool accepting) {

@@ -43,6 +43,12 @@ class MonitorServiceImpl final : public v1::Monitor::Service {
   // retries (UNAVAILABLE) until it reaches the acting one, whose Monitor
   // decides. Turning it off ends the streams open now.
   void SetAcceptingAgents(bool accepting);
+  // Mutual TLS for node streams: an agent's stream needs a verified client
+  // certificate that names the node its hello claims (system:node:NAME),
+  // else UNAUTHENTICATED (none) or PERMISSION_DENIED (another node's);
+  // each refusal is counted (antdt_monitor_agent_streams_refused_total) and
+  // logged. Set before serving.
+  void RequireNodeCertificates(bool require) { require_node_certificates_ = require; }
 
   // The hub's, for hosts written against the service (see MonitorHub).
   void Start(int64_t tick_ms) { hub_.Start(tick_ms); }
@@ -58,6 +64,8 @@ class MonitorServiceImpl final : public v1::Monitor::Service {
   std::mutex mu_;
   bool accepting_ = true;
   std::set<grpc::ServerContext*> open_;  // the streams being served
+  bool require_node_certificates_ = false;
+  void Close(grpc::ServerContext* ctx);
 };
 
 }  // namespace antdt::monitor

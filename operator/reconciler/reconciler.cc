@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/credential.h"
+#include "common/tls.h"
 #include "operator/bridge/bridge.h"
 #include "operator/bridge/worker_env.h"
 #include "operator/kube/object.h"
@@ -637,6 +638,35 @@ Json RenderTokenSecret(const Json& job, const manifest::Job& spec, const std::st
           {"data", {{"token", absl::Base64Escape(token)}}}};
 }
 
+// TLS for a pod's containers (Settings::pod_tls_secret): the Secret mounted
+// read-only at kTlsMountPath, ANTDT_TLS_* pointing into it (common/tls.h
+// reads them: servers, SDKs and the built-in trainer alike), and a gRPC
+// readiness probe turned into a TCP one (a kubelet's gRPC probe speaks
+// plaintext only).
+void UseTls(const Settings& s, Json& pod) {
+  if (s.pod_tls_secret.empty()) return;
+  constexpr char kVolume[] = "antdt-tls";
+  pod["spec"]["volumes"].push_back(
+      {{"name", kVolume}, {"secret", {{"secretName", s.pod_tls_secret}}}});
+  const std::string dir = kTlsMountPath;
+  std::vector<Json> env = {EnvValue(kEnvTlsCert, dir + "/tls.crt"),
+                           EnvValue(kEnvTlsKey, dir + "/tls.key"),
+                           EnvValue(kEnvTlsCa, dir + "/ca.crt")};
+  if (!s.tls_server_name.empty()) env.push_back(EnvValue(kEnvTlsServerName, s.tls_server_name));
+  for (Json& container : pod["spec"]["containers"]) {
+    container["volumeMounts"].push_back(
+        {{"name", kVolume}, {"mountPath", dir}, {"readOnly", true}});
+    PrependEnv(container, env);
+    Json& probe = container["readinessProbe"];
+    if (probe.is_object() && probe.contains("grpc")) {
+      probe["tcpSocket"] = {{"port", probe["grpc"]["port"]}};
+      probe.erase("grpc");
+    } else if (probe.is_null()) {
+      container.erase("readinessProbe");
+    }
+  }
+}
+
 Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Settings& s) {
   const bool own_state = spec.checkpoint.path.empty();
   // Per job even where the volume is shared (a hostPath, the test kubelet).
@@ -675,6 +705,7 @@ Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Setting
   EnsureWritable(pod["spec"], state_dir, "state");
   ApplySecureDefaults(pod["spec"], {{"requests", {{"cpu", "100m"}, {"memory", "128Mi"}}},
                                     {"limits", {{"memory", "1Gi"}}}});
+  UseTls(s, pod);
   return pod;
 }
 
@@ -791,6 +822,7 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   pod["spec"]["subdomain"] = PsServiceName(spec.name);
   pod["spec"]["restartPolicy"] = "Always";
   JoinGang(spec, s, pod);
+  UseTls(s, pod);
   return pod;
 }
 
@@ -817,6 +849,7 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
   pod_spec["restartPolicy"] = "Never";  // the operator restarts workers, as new pods
   AddNodeAffinity(pod_spec, instance.excluded_nodes, instance.node);
   JoinGang(spec, s, pod);
+  UseTls(s, pod);
   return pod;
 }
 

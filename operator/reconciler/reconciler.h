@@ -111,7 +111,15 @@ struct Settings {
   // job_token) that its sharding service and workers read as ANTDT_TOKEN;
   // the service refuses calls without it.
   bool job_credentials = false;
+  // TLS for the job's pods (common/tls.h): each mounts this Secret of the
+  // job's namespace (tls.crt, tls.key, ca.crt) at kTlsMountPath and gets
+  // ANTDT_TLS_* pointing there, and ANTDT_TLS_SERVER_NAME = tls_server_name;
+  // readiness probes are TCP then (a kubelet's gRPC probe speaks plaintext).
+  // "" : plaintext.
+  std::string pod_tls_secret;
+  std::string tls_server_name;
 };
+inline constexpr char kTlsMountPath[] = "/etc/antdt/tls";
 
 // One straggler (or leader) as the Monitor currently classifies it.
 struct Straggler {

@@ -326,6 +326,45 @@ TEST(GoldenTest, WorkerPodWithExcludedNodesAndTemplateAffinity) {
   ExpectGolden(RenderWorkerPod(job, MustParse(job), w, Settings{}), "worker-pod.json");
 }
 
+// With TLS for pods every container mounts the Secret, finds it through
+// ANTDT_TLS_*, and a gRPC readiness probe becomes a TCP one (a kubelet's
+// gRPC probe speaks plaintext only).
+TEST(RenderTest, PodsWithTlsMountTheSecretAndProbeOverTcp) {
+  const Json job = QuickstartJob();
+  Settings s;
+  s.pod_tls_secret = "antdt-tls";
+  s.tls_server_name = "antdt.internal";
+  WorkerInstance w;
+  w.id = "worker-0";
+  const std::vector<Json> pods = {RenderShardingPod(job, MustParse(job), s),
+                                  RenderParameterServerPod(job, MustParse(job), 0, s),
+                                  RenderWorkerPod(job, MustParse(job), w, s)};
+  for (const Json& pod : pods) {
+    const std::string name = pod["metadata"]["name"];
+    EXPECT_THAT(
+        pod["spec"]["volumes"],
+        Contains(Json::parse(R"({"name":"antdt-tls","secret":{"secretName":"antdt-tls"}})")))
+        << name;
+    for (const Json& c : pod["spec"]["containers"]) {
+      EXPECT_THAT(c["volumeMounts"], Contains(Json::parse(
+                                         R"({"name":"antdt-tls","mountPath":"/etc/antdt/tls",
+                                             "readOnly":true})")))
+          << name;
+      std::map<std::string, std::string> env;
+      for (const Json& e : c["env"]) env[e["name"]] = e.value("value", "");
+      EXPECT_EQ(env["ANTDT_TLS_CERT"], "/etc/antdt/tls/tls.crt") << name;
+      EXPECT_EQ(env["ANTDT_TLS_KEY"], "/etc/antdt/tls/tls.key") << name;
+      EXPECT_EQ(env["ANTDT_TLS_CA"], "/etc/antdt/tls/ca.crt") << name;
+      EXPECT_EQ(env["ANTDT_TLS_SERVER_NAME"], "antdt.internal") << name;
+      EXPECT_FALSE(c.contains("readinessProbe") && c["readinessProbe"].contains("grpc")) << name;
+    }
+  }
+  EXPECT_EQ(pods[0]["spec"]["containers"][0]["readinessProbe"]["tcpSocket"]["port"], 50051);
+  // Without it nothing changes.
+  EXPECT_EQ(RenderShardingPod(job, MustParse(job), Settings{}).dump().find("antdt-tls"),
+            std::string::npos);
+}
+
 TEST(GoldenTest, Services) {
   const Json job = QuickstartJob();
   const std::vector<Json> services = RenderServices(job, MustParse(job), Settings{});

@@ -31,6 +31,8 @@ def parse_args(argv):
     p.add_argument("--work-dir", required=True, help="pod sandboxes and logs")
     p.add_argument("--ip-base", default="127.1.0", help="pod IPs 127.X.Y.10.., node IPs 127.X.(Y+1).1..")
     p.add_argument("--agent-monitor", help="HOST:PORT: run antdt-agent per node, streaming there")
+    p.add_argument("--agent-tls-dir", help="the agents' certificates (scripts/make-certs.sh DIR NODE...): "
+                   "each agent serves and streams with node-NAME.crt, trusting ca.crt")
     p.add_argument("--speed-dir", help="containers get ANTDT_NODE_SPEED_FILE=<dir>/<node>.speed")
     p.add_argument("--ready-file", help="written with 'ok' once nodes are registered and watches run")
     p.add_argument("--user-agent", default="antdt-test-kubelet")
@@ -82,7 +84,8 @@ def main(argv):
     while not stop.is_set() and not (pods.synced.is_set() and services.synced.is_set()):
         stop.wait(0.1)
 
-    agents = nodes_lib.Agents(nodes, args.bin_dir, args.work_dir, args.agent_monitor) if args.agent_monitor else None
+    agents = nodes_lib.Agents(nodes, args.bin_dir, args.work_dir, args.agent_monitor,
+                                tls_dir=args.agent_tls_dir) if args.agent_monitor else None
     scheduler = Scheduler(api, nodes)
     kubelet = Kubelet(api, nodes, args.bin_dir, args.work_dir, args.ip_base, args.speed_dir,
                       image_root=args.image_root)

@@ -179,8 +179,11 @@ class Kubelet:
             if binary == podspec.SYSTEM_PYTHON:
                 env = podspec.keep_sdk_importable(env, self.bin_dir)
             argv = podspec.map_image_paths(podspec.container_argv(container, env), self.image_root)
-            argv = podspec.map_host_paths(podspec.bind_to_pod_ip(argv, state.ip),
-                                          podspec.host_path_mounts(pod, container, state.sandbox))
+            mounts = podspec.host_path_mounts(pod, container, state.sandbox,
+                                              lambda name, optional: self._secret_data(pod, name, optional))
+            argv = podspec.map_host_paths(podspec.bind_to_pod_ip(argv, state.ip), mounts)
+            # A variable naming a file under a mount (ANTDT_TLS_CERT=/etc/antdt/tls/tls.crt).
+            env = [(name, podspec.map_host_paths([value], mounts)[0]) for name, value in env]
             env = self._service_account_env(pod, state, env)
         except podspec.SpecError as e:
             self._set_waiting(state, e.reason, e.message)
@@ -211,6 +214,23 @@ class Kubelet:
         state.waiting = None
         log("container_started", pod=state.key, pid=state.proc.pid, restarts=state.restart_count,
             argv=" ".join(argv))
+
+    def _secret_data(self, pod, name, optional):
+        """A secret volume's Secret as {key: bytes}, read from the API server; {} for a missing
+        optional one; SpecError (ContainerCreating, retried) for a missing one, as a kubelet's
+        MountVolume.SetUp fails."""
+        ns = pod["metadata"]["namespace"]
+        try:
+            secret = self.api.get("/api/v1/namespaces/%s/secrets/%s" % (ns, name))
+        except Exception as e:  # noqa: BLE001
+            if is_status(e, 404) and optional:
+                return {}
+            raise podspec.SpecError("ContainerCreating", 'MountVolume.SetUp failed: secret "%s": %s'
+                                    % (name, "not found" if is_status(e, 404) else describe(e)))
+        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        for k, v in (secret.get("stringData") or {}).items():
+            data[k] = v.encode("utf-8")
+        return data
 
     def _secret_key(self, pod, name, key, optional):
         """A secretKeyRef's value, read from the API server as the kubelet does; None for a missing

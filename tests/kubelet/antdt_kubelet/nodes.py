@@ -101,8 +101,9 @@ def keep_nodes_ready(api, nodes):
 class Agents:
     """One `antdt-agent` per node, restarted a second after it dies."""
 
-    def __init__(self, nodes, bin_dir, work_dir, monitor, monotonic=time.monotonic):
+    def __init__(self, nodes, bin_dir, work_dir, monitor, monotonic=time.monotonic, tls_dir=None):
         self.nodes = nodes
+        self.tls_dir = tls_dir  # node-NAME.crt/.key and ca.crt (scripts/make-certs.sh): mutual TLS
         self.binary = os.path.join(bin_dir, "antdt-agent")
         self.dir = os.path.join(work_dir, "agents")
         self.monitor = monitor
@@ -114,6 +115,11 @@ class Agents:
     def argv(self, node):
         argv = [self.binary, "--node", node["name"], "--listen", node["hostIP"] + ":9400",
                 "--monitor", self.monitor, "--interval", "1s"]
+        if self.tls_dir:
+            name = node["name"]
+            argv += ["--tls-cert", os.path.join(self.tls_dir, "node-%s.crt" % name),
+                     "--tls-key", os.path.join(self.tls_dir, "node-%s.key" % name),
+                     "--tls-ca", os.path.join(self.tls_dir, "ca.crt"), "--tls-server-name", "antdt.internal"]
         if node["file_labels"]:
             argv += ["--labels", ",".join("%s=%s" % kv for kv in sorted(node["file_labels"].items()))]
         return argv

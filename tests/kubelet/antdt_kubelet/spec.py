@@ -203,10 +203,12 @@ def bind_to_pod_ip(argv, ip):
     return [a.replace("0.0.0.0:", ip + ":") for a in argv]
 
 
-def host_path_mounts(pod, container, sandbox=None):
+def host_path_mounts(pod, container, sandbox=None, secret_data=None):
     """(mountPath, path on this machine) for each of the container's mounts of a hostPath volume,
     and, given the pod's `sandbox`, of an emptyDir volume (SANDBOX/volumes/NAME, created: it lives
-    and dies with the pod, as Kubernetes' does), longest first."""
+    and dies with the pod, as Kubernetes' does) and of a secret volume (its keys written as files
+    there; `secret_data(name, optional)` gives the Secret's {key: bytes}, raising SpecError when
+    it is missing), longest first."""
     volumes = {v.get("name"): v for v in pod["spec"].get("volumes") or []}
     out = []
     for m in container.get("volumeMounts") or []:
@@ -218,7 +220,26 @@ def host_path_mounts(pod, container, sandbox=None):
             local = os.path.join(sandbox, "volumes", m["name"])
             os.makedirs(local, exist_ok=True)
             out.append((mount, local))
+        elif v is not None and "secret" in v and sandbox and secret_data is not None:
+            source = v["secret"] or {}
+            local = os.path.join(sandbox, "volumes", m["name"])
+            write_secret_volume(local, secret_data(source.get("secretName", ""), bool(source.get("optional"))),
+                                source.get("items"))
+            out.append((mount, local))
     return sorted(out, key=lambda mp: -len(mp[0]))
+
+
+def write_secret_volume(directory, data, items=None):
+    """A secret volume's files: each key (or each of `items`, key -> path) in `directory`."""
+    os.makedirs(directory, exist_ok=True)
+    paths = {i["key"]: i.get("path", i["key"]) for i in items} if items else {k: k for k in data}
+    for key, path in paths.items():
+        if key not in data:
+            raise SpecError("ContainerCreating", "secret volume: no key %s" % key)
+        target = os.path.join(directory, path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(data[key])
 
 
 def map_host_paths(argv, mounts):
