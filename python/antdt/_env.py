@@ -95,3 +95,52 @@ def count(variable: str, default: int) -> int:
     if value < 0:
         raise ValueError(f"{variable}: must be an integer >= 0, got {raw!r}")
     return value
+
+
+#: TLS, as every AntDT process reads it (common/tls.h): this process's
+#: certificate and key (presented to servers), the CA bundle servers must chain
+#: to, and the name their certificates must carry (for addresses, pod IPs,
+#: that no certificate names). TLS is on when a certificate or a CA is set.
+TLS_CERT = "ANTDT_TLS_CERT"
+TLS_KEY = "ANTDT_TLS_KEY"
+TLS_CA = "ANTDT_TLS_CA"
+TLS_SERVER_NAME = "ANTDT_TLS_SERVER_NAME"
+
+
+def _read_pem(variable: str, path: str, marker: bytes, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            content = f.read()
+    except OSError as e:
+        raise ValueError(f"{variable}: cannot read {path}: {e.__class__.__name__}") from None
+    if marker not in content:
+        raise ValueError(f"{variable}: {path} is not a PEM {what}")
+    return content
+
+
+def channel(address: str, options=()):
+    """A gRPC channel to ``address``: TLS per ``$ANTDT_TLS_*`` (plaintext when
+    neither a certificate nor a CA is set, and for ``unix:`` addresses).
+
+    Raises:
+        ValueError: a file cannot be read or is not PEM, or a certificate comes
+            without its key; the message names the variable and the path, never
+            the content.
+    """
+    import grpc  # the SDK's one gRPC dependency, imported where used
+
+    options = list(options)
+    cert_path, key_path, ca_path = first_set(TLS_CERT), first_set(TLS_KEY), first_set(TLS_CA)
+    if (not cert_path and not ca_path) or address.startswith("unix:"):
+        return grpc.insecure_channel(address, options=options)
+    if bool(cert_path) != bool(key_path):
+        missing = TLS_KEY if cert_path else TLS_CERT
+        raise ValueError(f"{missing}: must be set with ${TLS_CERT if cert_path else TLS_KEY}")
+    ca = _read_pem(TLS_CA, ca_path, b"-----BEGIN CERTIFICATE-----", "CA certificate") if ca_path else None
+    cert = _read_pem(TLS_CERT, cert_path, b"-----BEGIN CERTIFICATE-----", "certificate") if cert_path else None
+    key = _read_pem(TLS_KEY, key_path, b"PRIVATE KEY-----", "private key") if key_path else None
+    server_name = first_set(TLS_SERVER_NAME)
+    if server_name:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+    return grpc.secure_channel(address, credentials, options=options)

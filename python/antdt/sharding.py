@@ -192,7 +192,7 @@ class ShardingClient:
         # Reconnect quickly once a restarted service listens again (gRPC's
         # default reconnect backoff starts at 1 s and grows to 2 min). Not
         # grpc.min_reconnect_backoff_ms: that is the connect *timeout*.
-        self._channel = grpc.insecure_channel(
+        self._channel = _env.channel(
             address,
             options=[
                 ("grpc.initial_reconnect_backoff_ms", int(_BACKOFF_INITIAL_S * 1000)),

@@ -110,7 +110,7 @@ class StepReporter:
         self._pending: Optional[monitor_pb2.Directive] = None
         self._next_step = 0
         # Reconnect quickly once a restarted agent listens again, as the C++ SDK does.
-        self._channel = grpc.insecure_channel(
+        self._channel = _env.channel(
             agent_address,
             options=[
                 ("grpc.initial_reconnect_backoff_ms", 100),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -277,6 +278,61 @@ class ShardingClientCredentialTest(unittest.TestCase):
     def test_an_unreadable_token_file_is_an_error_naming_it(self) -> None:
         with self.assertRaisesRegex(ValueError, "^ANTDT_TOKEN_FILE: cannot read .*missing"):
             self.client({"ANTDT_TOKEN_FILE": os.path.join(self.workdir, "missing")})
+
+
+class ShardingClientTlsTest(unittest.TestCase):
+    """A service on TLS (certificates from scripts/make-certs.sh): the client speaks TLS when its
+    environment names a CA ($ANTDT_TLS_*, as the operator's pods get them), with no code for it;
+    without TLS it gets nothing; bad files are errors naming the variable."""
+
+    def setUp(self) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="antdt-py-tls-")
+        self.addCleanup(shutil.rmtree, self.workdir, True)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "make-certs.sh")
+        self.tls = os.path.join(self.workdir, "tls")
+        subprocess.run([script, self.tls], check=True, stdout=subprocess.DEVNULL)
+        self.service = Service(self.workdir)
+        self.addCleanup(self.service.kill)
+        self.address = self.service.start(extra=[
+            "--tls-cert", os.path.join(self.tls, "server.crt"),
+            "--tls-key", os.path.join(self.tls, "server.key"),
+            "--tls-ca", os.path.join(self.tls, "ca.crt")])
+
+    def client(self, env: Dict[str, str], **kwargs: Any) -> ShardingClient:
+        with mock.patch.dict(os.environ, env, clear=True):
+            c = ShardingClient(self.address, JOB, "d", "w0", **kwargs)
+        self.addCleanup(c.close)
+        return c
+
+    def test_the_environments_tls_is_used(self) -> None:
+        commits = Commits()
+        c = self.client({"ANTDT_TLS_CA": os.path.join(self.tls, "ca.crt"),
+                         "ANTDT_TLS_SERVER_NAME": "antdt.internal"}, retry_budget_s=10)
+        c.on_commit = commits
+        c.create_dataset(record_count=100, shard_size=10, epochs=1)
+        for _shard, _record in c.records(commit_every=5):
+            pass
+        self.assertEqual(commits.count(), 100)
+
+    def test_plaintext_or_another_name_gets_nothing(self) -> None:
+        for env in ({}, {"ANTDT_TLS_CA": os.path.join(self.tls, "ca.crt"),
+                         "ANTDT_TLS_SERVER_NAME": "someone-else.internal"}):
+            with self.subTest(env=env):
+                c = self.client(env, retry_budget_s=0.5)
+                with self.assertRaises(ShardingError) as err:
+                    c.create_dataset(record_count=100, shard_size=10, epochs=1)
+                self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+    def test_bad_files_are_errors_naming_the_variable(self) -> None:
+        key = os.path.join(self.tls, "server.key")
+        cases = (({"ANTDT_TLS_CA": os.path.join(self.workdir, "missing")}, "^ANTDT_TLS_CA: cannot read .*missing"),
+                 ({"ANTDT_TLS_CA": key}, "^ANTDT_TLS_CA: .* is not a PEM CA certificate"),
+                 ({"ANTDT_TLS_CERT": os.path.join(self.tls, "server.crt")}, "^ANTDT_TLS_KEY: must be set"))
+        for env, pattern in cases:
+            with self.subTest(env=env):
+                with self.assertRaisesRegex(ValueError, pattern) as err:
+                    self.client(env)
+                self.assertNotIn("PRIVATE", str(err.exception))
 
 
 class ShardingClientFromEnvTest(unittest.TestCase):
