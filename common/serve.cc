@@ -76,6 +76,7 @@ void Serving::Shutdown(std::chrono::milliseconds grace) {
     server_->Wait();
     server_.reset();
   }
+  metrics_.tls.reset();
   metrics_.exposer.reset();
 }
 

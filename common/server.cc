@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/tls.h"
 
 namespace antdt {
 namespace {
@@ -44,6 +45,9 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(
   MetricsEndpoint ep;
   std::string host = listen.substr(0, listen.rfind(':'));
   std::string port = listen.substr(listen.rfind(':') + 1);
+  // With TLS on, CivetWeb serves loopback only and a TlsFront the address.
+  const bool tls = TlsServing();
+  const std::string civet_listen = tls ? "127.0.0.1:0" : listen;
   try {
     // CivetWeb takes "HOST:PORT" for IPv4 and "[::1]:PORT" for IPv6 as is.
     // A connection holds one of its threads until its request is read: with
@@ -51,7 +55,7 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(
     // or half-sent connections kept /metrics and /healthz from answering for
     // 30 s. Scrapes are small; a slow client is dropped after 2 s.
     ep.exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", listen, "num_threads", "8",
+        std::vector<std::string>{"listening_ports", civet_listen, "num_threads", "8",
                                  "request_timeout_ms", "2000", "keep_alive_timeout_ms", "500"});
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
@@ -61,7 +65,15 @@ absl::StatusOr<MetricsEndpoint> StartMetrics(
   ep.health = std::make_shared<prometheus::Registry>();
   ep.exposer->RegisterCollectable(ep.health, "/healthz");
   auto ports = ep.exposer->GetListeningPorts();
-  ep.address = BoundAddress(listen, ports.empty() ? 0 : ports.front());
+  const int bound = ports.empty() ? 0 : ports.front();
+  if (!tls) {
+    ep.address = BoundAddress(listen, bound);
+    return ep;
+  }
+  auto front = TlsFront::Start(listen, bound, "metrics_listen");
+  if (!front.ok()) return front.status();
+  ep.tls = *std::move(front);
+  ep.address = BoundAddress(listen, ep.tls->port());
   return ep;
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/tls_front.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 
@@ -23,11 +24,13 @@ int WaitForTerminationSignal();
 
 struct MetricsEndpoint {
   std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<TlsFront> tls;                 // with TLS on: HTTPS here, the exposer on loopback
   std::shared_ptr<prometheus::Registry> health;  // empty registry served at /healthz
   std::string address;                           // bound HOST:PORT
 };
 
-// Serves `registry` at http://listen/metrics (port 0 picks one).
+// Serves `registry` at http://listen/metrics (port 0 picks one); with TLS on
+// (common/tls.h) at https://listen/metrics only, through a TlsFront.
 absl::StatusOr<MetricsEndpoint> StartMetrics(const std::string& listen,
                                              const std::shared_ptr<prometheus::Registry>& registry);
 

@@ -133,6 +133,21 @@ TEST_F(TlsTest, ServersSpeakOnlyTlsAndChannelsVerifyTheServer) {
   EXPECT_EQ(HealthCheck(grpc::CreateCustomChannel(address, grpc::SslCredentials(right), wrong_name))
                 .error_code(),
             grpc::StatusCode::UNAVAILABLE);
+
+  // The metrics endpoint: HTTPS with the same certificate; plain HTTP and a
+  // client trusting another CA get nothing.
+  const std::string metrics = (*serving)->metrics_address();
+  for (int i = 0; i < 3; ++i) {  // one connection after another
+    std::optional<std::string> scraped = HttpsGet(metrics, "/metrics", File("ca.crt"), "localhost");
+    ASSERT_TRUE(scraped.has_value());
+    EXPECT_TRUE(absl::StartsWith(*scraped, "HTTP/1.1 200")) << *scraped;
+  }
+  std::optional<std::string> health = HttpsGet(metrics, "/healthz", File("ca.crt"), "localhost");
+  ASSERT_TRUE(health.has_value());
+  EXPECT_TRUE(absl::StartsWith(*health, "HTTP/1.1 200")) << *health;
+  EXPECT_FALSE(HttpsGet(metrics, "/metrics", other_->File("ca.crt"), "localhost").has_value());
+  std::optional<std::string> plain = HttpGet(metrics, "/metrics");
+  EXPECT_FALSE(plain.has_value() && absl::StrContains(*plain, "200")) << *plain;
 }
 
 }  // namespace

@@ -230,9 +230,20 @@ class Cluster {
 
   Process* Operator(const std::string& name) { return operators_[name].get(); }
   std::string File(const std::string& name) const { return dir_.File(name); }
-  std::string OperatorMetrics(const std::string& name) {
+  // The replica's /metrics; over https trusting `ca` when given (TLS on).
+  std::string OperatorMetrics(const std::string& name, const std::string& ca = "") {
     auto m = ReadyFileField(dir_.File(name + ".ready"), "metrics");
-    return m ? HttpGet(*m, "/metrics").value_or("") : "";
+    if (!m) return "";
+    if (ca.empty()) return HttpGet(*m, "/metrics").value_or("");
+    web::http::client::http_client_config config;
+    config.set_ssl_context_callback(
+        [ca](boost::asio::ssl::context& ctx) { ctx.load_verify_file(ca); });
+    try {
+      web::http::client::http_client c("https://" + *m, config);
+      return c.request(web::http::methods::GET, "/metrics").get().extract_string().get();
+    } catch (const std::exception& e) {
+      return std::string("https failed: ") + e.what();
+    }
   }
 
   // The kubelet; with a `monitor`, its own agent per node streams there
@@ -2008,7 +2019,9 @@ TEST(OperatorE2E, TlsEverywhereTheJobTrainsAndOnlyANodesAgentSpeaksForIt) {
             grpc::StatusCode::PERMISSION_DENIED);
   const grpc::Status own = ClaimNode(TlsChannel(monitor, tls, "node-node-0"), "node-0");
   EXPECT_TRUE(own.ok()) << own.error_message();
-  const std::string metrics = cluster.OperatorMetrics("op-a");
+  // Metrics over HTTPS only.
+  EXPECT_EQ(cluster.OperatorMetrics("op-a"), "");
+  const std::string metrics = cluster.OperatorMetrics("op-a", tls + "/ca.crt");
   EXPECT_NE(metrics.find("antdt_monitor_agent_streams_refused_total{reason=\"no_certificate\"} 1"),
             std::string::npos)
       << metrics;
@@ -2017,7 +2030,7 @@ TEST(OperatorE2E, TlsEverywhereTheJobTrainsAndOnlyANodesAgentSpeaksForIt) {
 
   ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "tls", records, &job));
   // Both nodes' agents streamed (over mutual TLS), and no key was logged.
-  const std::string after = cluster.OperatorMetrics("op-a");
+  const std::string after = cluster.OperatorMetrics("op-a", tls + "/ca.crt");
   EXPECT_EQ(after.find("antdt_monitor_agent_streams_total 0"), std::string::npos) << after;
   std::ifstream log_in(cluster.File("op-a.log"));
   const std::string log((std::istreambuf_iterator<char>(log_in)), {});
