@@ -264,12 +264,14 @@ class ChartTest(unittest.TestCase):
                 violations = restricted_violations(spec)
                 if o["kind"] == "DaemonSet":
                     # The agent's exceptions, each needed: the node's network (workers send
-                    # to $(HOST_IP)), its ports there, /proc and the cgroup tree read-only.
+                    # to $(HOST_IP)), its ports there, /proc and the cgroup tree read-only,
+                    # and with TLS the node's own certificate, read-only.
+                    tls = ["volumes[tls].hostPath"] if objs is self.all_on else []
                     self.assertEqual(sorted(violations), sorted([
                         "hostNetwork", "volumes[proc].hostPath", "volumes[cgroup].hostPath",
-                        "containers[agent].ports.hostPort 9400", "containers[agent].ports.hostPort 9402"]))
+                        "containers[agent].ports.hostPort 9400", "containers[agent].ports.hostPort 9402"] + tls))
                     mounts = spec["containers"][0]["volumeMounts"]
-                    self.assertTrue(all(m.get("readOnly") for m in mounts if m["name"] in ("proc", "cgroup")))
+                    self.assertTrue(all(m.get("readOnly") for m in mounts if m["name"] in ("proc", "cgroup", "tls")))
                 else:
                     self.assertEqual(violations, [], o["metadata"]["name"])
                 for c in spec["containers"]:
@@ -314,6 +316,35 @@ class ChartTest(unittest.TestCase):
         self.assertIn("--labels=antdt.io/hardware=a100,antdt.io/pool=gpu", spec["containers"][0]["args"])
         self.assertIn("--cgroups=kubepods.slice", spec["containers"][0]["args"])
         self.assertEqual(spec["imagePullSecrets"], [{"name": "regcred"}])
+
+    def test_tls_reaches_every_endpoint_and_its_scrapers(self):
+        tls_flags = ["--tls-cert=/etc/antdt/tls/tls.crt", "--tls-key=/etc/antdt/tls/tls.key",
+                     "--tls-ca=/etc/antdt/tls/ca.crt", "--tls-server-name=antdt.internal"]
+        [deploy] = find(self.all_on, "Deployment")
+        spec = deploy["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        for flag in tls_flags + ["--pod-tls-secret=antdt-tls"]:
+            self.assertIn(flag, c["args"])
+        self.assertEqual(c["readinessProbe"]["tcpSocket"]["port"], 9401)  # gRPC probes are plaintext
+        self.assertEqual(c["livenessProbe"]["httpGet"]["scheme"], "HTTPS")
+        self.assertIn({"name": "tls", "secret": {"secretName": "antdt-operator-tls"}}, spec["volumes"])
+        [ds] = find(self.all_on, "DaemonSet")
+        spec = ds["spec"]["template"]["spec"]
+        for flag in tls_flags:
+            self.assertIn(flag, spec["containers"][0]["args"])
+        self.assertIn({"name": "tls", "hostPath": {"path": "/etc/antdt/node-tls", "type": "Directory"}},
+                      spec["volumes"])
+        for monitor in find(self.all_on, "ServiceMonitor"):
+            endpoint = monitor["spec"]["endpoints"][0]
+            self.assertEqual(endpoint["scheme"], "https")
+            self.assertEqual(endpoint["tlsConfig"]["serverName"], "antdt.internal")
+        [test_pod] = [p for p in find(self.all_on, "Pod") if p["metadata"]["name"].endswith("test-connection")]
+        self.assertIn("grpc.ssl_target_name_override", test_pod["spec"]["containers"][0]["args"][0])
+        # Off by default: no flag, gRPC readiness.
+        [deploy] = find(self.defaults, "Deployment")
+        c = deploy["spec"]["template"]["spec"]["containers"][0]
+        self.assertFalse([a for a in c["args"] if a.startswith("--tls")])
+        self.assertIn("grpc", c["readinessProbe"])
 
     def test_the_operator_elects_a_leader_and_the_monitor_service_selects_it(self):
         [dep] = find(self.defaults, "Deployment")
