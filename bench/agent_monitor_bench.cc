@@ -89,13 +89,14 @@ struct Server {
   }
 };
 
-std::optional<Server> StartServer(const std::string& name, std::vector<std::string> argv) {
+std::optional<Server> StartServer(const std::string& name, std::vector<std::string> argv,
+                                  const std::map<std::string, std::string>& env = {}) {
   const std::string ready = g_work_dir + "/" + name + ".ready";
   std::filesystem::remove(ready);
   argv.insert(argv.end(), {"--ready-file", ready, "--metrics-listen", "127.0.0.1:0"});
   Server s;
   s.log = g_work_dir + "/" + name + ".log";
-  s.proc = std::make_unique<Process>(argv, s.log);
+  s.proc = std::make_unique<Process>(argv, s.log, env);
   auto address = antdt::WaitForReadyFile(ready, std::chrono::seconds(30));
   if (!address) {
     std::fprintf(stderr, "%s did not start; see %s\n", name.c_str(), s.log.c_str());
@@ -106,13 +107,17 @@ std::optional<Server> StartServer(const std::string& name, std::vector<std::stri
   return s;
 }
 
-std::optional<Server> StartMonitor(const std::string& name) {
-  return StartServer(name, {g_bin_dir + "/antdt", "monitor", "--listen", "127.0.0.1:0"});
+std::optional<Server> StartMonitor(const std::string& name,
+                                   const std::map<std::string, std::string>& env = {}) {
+  return StartServer(name, {g_bin_dir + "/antdt", "monitor", "--listen", "127.0.0.1:0"}, env);
 }
 
 // The value of `series` ("name{labels}") in a Prometheus text exposition.
-std::optional<double> Metric(const std::string& address, const std::string& series) {
-  auto text = antdt::HttpGet(address, "/metrics");
+// With `ca_file`, over HTTPS (a server with TLS on).
+std::optional<double> Metric(const std::string& address, const std::string& series,
+                             const std::string& ca_file = "") {
+  auto text = ca_file.empty() ? antdt::HttpGet(address, "/metrics")
+                              : antdt::HttpsGet(address, "/metrics", ca_file, "localhost");
   if (!text) return std::nullopt;
   const std::string body = "\n" + *text;
   const size_t pos = body.rfind("\n" + series + " ");
@@ -521,13 +526,46 @@ void GateCost(int64_t n, int rounds) {
   std::fflush(stdout);
 }
 
+// Certificates for the TLS figures (scripts/make-certs.sh, next to the build,
+// with a node certificate for bench-node); "" when the script is not there.
+std::string MakeCerts() {
+  const std::string script = g_bin_dir + "/../../scripts/make-certs.sh";
+  const std::string dir = g_work_dir + "/tls";
+  if (!std::filesystem::exists(script) ||
+      std::system((script + " " + dir + " bench-node >/dev/null").c_str()) != 0) {
+    return "";
+  }
+  return dir;
+}
+
+struct StreamFigures {
+  double accepted_per_second = 0;
+  int64_t sent = 0;
+  double accepted = 0;
+  std::string status;
+};
+
 // One client streams step reports to a real `antdt monitor` over one Monitor
-// stream, as an agent does, for `seconds`.
-bool GrpcIngest(double seconds, const IngestFigures& in_process) {
-  auto server = StartMonitor("ingest-monitor");
-  if (!server) return false;
-  auto stub = v1::Monitor::NewStub(
-      grpc::CreateChannel(server->address, grpc::InsecureChannelCredentials()));
+// stream, as an agent does, for `seconds`; with `tls_dir` over mutual TLS
+// (the Monitor's server certificate, the client bench-node's).
+std::optional<StreamFigures> StreamIngest(double seconds, const std::string& tls_dir) {
+  std::map<std::string, std::string> env;
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments args;
+  if (!tls_dir.empty()) {
+    env = {{"ANTDT_TLS_CERT", tls_dir + "/server.crt"},
+           {"ANTDT_TLS_KEY", tls_dir + "/server.key"},
+           {"ANTDT_TLS_CA", tls_dir + "/ca.crt"}};
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = *antdt::ReadFile(tls_dir + "/ca.crt");
+    o.pem_cert_chain = *antdt::ReadFile(tls_dir + "/node-bench-node.crt");
+    o.pem_private_key = *antdt::ReadFile(tls_dir + "/node-bench-node.key");
+    credentials = grpc::SslCredentials(o);
+    args.SetSslTargetNameOverride("antdt.internal");
+  }
+  auto server = StartMonitor(tls_dir.empty() ? "ingest-monitor" : "ingest-monitor-tls", env);
+  if (!server) return std::nullopt;
+  auto stub = v1::Monitor::NewStub(grpc::CreateCustomChannel(server->address, credentials, args));
   grpc::ClientContext ctx;
   auto stream = stub->Stream(&ctx);
   stream->WaitForInitialMetadata();
@@ -553,35 +591,58 @@ bool GrpcIngest(double seconds, const IngestFigures& in_process) {
     r->set_compute_seconds(0.075);
     r->set_communication_seconds(0.021);
   }
-  const double before = Metric(server->metrics, kStepReports).value_or(0);
-  int64_t sent = 0;
+  const std::string ca = tls_dir.empty() ? "" : tls_dir + "/ca.crt";
+  const double before = Metric(server->metrics, kStepReports, ca).value_or(0);
+  StreamFigures f;
   const auto start = Clock::now();
   const auto end =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   bool writing = true;
   while (writing && Clock::now() < end) {
     for (int k = 0; k < 64 && writing; ++k) {
-      v1::AgentMessage& m = templates[static_cast<size_t>(sent % kIngestWorkers)];
-      m.mutable_step()->set_step(sent / kIngestWorkers);
+      v1::AgentMessage& m = templates[static_cast<size_t>(f.sent % kIngestWorkers)];
+      m.mutable_step()->set_step(f.sent / kIngestWorkers);
       m.mutable_step()->set_time_unix_ms(NowUnixMs());
       writing = stream->Write(m);
-      sent += writing;
+      f.sent += writing;
     }
   }
   stream->WritesDone();
   reader.join();  // the Monitor ends the stream once it has read everything
   const grpc::Status status = stream->Finish();
   const double elapsed = Seconds(Clock::now() - start);
-  const double accepted = Metric(server->metrics, kStepReports).value_or(0) - before;
+  f.accepted = Metric(server->metrics, kStepReports, ca).value_or(0) - before;
+  f.accepted_per_second = f.accepted / elapsed;
+  f.status = status.ok() ? "OK" : status.error_message();
+  return f;
+}
+
+// The stream's ingest, plaintext and over mutual TLS, beside in-process.
+bool GrpcIngest(double seconds, const IngestFigures& in_process) {
+  const std::optional<StreamFigures> plain = StreamIngest(seconds, "");
+  if (!plain) return false;
+  const std::string tls_dir = MakeCerts();
+  std::optional<StreamFigures> tls;
+  if (!tls_dir.empty()) tls = StreamIngest(seconds, tls_dir);
   std::printf("\n== Monitor ingest through gRPC: one agent stream to antdt monitor, %.0f s ==\n",
               seconds);
   std::printf("%-52s %12.0f reports/s\n", "in process, above (baseline)",
               in_process.ingest_per_second);
-  std::printf("%-52s %12.0f reports/s  (%lld sent, %.0f accepted, stream %s)\n",
-              "antdt monitor over one Stream", accepted / elapsed, static_cast<long long>(sent),
-              accepted, status.ok() ? "OK" : status.error_message().c_str());
+  auto row = [](const char* what, const StreamFigures& f) {
+    std::printf("%-52s %12.0f reports/s  (%lld sent, %.0f accepted, stream %s)\n", what,
+                f.accepted_per_second, static_cast<long long>(f.sent), f.accepted,
+                f.status.c_str());
+  };
+  row("antdt monitor over one Stream, plaintext", *plain);
   std::printf("%-52s %12.2fx\n", "ratio to in process",
-              accepted / elapsed / in_process.ingest_per_second);
+              plain->accepted_per_second / in_process.ingest_per_second);
+  if (tls) {
+    row("the same over mutual TLS (node certificate)", *tls);
+    std::printf("%-52s %12.2fx\n", "ratio TLS / plaintext",
+                tls->accepted_per_second / plain->accepted_per_second);
+  } else {
+    std::printf("(no TLS figure: scripts/make-certs.sh not found next to the build)\n");
+  }
   std::fflush(stdout);
   return true;
 }

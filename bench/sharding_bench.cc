@@ -6,8 +6,9 @@
 //     unary RPCs (grpc.health.v1.Health/Check) to the same process.
 //  2. Recovery after kill -9 with 1,000,000 shards stored: time from exec to
 //     serving, beside the same on an empty state directory.
-//  3. The job credential's cost: the same pairs against a service holding a
-//     token (--token-file; every call carries it), beside a service without.
+//  3. The cost of security: the same pairs against a service holding a token
+//     (--token-file; every call carries it), and one with the token and TLS
+//     (certificates made by scripts/make-certs.sh), beside a service without.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -36,6 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 std::string g_bin_dir;
 std::string g_work_dir;
+std::string g_tls_dir;  // certificates (scripts/make-certs.sh); "" : none made
 
 struct Service {
   std::unique_ptr<Process> proc;
@@ -44,7 +46,7 @@ struct Service {
 };
 
 Service StartService(const std::string& state_dir, const std::string& sync, const std::string& log,
-                     const std::string& token_file = "") {
+                     const std::string& token_file = "", bool tls = false) {
   Service s;
   const std::string ready = g_work_dir + "/ready";
   std::filesystem::remove(ready);
@@ -62,6 +64,10 @@ Service StartService(const std::string& state_dir, const std::string& sync, cons
     argv.push_back("--token-file");
     argv.push_back(token_file);
   }
+  if (tls) {
+    argv.insert(argv.end(), {"--tls-cert", g_tls_dir + "/server.crt", "--tls-key",
+                             g_tls_dir + "/server.key", "--tls-ca", g_tls_dir + "/ca.crt"});
+  }
   s.proc = std::make_unique<Process>(argv, log);
   auto address = antdt::WaitForReadyFile(ready, std::chrono::seconds(120));
   if (!address) {
@@ -73,10 +79,26 @@ Service StartService(const std::string& state_dir, const std::string& sync, cons
   return s;
 }
 
+bool g_dial_tls = false;  // NewChannel speaks TLS (trusting g_tls_dir's CA)
+
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& address, int i) {
   grpc::ChannelArguments args;
   args.SetInt("antdt.bench.channel", i);  // a connection of its own per client
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!g_dial_tls)
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = *antdt::ReadFile(g_tls_dir + "/ca.crt");
+  args.SetSslTargetNameOverride("antdt.internal");
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(tls), args);
+}
+
+// Makes the certificates with the repository's script (next to build/bin);
+// false when it is not there.
+bool MakeCerts() {
+  const std::string script = g_bin_dir + "/../../scripts/make-certs.sh";
+  if (!std::filesystem::exists(script)) return false;
+  g_tls_dir = g_work_dir + "/tls";
+  return std::system((script + " " + g_tls_dir + " >/dev/null").c_str()) == 0;
 }
 
 struct Figures {
@@ -167,35 +189,41 @@ void CreatePairsDataset(const Service& svc, const std::string& token) {
   if (!stub->CreateDataset(&ctx, req, &resp).ok()) std::exit(1);
 }
 
-// The same pairs against a service without a credential and one holding a
-// token, each started fresh, the figures side by side.
-void CredentialCost(const std::vector<int>& levels, double seconds, const std::string& sync) {
+// The same pairs against a service without a credential, one holding a
+// token, and one with the token and TLS, each started fresh, side by side.
+void SecurityCost(const std::vector<int>& levels, double seconds, const std::string& sync) {
   const std::string token = "bench-token-0123456789abcdef0123456789abcdef";
   const std::string token_file = g_work_dir + "/token";
   std::ofstream(token_file) << token << "\n";
+  const bool tls = MakeCerts();
   std::printf(
-      "\n== The job credential: AcquireShard+CompleteShard pairs (--sync %s) without and with "
-      "a token, %.0f s per figure ==\n",
+      "\n== Security: AcquireShard+CompleteShard pairs (--sync %s) open, with a token, and "
+      "with a token over TLS, %.0f s per figure ==\n",
       sync.c_str(), seconds);
-  std::printf("%8s | %12s %9s | %12s %9s | %10s\n", "clients", "open pair/s", "p99 ms",
-              "token pair/s", "p99 ms", "rate ratio");
+  if (!tls) std::printf("(no TLS: scripts/make-certs.sh not found next to the build)\n");
+  std::printf("%8s | %11s %8s | %11s %8s | %11s %8s | %11s %11s\n", "clients", "open pair/s",
+              "p99 ms", "token", "p99 ms", "token+TLS", "p99 ms", "token/open", "tls/open");
   for (int clients : levels) {
-    Figures figures[2];
-    for (int with = 0; with < 2; ++with) {
+    Figures figures[3];
+    for (int mode = 0; mode < (tls ? 3 : 2); ++mode) {
       const std::string state = g_work_dir + "/credential-state";
       std::filesystem::remove_all(state);
-      Service svc =
-          StartService(state, sync, g_work_dir + "/credential.log", with ? token_file : "");
-      const std::string t = with ? token : "";
+      Service svc = StartService(state, sync, g_work_dir + "/credential.log",
+                                 mode > 0 ? token_file : "", mode == 2);
+      g_dial_tls = mode == 2;
+      const std::string t = mode > 0 ? token : "";
       CreatePairsDataset(svc, t);
-      figures[with] = Measure(clients, seconds, svc.address,
+      figures[mode] = Measure(clients, seconds, svc.address,
                               [&t](auto channel, int c) { return ShardPair(channel, c, t); });
+      g_dial_tls = false;
       svc.proc->Signal(SIGTERM);
       svc.proc->Wait(std::chrono::seconds(30));
     }
-    std::printf("%8d | %12.0f %9.3f | %12.0f %9.3f | %10.2f\n", clients,
-                figures[0].pairs_per_second, figures[0].p99_ms, figures[1].pairs_per_second,
-                figures[1].p99_ms, figures[1].pairs_per_second / figures[0].pairs_per_second);
+    const double open = figures[0].pairs_per_second;
+    std::printf("%8d | %11.0f %8.3f | %11.0f %8.3f | %11.0f %8.3f | %11.2f %11.2f\n", clients, open,
+                figures[0].p99_ms, figures[1].pairs_per_second, figures[1].p99_ms,
+                figures[2].pairs_per_second, figures[2].p99_ms, figures[1].pairs_per_second / open,
+                figures[2].pairs_per_second / open);
     std::fflush(stdout);
   }
 }
@@ -357,7 +385,7 @@ int main(int argc, char** argv) {
   std::printf("machine: %u cores; client and service share them\n",
               std::thread::hardware_concurrency());
   if (!flags->Has("skip-throughput")) Throughput(levels, seconds, flags->Get("sync", "full"));
-  if (!flags->Has("skip-credential")) CredentialCost(levels, seconds, flags->Get("sync", "full"));
+  if (!flags->Has("skip-credential")) SecurityCost(levels, seconds, flags->Get("sync", "full"));
   if (!flags->Has("skip-recovery")) Recovery(shards);
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/serve.h"
 #include "common/server.h"
+#include "common/tls.h"
 #include "operator/monitor_service/monitor_service.h"
 
 namespace antdt::cli {
@@ -47,6 +48,9 @@ int Monitor(const MonitorFlags& f) {
   auto created = monitor::Monitor::Create(config);
   if (!created.ok()) return fail(created.status());
   monitor::MonitorServiceImpl service(std::move(*created), &RealClock::Get());
+  // TLS from $ANTDT_TLS_* (common/tls.h); with a CA, node streams need the
+  // node's certificate, as the operator's Monitor does.
+  service.RequireNodeCertificates(TlsServing() && !ProcessTls().ca.empty());
 
   auto registry = std::make_shared<prometheus::Registry>();
   auto serving = Serving::Start({f.listen, "", f.metrics_listen, registry, {&service}});

@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -143,6 +145,29 @@ std::optional<std::string> HttpGet(const std::string& address, const std::string
     return std::nullopt;
   }
   return resp.substr(body + 4);
+}
+
+std::optional<std::string> HttpsGet(const std::string& address, const std::string& path,
+                                    const std::string& ca_file, const std::string& host) {
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()),
+                                                        &SSL_CTX_free);
+  if (SSL_CTX_load_verify_locations(ctx.get(), ca_file.c_str(), nullptr) != 1) return std::nullopt;
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  std::unique_ptr<BIO, decltype(&BIO_free_all)> bio(BIO_new_ssl_connect(ctx.get()), &BIO_free_all);
+  SSL* ssl = nullptr;
+  BIO_get_ssl(bio.get(), &ssl);
+  SSL_set1_host(ssl, host.c_str());
+  BIO_set_conn_hostname(bio.get(), address.c_str());
+  if (BIO_do_connect(bio.get()) != 1 || BIO_do_handshake(bio.get()) != 1) {
+    ERR_clear_error();
+    return std::nullopt;
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+  BIO_write(bio.get(), request.data(), static_cast<int>(request.size()));
+  std::string out;
+  char buffer[4096];
+  for (int n; (n = BIO_read(bio.get(), buffer, sizeof(buffer))) > 0;) out.append(buffer, n);
+  return out;
 }
 
 }  // namespace antdt

@@ -48,5 +48,10 @@ std::string Tail(const std::string& path, size_t bytes);
 
 // GET http://address/path over a plain socket; the body, or nullopt.
 std::optional<std::string> HttpGet(const std::string& address, const std::string& path);
+// GET https://address/path trusting the CA bundle `ca_file` and checking that
+// the certificate names `host`; the whole response (status line, headers,
+// body), or nullopt when TLS fails.
+std::optional<std::string> HttpsGet(const std::string& address, const std::string& path,
+                                    const std::string& ca_file, const std::string& host);
 
 }  // namespace antdt

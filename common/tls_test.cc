@@ -2,8 +2,6 @@
 
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -33,31 +31,6 @@ grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel) {
   bool ok = false;
   cq.Next(&tag, &ok);
   return status;
-}
-
-// GET https://address/path trusting `ca_file` and checking the certificate
-// names `host`; the response (headers and body), nullopt when TLS fails.
-std::optional<std::string> HttpsGet(const std::string& address, const std::string& path,
-                                    const std::string& ca_file, const std::string& host) {
-  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()),
-                                                        &SSL_CTX_free);
-  if (SSL_CTX_load_verify_locations(ctx.get(), ca_file.c_str(), nullptr) != 1) return std::nullopt;
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
-  std::unique_ptr<BIO, decltype(&BIO_free_all)> bio(BIO_new_ssl_connect(ctx.get()), &BIO_free_all);
-  SSL* ssl = nullptr;
-  BIO_get_ssl(bio.get(), &ssl);
-  SSL_set1_host(ssl, host.c_str());
-  BIO_set_conn_hostname(bio.get(), address.c_str());
-  if (BIO_do_connect(bio.get()) != 1 || BIO_do_handshake(bio.get()) != 1) {
-    ERR_clear_error();
-    return std::nullopt;
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
-  BIO_write(bio.get(), request.data(), static_cast<int>(request.size()));
-  std::string out;
-  char buffer[4096];
-  for (int n; (n = BIO_read(bio.get(), buffer, sizeof(buffer))) > 0;) out.append(buffer, n);
-  return out;
 }
 
 class TlsTest : public ::testing::Test {
