@@ -1543,6 +1543,101 @@ TEST(OperatorE2E, StandbyTakesOverWhenTheLeaderIsKilled) {
   EXPECT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
 }
 
+// The acting leader is SIGKILLed while a straggler is being handled: its
+// node turned slow, the Monitor named it, no decision taken yet. The standby
+// takes over, re-detects it and acts within two Monitor windows of taking
+// over (the figure is printed); the straggler is restarted once for the one
+// decision, and the job finishes exactly once.
+TEST(OperatorE2E, ANewLeaderActsOnAStragglerTheOldOneWasHandling) {
+  Cluster cluster(5);
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
+  const std::string monitor_a = cluster.StartOperator("op-a");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto l = cluster.api()->Get(kube::LeasesResource(), "default", "antdt-operator");
+        return l.ok() && Str(*l, {"spec", "holderIdentity"}) == "op-a";
+      },
+      std::chrono::seconds(30)));
+  const std::string monitor_b = cluster.StartOperator("op-b");
+  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor_b + "," + monitor_a));
+  const int64_t records = 40000;
+  Json spec = cluster.ExampleJob("failover", records, 3);
+  UseNdPolicyWithShortWindows(spec);
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+  std::string victim_node;
+  Json job = cluster.WaitJob(
+      "failover",
+      [&](const Json& j) {
+        if (Condition(j, "Running") != "True") return false;
+        const Json pod = cluster.Pod("failover-worker-1");
+        if (Str(pod, {"status", "phase"}) == "Running")
+          victim_node = Str(pod, {"spec", "nodeName"});
+        return !victim_node.empty();
+      },
+      std::chrono::seconds(120));
+  ASSERT_FALSE(victim_node.empty()) << job.dump(2);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // past the Monitor's warm-up
+  cluster.WriteSpeed(victim_node, 0.25);
+
+  // op-a names the straggler: it is being handled. Kill op-a now.
+  job = cluster.WaitJob(
+      "failover",
+      [](const Json& j) {
+        for (const Json& s : j["status"]["stragglers"]) {
+          if (s.value("worker", "") == "worker-1") return true;
+        }
+        return Finished(j);
+      },
+      std::chrono::seconds(120));
+  ASSERT_FALSE(Finished(job)) << "finished before the straggler was named";
+  const size_t actions_before = job["status"]["lastActions"].size();
+  cluster.Operator("op-a")->Signal(SIGKILL);
+  cluster.Operator("op-a")->Wait(std::chrono::seconds(5));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto l = cluster.api()->Get(kube::LeasesResource(), "default", "antdt-operator");
+        return l.ok() && Str(*l, {"spec", "holderIdentity"}) == "op-b";
+      },
+      std::chrono::seconds(30)));
+  const auto took_over = std::chrono::steady_clock::now();
+
+  // op-b's first decision for worker-1, timed from the takeover.
+  Json action;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        job = cluster.GetJob("failover");
+        const Json& actions = job["status"]["lastActions"];
+        for (size_t i = actions_before; i < actions.size(); ++i) {
+          if (actions[i].value("worker", "") == "worker-1") {
+            action = actions[i];
+            return true;
+          }
+        }
+        return Finished(job);
+      },
+      std::chrono::seconds(120)));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - took_over).count();
+  ASSERT_FALSE(action.is_null()) << job["status"].dump(2);
+  std::printf("new leader acted %.2f s after taking over (%.1f Monitor windows of 1 s): %s %s\n",
+              seconds, seconds / 1.0, action.value("action", "").c_str(),
+              action.value("rule", "").c_str());
+  EXPECT_LE(seconds, 2.0 * 1.0 + 0.5) << action.dump();  // two windows, plus a poll's slack
+
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "failover", records, &job));
+  // One incarnation per decision to restart: no decision carried out twice.
+  int restart_decisions = 0;
+  for (const Json& a : job["status"]["lastActions"]) {
+    restart_decisions +=
+        a.value("action", "") == "KILL_RESTART" && a.value("worker", "") == "worker-1";
+  }
+  for (const Json& w : job["status"]["workerInstances"]) {
+    if (w.value("id", "") == "worker-1") {
+      EXPECT_EQ(w.value("incarnation", 0), restart_decisions) << job["status"].dump(2);
+    }
+  }
+}
+
 // The value of containers[0].env `name` in a pod as the operator rendered it.
 std::string EnvOf(const Json& pod, const std::string& name) {
   for (const Json& e : pod["spec"]["containers"][0]["env"]) {

@@ -429,33 +429,54 @@ void MonitorLink::Start() {
 void MonitorLink::Run() {
   int64_t backoff = options_.min_backoff_ms;
   size_t next = 0;
+  // A standby refused since the last session, and fewer tries than there are
+  // replicas have failed since: a leader is being elected among live
+  // replicas, so every try comes soon, the dead replica's too.
+  bool electing = false;
+  size_t failures = 0;
   while (!stop_ && !addresses_.empty()) {
-    const bool had_session = Session(addresses_[next]);
+    const SessionEnd end = Session(addresses_[next]);
     // The next replica's, after any session that ended: the acting one may
     // be another now.
     next = (next + 1) % addresses_.size();
     if (stop_) break;
-    backoff =
-        had_session ? options_.min_backoff_ms : std::min(backoff * 2, options_.max_backoff_ms);
-    for (int64_t waited = 0; waited < backoff && !stop_; waited += 20) {
+    failures = end == SessionEnd::kFailed ? failures + 1 : 0;
+    if (end != SessionEnd::kFailed) {
+      backoff = options_.min_backoff_ms;
+      electing = end == SessionEnd::kStandby;
+    } else if (failures >= addresses_.size()) {
+      electing = false;  // a whole round unreachable: back off
+    }
+    if (end == SessionEnd::kFailed && !electing) {
+      backoff = std::min(backoff * 2, options_.max_backoff_ms);
+    }
+    const int64_t wait = electing ? options_.standby_retry_ms : backoff;
+    for (int64_t waited = 0; waited < wait && !stop_; waited += 20) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
 }
 
-bool MonitorLink::Session(const std::string& address) {
+MonitorLink::SessionEnd MonitorLink::Session(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel = antdt::CreateChannel(address, args);
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2))) {
-    return false;
+  // Connected within 2 s, or failed: a replica that refuses connections
+  // (killed) fails at once rather than holding the next try back.
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
+  for (grpc_connectivity_state state = channel->GetState(true); state != GRPC_CHANNEL_READY;
+       state = channel->GetState(true)) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN ||
+        !channel->WaitForStateChange(state, deadline)) {
+      return SessionEnd::kFailed;
+    }
   }
   auto stub = v1::Monitor::NewStub(channel);
   grpc::ClientContext ctx;
   {
     std::lock_guard<std::mutex> lock(ctx_mu_);
-    if (stop_) return false;
+    if (stop_) return SessionEnd::kFailed;
     ctx_ = &ctx;
   }
   auto stream = stub->Stream(&ctx);
@@ -472,12 +493,19 @@ bool MonitorLink::Session(const std::string& address) {
     dropped.mutable_dropped()->set_step_reports(outbox_->dropped_step_reports());
     ok = stream->Write(dropped);
   }
-  if (ok) {
-    connected_ = true;
-    connected_gauge_.Set(1);
-    reconnects_.Increment();
-    LogEvent("monitor_connected", {{"monitor", address}, {"node", options_.node}});
+  if (!ok) {
+    // Refused at once: a standby's Monitor (UNAVAILABLE until it leads), or
+    // the stream was not allowed (a certificate for another node).
+    const grpc::Status status = stream->Finish();
+    std::lock_guard<std::mutex> lock(ctx_mu_);
+    ctx_ = nullptr;
+    return status.error_code() == grpc::StatusCode::UNAVAILABLE ? SessionEnd::kStandby
+                                                                : SessionEnd::kFailed;
   }
+  connected_ = true;
+  connected_gauge_.Set(1);
+  reconnects_.Increment();
+  LogEvent("monitor_connected", {{"monitor", address}, {"node", options_.node}});
   std::thread reader([&] {
     v1::MonitorMessage msg;
     while (stream->Read(&msg)) {
@@ -509,13 +537,10 @@ bool MonitorLink::Session(const std::string& address) {
     std::lock_guard<std::mutex> lock(ctx_mu_);
     ctx_ = nullptr;
   }
-  if (connected_) {
-    LogEvent("monitor_disconnected", {{"monitor", address}, {"error", status.error_message()}});
-  }
-  const bool was = connected_;
+  LogEvent("monitor_disconnected", {{"monitor", address}, {"error", status.error_message()}});
   connected_ = false;
   connected_gauge_.Set(0);
-  return was;
+  return SessionEnd::kStreamed;
 }
 
 }  // namespace antdt::agent

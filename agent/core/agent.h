@@ -98,6 +98,10 @@ struct MonitorLinkOptions {
   std::map<std::string, std::string> labels;
   int64_t min_backoff_ms = 100;
   int64_t max_backoff_ms = 5'000;
+  // After a standby refused (UNAVAILABLE from a live replica: a leader is
+  // being elected), the next try comes this soon, not after a growing
+  // backoff: agents reach a new leader within this of its taking over.
+  int64_t standby_retry_ms = 200;
 };
 
 // Keeps one stream to the Monitor open; sends what the Outbox holds; hands
@@ -111,8 +115,11 @@ class MonitorLink {
   bool connected() const { return connected_; }
 
  private:
+  // How a session ended: it streamed; a standby refused it; it failed
+  // (unreachable, or refused otherwise).
+  enum class SessionEnd { kStreamed, kStandby, kFailed };
   void Run();
-  bool Session(const std::string& address);  // one connection; returns after it breaks
+  SessionEnd Session(const std::string& address);  // one connection; returns after it breaks
 
   const MonitorLinkOptions options_;
   const std::vector<std::string> addresses_;  // options_.address, split

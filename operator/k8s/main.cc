@@ -221,6 +221,7 @@ bool Act(antdt::k8s::JobController& controller, antdt::monitor::MonitorServiceIm
     }
     mark(true);  // agents reach this replica's Monitor from now on
     monitor.SetAcceptingAgents(true);
+    LogEvent("operator", {{"event", "accepting_agents"}, {"identity", config.identity}});
   };
   mark(false);  // a restarted replica's pod may still carry the mark
   if (config.leader_elect) {
