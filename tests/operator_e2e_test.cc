@@ -1973,15 +1973,16 @@ TEST(OperatorE2E, ShardingPodDeletedMidEpochRecoversAndCommitsOnce) {
   EXPECT_EQ(job["status"]["workers"].value("failed", -1), 0) << "the workers rode it out";
 }
 
-// Without spec.checkpoint.path the sharding service's state lives in its pod:
+// With ephemeral storage the sharding service's state lives in its pod:
 // deleted mid-epoch, it comes back empty. The job fails, saying so and what
 // keeps the state (Failed, ShardingStateLost, an Event), instead of training
 // committed records a second time or failing its workers one by one.
-TEST(OperatorE2E, ShardingStateLostWithoutACheckpointPathFailsTheJobSayingWhy) {
+TEST(OperatorE2E, ShardingStateLostWithEphemeralStorageFailsTheJobSayingWhy) {
   Cluster cluster(3);
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   Json spec = cluster.ExampleJob("nockpt", 40000, 2);
   spec["spec"].erase("checkpoint");
+  spec["spec"]["shardingService"]["storage"] = {{"ephemeral", true}};
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
   Json job = cluster.WaitJob(
       "nockpt",
@@ -2000,9 +2001,55 @@ TEST(OperatorE2E, ShardingStateLostWithoutACheckpointPathFailsTheJobSayingWhy) {
   const Json* failed = reconciler::FindCondition(job["status"], "Failed");
   ASSERT_NE(failed, nullptr);
   EXPECT_EQ(Str(*failed, {"reason"}), "ShardingStateLost");
-  EXPECT_NE(Str(*failed, {"message"}).find("spec.checkpoint.path"), std::string::npos);
+  EXPECT_NE(Str(*failed, {"message"}).find("ephemeral"), std::string::npos);
   EXPECT_TRUE(HasEvent(cluster.Events(), "ShardingStateLost"));
   EXPECT_NE(cluster.Kubectl("get adt nockpt").find("Failed"), std::string::npos);
+}
+
+// No volume holds the job's checkpoint path: the operator gives the sharding
+// service a claim of the job's own (a PersistentVolumeClaim it owns), so the
+// service's pod deleted mid-epoch comes back with its state, and the job
+// finishes with every record committed once.
+TEST(OperatorE2E, ShardingStateOnTheJobsClaimOutlivesItsPod) {
+  Cluster cluster(3);
+  ASSERT_NO_FATAL_FAILURE(cluster.Start());
+  const int64_t records = 16000;
+  // No volume of the workers' template holds the checkpoint path.
+  Json spec = cluster.ExampleJob("claim", records, 2, /*shared_volume=*/false);
+  spec["spec"]["shardingService"]["storage"] = {{"size", "2Gi"}};
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+  Json job = cluster.WaitJob(
+      "claim",
+      [](const Json& j) {
+        return Condition(j, "Running") == "True" &&
+               j["status"]["progress"].value("recordsCommitted", int64_t{0}) > 0;
+      },
+      std::chrono::seconds(120));
+  ASSERT_EQ(Condition(job, "Running"), "True") << job.dump(2);
+  const std::string uid = Str(job, {"metadata", "uid"});
+  const std::string claim_name = "claim-sharding-state-" + uid;
+  int rc = 0;
+  const std::string claim = cluster.Kubectl("get pvc " + claim_name + " -o json", &rc);
+  ASSERT_EQ(rc, 0) << claim;
+  const Json pvc = Json::parse(claim);
+  EXPECT_EQ(Str(pvc, {"spec", "resources", "requests", "storage"}), "2Gi");
+  EXPECT_EQ(pvc["metadata"]["ownerReferences"][0].value("uid", ""), uid);
+  const Json pod = cluster.Pod("claim-sharding");
+  EXPECT_EQ(Str(pod["spec"]["volumes"][0], {"persistentVolumeClaim", "claimName"}), claim_name);
+
+  const std::string out = cluster.Kubectl("delete pod claim-sharding --wait=false", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const int64_t at =
+      cluster.GetJob("claim")["status"]["progress"].value("recordsCommitted", int64_t{0});
+  std::cerr << "sharding pod deleted at " << at << " of " << records << " records\n";
+  job = cluster.WaitJob("claim", Finished, std::chrono::seconds(300));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << job.dump(2);
+  EXPECT_LT(at, records) << "deleted too late to show anything";
+  EXPECT_EQ(job["status"]["progress"].value("recordsCommitted", int64_t{0}), records);
+  // Exactly once, by the workers' own journals (on the node: the test
+  // kubelet runs the trainer's container as a process of this machine).
+  const demo::Verification v = cluster.Verify("claim", records);
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
 }
 
 namespace {

@@ -38,6 +38,7 @@ std::string NameOf(const Json& object) { return kube::StringAt(object, {"metadat
 kube::ResourceRef RefOf(const reconciler::Write& w) {
   if (w.resource == "services") return kube::ServicesResource();
   if (w.resource == "secrets") return kube::SecretsResource();
+  if (w.resource == "persistentvolumeclaims") return kube::PersistentVolumeClaimsResource();
   if (w.resource != "podgroups") return kube::PodsResource();
   const std::string api_version = kube::StringAt(w.object, {"apiVersion"});
   const size_t slash = api_version.find('/');
@@ -105,6 +106,7 @@ struct JobController::JobRuntime {
   bool pod_group_created = false;  // gang scheduling: the job's PodGroup exists
   std::string token;               // the job's credential ("" without)
   bool token_secret_created = false;
+  bool sharding_claim_created = false;
   // Per worker, the "incarnation/batch" a directive of this process delivered
   // (ResyncBatches sends what is committed and not delivered yet).
   std::map<std::string, std::string> delivered;
@@ -630,6 +632,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
   obs->pod_group_exists = rt.pod_group_created;
   obs->job_token = rt.token;
   obs->token_secret_exists = rt.token_secret_created;
+  obs->sharding_claim_exists = rt.sharding_claim_created;
 
   // The Monitor's view of the job's members.
   if (health != nullptr) {
@@ -1109,6 +1112,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     for (const reconciler::Write& w : plan.writes) {
       if (w.resource == "podgroups") rt->pod_group_created = true;  // created, or there
       if (w.resource == "secrets") rt->token_secret_created = true;
+      if (w.resource == "persistentvolumeclaims") rt->sharding_claim_created = true;
     }
   }
   if (decided) {

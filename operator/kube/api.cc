@@ -128,6 +128,11 @@ const ResourceRef& SecretsResource() {
   return r;
 }
 
+const ResourceRef& PersistentVolumeClaimsResource() {
+  static const ResourceRef r{"", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true};
+  return r;
+}
+
 const ResourceRef& EventsResource() {
   static const ResourceRef r{"", "v1", "events", "Event", true};
   return r;

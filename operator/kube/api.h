@@ -44,6 +44,7 @@ struct ResourceRef {
 const ResourceRef& PodsResource();
 const ResourceRef& ServicesResource();
 const ResourceRef& SecretsResource();
+const ResourceRef& PersistentVolumeClaimsResource();
 const ResourceRef& EventsResource();
 const ResourceRef& LeasesResource();     // coordination.k8s.io/v1
 const ResourceRef& NodesResource();      // cluster-scoped

@@ -4,12 +4,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
+#include <regex>
 #include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/config.h"
 #include "common/status.h"
@@ -406,11 +409,48 @@ absl::Status CheckWorkerRestartPolicy(const YAML::Node& workers) {
                                     "counted against spec.runPolicy.backoffLimit"));
 }
 
-// spec.shardingService: only a pod template (free-form, as the workers').
-absl::Status ParseShardingService(const YAML::Node& node, std::string* template_yaml) {
+// A DNS-1123 subdomain (a StorageClass name): dot-separated labels, at most
+// 253 characters.
+bool IsDnsSubdomain(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (absl::string_view label : absl::StrSplit(s, '.')) {
+    if (!IsDns1123Label(std::string(label))) return false;
+  }
+  return true;
+}
+
+// A Kubernetes quantity as storage sizes are written: 512Mi, 1Gi, 10G, 1e9.
+bool IsStorageQuantity(const std::string& s) {
+  static const std::regex kQuantity(R"(^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P|e[0-9]+)?$)");
+  return std::regex_match(s, kQuantity);
+}
+
+absl::Status ParseShardingStorage(const YAML::Node& node, ShardingStorageSpec* st) {
+  const std::string path = "spec.shardingService.storage";
+  if (!Present(node)) return absl::OkStatus();
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  RETURN_IF_ERROR(CheckMapping(node, path, {"size", "storageClassName", "ephemeral"}));
+  RETURN_IF_ERROR(ReadString(node, path, "size", &st->size));
+  if (!IsStorageQuantity(st->size) || std::strtod(st->size.c_str(), nullptr) <= 0) {
+    return Invalid(Join(path, "size"),
+                   absl::StrCat("must be a positive quantity such as 1Gi, got \"", st->size, "\""));
+  }
+  RETURN_IF_ERROR(ReadString(node, path, "storageClassName", &st->storage_class));
+  if (!st->storage_class.empty() && !IsDnsSubdomain(st->storage_class)) {
+    return Invalid(Join(path, "storageClassName"),
+                   absl::StrCat("must be a StorageClass name, got \"", st->storage_class, "\""));
+  }
+  return ReadBool(node, path, "ephemeral", &st->ephemeral);
+}
+
+// spec.shardingService: a pod template (free-form, as the workers') and
+// where its state is kept.
+absl::Status ParseShardingService(const YAML::Node& node, std::string* template_yaml,
+                                  ShardingStorageSpec* storage) {
   const std::string path = "spec.shardingService";
   if (!Present(node)) return absl::OkStatus();
-  RETURN_IF_ERROR(CheckMapping(node, path, {"template"}));
+  RETURN_IF_ERROR(CheckMapping(node, path, {"template", "storage"}));
+  RETURN_IF_ERROR(ParseShardingStorage(Get(node, "storage"), storage));
   const YAML::Node tmpl = Get(node, "template");
   if (!Present(tmpl)) return absl::OkStatus();
   if (!tmpl.IsMap()) {
@@ -628,8 +668,8 @@ absl::Status ParseJobRoot(const YAML::Node& root, Job* job) {
   RETURN_IF_ERROR(CheckChildNames(*job));
   RETURN_IF_ERROR(ParseReplicas(Get(spec, "parameterServers"), "spec.parameterServers", 0,
                                 &job->parameter_servers));
-  RETURN_IF_ERROR(
-      ParseShardingService(Get(spec, "shardingService"), &job->sharding_service_template_yaml));
+  RETURN_IF_ERROR(ParseShardingService(
+      Get(spec, "shardingService"), &job->sharding_service_template_yaml, &job->sharding_storage));
   RETURN_IF_ERROR(ParseModel(Get(spec, "model"), &job->model));
   if (job->model.global_batch_size < job->workers.replicas) {
     return Invalid("spec.model.globalBatchSize",

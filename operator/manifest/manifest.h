@@ -105,6 +105,17 @@ struct LocalSpec {       // spec.local: only `antdt run` reads it
   int64_t server_time_per_step_us = 0;
 };
 
+// spec.shardingService.storage: where the sharding service keeps its state
+// when no volume of the job holds spec.checkpoint.path. On a cluster the
+// operator provisions a PersistentVolumeClaim of `size` from
+// `storage_class` ("" : the cluster's default class), owned by the job; with
+// `ephemeral` the state lives in the pod (an emptyDir) and is lost with it.
+struct ShardingStorageSpec {
+  std::string size = "1Gi";  // a Kubernetes quantity
+  std::string storage_class;
+  bool ephemeral = false;
+};
+
 struct Job {
   std::string name;                           // metadata.name (DNS-1123 label)
   std::string namespace_ = "default";         // metadata.namespace
@@ -117,6 +128,7 @@ struct Job {
   // spec.shardingService.template: the sharding service pod's template (YAML;
   // on a cluster merged over the operator's secure defaults; "" none).
   std::string sharding_service_template_yaml;
+  ShardingStorageSpec sharding_storage;
   StragglerPolicySpec straggler_policy;
   MonitorSpec monitor;
   CheckpointSpec checkpoint;

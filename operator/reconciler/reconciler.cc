@@ -261,15 +261,16 @@ const Json& WorkerTemplate(const Json& job) {
 // Gives `pod` the volume under which the workers' template mounts
 // spec.checkpoint.path, so the sharding service's state lands on the same
 // (shared) volume. Nothing when the template mounts no such volume.
-void AddCheckpointVolume(const Json& job, const manifest::Job& spec, Json& pod) {
+// The workers' volume and mount that hold spec.checkpoint.path, or nulls.
+std::pair<const Json*, const Json*> CheckpointVolume(const Json& job, const manifest::Job& spec) {
   const std::string& path = spec.checkpoint.path;
-  if (path.empty()) return;
+  if (path.empty()) return {nullptr, nullptr};
   const Json& tspec = Get(WorkerTemplate(job), "spec");
   const Json& containers = Get(tspec, "containers");
-  if (!containers.is_array() || containers.empty()) return;
+  if (!containers.is_array() || containers.empty()) return {nullptr, nullptr};
   const Json& mounts = Get(containers[0], "volumeMounts");
   const Json& volumes = Get(tspec, "volumes");
-  if (!mounts.is_array() || !volumes.is_array()) return;
+  if (!mounts.is_array() || !volumes.is_array()) return {nullptr, nullptr};
   for (const Json& m : mounts) {
     const std::string mount_path = GetString(m, "mountPath");
     if (mount_path.empty() ||
@@ -278,12 +279,17 @@ void AddCheckpointVolume(const Json& job, const manifest::Job& spec, Json& pod) 
       continue;
     }
     for (const Json& v : volumes) {
-      if (GetString(v, "name") != GetString(m, "name")) continue;
-      pod["spec"]["volumes"].push_back(v);
-      pod["spec"]["containers"][0]["volumeMounts"].push_back(m);
-      return;
+      if (GetString(v, "name") == GetString(m, "name")) return {&v, &m};
     }
   }
+  return {nullptr, nullptr};
+}
+
+void AddCheckpointVolume(const Json& job, const manifest::Job& spec, Json& pod) {
+  const auto [volume, mount] = CheckpointVolume(job, spec);
+  if (volume == nullptr) return;
+  pod["spec"]["volumes"].push_back(*volume);
+  pod["spec"]["containers"][0]["volumeMounts"].push_back(*mount);
 }
 
 // Excluded nodes as a required NotIn term, ANDed into every existing
@@ -667,6 +673,33 @@ void UseTls(const Settings& s, Json& pod) {
   }
 }
 
+bool ShardingStateOnClaim(const Json& job, const manifest::Job& spec) {
+  return !spec.sharding_storage.ephemeral && CheckpointVolume(job, spec).first == nullptr;
+}
+
+bool ShardingStateIsDurable(const Json& job, const manifest::Job& spec) {
+  return !spec.sharding_storage.ephemeral || CheckpointVolume(job, spec).first != nullptr;
+}
+
+std::string ShardingClaimName(const manifest::Job& spec) {
+  return spec.uid.empty() ? spec.name + "-sharding-state"
+                          : absl::StrCat(spec.name, "-sharding-state-", spec.uid);
+}
+
+Json RenderShardingClaim(const Json& job, const manifest::Job& spec, const Settings& s) {
+  Json claim = {
+      {"apiVersion", "v1"},
+      {"kind", "PersistentVolumeClaim"},
+      {"metadata", Metadata(job, spec, ShardingClaimName(spec), Labels(spec, "sharding", s))},
+      {"spec",
+       {{"accessModes", Json::array({"ReadWriteOnce"})},
+        {"resources", {{"requests", {{"storage", spec.sharding_storage.size}}}}}}}};
+  if (!spec.sharding_storage.storage_class.empty()) {
+    claim["spec"]["storageClassName"] = spec.sharding_storage.storage_class;
+  }
+  return claim;
+}
+
 Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Settings& s) {
   const bool own_state = spec.checkpoint.path.empty();
   // Per job even where the volume is shared (a hostPath, the test kubelet).
@@ -693,7 +726,13 @@ Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Setting
       {"kind", "Pod"},
       {"metadata", Metadata(job, spec, ShardingName(spec.name), Labels(spec, "sharding", s))},
       {"spec", {{"restartPolicy", "Always"}, {"containers", Json::array({container})}}}};
-  if (own_state) {
+  if (ShardingStateOnClaim(job, spec)) {
+    // The job's claim (RenderShardingClaim): the state outlives the pod.
+    pod["spec"]["volumes"] = Json::array(
+        {{{"name", "state"}, {"persistentVolumeClaim", {{"claimName", ShardingClaimName(spec)}}}}});
+    pod["spec"]["containers"][0]["volumeMounts"] =
+        Json::array({{{"name", "state"}, {"mountPath", state_dir}}});
+  } else if (own_state) {
     pod["spec"]["volumes"] = Json::array({{{"name", "state"}, {"emptyDir", Json::object()}}});
     pod["spec"]["containers"][0]["volumeMounts"] =
         Json::array({{{"name", "state"}, {"mountPath", kDefaultShardingStateDir}}});
@@ -1271,9 +1310,12 @@ void CheckShardingState(const Pass& pass, Records& r, Plan& plan) {
   r.failed_message = absl::StrCat(
       "the sharding service (pod ", ShardingName(pass.job),
       ") came back without the job's dataset, so which records were committed is lost; ",
-      pass.spec.checkpoint.path.empty()
-          ? "its state was in the pod (no spec.checkpoint.path): set spec.checkpoint.path to a "
-            "shared volume for state that outlives the pod"
+      !ShardingStateIsDurable(pass.o.job, pass.spec)
+          ? "its state was in the pod (spec.shardingService.storage.ephemeral, and no volume "
+            "holds spec.checkpoint.path): drop ephemeral, or mount a shared volume at "
+            "spec.checkpoint.path, for state that outlives the pod"
+      : ShardingStateOnClaim(pass.o.job, pass.spec)
+          ? absl::StrCat("its claim ", ShardingClaimName(pass.spec), " holds no state")
           : absl::StrCat("its state under ", JobStateDir(pass.spec), "/sharding is gone"),
       "; create the job again to train from the start");
   plan.events.push_back({"Warning", "ShardingStateLost", r.failed_message});
@@ -1481,6 +1523,11 @@ void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
       AddWrite(plan, Create("services", std::move(svc), "missing"));
     }
   }
+  // The sharding service's claim before its pod.
+  if (ShardingStateOnClaim(pass.o.job, pass.spec) && !pass.o.sharding_claim_exists) {
+    AddWrite(plan, Create("persistentvolumeclaims",
+                          RenderShardingClaim(pass.o.job, pass.spec, pass.s), "missing"));
+  }
   // The job's credential before the pods that read it.
   if (pass.s.job_credentials && !pass.o.token_secret_exists && !pass.o.job_token.empty()) {
     AddWrite(plan,
@@ -1527,10 +1574,10 @@ std::vector<const Json*> ByName(const std::vector<Json>& pods) {
 // worker resumes as its next incarnation: a new process, whose sharding
 // leases and journal pick up where the last one committed), the parameter
 // servers' go, and the sharding service's unless its state would go with it
-// (no spec.checkpoint.path).
+// (ephemeral storage).
 void PlanSuspend(const Pass& pass, Records& r, Plan& plan) {
   std::set<std::string> kept;
-  if (pass.spec.checkpoint.path.empty()) kept.insert(ShardingName(pass.job));
+  if (!ShardingStateIsDurable(pass.o.job, pass.spec)) kept.insert(ShardingName(pass.job));
   for (WorkerInstance& w : r.instances) {
     const Json* pod = pass.children.Worker(w);
     if (IsSucceeded(pod)) kept.insert(w.pod);
@@ -1757,11 +1804,11 @@ void SetFailed(const Pass& pass, const Records& r, Conditions& c) {
 // Suspended: only on a job that was ever suspended (as Kubernetes Jobs).
 void SetSuspended(const Pass& pass, const Records& r, const View& v, Conditions& c) {
   if (r.suspended) {
-    const bool kept = v.sharding != nullptr && pass.spec.checkpoint.path.empty();
+    const bool kept = v.sharding != nullptr && !ShardingStateIsDurable(pass.o.job, pass.spec);
     c.Set("Suspended", true, "JobSuspended",
           absl::StrCat("spec.suspend is set: the job holds no pods",
-                       kept ? " but the sharding service's, whose state would be lost (no "
-                              "spec.checkpoint.path)"
+                       kept ? " but the sharding service's, whose state would be lost "
+                              "(spec.shardingService.storage.ephemeral)"
                             : "",
                        "; it resumes from its sharding state once cleared"));
   } else if (FindCondition(pass.old_status, "Suspended") != nullptr) {

@@ -165,8 +165,9 @@ struct Observed {
   // job's UID), and whether its Secret was created.
   std::string job_token;
   bool token_secret_exists = false;
-  std::vector<Straggler> stragglers;  // current view of the Monitor
-  std::vector<Action> actions;        // new Controller decisions to carry out in this pass
+  bool sharding_claim_exists = false;  // the sharding service's claim was created
+  std::vector<Straggler> stragglers;   // current view of the Monitor
+  std::vector<Action> actions;         // new Controller decisions to carry out in this pass
   // Parameter servers ("ps-K") being moved whose new pod has the state and
   // has completed a step with it (the glue asks it: every worker follows it
   // now), so their earlier pods can go.
@@ -250,6 +251,12 @@ ServerInstance ServerInstanceFromJson(const Json& j);
 
 // Child names.
 std::string ShardingName(const std::string& job);  // pod and Service
+// The sharding service's PersistentVolumeClaim (spec.shardingService.storage),
+// owned by the job: made when no volume holds spec.checkpoint.path and the
+// storage is not ephemeral.
+std::string ShardingClaimName(const manifest::Job& spec);
+bool ShardingStateOnClaim(const Json& job, const manifest::Job& spec);
+Json RenderShardingClaim(const Json& job, const manifest::Job& spec, const Settings& s);
 std::string PsServiceName(const std::string& job);
 // Parameter server k: J-ps-<k>, then J-ps-<k>-<incarnation> for each move;
 // every incarnation has the host name J-ps-<k> under J-ps (stable DNS).

@@ -62,7 +62,7 @@ manifest::Job MustParse(const Json& job) {
 
 struct Cluster {
   Json job = QuickstartJob();
-  std::vector<Json> pods, services, podgroups, secrets;
+  std::vector<Json> pods, services, podgroups, secrets, claims;
   Settings settings;
   std::vector<std::string> left;  // kLeaveParameterServers, in order
   std::vector<std::string> created_pods;
@@ -80,6 +80,7 @@ struct Cluster {
     o.job_token = job_token;
     o.dataset_lost = dataset_lost;
     o.token_secret_exists = !secrets.empty();
+    o.sharding_claim_exists = !claims.empty();
     o.job = job;
     o.spec = manifest::ParseJob(job.dump());
     o.pods = pods;
@@ -124,6 +125,11 @@ struct Cluster {
           if (w.resource == "secrets") {
             ASSERT_TRUE(secrets.empty()) << "a second Secret";
             secrets.push_back(obj);
+            break;
+          }
+          if (w.resource == "persistentvolumeclaims") {
+            ASSERT_TRUE(claims.empty()) << "a second claim";
+            claims.push_back(obj);
             break;
           }
           ASSERT_EQ(FindPod(name), nullptr) << "created " << name << " twice";
@@ -508,14 +514,50 @@ TEST(RenderTest, ParameterServersSplitTheFeaturesAsTheRunnerDoes) {
   EXPECT_EQ(bridge::ParameterServerCount(MustParse(job)), 1);  // as the local runner
 }
 
-TEST(RenderTest, ShardingPodWithoutCheckpointPathKeepsStateInAnEmptyDir) {
+TEST(RenderTest, ShardingPodWithEphemeralStorageKeepsStateInAnEmptyDir) {
   Json job = QuickstartJob();
   job["spec"].erase("checkpoint");
+  job["spec"]["shardingService"]["storage"] = {{"ephemeral", true}};
   const Json pod = RenderShardingPod(job, MustParse(job), Settings{});
   const auto args = pod["spec"]["containers"][0]["args"].get<std::vector<std::string>>();
   EXPECT_THAT(args,
               ::testing::Contains("/var/lib/antdt/sharding/0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10"));
   EXPECT_EQ(pod["spec"]["volumes"][0]["emptyDir"], Json::object());
+  EXPECT_FALSE(ShardingStateOnClaim(job, MustParse(job)));
+}
+
+// No volume of the job holds its state (no checkpoint path, or one no volume
+// mounts): the state goes on the job's own claim, of the size and class the
+// job asks for, owned by the job.
+TEST(RenderTest, ShardingStateWithoutAVolumeGoesOnTheJobsClaim) {
+  for (const bool with_path : {false, true}) {
+    Json job = QuickstartJob();
+    if (!with_path) job["spec"].erase("checkpoint");
+    job["spec"]["shardingService"]["storage"] = {{"size", "5Gi"}, {"storageClassName", "fast-ssd"}};
+    const manifest::Job spec = MustParse(job);
+    ASSERT_TRUE(ShardingStateOnClaim(job, spec));
+    const Json claim = RenderShardingClaim(job, spec, Settings{});
+    EXPECT_EQ(claim["kind"], "PersistentVolumeClaim");
+    EXPECT_EQ(claim["metadata"]["name"],
+              "quickstart-k8s-sharding-state-0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10");
+    EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["uid"], kJobUid);
+    EXPECT_EQ(claim["spec"]["resources"]["requests"]["storage"], "5Gi");
+    EXPECT_EQ(claim["spec"]["storageClassName"], "fast-ssd");
+    EXPECT_EQ(claim["spec"]["accessModes"], Json::array({"ReadWriteOnce"}));
+    const Json pod = RenderShardingPod(job, spec, Settings{});
+    EXPECT_EQ(pod["spec"]["volumes"][0]["name"], "state") << pod["spec"]["volumes"].dump();
+    EXPECT_EQ(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+              claim["metadata"]["name"]);
+    const std::string state_dir = pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"];
+    EXPECT_THAT(pod["spec"]["containers"][0]["args"], Contains(state_dir));
+  }
+  // A volume the workers mount at the checkpoint path holds it: no claim.
+  Json job = QuickstartJob();
+  job["spec"]["workers"]["template"]["spec"]["volumes"] = {
+      {{"name", "ckpt"}, {"persistentVolumeClaim", {{"claimName", "shared"}}}}};
+  job["spec"]["workers"]["template"]["spec"]["containers"][0]["volumeMounts"] = {
+      {{"name", "ckpt"}, {"mountPath", job["spec"]["checkpoint"]["path"]}}};
+  EXPECT_FALSE(ShardingStateOnClaim(job, MustParse(job)));
 }
 
 // A job applied again under an old name (a new UID) gets a folder of its own:
@@ -662,7 +704,10 @@ TEST(ReconcileTest, FirstPassCreatesServicesAndShardingPodAndSetsAllConditions) 
   EXPECT_THAT(
       Describe(plan.writes),
       ElementsAre("create services quickstart-k8s-sharding", "create services quickstart-k8s-ps",
-                  "create services quickstart-k8s-workers", "create pods quickstart-k8s-sharding"));
+                  "create services quickstart-k8s-workers",
+                  "create persistentvolumeclaims "
+                  "quickstart-k8s-sharding-state-0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10",
+                  "create pods quickstart-k8s-sharding"));
   ASSERT_TRUE(plan.status.has_value());
   const Json& st = *plan.status;
   EXPECT_EQ(st["observedGeneration"], 1);
@@ -725,7 +770,7 @@ TEST(ReconcileTest, DatasetReadyCreatesParameterServersAndWorkers) {
 TEST(ReconcileTest, IsIdempotent) {
   Cluster c;
   c.dataset_ready = true;
-  EXPECT_EQ(c.Pass().writes.size(), 9u);  // 3 services, the sharding pod, 1 PS, 4 workers
+  EXPECT_EQ(c.Pass().writes.size(), 10u);  // 3 services, claim, sharding pod, 1 PS, 4 workers
   Plan plan = c.Pass();  // everything exists now: Created turns True, nothing to write
   EXPECT_THAT(plan.writes, IsEmpty());
   ASSERT_TRUE(plan.status.has_value());
@@ -940,9 +985,11 @@ TEST(ReconcileTest, JobWithoutParameterServersCreatesAndWaitsForNone) {
   Cluster c;
   c.job = PytorchJob();
   Plan plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes), ElementsAre("create services pytorch-k8s-sharding",
-                                                 "create services pytorch-k8s-workers",
-                                                 "create pods pytorch-k8s-sharding"));
+  EXPECT_THAT(
+      Describe(plan.writes),
+      ElementsAre("create services pytorch-k8s-sharding", "create services pytorch-k8s-workers",
+                  HasSubstr("create persistentvolumeclaims pytorch-k8s-sharding-state"),
+                  "create pods pytorch-k8s-sharding"));
   c.dataset_ready = true;
   plan = c.Pass();
   EXPECT_THAT(Describe(plan.writes),
@@ -1407,9 +1454,10 @@ TEST(ReconcileTest, ScalingACollectiveJobRestartsItsRanksWithTheNewWorldSize) {
   EXPECT_EQ(c.Status()["workers"]["restarts"], 0);
 }
 
-TEST(ReconcileTest, SuspendWithoutCheckpointPathKeepsTheShardingServicesState) {
+TEST(ReconcileTest, SuspendWithEphemeralStorageKeepsTheShardingServicesState) {
   Cluster c;
   c.job["spec"].erase("checkpoint");
+  c.job["spec"]["shardingService"]["storage"] = {{"ephemeral", true}};
   c.Settle();
   c.job["spec"]["suspend"] = true;
   Plan plan = c.Pass();
@@ -1419,7 +1467,7 @@ TEST(ReconcileTest, SuspendWithoutCheckpointPathKeepsTheShardingServicesState) {
   }
   EXPECT_EQ(plan.writes.size(), 5u);  // ps-0 and four workers
   EXPECT_THAT(Condition(*plan.status, "Suspended")["message"].get<std::string>(),
-              HasSubstr("no spec.checkpoint.path"));
+              HasSubstr("spec.shardingService.storage.ephemeral"));
 }
 
 TEST(ReconcileTest, AJobCreatedSuspendedCreatesNoPodAndHasNotStarted) {
@@ -1583,6 +1631,8 @@ TEST(ReconcileTest, JobCredentialsGoInAnOwnedSecretThePodsReference) {
       Describe(plan.writes),
       ElementsAre("create services quickstart-k8s-sharding", "create services quickstart-k8s-ps",
                   "create services quickstart-k8s-workers",
+                  "create persistentvolumeclaims "
+                  "quickstart-k8s-sharding-state-0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10",
                   "create secrets quickstart-k8s-token-0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10",
                   "create pods quickstart-k8s-sharding"));
   ASSERT_EQ(c.secrets.size(), 1u);
@@ -1618,6 +1668,7 @@ TEST(ReconcileTest, JobCredentialsGoInAnOwnedSecretThePodsReference) {
 TEST(ReconcileTest, AShardingServiceBackWithoutItsStateFailsTheJobSayingWhy) {
   Cluster c;
   c.job["spec"].erase("checkpoint");
+  c.job["spec"]["shardingService"]["storage"] = {{"ephemeral", true}};
   c.Settle();
   c.dataset_lost = true;
   c.now += 1000;
@@ -1625,7 +1676,7 @@ TEST(ReconcileTest, AShardingServiceBackWithoutItsStateFailsTheJobSayingWhy) {
   EXPECT_EQ(Condition(c.Status(), "Failed")["status"], "True");
   EXPECT_EQ(Condition(c.Status(), "Failed")["reason"], "ShardingStateLost");
   EXPECT_THAT(Condition(c.Status(), "Failed")["message"].get<std::string>(),
-              HasSubstr("set spec.checkpoint.path to a shared volume"));
+              HasSubstr("drop ephemeral, or mount a shared volume at spec.checkpoint.path"));
   EXPECT_EQ(c.Status()["state"], "Failed");
   EXPECT_THAT(EventReasons(plan), Contains("Warning ShardingStateLost"));
   EXPECT_THAT(Describe(plan.writes), Contains(HasSubstr("delete pods quickstart-k8s-worker-0")));

@@ -400,6 +400,7 @@ class ChartTest(unittest.TestCase):
             ("", "pods", v) for v in ("list", "watch", "create", "delete")] + [
             ("", "services", v) for v in ("list", "watch", "create")] + [
             ("", "events", v) for v in ("create", "patch")] + [
+            ("", "persistentvolumeclaims", "create"),  # the sharding state's claim
             ("", "secrets", "create")]  # each job's credential, never read back
         own = [("coordination.k8s.io", "leases", "create", ""),
                ("coordination.k8s.io", "leases", "get", "antdt-operator"),

@@ -452,6 +452,7 @@ Emulator::Impl::Impl(EmulatorOptions o) : options(std::move(o)) {
   RegisterBuiltin(add("", "nodes", "Node", false, {"no"}, true));
   RegisterBuiltin(add("", "events", "Event", true, {"ev"}));
   RegisterBuiltin(add("", "endpoints", "Endpoints", true, {"ep"}));
+  RegisterBuiltin(add("", "persistentvolumeclaims", "PersistentVolumeClaim", true, {"pvc"}, true));
   Resource bindings = add("", "bindings", "Binding", true, {});
   bindings.verbs = {"create"};
   RegisterBuiltin(bindings);

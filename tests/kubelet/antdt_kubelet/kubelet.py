@@ -180,7 +180,8 @@ class Kubelet:
                 env = podspec.keep_sdk_importable(env, self.bin_dir)
             argv = podspec.map_image_paths(podspec.container_argv(container, env), self.image_root)
             mounts = podspec.host_path_mounts(pod, container, state.sandbox,
-                                              lambda name, optional: self._secret_data(pod, name, optional))
+                                              lambda name, optional: self._secret_data(pod, name, optional),
+                                              lambda name: self._claim_dir(pod, name))
             argv = podspec.map_host_paths(podspec.bind_to_pod_ip(argv, state.ip), mounts)
             # A variable naming a file under a mount (ANTDT_TLS_CERT=/etc/antdt/tls/tls.crt).
             env = [(name, podspec.map_host_paths([value], mounts)[0]) for name, value in env]
@@ -214,6 +215,21 @@ class Kubelet:
         state.waiting = None
         log("container_started", pod=state.key, pid=state.proc.pid, restarts=state.restart_count,
             argv=" ".join(argv))
+
+    def _claim_dir(self, pod, name):
+        """A persistentVolumeClaim's folder: WORK_DIR/claims/NAMESPACE/NAME, created once the claim
+        exists in the API server (as if a provisioner bound it), kept after its pods are gone;
+        SpecError (ContainerCreating, retried) while the claim does not exist."""
+        ns = pod["metadata"]["namespace"]
+        try:
+            claim = self.api.get("/api/v1/namespaces/%s/persistentvolumeclaims/%s" % (ns, name))
+        except Exception as e:  # noqa: BLE001
+            raise podspec.SpecError("ContainerCreating", 'persistentvolumeclaim "%s": %s'
+                                    % (name, "not found" if is_status(e, 404) else describe(e)))
+        # A claim deleted and made again under its name is a new volume.
+        directory = os.path.join(self.work_dir, "claims", ns, name + "-" + claim["metadata"]["uid"])
+        os.makedirs(directory, exist_ok=True)
+        return directory
 
     def _secret_data(self, pod, name, optional):
         """A secret volume's Secret as {key: bytes}, read from the API server; {} for a missing

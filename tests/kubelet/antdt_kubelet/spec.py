@@ -203,12 +203,13 @@ def bind_to_pod_ip(argv, ip):
     return [a.replace("0.0.0.0:", ip + ":") for a in argv]
 
 
-def host_path_mounts(pod, container, sandbox=None, secret_data=None):
+def host_path_mounts(pod, container, sandbox=None, secret_data=None, claim_dir=None):
     """(mountPath, path on this machine) for each of the container's mounts of a hostPath volume,
     and, given the pod's `sandbox`, of an emptyDir volume (SANDBOX/volumes/NAME, created: it lives
     and dies with the pod, as Kubernetes' does) and of a secret volume (its keys written as files
     there; `secret_data(name, optional)` gives the Secret's {key: bytes}, raising SpecError when
-    it is missing), longest first."""
+    it is missing) and of a persistentVolumeClaim volume (`claim_dir(name)`: the claim's folder on
+    this machine, which outlives the pod as a provisioned volume does), longest first."""
     volumes = {v.get("name"): v for v in pod["spec"].get("volumes") or []}
     out = []
     for m in container.get("volumeMounts") or []:
@@ -220,6 +221,8 @@ def host_path_mounts(pod, container, sandbox=None, secret_data=None):
             local = os.path.join(sandbox, "volumes", m["name"])
             os.makedirs(local, exist_ok=True)
             out.append((mount, local))
+        elif v is not None and "persistentVolumeClaim" in v and claim_dir is not None:
+            out.append((mount, claim_dir((v["persistentVolumeClaim"] or {}).get("claimName", ""))))
         elif v is not None and "secret" in v and sandbox and secret_data is not None:
             source = v["secret"] or {}
             local = os.path.join(sandbox, "volumes", m["name"])
