@@ -38,7 +38,9 @@ constexpr const char* kUsage = R"(usage: antdt-agent [flags]
   --proc-root DIR             the host's /proc (in a pod: a mount)    [/proc]
   --cgroup-root DIR           the host's cgroup v2 root, or a cgroup v1 cpu
                               hierarchy (/sys/fs/cgroup/cpu)         [/sys/fs/cgroup]
-  --cgroups A,B               cgroups of training pods, relative to the root
+  --cgroups A,B               cgroups of training pods, relative to the root;
+                              none: the reporting workers' own, found by their
+                              pod UID ($ANTDT_POD_UID) or pid
   --labels K=V,K=V            node labels (e.g. antdt.io/hardware=a100)
   --nvml-library PATH         NVML to load                            [libnvidia-ml.so.1]
   --interval DURATION         sampling interval                       [1s]
@@ -84,10 +86,14 @@ class NodeSampling {
       : config_(config),
         files_(config.proc_root, config.cgroup_root),
         sampler_(files_),
+        finder_(files_),
         gpus_(antdt::agent::NvmlGpuSource::Open(config.nvml_library)) {}
 
-  antdt::v1::NodeSample Sample() {
-    antdt::v1::NodeSample s = sampler_.Sample(NowSeconds(), config_.cgroups);
+  // `processes`: the reporting workers' (pod UID, pid), whose cgroups are
+  // sampled when --cgroups names none.
+  antdt::v1::NodeSample Sample(const std::vector<std::pair<std::string, int64_t>>& processes = {}) {
+    antdt::v1::NodeSample s = sampler_.Sample(
+        NowSeconds(), config_.cgroups.empty() ? finder_.Find(processes) : config_.cgroups);
     s.set_node(config_.node);
     for (const auto& [k, v] : config_.labels) (*s.mutable_labels())[k] = v;
     if (gpus_) {
@@ -106,6 +112,7 @@ class NodeSampling {
   const antdt::agent::AgentConfig& config_;
   antdt::agent::RealFileSource files_;
   antdt::agent::Sampler sampler_;
+  antdt::agent::CgroupFinder finder_;
   std::unique_ptr<antdt::agent::GpuSource> gpus_;
 };
 
@@ -171,7 +178,9 @@ int Serve(const antdt::agent::AgentConfig& config, NodeSampling& sampling) {
     link->Start();
   }
   PeriodicThread sampler_thread(std::chrono::milliseconds(config.interval_ms), [&] {
-    v1::NodeSample s = sampling.Sample();
+    std::vector<std::pair<std::string, int64_t>> processes;
+    for (const auto& p : service.Processes()) processes.emplace_back(p.pod_uid, p.pid);
+    v1::NodeSample s = sampling.Sample(processes);
     view.SetSample(s);
     if (link) {
       v1::AgentMessage m;

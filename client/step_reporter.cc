@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "common/credential.h"
 #include "common/status.h"
@@ -12,6 +13,9 @@
 namespace antdt::client {
 
 StepReporter::StepReporter(StepReporterOptions options) : options_(std::move(options)) {
+  // The pod's UID (the operator sets it from the downward API): the agent
+  // finds this worker's cgroup by it.
+  if (const char* uid = std::getenv(kEnvPodUid)) pod_uid_ = uid;
   if (options_.token.empty()) {
     // Unreadable: reports go without it, and the Monitor counts them refused.
     options_.token = TokenFromEnvironment().value_or("");
@@ -38,6 +42,7 @@ absl::Status StepReporter::Report(const StepTiming& t) {
   s->set_compute_seconds(t.compute_seconds);
   s->set_communication_seconds(t.communication_seconds);
   s->set_pid(static_cast<int32_t>(getpid()));
+  s->set_pod_uid(pod_uid_);
   s->set_time_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count());

@@ -25,6 +25,9 @@
 
 namespace antdt::client {
 
+// The worker's pod UID, which the operator sets from the downward API.
+inline constexpr char kEnvPodUid[] = "ANTDT_POD_UID";
+
 struct StepReporterOptions {
   std::string agent_address;  // "unix:/path/agent.sock" or "127.0.0.1:PORT"
   std::string job;
@@ -76,6 +79,7 @@ class StepReporter {
 
  private:
   StepReporterOptions options_;
+  std::string pod_uid_;  // $ANTDT_POD_UID
   std::unique_ptr<v1::Agent::Stub> stub_;
   int64_t applied_version_ = 0;
   // Not taken yet: the newest of each kind (Directive::action_case), taken

@@ -3,14 +3,19 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status.h"
@@ -468,7 +473,7 @@ v1::CgroupSample CgroupRates(const std::string& path, const CgroupCpuStat& befor
 RealFileSource::RealFileSource(std::string proc_root, std::string cgroup_root)
     : proc_root_(std::move(proc_root)), cgroup_root_(std::move(cgroup_root)) {}
 
-absl::StatusOr<std::string> RealFileSource::Read(const std::string& path) {
+absl::StatusOr<std::string> RealFileSource::RealPath(const std::string& path) const {
   for (absl::string_view part : absl::StrSplit(path, '/')) {
     if (part == "..") return absl::InvalidArgumentError(absl::StrCat(path, ": \"..\" in path"));
   }
@@ -478,6 +483,27 @@ absl::StatusOr<std::string> RealFileSource::Read(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not under ", kProcRoot, " or ", kCgroupRoot));
   }
+  return real;
+}
+
+absl::StatusOr<std::vector<std::string>> RealFileSource::ListDirectories(const std::string& path) {
+  absl::StatusOr<std::string> real = RealPath(path);
+  if (!real.ok()) return real.status();
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (std::filesystem::directory_iterator it(*real, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_directory(type_ec)) names.push_back(it->path().filename().string());
+  }
+  if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat(path, " (", *real, ")"));
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<std::string> RealFileSource::Read(const std::string& path) {
+  absl::StatusOr<std::string> resolved = RealPath(path);
+  if (!resolved.ok()) return resolved.status();
+  const std::string& real = *resolved;
   const std::string name = real == path ? path : absl::StrCat(path, " (", real, ")");
   const int fd = open(real.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::ErrnoToStatus(errno, name);
@@ -503,6 +529,101 @@ absl::StatusOr<std::string> FakeFileSource::Read(const std::string& path) {
   auto it = files_.find(path);
   if (it == files_.end()) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   return it->second;
+}
+
+absl::StatusOr<std::vector<std::string>> FakeFileSource::ListDirectories(const std::string& path) {
+  const std::string prefix = path.back() == '/' ? path : path + "/";
+  std::set<std::string> names;
+  bool exists = false;
+  for (const auto& [file, text] : files_) {
+    if (!absl::StartsWith(file, prefix)) continue;
+    exists = true;
+    const std::string rest = file.substr(prefix.size());
+    const size_t slash = rest.find('/');
+    if (slash != std::string::npos) names.insert(rest.substr(0, slash));
+  }
+  if (!exists) return absl::NotFoundError(absl::StrCat(path, ": no such directory"));
+  return std::vector<std::string>(names.begin(), names.end());
+}
+
+// ---- Finding the training pods' cgroups ----------------------------------------
+
+absl::StatusOr<std::string> FindPodCgroup(FileSource& files, const std::string& pod_uid) {
+  if (pod_uid.empty()) return absl::InvalidArgumentError("pod_uid: empty");
+  const std::string cgroupfs = "pod" + pod_uid;
+  const std::string systemd = "pod" + absl::StrReplaceAll(pod_uid, {{"-", "_"}}) + ".slice";
+  auto names_pod = [&](const std::string& name) {
+    return name == cgroupfs || absl::EndsWith(name, systemd);
+  };
+  // Breadth first from the kubepods directories at the root.
+  std::vector<std::string> level;
+  absl::StatusOr<std::vector<std::string>> top = files.ListDirectories(kCgroupRoot);
+  if (!top.ok()) return top.status();
+  for (const std::string& name : *top) {
+    if (absl::StartsWith(name, "kubepods")) level.push_back(name);
+  }
+  for (int depth = 0; depth < 4 && !level.empty(); ++depth) {
+    std::vector<std::string> next;
+    for (const std::string& dir : level) {
+      if (names_pod(dir.substr(dir.rfind('/') + 1))) return dir;
+      absl::StatusOr<std::vector<std::string>> children =
+          files.ListDirectories(absl::StrCat(kCgroupRoot, "/", dir));
+      if (!children.ok()) continue;  // gone meanwhile
+      for (const std::string& child : *children) next.push_back(absl::StrCat(dir, "/", child));
+    }
+    level = std::move(next);
+  }
+  for (const std::string& dir : level) {
+    if (names_pod(dir.substr(dir.rfind('/') + 1))) return dir;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("pod ", pod_uid, ": no cgroup under ", kCgroupRoot, "/kubepods*"));
+}
+
+absl::StatusOr<std::string> ProcessCgroup(FileSource& files, int64_t pid) {
+  const std::string path = absl::StrCat(kProcRoot, "/", pid, "/cgroup");
+  absl::StatusOr<std::string> text = files.Read(path);
+  if (!text.ok()) return text.status();
+  std::optional<std::string> v1;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    // hierarchy-ID:controller-list:cgroup-path
+    const std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    const std::string cgroup(absl::StripPrefix(parts[2], "/"));
+    if (parts[0] == "0" && parts[1].empty()) return cgroup;
+    for (absl::string_view controller : absl::StrSplit(parts[1], ',')) {
+      if (controller == "cpu" && !v1) v1 = cgroup;
+    }
+  }
+  if (v1) return *v1;
+  return absl::NotFoundError(absl::StrCat(path, ": no cgroup v2 or cpu entry"));
+}
+
+std::vector<std::string> CgroupFinder::Find(
+    const std::vector<std::pair<std::string, int64_t>>& processes) {
+  std::set<std::string> paths;
+  std::map<std::string, std::string> still;  // the pods reporting now
+  for (const auto& [pod_uid, pid] : processes) {
+    if (!pod_uid.empty()) {
+      auto known = by_pod_.find(pod_uid);
+      if (known != by_pod_.end()) {
+        still.insert(*known);
+        paths.insert(known->second);
+        continue;
+      }
+      absl::StatusOr<std::string> found = FindPodCgroup(files_, pod_uid);
+      if (found.ok()) {
+        still[pod_uid] = *found;
+        paths.insert(*found);
+        continue;
+      }
+    }
+    if (pid <= 0) continue;
+    absl::StatusOr<std::string> own = ProcessCgroup(files_, pid);
+    if (own.ok()) paths.insert(*own);
+  }
+  by_pod_ = std::move(still);
+  return {paths.begin(), paths.end()};
 }
 
 // ---- Sampler ----------------------------------------------------------------

@@ -160,6 +160,8 @@ class FileSource {
  public:
   virtual ~FileSource() = default;
   virtual absl::StatusOr<std::string> Read(const std::string& path) = 0;
+  // The names of the directories in the directory `path`, sorted.
+  virtual absl::StatusOr<std::vector<std::string>> ListDirectories(const std::string& path) = 0;
 };
 
 // The real files: a path under kProcRoot is read under proc_root, one under
@@ -172,8 +174,10 @@ class RealFileSource final : public FileSource {
  public:
   explicit RealFileSource(std::string proc_root = kProcRoot, std::string cgroup_root = kCgroupRoot);
   absl::StatusOr<std::string> Read(const std::string& path) override;
+  absl::StatusOr<std::vector<std::string>> ListDirectories(const std::string& path) override;
 
  private:
+  absl::StatusOr<std::string> RealPath(const std::string& path) const;
   std::string proc_root_;
   std::string cgroup_root_;
 };
@@ -184,9 +188,40 @@ class FakeFileSource final : public FileSource {
   void Set(const std::string& path, std::string text) { files_[path] = std::move(text); }
   void Remove(const std::string& path) { files_.erase(path); }
   absl::StatusOr<std::string> Read(const std::string& path) override;
+  // The directories that hold a file set here.
+  absl::StatusOr<std::vector<std::string>> ListDirectories(const std::string& path) override;
 
  private:
   std::map<std::string, std::string> files_;
+};
+
+// ---- Finding the training pods' cgroups ----------------------------------------
+
+// The cgroup of a Kubernetes pod, relative to the cgroup root, by the pod's
+// UID: the directory under the kubepods tree (kubepods.slice/..., the systemd
+// driver, or kubepods/..., cgroupfs) named for it ("...pod<uid>.slice" with
+// the UID's dashes as underscores, or "pod<uid>"), at most four levels down.
+// NotFound when there is none (the pod is on another node, or gone).
+absl::StatusOr<std::string> FindPodCgroup(FileSource& files, const std::string& pod_uid);
+
+// The cgroup of process `pid` as /proc/<pid>/cgroup names it, relative to
+// the cgroup root: the v2 entry ("0::/path"), else the v1 entry whose
+// controllers include cpu. A process in another PID namespace than the
+// agent's is not found this way (a pod's worker: use FindPodCgroup).
+absl::StatusOr<std::string> ProcessCgroup(FileSource& files, int64_t pid);
+
+// The training processes' cgroups, found by themselves: for each (pod UID,
+// pid) a worker reported, its pod's cgroup (by UID), else its process's (by
+// pid), each once. A pod's is kept while the pod keeps reporting (the tree
+// is walked once per pod). Not thread-safe: the sampling thread's.
+class CgroupFinder {
+ public:
+  explicit CgroupFinder(FileSource& files) : files_(files) {}
+  std::vector<std::string> Find(const std::vector<std::pair<std::string, int64_t>>& processes);
+
+ private:
+  FileSource& files_;
+  std::map<std::string, std::string> by_pod_;  // pod UID -> cgroup
 };
 
 // ---- Sampler ----------------------------------------------------------------

@@ -910,5 +910,58 @@ TEST(RealFileSource, ThisMachine) {
   EXPECT_GT(memory->total_bytes, 0);
 }
 
+// The training pods' cgroups, found by the pod's UID in either cgroup
+// driver's layout, or by a process's /proc/<pid>/cgroup.
+TEST(FindPodCgroup, SystemdAndCgroupfsLayouts) {
+  FakeFileSource files;
+  const std::string uid = "0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10";
+  const std::string systemd =
+      "kubepods.slice/kubepods-burstable.slice/"
+      "kubepods-burstable-pod0b6f3a52_4c1e_4d7a_9a43_5f0e8c2d7b10.slice";
+  files.Set("/sys/fs/cgroup/cpu.stat", "usage_usec 1\n");
+  files.Set("/sys/fs/cgroup/system.slice/cpu.stat", "usage_usec 1\n");
+  files.Set(
+      "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/"
+      "kubepods-besteffort-podffff.slice/cpu.stat",
+      "usage_usec 1\n");
+  files.Set("/sys/fs/cgroup/" + systemd + "/cri-containerd-abc.scope/cpu.stat", "usage_usec 1\n");
+  files.Set("/sys/fs/cgroup/" + systemd + "/cpu.stat", "usage_usec 1\n");
+  EXPECT_EQ(FindPodCgroup(files, uid).value_or("?"), systemd);
+  EXPECT_EQ(FindPodCgroup(files, "1111-2222").status().code(), absl::StatusCode::kNotFound);
+
+  FakeFileSource cgroupfs;
+  cgroupfs.Set("/sys/fs/cgroup/kubepods/burstable/pod" + uid + "/cpu.stat", "usage_usec 1\n");
+  cgroupfs.Set("/sys/fs/cgroup/kubepods/pod" + uid + "x/cpu.stat", "usage_usec 1\n");
+  EXPECT_EQ(FindPodCgroup(cgroupfs, uid).value_or("?"), "kubepods/burstable/pod" + uid);
+}
+
+TEST(ProcessCgroup, V2EntryElseV1Cpu) {
+  FakeFileSource files;
+  files.Set("/proc/42/cgroup", "0::/user.slice/trainer.scope\n");
+  files.Set("/proc/43/cgroup",
+            "12:memory:/m\n4:cpu,cpuacct:/kubepods/burstable/podx/c1\n1:name=systemd:/s\n");
+  files.Set("/proc/44/cgroup", "12:memory:/m\n");
+  EXPECT_EQ(ProcessCgroup(files, 42).value_or("?"), "user.slice/trainer.scope");
+  EXPECT_EQ(ProcessCgroup(files, 43).value_or("?"), "kubepods/burstable/podx/c1");
+  EXPECT_EQ(ProcessCgroup(files, 44).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ProcessCgroup(files, 45).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(CgroupFinder, EachWorkersCgroupOnceAPodsKeptWhileItReports) {
+  FakeFileSource files;
+  files.Set("/sys/fs/cgroup/kubepods/burstable/poda-1/cpu.stat", "usage_usec 1\n");
+  files.Set("/proc/7/cgroup", "0::/local/w7\n");
+  files.Set("/proc/8/cgroup", "0::/local/w7\n");  // the same group
+  CgroupFinder finder(files);
+  EXPECT_THAT(finder.Find({{"a-1", 1}, {"", 7}, {"", 8}, {"gone", 0}}),
+              ::testing::ElementsAre("kubepods/burstable/poda-1", "local/w7"));
+  // Found once: the tree is not walked again while the pod reports.
+  files.Remove("/sys/fs/cgroup/kubepods/burstable/poda-1/cpu.stat");
+  EXPECT_THAT(finder.Find({{"a-1", 1}}), ::testing::ElementsAre("kubepods/burstable/poda-1"));
+  // Once it stopped reporting, it is looked up again (and is gone now).
+  EXPECT_THAT(finder.Find({}), ::testing::IsEmpty());
+  EXPECT_THAT(finder.Find({{"a-1", 0}}), ::testing::IsEmpty());
+}
+
 }  // namespace
 }  // namespace antdt::agent

@@ -343,6 +343,7 @@ void AgentServiceImpl::Account(const v1::StepReport& report) {
   const WorkerKey key{JobKey(step->namespace_(), step->job()), step->worker_id()};
   labels_[key][step->role()] = labels;
   last_report_[key] = std::chrono::steady_clock::now();
+  processes_[key] = {step->pod_uid(), step->pid()};
   if (step->bpt_seconds() > 0) {
     const double inst = static_cast<double>(step->samples()) / step->bpt_seconds();
     auto [it, fresh] = rate_.emplace(key, inst);
@@ -366,6 +367,13 @@ std::string AgentServiceImpl::NamespaceOf(const std::string& job, const std::str
   return found;
 }
 
+std::vector<AgentServiceImpl::WorkerProcess> AgentServiceImpl::Processes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<WorkerProcess> out;
+  for (const auto& [key, process] : processes_) out.push_back(process);
+  return out;
+}
+
 std::vector<std::pair<std::string, std::string>> AgentServiceImpl::ForgetIdle(
     std::chrono::milliseconds idle) {
   const auto now = std::chrono::steady_clock::now();
@@ -387,6 +395,7 @@ std::vector<std::pair<std::string, std::string>> AgentServiceImpl::ForgetIdle(
     }
     labels_.erase(key);
     rate_.erase(key);
+    processes_.erase(key);
     it = last_report_.erase(it);
     forgotten.push_back(key);
   }

@@ -71,6 +71,15 @@ class AgentServiceImpl final : public v1::Agent::Service {
   // The namespace the worker's step reports carry ("" none, or not known here).
   std::string NamespaceOf(const std::string& job, const std::string& worker) const;
 
+  // The processes of the workers reporting here, as their last reports name
+  // them: where the agent finds their cgroups (FindPodCgroup by pod UID,
+  // ProcessCgroup by pid).
+  struct WorkerProcess {
+    std::string pod_uid;
+    int64_t pid = 0;
+  };
+  std::vector<WorkerProcess> Processes() const;
+
  private:
   using WorkerKey = std::pair<std::string, std::string>;  // job, worker
   void Account(const v1::StepReport& step);               // step metrics
@@ -87,6 +96,7 @@ class AgentServiceImpl final : public v1::Agent::Service {
   // The label sets each worker's series were made with, and its last report.
   std::map<WorkerKey, std::map<std::string, std::map<std::string, std::string>>> labels_;
   std::map<WorkerKey, std::chrono::steady_clock::time_point> last_report_;
+  std::map<WorkerKey, WorkerProcess> processes_;
 };
 
 struct MonitorLinkOptions {

@@ -202,7 +202,7 @@ bridge::WorkerPlacement Placement(const manifest::Job& spec, const Settings& s,
 // rest can refer to them as $(VAR).
 std::vector<Json> DownwardEnv() {
   return {EnvField("POD_IP", "status.podIP"), EnvField("HOST_IP", "status.hostIP"),
-          EnvField("NODE_NAME", "spec.nodeName")};
+          EnvField("NODE_NAME", "spec.nodeName"), EnvField("ANTDT_POD_UID", "metadata.uid")};
 }
 
 // A worker's variables: the downward API's, then bridge::WorkerEnv's (the

@@ -101,6 +101,9 @@ class StepReporter:
         #: The job's namespace, from ``$ANTDT_NAMESPACE`` ("" when not set): a
         #: ``namespace`` label on the agent's series of this worker.
         self.namespace = _env.first_set(_env.NAMESPACE) or ""
+        # The pod's UID ($ANTDT_POD_UID, from the downward API): the agent finds
+        # this worker's cgroup by it.
+        self._pod_uid = _env.first_set("ANTDT_POD_UID") or ""
         self.worker_id = worker_id
         self.role = role
         self.timeout_s = float(timeout_s)
@@ -186,6 +189,7 @@ class StepReporter:
                 communication_seconds=_seconds("communication_seconds", communication_seconds),
                 time_unix_ms=int(time.time() * 1000),
                 pid=os.getpid(),
+                pod_uid=self._pod_uid,
                 ps_latency_seconds=_latencies(ps_latency_seconds),
             ),
             # A directive received but not taken yet need not be sent again.

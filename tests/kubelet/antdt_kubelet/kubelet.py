@@ -183,8 +183,11 @@ class Kubelet:
                                               lambda name, optional: self._secret_data(pod, name, optional),
                                               lambda name: self._claim_dir(pod, name))
             argv = podspec.map_host_paths(podspec.bind_to_pod_ip(argv, state.ip), mounts)
-            # A variable naming a file under a mount (ANTDT_TLS_CERT=/etc/antdt/tls/tls.crt).
-            env = [(name, podspec.map_host_paths([value], mounts)[0]) for name, value in env]
+            # A variable of the container's naming a file under a mount
+            # (ANTDT_TLS_CERT=/etc/antdt/tls/tls.crt); not this kubelet's own (host paths).
+            own = {e.get("name") for e in container.get("env") or []}
+            env = [(name, podspec.map_host_paths([value], mounts)[0] if name in own else value)
+                   for name, value in env]
             env = self._service_account_env(pod, state, env)
         except podspec.SpecError as e:
             self._set_waiting(state, e.reason, e.message)
