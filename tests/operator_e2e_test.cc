@@ -229,6 +229,30 @@ class Cluster {
   }
 
   Process* Operator(const std::string& name) { return operators_[name].get(); }
+
+  // Waits until `identity` holds the operators' Lease; the Lease as last seen.
+  Json WaitForLeader(const std::string& identity) {
+    Json lease;
+    WaitFor(
+        [&] {
+          auto l = api_->Get(kube::LeasesResource(), "default", "antdt-operator");
+          if (l.ok()) lease = *l;
+          return l.ok() && Str(*l, {"spec", "holderIdentity"}) == identity;
+        },
+        std::chrono::seconds(30));
+    return lease;
+  }
+
+  // The CRD, op-a leading, op-b standing by, and the kubelet, whose agents
+  // know both replicas, the standby's first: it refuses them until it leads,
+  // so they stream to the leader.
+  void StartTwoReplicas() {
+    ASSERT_NO_FATAL_FAILURE(ApplyCrd());
+    const std::string monitor_a = StartOperator("op-a");
+    ASSERT_EQ(Str(WaitForLeader("op-a"), {"spec", "holderIdentity"}), "op-a");
+    const std::string monitor_b = StartOperator("op-b");
+    ASSERT_NO_FATAL_FAILURE(StartKubelet(monitor_b + "," + monitor_a));
+  }
   std::string File(const std::string& name) const { return dir_.File(name); }
   // The replica's /metrics; over https trusting `ca` when given (TLS on).
   std::string OperatorMetrics(const std::string& name, const std::string& ca = "") {
@@ -1457,18 +1481,7 @@ TEST(OperatorE2E, ConvergesThroughExpiredWatchesConflictsAndThrottling) {
 
 TEST(OperatorE2E, StandbyTakesOverWhenTheLeaderIsKilled) {
   Cluster cluster(5);
-  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
-  const std::string monitor_a = cluster.StartOperator("op-a");
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto l = cluster.api()->Get(kube::LeasesResource(), "default", "antdt-operator");
-        return l.ok() && Str(*l, {"spec", "holderIdentity"}) == "op-a";
-      },
-      std::chrono::seconds(30)));
-  const std::string monitor_b = cluster.StartOperator("op-b");
-  // The agents know both replicas, the standby first: it refuses them until
-  // it leads, so they stream to the leader.
-  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor_b + "," + monitor_a));
+  ASSERT_NO_FATAL_FAILURE(cluster.StartTwoReplicas());
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("ha", 24000, 2)));
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -1487,14 +1500,8 @@ TEST(OperatorE2E, StandbyTakesOverWhenTheLeaderIsKilled) {
   const auto killed_at = std::chrono::steady_clock::now();
   cluster.Operator("op-a")->Signal(SIGKILL);
   cluster.Operator("op-a")->Wait(std::chrono::seconds(5));
-  Json lease;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto l = cluster.api()->Get(kube::LeasesResource(), "default", "antdt-operator");
-        if (l.ok()) lease = *l;
-        return l.ok() && Str(*l, {"spec", "holderIdentity"}) == "op-b";
-      },
-      std::chrono::seconds(30)));
+  const Json lease = cluster.WaitForLeader("op-b");
+  ASSERT_EQ(Str(lease, {"spec", "holderIdentity"}), "op-b");
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   // Within the lease (4 s) plus a retry period and scheduling slack; reported,
@@ -1550,16 +1557,7 @@ TEST(OperatorE2E, StandbyTakesOverWhenTheLeaderIsKilled) {
 // decision, and the job finishes exactly once.
 TEST(OperatorE2E, ANewLeaderActsOnAStragglerTheOldOneWasHandling) {
   Cluster cluster(5);
-  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
-  const std::string monitor_a = cluster.StartOperator("op-a");
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto l = cluster.api()->Get(kube::LeasesResource(), "default", "antdt-operator");
-        return l.ok() && Str(*l, {"spec", "holderIdentity"}) == "op-a";
-      },
-      std::chrono::seconds(30)));
-  const std::string monitor_b = cluster.StartOperator("op-b");
-  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor_b + "," + monitor_a));
+  ASSERT_NO_FATAL_FAILURE(cluster.StartTwoReplicas());
   const int64_t records = 40000;
   Json spec = cluster.ExampleJob("failover", records, 3);
   UseNdPolicyWithShortWindows(spec);
@@ -1593,12 +1591,7 @@ TEST(OperatorE2E, ANewLeaderActsOnAStragglerTheOldOneWasHandling) {
   const size_t actions_before = job["status"]["lastActions"].size();
   cluster.Operator("op-a")->Signal(SIGKILL);
   cluster.Operator("op-a")->Wait(std::chrono::seconds(5));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto l = cluster.api()->Get(kube::LeasesResource(), "default", "antdt-operator");
-        return l.ok() && Str(*l, {"spec", "holderIdentity"}) == "op-b";
-      },
-      std::chrono::seconds(30)));
+  ASSERT_EQ(Str(cluster.WaitForLeader("op-b"), {"spec", "holderIdentity"}), "op-b");
   const auto took_over = std::chrono::steady_clock::now();
 
   // op-b's first decision for worker-1, timed from the takeover.
