@@ -734,6 +734,12 @@ static void SetCrdStatus(json& crd, const json* old) {
                    {"storedVersions", stored}};
 }
 
+// A custom resource's Table (its printer columns), or a built-in kind's with
+// the columns the API server prints (pods, nodes, services, claims).
+bool HasTable(const Resource& res) {
+  return res.custom || !RenderBuiltinTable(res.resource, {}, "", 0).is_null();
+}
+
 json Emulator::Impl::TableFor(const Resource& res, const std::string& version,
                               const std::vector<json>& objs) const {
   auto cols = res.columns.find(version);
@@ -741,6 +747,7 @@ json Emulator::Impl::TableFor(const Resource& res, const std::string& version,
   std::vector<json> out;
   out.reserve(objs.size());
   for (const json& o : objs) out.push_back(Out(res, version, o));
+  if (!res.custom) return RenderBuiltinTable(res.resource, out, std::to_string(rv), UnixNow());
   return RenderTable(columns, out, std::to_string(rv), UnixNow());
 }
 
@@ -1243,7 +1250,7 @@ HttpResponse Emulator::Impl::Get(const Target& t, const HttpRequest& req) {
     return Error(404, "NotFound", t.res->Qualified() + " \"" + t.name + "\" not found",
                  {{"name", t.name}, {"group", t.res->group}, {"kind", t.res->resource}});
   }
-  if (WantsTable(req) && t.res->custom)
+  if (WantsTable(req) && HasTable(*t.res))
     return JsonResponse(200, TableFor(*t.res, t.version, {*obj}));
   return JsonResponse(200, Out(*t.res, t.version, *obj));
 }
@@ -1332,7 +1339,7 @@ HttpResponse Emulator::Impl::List(const Target& t, const HttpRequest& req) {
   for (const auto& [key, obj] : objects[t.res->Key()]) {
     if (filter.Matches(obj)) items.push_back(obj);
   }
-  if (WantsTable(req) && t.res->custom)
+  if (WantsTable(req) && HasTable(*t.res))
     return JsonResponse(200, TableFor(*t.res, t.version, items));
   json list = {{"kind", t.res->list_kind},
                {"apiVersion", t.res->ApiVersion(t.version)},
@@ -1367,7 +1374,7 @@ std::optional<HttpResponse> Emulator::Impl::Watch(const Target& t, const HttpReq
   }
   if (timeout_s <= 0) timeout_s = 1800 + static_cast<int64_t>(Rng()() % 1800);
   bool bookmarks = IsTrue(Param(req, "allowWatchBookmarks"));
-  bool table = WantsTable(req) && t.res->custom;
+  bool table = WantsTable(req) && HasTable(*t.res);
   std::string want = Param(req, "resourceVersion");
   int64_t from = 0;
   if (!want.empty() && want != "0" && !absl::SimpleAtoi(want, &from)) {

@@ -680,6 +680,60 @@ TEST_F(EmulatorTest, TableOutputUsesPrinterColumns) {
   EXPECT_EQ(t["rows"][0]["cells"][0], "t");
 }
 
+// `kubectl get pods` (and nodes, services, claims) shows the columns the API
+// server prints: READY, STATUS, RESTARTS from the containers' statuses.
+TEST_F(EmulatorTest, BuiltinKindsHaveTheirTables) {
+  const std::string pods = "/api/v1/namespaces/default/pods";
+  json pod = {{"metadata", {{"name", "p"}}},
+              {"spec",
+               {{"containers", json::array({{{"name", "a"}, {"image", "x"}},
+                                            {{"name", "b"}, {"image", "x"}}})}}}};
+  ASSERT_EQ(Call(address_, "POST", pods, pod.dump()).code, 201);
+  json status = Call(address_, "GET", pods + "/p").Json();
+  status["status"] = {
+      {"phase", "Running"},
+      {"podIP", "10.0.0.7"},
+      {"containerStatuses",
+       json::array({{{"name", "a"}, {"ready", true}, {"restartCount", 2}},
+                    {{"name", "b"},
+                     {"ready", false},
+                     {"restartCount", 1},
+                     {"state", {{"waiting", {{"reason", "CrashLoopBackOff"}}}}}}})}};
+  ASSERT_EQ(Call(address_, "PUT", pods + "/p/status", status.dump()).code, 200);
+  const std::vector<std::pair<std::string, std::string>> accept = {
+      {"Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}};
+  json t = Call(address_, "GET", pods, "", "", accept).Json();
+  ASSERT_EQ(t["kind"], "Table") << t.dump();
+  std::vector<std::string> names;
+  for (const json& c : t["columnDefinitions"]) names.push_back(c["name"]);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"Name", "Ready", "Status", "Restarts", "Age", "IP", "Node"}));
+  ASSERT_EQ(t["rows"].size(), 1u);
+  const json& cells = t["rows"][0]["cells"];
+  EXPECT_EQ(cells[0], "p");
+  EXPECT_EQ(cells[1], "1/2");
+  EXPECT_EQ(cells[2], "CrashLoopBackOff");
+  EXPECT_EQ(cells[3], 3);
+  EXPECT_EQ(cells[5], "10.0.0.7");
+  EXPECT_EQ(cells[6], "<none>");
+  // One object, and the other built-ins.
+  EXPECT_EQ(Call(address_, "GET", pods + "/p", "", "", accept).Json()["rows"].size(), 1u);
+  json svc = {{"metadata", {{"name", "s"}}},
+              {"spec", {{"ports", json::array({{{"port", 80}, {"protocol", "TCP"}}})}}}};
+  ASSERT_EQ(Call(address_, "POST", "/api/v1/namespaces/default/services", svc.dump()).code, 201);
+  t = Call(address_, "GET", "/api/v1/namespaces/default/services", "", "", accept).Json();
+  EXPECT_EQ(t["columnDefinitions"][4]["name"], "Port(s)");
+  EXPECT_EQ(t["rows"][0]["cells"][4], "80/TCP");
+  json pvc = {{"metadata", {{"name", "c"}}},
+              {"spec", {{"accessModes", json::array({"ReadWriteOnce"})}}}};
+  ASSERT_EQ(
+      Call(address_, "POST", "/api/v1/namespaces/default/persistentvolumeclaims", pvc.dump()).code,
+      201);
+  t = Call(address_, "GET", "/api/v1/namespaces/default/persistentvolumeclaims", "", "", accept)
+          .Json();
+  EXPECT_EQ(t["rows"][0]["cells"][1], "Pending");
+}
+
 TEST_F(EmulatorTest, InjectedFaults) {
   json w = Call(address_, "POST", Widgets("faults"), Widget("x", 1).dump()).Json();
   ASSERT_EQ(Fault({{"inject",

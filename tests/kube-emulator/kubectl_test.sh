@@ -86,6 +86,17 @@ for field in "uid:" "resourceVersion:" "generation: 1" "creationTimestamp:"; do
   [[ "$YAML" == *"$field"* ]] || fail "-o yaml lacks $field"
 done
 
+echo "== built-in kinds print the API server's columns"
+k run table-pod --image=antdt/antdt:0.1.0 --restart=Never >/dev/null || fail "kubectl run"
+OUT=$(k get pods) || fail "get pods"
+echo "$OUT"
+HEADER=$(echo "$OUT" | head -1)
+for column in NAME READY STATUS RESTARTS AGE; do
+  [[ "$HEADER" == *"$column"* ]] || fail "kubectl get pods: no $column column in: $HEADER"
+done
+echo "$OUT" | grep -Eq '^table-pod +0/1 +Pending +0 ' || fail "kubectl get pods: no table-pod row 0/1 Pending 0"
+k delete pod table-pod --wait=false >/dev/null || fail "delete pod"
+
 echo "== get -w sees a change made meanwhile"
 timeout 20 "$KUBECTL" --cache-dir "$WORK/cache" get adt -w >"$WORK/watch.out" 2>&1 &
 WATCH_PID=$!

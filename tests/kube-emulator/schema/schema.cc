@@ -12,6 +12,9 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tests/kube-emulator/schema/cel.h"
 
 namespace antdt::kubeemu {
@@ -1397,6 +1400,183 @@ json RenderTable(const json& printer_columns, const std::vector<json>& objects,
   }
   table["rows"] = std::move(rows);
   return table;
+}
+
+namespace {
+
+const json& At(const json& o, std::initializer_list<const char*> path) {
+  const json* at = &o;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return EmptyObject();
+    at = &(*at)[key];
+  }
+  return *at;
+}
+
+std::string AtStr(const json& o, std::initializer_list<const char*> path,
+                  const std::string& fallback = "") {
+  const json& v = At(o, path);
+  return v.is_string() && !v.get<std::string>().empty() ? v.get<std::string>() : fallback;
+}
+
+// What `kubectl get pods` shows as STATUS: Terminating, a container's waiting
+// or terminated reason, the pod's reason (Evicted), else its phase.
+std::string PodStatus(const json& pod) {
+  if (!At(pod, {"metadata", "deletionTimestamp"}).empty()) return "Terminating";
+  std::string status = AtStr(pod, {"status", "reason"}, AtStr(pod, {"status", "phase"}, "Pending"));
+  const json& statuses = At(pod, {"status", "containerStatuses"});
+  if (!statuses.is_array()) return status;
+  for (const json& c : statuses) {
+    const std::string waiting = AtStr(c, {"state", "waiting", "reason"});
+    const std::string terminated = AtStr(c, {"state", "terminated", "reason"});
+    if (!waiting.empty()) return waiting;
+    if (!terminated.empty() && status != "Succeeded") status = terminated;
+  }
+  return status;
+}
+
+json PodRow(const json& pod, int64_t now) {
+  const json& containers = At(pod, {"spec", "containers"});
+  const json& statuses = At(pod, {"status", "containerStatuses"});
+  int ready = 0;
+  int64_t restarts = 0;
+  if (statuses.is_array()) {
+    for (const json& c : statuses) {
+      ready += c.value("ready", false) ? 1 : 0;
+      restarts += c.value("restartCount", int64_t{0});
+    }
+  }
+  const size_t total = containers.is_array() ? containers.size() : 0;
+  return json::array({absl::StrCat(ready, "/", total), PodStatus(pod), restarts,
+                      Cell("date", At(pod, {"metadata", "creationTimestamp"}), now),
+                      AtStr(pod, {"status", "podIP"}, "<none>"),
+                      AtStr(pod, {"spec", "nodeName"}, "<none>")});
+}
+
+json NodeRow(const json& node, int64_t now) {
+  std::string status = "Unknown";
+  const json& conditions = At(node, {"status", "conditions"});
+  if (conditions.is_array()) {
+    for (const json& c : conditions) {
+      if (Str(c, "type") == "Ready") status = Str(c, "status") == "True" ? "Ready" : "NotReady";
+    }
+  }
+  if (At(node, {"spec", "unschedulable"}) == true) status += ",SchedulingDisabled";
+  std::vector<std::string> roles;
+  const json& labels = At(node, {"metadata", "labels"});
+  if (labels.is_object()) {
+    for (const auto& [key, value] : labels.items()) {
+      if (absl::StartsWith(key, "node-role.kubernetes.io/")) {
+        roles.push_back(key.substr(std::string("node-role.kubernetes.io/").size()));
+      }
+    }
+  }
+  return json::array({status, roles.empty() ? "<none>" : absl::StrJoin(roles, ","),
+                      Cell("date", At(node, {"metadata", "creationTimestamp"}), now),
+                      AtStr(node, {"status", "nodeInfo", "kubeletVersion"})});
+}
+
+json ServiceRow(const json& svc, int64_t now) {
+  std::vector<std::string> ports;
+  const json& spec_ports = At(svc, {"spec", "ports"});
+  if (spec_ports.is_array()) {
+    for (const json& p : spec_ports) {
+      ports.push_back(absl::StrCat(p.value("port", 0), "/", p.value("protocol", "TCP")));
+    }
+  }
+  return json::array({AtStr(svc, {"spec", "type"}, "ClusterIP"),
+                      AtStr(svc, {"spec", "clusterIP"}, "<none>"), "<none>",
+                      ports.empty() ? "<none>" : absl::StrJoin(ports, ","),
+                      Cell("date", At(svc, {"metadata", "creationTimestamp"}), now)});
+}
+
+std::string AccessModes(const json& modes) {
+  std::vector<std::string> out;
+  if (modes.is_array()) {
+    for (const json& m : modes) {
+      const std::string mode = m.is_string() ? m.get<std::string>() : "";
+      out.push_back(mode == "ReadWriteOnce"      ? "RWO"
+                    : mode == "ReadOnlyMany"     ? "ROX"
+                    : mode == "ReadWriteMany"    ? "RWX"
+                    : mode == "ReadWriteOncePod" ? "RWOP"
+                                                 : mode);
+    }
+  }
+  return absl::StrJoin(out, ",");
+}
+
+json ClaimRow(const json& pvc, int64_t now) {
+  return json::array(
+      {AtStr(pvc, {"status", "phase"}, "Pending"), AtStr(pvc, {"spec", "volumeName"}),
+       AtStr(pvc, {"status", "capacity", "storage"}),
+       AccessModes(At(pvc, {"status", "accessModes"})), AtStr(pvc, {"spec", "storageClassName"}),
+       Cell("date", At(pvc, {"metadata", "creationTimestamp"}), now)});
+}
+
+json Column(const std::string& name, const std::string& type, int priority,
+            const std::string& description) {
+  return {{"name", name},
+          {"type", type},
+          {"format", name == "Name" ? "name" : ""},
+          {"description", description},
+          {"priority", priority}};
+}
+
+}  // namespace
+
+json RenderBuiltinTable(const std::string& resource, const std::vector<json>& objects,
+                        const std::string& list_resource_version, int64_t now_unix_seconds) {
+  json defs = json::array({Column("Name", "string", 0, kNameDescription)});
+  json (*row)(const json&, int64_t) = nullptr;
+  if (resource == "pods") {
+    row = &PodRow;
+    for (const json& c :
+         {Column("Ready", "string", 0,
+                 "The aggregate readiness state of this pod for accepting traffic."),
+          Column("Status", "string", 0, "The aggregate status of the containers in this pod."),
+          Column("Restarts", "string", 0,
+                 "The number of times the containers in this pod have been restarted."),
+          Column("Age", "string", 0, "CreationTimestamp of the pod."),
+          Column("IP", "string", 1, "IP address allocated to the pod."),
+          Column("Node", "string", 1, "Name of the Node this pod runs on.")}) {
+      defs.push_back(c);
+    }
+  } else if (resource == "nodes") {
+    row = &NodeRow;
+    for (const char* name : {"Status", "Roles", "Age", "Version"}) {
+      defs.push_back(Column(name, "string", 0, ""));
+    }
+  } else if (resource == "services") {
+    row = &ServiceRow;
+    for (const char* name : {"Type", "Cluster-IP", "External-IP", "Port(s)", "Age"}) {
+      defs.push_back(Column(name, "string", 0, ""));
+    }
+  } else if (resource == "persistentvolumeclaims") {
+    row = &ClaimRow;
+    for (const char* name :
+         {"Status", "Volume", "Capacity", "Access Modes", "StorageClass", "Age"}) {
+      defs.push_back(Column(name, "string", 0, ""));
+    }
+  } else {
+    return nullptr;
+  }
+  json rows = json::array();
+  for (const json& o : objects) {
+    const json& meta =
+        o.contains("metadata") && o["metadata"].is_object() ? o["metadata"] : EmptyObject();
+    json cells = json::array({Str(meta, "name")});
+    for (json& cell : row(o, now_unix_seconds)) cells.push_back(std::move(cell));
+    rows.push_back({{"cells", std::move(cells)},
+                    {"object",
+                     {{"kind", "PartialObjectMetadata"},
+                      {"apiVersion", "meta.k8s.io/v1"},
+                      {"metadata", meta}}}});
+  }
+  return {{"kind", "Table"},
+          {"apiVersion", "meta.k8s.io/v1"},
+          {"metadata", {{"resourceVersion", list_resource_version}}},
+          {"columnDefinitions", std::move(defs)},
+          {"rows", std::move(rows)}};
 }
 
 }  // namespace antdt::kubeemu

@@ -72,4 +72,14 @@ nlohmann::json RenderTable(const nlohmann::json& printer_columns,
                            const std::vector<nlohmann::json>& objects,
                            const std::string& list_resource_version, int64_t now_unix_seconds);
 
+// The Table of a built-in kind, with the columns the API server prints for
+// it: pods (Name, Ready, Status, Restarts, Age; wide: IP, Node), nodes (Name,
+// Status, Roles, Age, Version), services (Name, Type, Cluster-IP,
+// External-IP, Port(s), Age), persistentvolumeclaims (Name, Status, Volume,
+// Capacity, Access Modes, StorageClass, Age). Null for another resource.
+nlohmann::json RenderBuiltinTable(const std::string& resource,
+                                  const std::vector<nlohmann::json>& objects,
+                                  const std::string& list_resource_version,
+                                  int64_t now_unix_seconds);
+
 }  // namespace antdt::kubeemu
