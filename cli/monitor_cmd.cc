@@ -50,7 +50,7 @@ int Monitor(const MonitorFlags& f) {
   monitor::MonitorServiceImpl service(std::move(*created), &RealClock::Get());
   // TLS from $ANTDT_TLS_* (common/tls.h); with a CA, node streams need the
   // node's certificate, as the operator's Monitor does.
-  service.RequireNodeCertificates(TlsServing() && !ProcessTls().ca.empty());
+  service.RequireNodeCertificates(TlsVerifiesClients());
 
   auto registry = std::make_shared<prometheus::Registry>();
   auto serving = Serving::Start({f.listen, "", f.metrics_listen, registry, {&service}});

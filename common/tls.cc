@@ -142,6 +142,7 @@ const TlsMaterial& ProcessTlsMaterial() {
 
 bool TlsServing() { return !ProcessTls().cert.empty(); }
 bool TlsDialing() { return ProcessTls().on(); }
+bool TlsVerifiesClients() { return TlsServing() && !ProcessTls().ca.empty(); }
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
   if (!TlsServing()) return grpc::InsecureServerCredentials();

@@ -80,6 +80,9 @@ absl::Status ConfigureTlsFromFlags(ParsedFlags& flags);
 const TlsFiles& ProcessTls();
 bool TlsServing();  // a certificate: servers speak TLS
 bool TlsDialing();  // a certificate or CA: channels speak TLS
+// A certificate and a CA: servers verify the client certificates sent (what
+// mutual TLS, the Monitor's node identity, needs).
+bool TlsVerifiesClients();
 
 // Credentials for a server's TCP ports (insecure when TLS is off). With a CA,
 // a client certificate is requested and verified when sent; none is required

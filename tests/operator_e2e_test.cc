@@ -34,6 +34,7 @@
 #include "antdt/v1/monitor.grpc.pb.h"
 #include "antdt/v1/sharding.grpc.pb.h"
 #include "antdt/v1/trainer.grpc.pb.h"
+#include "common/config.h"
 #include "common/testing/testing.h"
 #include "examples/demo/journal.h"
 #include "gtest/gtest.h"
@@ -2051,15 +2052,11 @@ namespace {
 // with `identity` (server, node-node-0...) it presents DIR/<identity>.crt.
 std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address, const std::string& dir,
                                           const std::string& identity = "") {
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
   grpc::SslCredentialsOptions o;
-  o.pem_root_certs = read(dir + "/ca.crt");
+  o.pem_root_certs = ReadFile(dir + "/ca.crt").value_or("");
   if (!identity.empty()) {
-    o.pem_cert_chain = read(dir + "/" + identity + ".crt");
-    o.pem_private_key = read(dir + "/" + identity + ".key");
+    o.pem_cert_chain = ReadFile(dir + "/" + identity + ".crt").value_or("");
+    o.pem_private_key = ReadFile(dir + "/" + identity + ".key").value_or("");
   }
   grpc::ChannelArguments args;
   args.SetSslTargetNameOverride("antdt.internal");

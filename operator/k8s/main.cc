@@ -334,7 +334,7 @@ int main(int argc, char** argv) {
   if (config->leader_elect) monitor_service.SetAcceptingAgents(false);
   // With TLS and a CA (common/tls.h), mutual TLS for node streams: an agent
   // speaks only for the node its certificate names.
-  monitor_service.RequireNodeCertificates(TlsServing() && !ProcessTls().ca.empty());
+  monitor_service.RequireNodeCertificates(TlsVerifiesClients());
   auto monitor_collector = monitor_service.Collector();  // the exposer holds it weakly
 
   auto serving =

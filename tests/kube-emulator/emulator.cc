@@ -736,9 +736,7 @@ static void SetCrdStatus(json& crd, const json* old) {
 
 // A custom resource's Table (its printer columns), or a built-in kind's with
 // the columns the API server prints (pods, nodes, services, claims).
-bool HasTable(const Resource& res) {
-  return res.custom || !RenderBuiltinTable(res.resource, {}, "", 0).is_null();
-}
+bool HasTable(const Resource& res) { return res.custom || HasBuiltinTable(res.resource); }
 
 json Emulator::Impl::TableFor(const Resource& res, const std::string& version,
                               const std::vector<json>& objs) const {

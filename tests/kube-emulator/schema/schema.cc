@@ -1524,6 +1524,11 @@ json Column(const std::string& name, const std::string& type, int priority,
 
 }  // namespace
 
+bool HasBuiltinTable(const std::string& resource) {
+  return resource == "pods" || resource == "nodes" || resource == "services" ||
+         resource == "persistentvolumeclaims";
+}
+
 json RenderBuiltinTable(const std::string& resource, const std::vector<json>& objects,
                         const std::string& list_resource_version, int64_t now_unix_seconds) {
   json defs = json::array({Column("Name", "string", 0, kNameDescription)});

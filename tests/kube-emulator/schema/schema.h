@@ -77,6 +77,7 @@ nlohmann::json RenderTable(const nlohmann::json& printer_columns,
 // Status, Roles, Age, Version), services (Name, Type, Cluster-IP,
 // External-IP, Port(s), Age), persistentvolumeclaims (Name, Status, Volume,
 // Capacity, Access Modes, StorageClass, Age). Null for another resource.
+bool HasBuiltinTable(const std::string& resource);
 nlohmann::json RenderBuiltinTable(const std::string& resource,
                                   const std::vector<nlohmann::json>& objects,
                                   const std::string& list_resource_version,

@@ -234,44 +234,47 @@ class Kubelet:
         os.makedirs(directory, exist_ok=True)
         return directory
 
-    def _secret_data(self, pod, name, optional):
-        """A secret volume's Secret as {key: bytes}, read from the API server; {} for a missing
-        optional one; SpecError (ContainerCreating, retried) for a missing one, as a kubelet's
-        MountVolume.SetUp fails."""
-        ns = pod["metadata"]["namespace"]
-        try:
-            secret = self.api.get("/api/v1/namespaces/%s/secrets/%s" % (ns, name))
-        except Exception as e:  # noqa: BLE001
-            if is_status(e, 404) and optional:
-                return {}
-            raise podspec.SpecError("ContainerCreating", 'MountVolume.SetUp failed: secret "%s": %s'
-                                    % (name, "not found" if is_status(e, 404) else describe(e)))
-        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-        for k, v in (secret.get("stringData") or {}).items():
-            data[k] = v.encode("utf-8")
-        return data
-
-    def _secret_key(self, pod, name, key, optional):
-        """A secretKeyRef's value, read from the API server as the kubelet does; None for a missing
-        optional one; SpecError (CreateContainerConfigError, retried) for a missing one."""
+    def _secret(self, pod, name, reason, failed):
+        """The Secret `name` of the pod's namespace as {key: bytes} (data, then stringData), read
+        from the API server; None when it does not exist; SpecError(reason, failed % (name,
+        error)) when it cannot be read."""
         ns = pod["metadata"]["namespace"]
         try:
             secret = self.api.get("/api/v1/namespaces/%s/secrets/%s" % (ns, name))
         except Exception as e:  # noqa: BLE001
             if is_status(e, 404):
-                if optional:
-                    return None
-                raise podspec.SpecError("CreateContainerConfigError", 'secret "%s" not found' % name)
-            raise podspec.SpecError("CreateContainerConfigError", "secret %s: %s" % (name, describe(e)))
-        data = secret.get("data") or {}
+                return None
+            raise podspec.SpecError(reason, failed % (name, describe(e)))
+        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        for k, v in (secret.get("stringData") or {}).items():
+            data.setdefault(k, v.encode("utf-8"))
+        return data
+
+    def _secret_data(self, pod, name, optional):
+        """A secret volume's Secret as {key: bytes}; {} for a missing optional one; SpecError
+        (ContainerCreating, retried) for a missing one, as a kubelet's MountVolume.SetUp fails."""
+        failed = 'MountVolume.SetUp failed: secret "%s": %s'
+        data = self._secret(pod, name, "ContainerCreating", failed)
+        if data is None:
+            if optional:
+                return {}
+            raise podspec.SpecError("ContainerCreating", failed % (name, "not found"))
+        return data
+
+    def _secret_key(self, pod, name, key, optional):
+        """A secretKeyRef's value, read from the API server as the kubelet does; None for a missing
+        optional one; SpecError (CreateContainerConfigError, retried) for a missing one."""
+        data = self._secret(pod, name, "CreateContainerConfigError", "secret %s: %s")
+        if data is None:
+            if optional:
+                return None
+            raise podspec.SpecError("CreateContainerConfigError", 'secret "%s" not found' % name)
         if key in data:
-            return base64.b64decode(data[key]).decode("utf-8", "replace")
-        if key in (secret.get("stringData") or {}):
-            return secret["stringData"][key]
+            return data[key].decode("utf-8", "replace")
         if optional:
             return None
-        raise podspec.SpecError("CreateContainerConfigError",
-                                "couldn't find key %s in Secret %s/%s" % (key, ns, name))
+        raise podspec.SpecError("CreateContainerConfigError", "couldn't find key %s in Secret %s/%s"
+                                % (key, pod["metadata"]["namespace"], name))
 
     def _service_account_env(self, pod, state, env):
         """env with the pod's ServiceAccount token where Kubernetes would mount one
