@@ -19,6 +19,8 @@ PACKAGES=(
   # values.schema.json by gojsonschema) and validated by npm kubernetes-models
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev
   golang-github-xeipuuv-gojsonschema-dev
+  # the API-server emulator's /openapi/v2 protobuf (gnostic's OpenAPIv2.proto)
+  golang-github-googleapis-gnostic-dev
 )
 if ! command -v node >/dev/null 2>&1; then PACKAGES+=(nodejs); fi
 if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi

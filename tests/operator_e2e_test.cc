@@ -41,6 +41,7 @@
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
 #include "operator/reconciler/reconciler.h"
+#include "tests/kube-emulator/rbac.h"
 
 namespace antdt {
 namespace {
@@ -188,8 +189,7 @@ class Cluster {
 
   void ApplyCrd() {
     int rc = 0;
-    std::string out =
-        Kubectl("apply --validate=false -f " + SourcePath("crds/antdt.io_antdtjobs.yaml"), &rc);
+    std::string out = Kubectl("apply -f " + SourcePath("crds/antdt.io_antdtjobs.yaml"), &rc);
     ASSERT_EQ(rc, 0) << out;
     out = Kubectl("wait --for=condition=established --timeout=20s crd/antdtjobs.antdt.io", &rc);
     ASSERT_EQ(rc, 0) << out;
@@ -366,7 +366,7 @@ class Cluster {
     const std::string file = dir_.File(Str(job, {"metadata", "name"}) + ".json");
     std::ofstream(file) << job.dump(2);
     int rc = 0;
-    const std::string out = Kubectl("apply --validate=false -f " + file, &rc);
+    const std::string out = Kubectl("apply -f " + file, &rc);
     ASSERT_EQ(rc, 0) << out;
   }
 
@@ -679,6 +679,118 @@ std::pair<std::string, std::string> VerbAndResource(const Json& request) {
   return {verb, resource};
 }
 
+// A recorded request as RBAC sees it (verb, group, resource, subresource,
+// namespace, name); nullopt for a non-resource path.
+std::optional<kubeemu::RequestAttributes> RequestAttributesOf(const Json& request) {
+  std::vector<std::string> segs = absl::StrSplit(Str(request, {"path"}), '/', absl::SkipEmpty());
+  if (segs.size() < 3 || (segs[0] != "api" && segs[0] != "apis")) return std::nullopt;
+  const bool core = segs[0] == "api";
+  kubeemu::RequestAttributes a;
+  a.verb = VerbAndResource(request).first;
+  a.api_group = core ? "" : segs[1];
+  std::vector<std::string> rest(segs.begin() + (core ? 2 : 3), segs.end());
+  if (rest.size() >= 3 && rest[0] == "namespaces") {
+    a.namespace_ = rest[1];
+    rest.erase(rest.begin(), rest.begin() + 2);
+  }
+  if (rest.empty()) return std::nullopt;
+  a.resource = rest[0];
+  if (rest.size() >= 2) a.name = rest[1];
+  if (rest.size() >= 3) a.subresource = rest[2];
+  return a;
+}
+
+// Least privilege, the other way round: each rule of the roles bound to
+// `user` in the rendered chart, removed alone, refuses at least one of the
+// requests `user` made (replayed through the API server's RBAC rules), so a
+// run without it would have failed. Returns the rules that refuse nothing.
+std::vector<std::string> RulesNoRequestNeeded(const std::string& rendered,
+                                              const kubeemu::UserInfo& user, const Json& requests) {
+  kubeemu::RbacObjects objects;
+  for (const YAML::Node& doc : YAML::LoadAllFromFile(rendered)) {
+    const Json o = kube::YamlToJson(doc);
+    const std::string kind = o.is_object() ? Str(o, {"kind"}) : "";
+    if (kind == "Role") objects.roles.push_back(o);
+    if (kind == "ClusterRole") objects.cluster_roles.push_back(o);
+    if (kind == "RoleBinding") objects.role_bindings.push_back(o);
+    if (kind == "ClusterRoleBinding") objects.cluster_role_bindings.push_back(o);
+  }
+  std::vector<kubeemu::RequestAttributes> made;
+  for (const Json& r : requests) {
+    if (Str(r, {"user"}) != user.name || r.value("code", 0) == 403) continue;
+    if (auto a = RequestAttributesOf(r)) made.push_back(*a);
+  }
+  std::vector<std::string> needless;
+  for (std::vector<Json>* roles : {&objects.roles, &objects.cluster_roles}) {
+    for (Json& role : *roles) {
+      const Json rules = role["rules"];
+      for (size_t i = 0; i < rules.size(); ++i) {
+        role["rules"].erase(i);
+        const bool needed = std::any_of(made.begin(), made.end(), [&](const auto& a) {
+          return !kubeemu::RbacAllows(user, a, objects);
+        });
+        role["rules"] = rules;
+        if (!needed) {
+          needless.push_back(Str(role, {"metadata", "name"}) + " " + rules[i].dump());
+        }
+      }
+    }
+  }
+  return needless;
+}
+
+// With one permission taken from the operator's role (create pods), a new
+// job's pods are refused, and the operator says which permission it lacks
+// where a user looks: a FailedCreate Warning Event on the job carrying the
+// API server's 403, and one api_forbidden line in its log (`kubectl logs`).
+void ExpectAMissingPermissionIsReported(Cluster& cluster, const std::string& rendered) {
+  Json role;
+  for (const YAML::Node& doc : YAML::LoadAllFromFile(rendered)) {
+    const Json o = kube::YamlToJson(doc);
+    if (o.is_object() && Str(o, {"metadata", "name"}) == "antdt-operator-jobs" &&
+        Str(o, {"kind"}) == "ClusterRole") {
+      role = o;
+    }
+  }
+  ASSERT_TRUE(role.is_object()) << "no ClusterRole antdt-operator-jobs in " << rendered;
+  bool removed = false;
+  for (Json& rule : role["rules"]) {
+    if (rule["resources"] != Json::array({"pods"})) continue;
+    Json verbs = Json::array();
+    for (const Json& v : rule["verbs"]) {
+      if (v != "create") verbs.push_back(v);
+    }
+    removed = verbs.size() < rule["verbs"].size();
+    rule["verbs"] = verbs;
+  }
+  ASSERT_TRUE(removed) << role.dump();
+  std::ofstream(cluster.dir() + "/role.json") << role.dump();
+  int rc = 0;
+  std::string out = cluster.Kubectl("apply -f " + cluster.dir() + "/role.json", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(cluster.ExampleJob("refused", 800, 2, false)));
+  std::string message;
+  WaitFor(
+      [&] {
+        for (const Json& e : cluster.Events()) {
+          if (e.value("reason", "") == "FailedCreate" &&
+              Str(e, {"involvedObject", "name"}) == "refused") {
+            message = e.value("message", "");
+          }
+        }
+        return !message.empty();
+      },
+      std::chrono::seconds(60));
+  EXPECT_NE(message.find("cannot create resource \"pods\""), std::string::npos)
+      << "FailedCreate: " << message << cluster.Kubectl("get events");
+  EXPECT_NE(message.find("system:serviceaccount:antdt-system:antdt-operator"), std::string::npos)
+      << message;
+  out = cluster.Kubectl("-n antdt-system logs -l app.kubernetes.io/component=operator --tail=-1",
+                        &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("api_forbidden verb=create resource=pods"), std::string::npos) << out;
+}
+
 // The chart installed as a platform team installs it, on a cluster that
 // authorizes by RBAC and enforces Pod Security "restricted" everywhere but
 // the agents' namespace: the operator runs from its Deployment under its
@@ -714,7 +826,7 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   const std::string cmd =
       absl::StrCat(render, " --include-crds --skip-tests", values, " > ", rendered);
   ASSERT_EQ(RunCommand(cmd, &out), 0) << out;
-  out = cluster.Kubectl("apply --validate=false -f " + rendered, &rc);
+  out = cluster.Kubectl("apply -f " + rendered, &rc);
   ASSERT_EQ(rc, 0) << out;
   ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(""));  // the agents come from the DaemonSet
   out = cluster.Kubectl("-n antdt-system rollout status deployment/antdt-operator --timeout=120s",
@@ -765,7 +877,7 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
     const Json o = kube::YamlToJson(doc);
     if (!o.is_object() || Str(o, {"kind"}) != "Pod") continue;
     std::ofstream(cluster.dir() + "/test-pod.json") << o.dump();
-    out = cluster.Kubectl("apply --validate=false -f " + cluster.dir() + "/test-pod.json", &rc);
+    out = cluster.Kubectl("apply -f " + cluster.dir() + "/test-pod.json", &rc);
     ASSERT_EQ(rc, 0) << out;
     // Polled (Debian's kubectl 1.20 has no `wait --for=jsonpath`).
     const std::string pod = Str(o, {"metadata", "name"});
@@ -830,6 +942,10 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   std::cout << "operator RBAC: " << used.size() << " (verb, resource) pairs used of "
             << granted.size()
             << " granted; granted, unused this run: " << absl::StrJoin(unused, ", ") << "\n";
+  const std::vector<std::string> needless = RulesNoRequestNeeded(
+      rendered, kubeemu::ServiceAccountUser("antdt-system", "antdt-operator"), cluster.Requests());
+  EXPECT_TRUE(needless.empty()) << "rules this run did without: " << absl::StrJoin(needless, "; ");
+  ASSERT_NO_FATAL_FAILURE(ExpectAMissingPermissionIsReported(cluster, rendered));
 }
 
 // Jobs are namespace/name: two jobs named `coll` in two namespaces at once
@@ -1161,7 +1277,7 @@ TEST(OperatorE2E, GangScheduledJobGetsAPodGroupItsMembersJoin) {
   const std::string crd = cluster.dir() + "/volcano-podgroup-crd.yaml";
   std::ofstream(crd) << kVolcanoPodGroupCrd;
   int rc = 0;
-  std::string out = cluster.Kubectl("apply --validate=false -f " + crd, &rc);
+  std::string out = cluster.Kubectl("apply -f " + crd, &rc);
   ASSERT_EQ(rc, 0) << out;
   out = cluster.Kubectl(
       "wait --for=condition=established --timeout=20s crd/podgroups.scheduling.volcano.sh", &rc);

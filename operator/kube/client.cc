@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/log.h"
 #include "common/status.h"
 
 namespace antdt::kube {
@@ -206,6 +208,24 @@ class Client::Impl {
 
   void Report(const std::string& verb, const std::string& resource, int code, double seconds) {
     if (options_.on_request) options_.on_request(verb, resource, code, seconds);
+    if (code == 403) ReportForbidden(verb, resource);
+  }
+
+  // A 403 means the credentials lack a permission: said once per verb and
+  // resource, naming them and where a Helm install grants them (each request
+  // is also counted by its code through on_request).
+  void ReportForbidden(const std::string& verb, const std::string& resource) {
+    {
+      std::lock_guard<std::mutex> lock(forbidden_mu_);
+      if (!forbidden_.insert(verb + " " + resource).second) return;
+    }
+    LogEvent(
+        "api_forbidden",
+        {{"verb", verb},
+         {"resource", resource},
+         {"server", config_.server},
+         {"fix",
+          "grant it to the operator's ServiceAccount (the Helm chart's templates/rbac.yaml)"}});
   }
 
   struct Response {
@@ -299,6 +319,9 @@ class Client::Impl {
 
   std::mutex client_mu_;
   std::shared_ptr<http_client> client_;
+
+  std::mutex forbidden_mu_;
+  std::set<std::string> forbidden_;  // "verb resource" already reported
 };
 
 namespace {

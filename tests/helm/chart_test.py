@@ -371,7 +371,6 @@ class ChartTest(unittest.TestCase):
         self.assertNotIn("antdt.io/leader", svc["spec"]["selector"])
         self.assertEqual(self.rules(find(objs, "Role")), {
             ("Role", "antdt-system", "", "pods", "get", ""),
-            ("Role", "antdt-system", "", "secrets", "create", ""),
             ("Role", "antdt-system", "", "secrets", "get", "antdt-operator-key")})
         self.assertFalse(find(objs, "PodDisruptionBudget"))
         self.assertIn("--job-credentials=true", args)
@@ -406,8 +405,9 @@ class ChartTest(unittest.TestCase):
                ("coordination.k8s.io", "leases", "get", "antdt-operator"),
                ("coordination.k8s.io", "leases", "update", "antdt-operator"),
                ("", "pods", "get", ""), ("", "pods", "patch", ""),
-               # the key of job credentials: created once, then only that one Secret read
-               ("", "secrets", "create", ""), ("", "secrets", "get", "antdt-operator-key")]
+               # the key of job credentials: created once (the cluster-wide job rules
+               # create Secrets here too), then only that one Secret read
+               ("", "secrets", "get", "antdt-operator-key")]
         expected = {("ClusterRole", "", "", "nodes", v, "") for v in ("list", "watch")}
         expected |= {("ClusterRole", "") + j + ("",) for j in jobs}
         expected |= {("Role", "antdt-system") + r for r in own}
@@ -415,7 +415,7 @@ class ChartTest(unittest.TestCase):
         # Scoped to a namespace: the job rules become a Role there; only nodes stay cluster-wide.
         scoped = {("ClusterRole", "", "", "nodes", v, "") for v in ("list", "watch")}
         scoped |= {("Role", "team-a") + j + ("",) for j in jobs}
-        scoped |= {("Role", "antdt-system") + r for r in own}
+        scoped |= {("Role", "antdt-system") + r for r in own + [("", "secrets", "create", "")]}
         # Gang scheduling (Volcano): create on the jobs' PodGroups, nothing more.
         scoped.add(("Role", "team-a", "scheduling.volcano.sh", "podgroups", "create", ""))
         self.assertEqual(self.rules(self.all_on), scoped)

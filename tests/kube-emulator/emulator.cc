@@ -27,6 +27,7 @@
 #include "nlohmann/json.hpp"
 #include "operator/kube/object.h"
 #include "operator/kube/selectors.h"
+#include "tests/kube-emulator/openapi.h"
 #include "tests/kube-emulator/pod_security.h"
 #include "tests/kube-emulator/rbac.h"
 #include "tests/kube-emulator/schema/schema.h"
@@ -344,6 +345,7 @@ struct Emulator::Impl {
 
   // Discovery.
   std::optional<HttpResponse> Discovery(const std::vector<std::string>& segs);
+  std::optional<HttpResponse> OpenApi(const HttpRequest& req);
   json ResourceList(const std::string& group, const std::string& version);
 
   // Resource verbs (take mu_ themselves).
@@ -1003,6 +1005,15 @@ std::optional<HttpResponse> Emulator::Impl::Dispatch(const HttpRequest& req, Res
     r.body = "ok";
     return r;
   }
+  if (absl::StartsWith(req.path, "/openapi/")) {
+    if (req.method != "GET") {
+      return Error(405, "MethodNotAllowed",
+                   "the server does not allow this method on the requested resource");
+    }
+    if (auto injected = Injected(req, "GET", nullptr)) return injected;
+    if (auto doc = OpenApi(req)) return doc;
+    return GenericNotFound();
+  }
   std::vector<std::string> segs = absl::StrSplit(req.path, '/', absl::SkipEmpty());
   for (std::string& s : segs) s = UrlDecode(s, false);
   bool api = !segs.empty() && segs[0] == "api" && segs.size() >= 2;
@@ -1199,6 +1210,53 @@ std::optional<HttpResponse> Emulator::Impl::Discovery(const std::vector<std::str
     json list = ResourceList(segs[1], segs[2]);
     if (list["resources"].empty()) return std::nullopt;
     return JsonResponse(200, list);
+  }
+  return std::nullopt;
+}
+
+// /openapi/v2 and /openapi/v3 (openapi.h), from the kinds served now.
+std::optional<HttpResponse> Emulator::Impl::OpenApi(const HttpRequest& req) {
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<ApiKind> kinds;
+  for (const auto& [key, r] : resources) {
+    for (const std::string& v : r->versions) {
+      ApiKind k;
+      k.group = r->group;
+      k.version = v;
+      k.kind = r->kind;
+      k.plural = r->resource;
+      k.namespaced = r->namespaced;
+      k.verbs = r->verbs;
+      k.status_subresource = r->status_sub;
+      auto schema = r->schemas.find(v);
+      if (r->custom && schema != r->schemas.end()) k.schema = &schema->second;
+      kinds.push_back(std::move(k));
+    }
+  }
+  HttpResponse r;
+  if (req.path == "/openapi/v2") {
+    const json doc = OpenApiV2(kinds);
+    if (absl::StrContains(req.accept, "protobuf")) {
+      r.body = OpenApiV2Protobuf(doc);
+      if (r.body.empty()) {
+        return Error(406, "NotAcceptable",
+                     "the emulator was built without gnostic's OpenAPIv2.proto; only JSON");
+      }
+      r.content_type = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+      return r;
+    }
+    return JsonResponse(200, doc);
+  }
+  if (req.path == "/openapi/v3") return JsonResponse(200, OpenApiV3Index(kinds));
+  std::string key(absl::StripPrefix(req.path, "/openapi/v3/"));
+  for (const ApiKind& k : kinds) {
+    if (OpenApiV3Key(k.group, k.version) == key) {
+      r = JsonResponse(200, OpenApiV3(kinds, k.group, k.version));
+      if (req.params.count("hash")) {
+        r.headers.push_back({"Cache-Control", "public, immutable"});
+      }
+      return r;
+    }
   }
   return std::nullopt;
 }
@@ -1591,15 +1649,70 @@ const json& SchemaFor(const Resource& res, const std::string& version) {
   return it == res.schemas.end() ? kEmpty : it->second;
 }
 
+// Server-side field validation (`fieldValidation`) of the fields a custom
+// resource's schema does not declare (UnknownFields): Strict refuses the
+// write as the API server's strict decoding does (400), Warn - the default -
+// answers with a Warning per field, Ignore says nothing; pruning drops them
+// in both. Built-in kinds are stored schemaless: only the value is checked.
+std::optional<HttpResponse> CheckFields(const Target& t, const HttpRequest& req, const json& obj,
+                                        std::vector<std::string>* warnings) {
+  std::string directive = Param(req, "fieldValidation");
+  if (directive.empty()) directive = "Warn";
+  if (directive != "Ignore" && directive != "Warn" && directive != "Strict") {
+    return BadRequest("fieldValidation: Unsupported value: \"" + directive +
+                      "\": supported values: \"Ignore\", \"Strict\", \"Warn\"");
+  }
+  if (!t.res->custom || directive == "Ignore" || !obj.is_object()) return std::nullopt;
+  std::vector<std::string> unknown;
+  for (const std::string& field : UnknownFields(SchemaFor(*t.res, t.version), obj)) {
+    unknown.push_back("unknown field \"" + field + "\"");
+  }
+  if (unknown.empty()) return std::nullopt;
+  if (directive == "Strict") {
+    const std::string& kind = t.res->kind;
+    return BadRequest(absl::StrCat(kind, " in version \"", t.version, "\" cannot be handled as a ",
+                                   kind,
+                                   ": strict decoding error: ", absl::StrJoin(unknown, ", ")));
+  }
+  warnings->insert(warnings->end(), unknown.begin(), unknown.end());
+  return std::nullopt;
+}
+
+// Warning headers (RFC 7234 warn-text: quoted, its quotes and backslashes escaped).
+void AddWarnings(HttpResponse& response, const std::vector<std::string>& warnings) {
+  if (response.code >= 300) return;
+  for (const std::string& w : warnings) {
+    const std::string text = absl::StrReplaceAll(w, {{"\\", "\\\\"}, {"\"", "\\\""}});
+    response.headers.push_back({"Warning", absl::StrCat("299 - \"", text, "\"")});
+  }
+}
+
 }  // namespace
 
+// The emulator speaks JSON (and YAML) only: a protobuf (or CBOR) body gets the
+// API server's 415, on which client-go falls back to JSON.
+std::optional<HttpResponse> UnsupportedBody(const HttpRequest& req) {
+  const std::string type = StripParams(req.content_type);
+  if (type.empty() || absl::StrContains(type, "json") || absl::StrContains(type, "yaml")) {
+    return std::nullopt;
+  }
+  return Error(415, "UnsupportedMediaType",
+               "the body of the request was in an unknown format - accepted media types "
+               "include: application/json, application/yaml");
+}
+
 HttpResponse Emulator::Impl::Create(const Target& t, const HttpRequest& req) {
+  if (auto refused = UnsupportedBody(req)) return *refused;
   std::optional<json> body = ParseBody(req.body, req.content_type);
   if (!body || !body->is_object()) {
     return BadRequest("the body of the request could not be decoded as a JSON object");
   }
+  std::vector<std::string> warnings;
+  if (auto refused = CheckFields(t, req, *body, &warnings)) return *refused;
   std::lock_guard<std::mutex> lock(mu);
-  return CreateLocked(t, std::move(*body), DryRun(req));
+  HttpResponse response = CreateLocked(t, std::move(*body), DryRun(req));
+  AddWarnings(response, warnings);
+  return response;
 }
 
 HttpResponse Emulator::Impl::CreateLocked(const Target& t, json obj, bool dry_run) {
@@ -1708,11 +1821,7 @@ HttpResponse Emulator::Impl::CreateLocked(const Target& t, json obj, bool dry_ru
     if (res.Key() == kCrdKey) RegisterCrd(obj);
     response = JsonResponse(201, Out(res, t.version, *Find(res, key)));
   }
-  for (const std::string& w : warnings) {
-    // RFC 7234 warn-text: a quoted string, its quotes and backslashes escaped.
-    const std::string text = absl::StrReplaceAll(w, {{"\\", "\\\\"}, {"\"", "\\\""}});
-    response.headers.push_back({"Warning", absl::StrCat("299 - \"", text, "\"")});
-  }
+  AddWarnings(response, warnings);
   return response;
 }
 
@@ -1768,6 +1877,7 @@ std::optional<HttpResponse> Emulator::Impl::AdmitPodSecurity(const Resource& res
 }
 
 HttpResponse Emulator::Impl::Replace(const Target& t, const HttpRequest& req) {
+  if (auto refused = UnsupportedBody(req)) return *refused;
   std::optional<json> body = ParseBody(req.body, req.content_type);
   if (!body || !body->is_object()) {
     return BadRequest("the body of the request could not be decoded as a JSON object");
@@ -1785,6 +1895,8 @@ HttpResponse Emulator::Impl::Replace(const Target& t, const HttpRequest& req) {
         "the namespace of the provided object does not match the namespace sent on the "
         "request");
   }
+  std::vector<std::string> warnings;
+  if (auto refused = CheckFields(t, req, *body, &warnings)) return *refused;
   std::lock_guard<std::mutex> lock(mu);
   json* current = Find(res, ObjKey(t.ns, t.name));
   if (current == nullptr) return NotFound(res, t.name);
@@ -1798,7 +1910,9 @@ HttpResponse Emulator::Impl::Replace(const Target& t, const HttpRequest& req) {
   } else if (want != MetaStr(*current, "resourceVersion")) {
     return StaleConflict(res, t.name);
   }
-  return UpdateLocked(t, *current, std::move(*body), DryRun(req));
+  HttpResponse response = UpdateLocked(t, *current, std::move(*body), DryRun(req));
+  AddWarnings(response, warnings);
+  return response;
 }
 
 HttpResponse Emulator::Impl::Patch(const Target& t, const HttpRequest& req) {
@@ -1827,12 +1941,16 @@ HttpResponse Emulator::Impl::Patch(const Target& t, const HttpRequest& req) {
     if (!strict.is_discarded()) patch = strict;
   }
   if (!patch) return BadRequest("error decoding patch: the body is not valid JSON");
+  std::vector<std::string> warnings;
   std::lock_guard<std::mutex> lock(mu);
   json* current = Find(res, ObjKey(t.ns, t.name));
   if (current == nullptr) {
     if (apply && t.sub.empty()) {
       if (!patch->is_object()) return BadRequest("apply patch must be an object");
-      return CreateLocked(t, std::move(*patch), DryRun(req));
+      if (auto refused = CheckFields(t, req, *patch, &warnings)) return *refused;
+      HttpResponse response = CreateLocked(t, std::move(*patch), DryRun(req));
+      AddWarnings(response, warnings);
+      return response;
     }
     return NotFound(res, t.name);
   }
@@ -1862,7 +1980,10 @@ HttpResponse Emulator::Impl::Patch(const Target& t, const HttpRequest& req) {
     return BadRequest("the name of the object (" + MetaStr(patched, "name") +
                       ") does not match the name on the URL (" + t.name + ")");
   }
-  return UpdateLocked(t, *current, std::move(patched), DryRun(req));
+  if (auto refused = CheckFields(t, req, patched, &warnings)) return *refused;
+  HttpResponse response = UpdateLocked(t, *current, std::move(patched), DryRun(req));
+  AddWarnings(response, warnings);
+  return response;
 }
 
 HttpResponse Emulator::Impl::UpdateLocked(const Target& t, const json& old, json next,

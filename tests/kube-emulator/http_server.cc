@@ -35,7 +35,7 @@ class BeastWriter : public ResponseWriter {
     res.set(http::field::server, "antdt-kube-emulator");
     res.set(http::field::content_type, r.content_type);
     res.set(http::field::cache_control, "no-cache, private");
-    for (const auto& [k, v] : r.headers) res.set(k, v);
+    for (const auto& [k, v] : r.headers) res.insert(k, v);
     res.keep_alive(keep_alive_);
     res.body() = r.body;
     res.prepare_payload();

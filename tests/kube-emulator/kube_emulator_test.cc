@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -44,6 +45,8 @@ struct Reply {
   int code = 0;
   std::string body;
   std::string retry_after;
+  std::string content_type;
+  std::vector<std::string> warnings;  // Warning headers
   json Json() const { return json::parse(body, nullptr, false); }
 };
 
@@ -75,6 +78,10 @@ Reply Call(const std::string& address, const std::string& method, const std::str
   r.code = static_cast<int>(res.result_int());
   r.body = res.body();
   r.retry_after = std::string(res[http::field::retry_after]);
+  r.content_type = std::string(res[http::field::content_type]);
+  for (const auto& field : res) {
+    if (field.name() == http::field::warning) r.warnings.emplace_back(field.value());
+  }
   return r;
 }
 
@@ -189,6 +196,8 @@ const char kCrd[] = R"({
           "spec": {"type": "object", "properties": {
             "size": {"type": "integer"},
             "nodeName": {"type": "string"},
+            "parts": {"type": "array", "items": {"type": "object", "properties": {
+              "name": {"type": "string"}}}},
             "workers": {"type": "object", "properties": {
               "replicas": {"type": "integer", "minimum": 0}}}}},
           "status": {"type": "object", "properties": {
@@ -264,6 +273,106 @@ TEST_F(EmulatorTest, DiscoveryShowsTheCrdAndItIsEstablished) {
   }
   EXPECT_TRUE(established) << crd.dump();
   EXPECT_EQ(crd["status"]["storedVersions"], json::array({"v1"}));
+}
+
+// What kubectl reads before it writes: with these documents `kubectl apply`,
+// `edit` and `replace` work without --validate=false (kubectl_test.sh runs them).
+TEST_F(EmulatorTest, OpenApiDocumentsDescribeTheServedKinds) {
+  Reply index = Call(address_, "GET", "/openapi/v3");
+  ASSERT_EQ(index.code, 200) << index.body;
+  const json paths = index.Json()["paths"];
+  for (const char* gv : {"api/v1", "apis/apps/v1", "apis/test.antdt.io/v1"}) {
+    EXPECT_TRUE(paths.contains(gv)) << gv << " missing from " << paths.dump();
+  }
+  const std::string url = paths["apis/test.antdt.io/v1"].value("serverRelativeURL", "");
+  EXPECT_EQ(url.rfind("/openapi/v3/apis/test.antdt.io/v1?hash=", 0), 0u) << url;
+  const json doc = Call(address_, "GET", url).Json();
+  const json& patch =
+      doc["paths"]["/apis/test.antdt.io/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
+  EXPECT_EQ(patch["x-kubernetes-group-version-kind"],
+            json({{"group", "test.antdt.io"}, {"version", "v1"}, {"kind", "Widget"}}));
+  auto params = [](const json& op) {
+    std::set<std::string> names;
+    for (const json& p : op.value("parameters", json::array())) names.insert(p.value("name", ""));
+    return names;
+  };
+  // The server checks a custom resource's fields, so kubectl may leave it to the server.
+  EXPECT_TRUE(params(patch).count("fieldValidation")) << patch.dump();
+  const json& schema = doc["components"]["schemas"]["io.antdt.test.v1.Widget"];
+  EXPECT_TRUE(schema["properties"]["spec"]["properties"].contains("size")) << schema.dump();
+  // Built-in kinds are stored schemaless: their paths promise no field checks.
+  const json core = Call(address_, "GET", "/openapi/v3/api/v1").Json();
+  const json& pod_patch = core["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
+  EXPECT_EQ(pod_patch["x-kubernetes-group-version-kind"]["kind"], "Pod");
+  EXPECT_FALSE(params(pod_patch).count("fieldValidation")) << pod_patch.dump();
+  EXPECT_EQ(Call(address_, "GET", "/openapi/v3/apis/nothing.example/v1").code, 404);
+
+  // Swagger 2.0, as JSON and as the protobuf kubectl asks for.
+  const json v2 = Call(address_, "GET", "/openapi/v2").Json();
+  const json& def = v2["definitions"]["io.antdt.test.v1.Widget"];
+  EXPECT_EQ(def["x-kubernetes-group-version-kind"][0]["kind"], "Widget") << def.dump();
+  EXPECT_EQ(def["properties"]["spec"]["properties"]["workers"]["properties"]["replicas"]["type"],
+            "integer");
+  Reply pb = Call(address_, "GET", "/openapi/v2", "", "",
+                  {{"Accept", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"}});
+  ASSERT_EQ(pb.code, 200) << pb.body;
+  EXPECT_NE(pb.content_type.find("protobuf"), std::string::npos) << pb.content_type;
+  EXPECT_NE(pb.body.find("io.antdt.test.v1.Widget"), std::string::npos);
+  EXPECT_NE(pb.body.substr(0, 1), "{");
+  EXPECT_EQ(Call(address_, "POST", "/openapi/v2", "{}").code, 405);
+}
+
+// `fieldValidation` on a custom resource's writes: Strict refuses unknown
+// fields with the API server's strict-decoding message and stores nothing,
+// Warn (the default) stores the pruned object with a Warning per field,
+// Ignore says nothing.
+TEST_F(EmulatorTest, FieldValidationRefusesWarnsOrIgnoresUnknownFields) {
+  json w = Widget("fv", 1);
+  w["spec"]["colour"] = "red";
+  w["spec"]["parts"] = {{{"name", "a"}, {"weight", 2}}};
+  w["metadata"]["bogus"] = 1;
+  Reply strict = Call(address_, "POST", Widgets("fv") + "?fieldValidation=Strict", w.dump());
+  EXPECT_EQ(strict.code, 400) << strict.body;
+  EXPECT_EQ(strict.Json()["reason"], "BadRequest");
+  const std::string message = strict.Json().value("message", "");
+  EXPECT_NE(message.find("Widget in version \"v1\" cannot be handled as a Widget: strict "
+                         "decoding error: "),
+            std::string::npos)
+      << message;
+  for (const char* field : {"spec.colour", "spec.parts[0].weight", "metadata.bogus"}) {
+    EXPECT_NE(message.find(std::string("unknown field \"") + field + "\""), std::string::npos)
+        << field << ": " << message;
+  }
+  EXPECT_EQ(Call(address_, "GET", Widgets("fv") + "/fv").code, 404);
+
+  Reply warn = Call(address_, "POST", Widgets("fv"), w.dump());
+  ASSERT_EQ(warn.code, 201) << warn.body;
+  EXPECT_EQ(warn.warnings.size(), 3u);
+  EXPECT_NE(std::find(warn.warnings.begin(), warn.warnings.end(),
+                      "299 - \"unknown field \\\"spec.colour\\\"\""),
+            warn.warnings.end())
+      << ::testing::PrintToString(warn.warnings);
+  json stored = warn.Json();
+  EXPECT_FALSE(stored["spec"].contains("colour"));
+  EXPECT_EQ(stored["spec"]["parts"], json::array({{{"name", "a"}}}));
+
+  json patch = {{"spec", {{"colour", "blue"}, {"size", 5}}}};
+  Reply refused = Call(address_, "PATCH", Widgets("fv") + "/fv?fieldValidation=Strict",
+                       patch.dump(), "application/merge-patch+json");
+  EXPECT_EQ(refused.code, 400) << refused.body;
+  EXPECT_EQ(Call(address_, "GET", Widgets("fv") + "/fv").Json()["spec"]["size"], 1);
+  Reply ignored = Call(address_, "PATCH", Widgets("fv") + "/fv?fieldValidation=Ignore",
+                       patch.dump(), "application/merge-patch+json");
+  EXPECT_EQ(ignored.code, 200) << ignored.body;
+  EXPECT_TRUE(ignored.warnings.empty());
+  EXPECT_EQ(ignored.Json()["spec"]["size"], 5);
+  EXPECT_FALSE(ignored.Json()["spec"].contains("colour"));
+
+  Reply bad =
+      Call(address_, "POST", Widgets("fv") + "?fieldValidation=Loose", Widget("fv2", 1).dump());
+  EXPECT_EQ(bad.code, 400);
+  EXPECT_NE(bad.body.find("fieldValidation"), std::string::npos) << bad.body;
+  EXPECT_EQ(Call(address_, "GET", Widgets("fv") + "/fv2").code, 404);
 }
 
 TEST_F(EmulatorTest, CreateGetUpdateFollowResourceVersionAndGenerationRules) {

@@ -68,11 +68,11 @@ export KUBECONFIG="$WORK/kubeconfig"
 k() { timeout 60 "$KUBECTL" --cache-dir "$WORK/cache" --request-timeout=30s "$@"; }
 
 echo "== apply the CRD"
-k apply --validate=false -f "$SRC/crds/antdt.io_antdtjobs.yaml" || fail "apply CRD"
+k apply -f "$SRC/crds/antdt.io_antdtjobs.yaml" || fail "apply CRD"
 k wait --for=condition=established --timeout=30s crd/antdtjobs.antdt.io || fail "wait established"
 
 echo "== apply the quickstart job"
-k apply --validate=false -f "$SRC/examples/jobs/quickstart.yaml" || fail "apply job"
+k apply -f "$SRC/examples/jobs/quickstart.yaml" || fail "apply job"
 OUT=$(k get adt) || fail "get adt"
 echo "$OUT"
 HEADER=$(echo "$OUT" | head -1)
@@ -108,7 +108,7 @@ grep -q '^quickstart ' "$WORK/watch.out" || fail "kubectl get -w printed no init
 
 echo "== a field a running job cannot change is refused (CRD transition rule)"
 sed 's/records: 20000/records: 30000/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart-more.yaml"
-if ERR=$(k apply --validate=false -f "$WORK/quickstart-more.yaml" 2>&1); then
+if ERR=$(k apply -f "$WORK/quickstart-more.yaml" 2>&1); then
   fail "changing spec.dataset was accepted"
 fi
 echo "$ERR"
@@ -116,7 +116,7 @@ grep -q 'spec.dataset: Invalid value: .*is immutable' <<<"$ERR" || fail "no 422 
 
 echo "== re-apply with a change bumps the generation"
 sed 's/window: 2s/window: 3s/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart6.yaml"
-k apply --validate=false -f "$WORK/quickstart6.yaml" | grep -q configured || fail "re-apply"
+k apply -f "$WORK/quickstart6.yaml" | grep -q configured || fail "re-apply"
 GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
 [[ "$GEN" == 2 ]] || fail "generation after re-apply is $GEN, want 2"
 # kubectl 1.24 and later patch the status subresource; older clients (Debian
@@ -129,7 +129,7 @@ else
   echo '{"apiVersion":"antdt.io/v1alpha1","kind":"AntDTJob","metadata":{"name":"quickstart",'\
 '"namespace":"default","resourceVersion":"'"$RV"'"},"status":{"workers":{"summary":"3/6"}}}' \
     >"$WORK/status.json"
-  k replace --validate=false --raw /apis/antdt.io/v1alpha1/namespaces/default/antdtjobs/quickstart/status \
+  k replace --raw /apis/antdt.io/v1alpha1/namespaces/default/antdtjobs/quickstart/status \
     -f "$WORK/status.json" >/dev/null || fail "status replace"
 fi
 GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
@@ -162,7 +162,7 @@ echo "$ERR"
 echo "== an invalid job is rejected naming the field"
 sed 's/replicas: 4/replicas: -2/; s/name: quickstart/name: broken/' \
   "$SRC/examples/jobs/quickstart.yaml" >"$WORK/broken.yaml"
-if ERR=$(k apply --validate=false -f "$WORK/broken.yaml" 2>&1); then
+if ERR=$(k apply -f "$WORK/broken.yaml" 2>&1); then
   fail "an invalid job was accepted: $ERR"
 fi
 echo "$ERR"
@@ -189,7 +189,7 @@ spec:
   - name: c
     image: busybox
 YAML
-if ERR=$(k apply --validate=false -f "$WORK/psa.yaml" 2>&1); then
+if ERR=$(k apply -f "$WORK/psa.yaml" 2>&1); then
   fail "a pod breaking restricted was admitted: $ERR"
 fi
 echo "$ERR"
@@ -211,13 +211,41 @@ spec:
       - name: c
         image: busybox
 YAML
-OUT=$(k apply --validate=false -f "$WORK/psa-deploy.yaml" 2>&1) || fail "a Deployment was refused: $OUT"
+OUT=$(k apply -f "$WORK/psa-deploy.yaml" 2>&1) || fail "a Deployment was refused: $OUT"
 echo "$OUT"
 [[ "$OUT" == *'Warning: would violate PodSecurity "restricted:latest"'* ]] ||
   fail "no warning for a workload whose pods would be refused: $OUT"
 
+echo "== fields the schema lacks are refused naming them; edit, replace and explain work"
+# kubectl 1.24+ reads /openapi/v3, sees that the server checks the job's
+# fields and sends fieldValidation=Strict; kubectl 1.20 checks against the
+# /openapi/v2 definition itself. Either way the unknown field is named.
+sed 's/^spec:/spec:\n  colour: red/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/colour.yaml"
+if ERR=$(k apply -f "$WORK/colour.yaml" 2>&1); then fail "an unknown field was accepted: $ERR"; fi
+echo "$ERR"
+[[ "$ERR" == *'unknown field "spec.colour"'* || "$ERR" == *'unknown field "colour" in io.antdt.v1alpha1.AntDTJob.spec'* ]] ||
+  fail "the refusal does not name spec.colour: $ERR"
+if ERR=$(k replace -f "$WORK/colour.yaml" 2>&1); then fail "replace with an unknown field was accepted"; fi
+[[ "$ERR" == *colour* ]] || fail "the replace refusal does not name colour: $ERR"
+[[ $(k get adt quickstart -o jsonpath='{.spec.monitor.window}') == 3s ]] || fail "a refused write changed the job"
+# --validate=false: accepted, and the unknown field pruned away.
+k apply --validate=false -f "$WORK/colour.yaml" >/dev/null || fail "apply --validate=false"
+[[ -z $(k get adt quickstart -o jsonpath='{.spec.colour}') ]] || fail "spec.colour was stored"
+cat >"$WORK/editor.sh" <<'EDITOR'
+#!/bin/sh
+sed -i 's/^  name: quickstart$/  name: quickstart\n  annotations: {antdt.io\/edited: "yes"}/' "$1"
+EDITOR
+chmod +x "$WORK/editor.sh"
+EDITOR="$WORK/editor.sh" k edit adt quickstart || fail "kubectl edit"
+[[ $(k get adt quickstart -o jsonpath='{.metadata.annotations.antdt\.io/edited}') == yes ]] ||
+  fail "kubectl edit did not change the job"
+k get adt quickstart -o yaml >"$WORK/current.yaml"
+k replace -f "$WORK/current.yaml" >/dev/null || fail "kubectl replace"
+OUT=$(k explain adt.spec.workers 2>&1) || fail "kubectl explain: $OUT"
+[[ "$OUT" == *AntDTJob* && "$OUT" == *replicas* ]] || fail "kubectl explain printed: $OUT"
+
 echo "== server-side apply and delete"
-k apply --server-side --validate=false -f "$WORK/quickstart6.yaml" >/dev/null || fail "server-side apply"
+k apply --server-side -f "$WORK/quickstart6.yaml" >/dev/null || fail "server-side apply"
 k get configmaps -A >/dev/null || fail "get configmaps"
 k delete adt quickstart || fail "delete"
 if k get adt quickstart >/dev/null 2>&1; then fail "quickstart still exists after delete"; fi

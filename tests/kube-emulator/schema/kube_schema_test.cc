@@ -86,6 +86,37 @@ TEST(PruningTest, DropsUndeclaredFieldsButKeepsPreservedAndRootMeta) {
              "labels": {"k": "v"}}})"));
 }
 
+// What `fieldValidation=Strict` refuses: exactly the fields pruning drops, in
+// the API server's strict-decoding spelling, and metadata fields ObjectMeta
+// lacks (at the root and in embedded resources), which pruning keeps.
+TEST(PruningTest, UnknownFieldsAreWhatPruningDropsAndForeignMetadata) {
+  const json schema = SpecSchema(J(R"({
+    "a": {"type": "object", "properties": {"b": {"type": "integer"}}},
+    "template": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                 "properties": {"known": {"type": "object", "properties": {"x": {"type": "integer"}}}}},
+    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "parts": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+    "pod": {"type": "object", "x-kubernetes-embedded-resource": true,
+            "properties": {"spec": {"type": "object", "properties": {"n": {"type": "integer"}}}}}})"));
+  const json obj = J(R"({"apiVersion": "antdt.io/v1alpha1", "kind": "AntDTJob",
+    "metadata": {"name": "x", "labels": {"a": "b"}, "whatever": 1},
+    "extra": true,
+    "spec": {"a": {"b": 1, "c": 2}, "unknown": [1],
+             "template": {"spec": {"containers": [{"image": "i"}]}, "known": {"x": 1, "y": 2}},
+             "labels": {"k": "v"},
+             "parts": [{"name": "p"}, {"name": "q", "weight": 2}],
+             "pod": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "nick": "n"},
+                     "spec": {"n": 1, "m": 2}}}})");
+  EXPECT_THAT(UnknownFields(schema, obj),
+              ElementsAre("extra", "metadata.whatever", "spec.a.c", "spec.parts[1].weight",
+                          "spec.pod.metadata.nick", "spec.pod.spec.m", "spec.template.known.y",
+                          "spec.unknown"));
+  json pruned = obj;
+  EXPECT_THAT(ValidateCustomResource(schema, pruned, nullptr), IsEmpty());
+  EXPECT_THAT(UnknownFields(schema, pruned),
+              ElementsAre("metadata.whatever", "spec.pod.metadata.nick"));
+}
+
 // ---- Validation keywords and the apiserver's messages ----
 
 TEST(ValidationTest, TypeErrors) {

@@ -350,6 +350,65 @@ void DefaultAndPrune(const json& s, json& v, bool root) {
   }
 }
 
+// ---- Unknown fields (fieldValidation) ----
+
+bool IsObjectMetaField(const std::string& key) {
+  static const std::set<std::string> kFields = {"name",
+                                                "generateName",
+                                                "namespace",
+                                                "selfLink",
+                                                "uid",
+                                                "resourceVersion",
+                                                "generation",
+                                                "creationTimestamp",
+                                                "deletionTimestamp",
+                                                "deletionGracePeriodSeconds",
+                                                "labels",
+                                                "annotations",
+                                                "ownerReferences",
+                                                "finalizers",
+                                                "managedFields"};
+  return kFields.count(key) > 0;
+}
+
+// Mirrors DefaultAndPrune's decisions without changing `v`.
+void CollectUnknown(const json& s, const json& v, bool root, const std::string& path,
+                    std::vector<std::string>* out) {
+  if (!s.is_object()) return;
+  auto child = [&path](const std::string& key) { return path.empty() ? key : path + "." + key; };
+  if (v.is_object()) {
+    const json* props = Sub(s, "properties");
+    const json* addl = Sub(s, "additionalProperties");
+    const bool open = addl != nullptr || Flag(s, "additionalProperties") ||
+                      Flag(s, "x-kubernetes-preserve-unknown-fields");
+    const bool resource = root || Flag(s, "x-kubernetes-embedded-resource");
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string& k = it.key();
+      if (resource && k == "metadata") {
+        if (!it->is_object()) continue;
+        for (auto m = it->begin(); m != it->end(); ++m) {
+          if (!IsObjectMetaField(m.key())) out->push_back(child("metadata." + m.key()));
+        }
+        continue;
+      }
+      if (resource && (k == "apiVersion" || k == "kind")) continue;
+      if (props != nullptr && props->contains(k)) {
+        CollectUnknown((*props)[k], *it, false, child(k), out);
+      } else if (addl != nullptr) {
+        CollectUnknown(*addl, *it, false, child(k), out);
+      } else if (!open) {
+        out->push_back(child(k));
+      }
+    }
+  } else if (v.is_array()) {
+    if (const json* items = Sub(s, "items")) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        CollectUnknown(*items, v[i], false, absl::StrCat(path, "[", i, "]"), out);
+      }
+    }
+  }
+}
+
 // ---- OpenAPI validation ----
 
 class Validator {
@@ -1319,6 +1378,12 @@ constexpr char kNameDescription[] =
     "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
 
 }  // namespace
+
+std::vector<std::string> UnknownFields(const json& schema, const json& object) {
+  std::vector<std::string> out;
+  CollectUnknown(schema, object, true, "", &out);
+  return out;
+}
 
 std::vector<Cause> ValidateCustomResource(const json& schema, json& object, const json* old) {
   DefaultAndPrune(schema, object, true);

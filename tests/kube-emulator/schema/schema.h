@@ -47,6 +47,12 @@ bool operator==(const Cause& a, const Cause& b);
 std::vector<Cause> ValidateCustomResource(const nlohmann::json& schema, nlohmann::json& object,
                                           const nlohmann::json* old);
 
+// The fields of `object` that its schema does not declare: what pruning would
+// drop, named as the API server's strict decoding names them ("spec.foo",
+// "spec.workers[0].bar"), and fields of `metadata` that ObjectMeta lacks
+// ("metadata.foo"), at the root and in embedded resources. In document order.
+std::vector<std::string> UnknownFields(const nlohmann::json& schema, const nlohmann::json& object);
+
 // Checks that a CRD's openAPIV3Schema is structural (types everywhere but
 // under x-kubernetes-int-or-string / preserve-unknown-fields, no forbidden
 // keywords, metadata restricted to name and generateName, properties and
