@@ -27,6 +27,7 @@
 #include "nlohmann/json.hpp"
 #include "operator/kube/object.h"
 #include "operator/kube/selectors.h"
+#include "tests/kube-emulator/managed_fields.h"
 #include "tests/kube-emulator/openapi.h"
 #include "tests/kube-emulator/pod_security.h"
 #include "tests/kube-emulator/rbac.h"
@@ -270,6 +271,12 @@ struct Target {
   std::string ns;
   std::string name;
   std::string sub;
+  // Who writes, for metadata.managedFields: fieldManager, else the
+  // User-Agent's product ("" for the emulator's own controllers); and, for
+  // server-side apply, the fields the configuration sets.
+  std::string manager;
+  bool apply = false;
+  FieldSet applied;
 };
 
 struct Filter {
@@ -1057,6 +1064,10 @@ std::optional<HttpResponse> Emulator::Impl::Dispatch(const HttpRequest& req, Res
         (t.sub == "scale" && t.res->scale_sub))) {
     return GenericNotFound();
   }
+  auto field_manager = req.params.find("fieldManager");
+  t.manager = field_manager != req.params.end()
+                  ? field_manager->second
+                  : req.user_agent.substr(0, req.user_agent.find('/'));
   bool watch = req.params.count("watch") && IsTrue(req.params.at("watch"));
   const std::string& m = req.method;
   if (m == "GET") {
@@ -1642,6 +1653,18 @@ json SpecPart(json obj) {
   return obj;
 }
 
+// A write's manager, as metadata.managedFields records it.
+ManagedWrite WriteOf(const Target& t) {
+  ManagedWrite w;
+  w.manager = t.manager.empty() ? "kube-controller-manager" : t.manager;
+  w.apply = t.apply;
+  w.api_version = t.res->ApiVersion(t.version);
+  w.subresource = t.sub;
+  w.time = kube::FormatTime(UnixNow() * 1000);
+  w.applied = t.applied;
+  return w;
+}
+
 const json& SchemaFor(const Resource& res, const std::string& version) {
   static const json kEmpty = json::object();
   auto it = res.schemas.find(version);
@@ -1811,6 +1834,8 @@ HttpResponse Emulator::Impl::CreateLocked(const Target& t, json obj, bool dry_ru
   if (std::optional<HttpResponse> refused = AdmitPodSecurity(res, t.ns, name, obj, &warnings)) {
     return *refused;
   }
+  json managed = UpdateManagedFields(json::array(), json(), obj, WriteOf(t));
+  if (!managed.empty()) obj["metadata"]["managedFields"] = std::move(managed);
   HttpResponse response;
   if (dry_run) {
     response = JsonResponse(201, Out(res, t.version, obj));
@@ -1942,13 +1967,18 @@ HttpResponse Emulator::Impl::Patch(const Target& t, const HttpRequest& req) {
   }
   if (!patch) return BadRequest("error decoding patch: the body is not valid JSON");
   std::vector<std::string> warnings;
+  Target at = t;  // with what an apply sets
+  if (apply) {
+    if (!patch->is_object()) return BadRequest("apply patch must be an object");
+    at.apply = true;
+    at.applied = LeafFields(*patch, t.sub == "status");
+  }
   std::lock_guard<std::mutex> lock(mu);
   json* current = Find(res, ObjKey(t.ns, t.name));
   if (current == nullptr) {
     if (apply && t.sub.empty()) {
-      if (!patch->is_object()) return BadRequest("apply patch must be an object");
       if (auto refused = CheckFields(t, req, *patch, &warnings)) return *refused;
-      HttpResponse response = CreateLocked(t, std::move(*patch), DryRun(req));
+      HttpResponse response = CreateLocked(at, std::move(*patch), DryRun(req));
       AddWarnings(response, warnings);
       return response;
     }
@@ -1956,7 +1986,17 @@ HttpResponse Emulator::Impl::Patch(const Target& t, const HttpRequest& req) {
   }
   json patched = *current;
   try {
-    if (type == kJsonPatch) {
+    if (apply) {
+      ApplyResult merged =
+          MergeApply(*current, *patch, (*current)["metadata"].value("managedFields", json::array()),
+                     WriteOf(at), IsTrue(Param(req, "force")));
+      if (!merged.message.empty()) {
+        json details = ObjectDetails(res, t.name);
+        details["causes"] = merged.conflicts;
+        return Error(409, "Conflict", merged.message, details);
+      }
+      patched = std::move(merged.object);
+    } else if (type == kJsonPatch) {
       if (!patch->is_array()) return BadRequest("json patch must be an array of operations");
       patched = current->patch(*patch);
     } else {
@@ -1981,7 +2021,7 @@ HttpResponse Emulator::Impl::Patch(const Target& t, const HttpRequest& req) {
                       ") does not match the name on the URL (" + t.name + ")");
   }
   if (auto refused = CheckFields(t, req, patched, &warnings)) return *refused;
-  HttpResponse response = UpdateLocked(t, *current, std::move(patched), DryRun(req));
+  HttpResponse response = UpdateLocked(at, *current, std::move(patched), DryRun(req));
   AddWarnings(response, warnings);
   return response;
 }
@@ -2010,7 +2050,11 @@ HttpResponse Emulator::Impl::UpdateLocked(const Target& t, const json& old, json
       }
     }
     md.erase("selfLink");
-    md.erase("managedFields");
+    if (old_md.contains("managedFields")) {  // the server's, whatever the body says
+      md["managedFields"] = old_md["managedFields"];
+    } else {
+      md.erase("managedFields");
+    }
     if (md.contains("finalizers") && md["finalizers"].is_array() && md["finalizers"].empty()) {
       md.erase("finalizers");
     }
@@ -2052,6 +2096,13 @@ HttpResponse Emulator::Impl::UpdateLocked(const Target& t, const json& old, json
   }
   if (res.has_generation && t.sub != "status" && SpecPart(next) != SpecPart(old)) {
     next["metadata"]["generation"] = IntOr(old_md.value("generation", json(0)), 0) + 1;
+  }
+  json managed =
+      UpdateManagedFields(old_md.value("managedFields", json::array()), old, next, WriteOf(t));
+  if (managed.empty()) {
+    next["metadata"].erase("managedFields");
+  } else {
+    next["metadata"]["managedFields"] = std::move(managed);
   }
   if (next == old) return JsonResponse(200, Out(res, t.version, old));  // no-op write
   std::string key = ObjKey(t.ns, name);

@@ -375,6 +375,50 @@ TEST_F(EmulatorTest, FieldValidationRefusesWarnsOrIgnoresUnknownFields) {
   EXPECT_EQ(Call(address_, "GET", Widgets("fv") + "/fv2").code, 404);
 }
 
+// Server-side apply over HTTP: managedFields name who set what; an apply
+// over another manager's value is a 409 Conflict naming manager and field
+// (and stores nothing) until forced.
+TEST_F(EmulatorTest, ServerSideApplyTracksManagersAndRefusesConflicts) {
+  const std::string url = Widgets("ssa") + "/w1";
+  const std::string config = R"({"apiVersion": "test.antdt.io/v1", "kind": "Widget",
+      "metadata": {"name": "w1"}, "spec": {"size": 1}})";
+  const char* kApply = "application/apply-patch+yaml";
+  Reply created = Call(address_, "PATCH", url + "?fieldManager=platform", config, kApply);
+  ASSERT_EQ(created.code, 201) << created.body;
+  const json entry = created.Json()["metadata"]["managedFields"][0];
+  EXPECT_EQ(entry["manager"], "platform");
+  EXPECT_EQ(entry["operation"], "Apply");
+  EXPECT_EQ(entry["fieldsV1"], json::parse(R"({"f:spec": {"f:size": {}}})"));
+  Reply edited = Call(address_, "PATCH", url + "?fieldManager=oncall", R"({"spec": {"size": 2}})",
+                      "application/merge-patch+json");
+  ASSERT_EQ(edited.code, 200) << edited.body;
+  const std::string rv = Rv(edited.Json());
+
+  Reply conflict = Call(address_, "PATCH", url + "?fieldManager=platform", config, kApply);
+  EXPECT_EQ(conflict.code, 409) << conflict.body;
+  const json status = conflict.Json();
+  EXPECT_EQ(status["reason"], "Conflict");
+  EXPECT_NE(
+      status.value("message", "")
+          .find("Apply failed with 1 conflict: conflict with \"oncall\" using test.antdt.io/v1"),
+      std::string::npos)
+      << status.dump();
+  EXPECT_EQ(status["details"]["causes"][0]["field"], ".spec.size");
+  EXPECT_EQ(Rv(Call(address_, "GET", url).Json()), rv);  // nothing stored
+
+  Reply forced = Call(address_, "PATCH", url + "?fieldManager=platform&force=true", config, kApply);
+  ASSERT_EQ(forced.code, 200) << forced.body;
+  EXPECT_EQ(forced.Json()["spec"]["size"], 1);
+  std::set<std::string> managers;
+  const json forced_object = forced.Json();
+  for (const json& m : forced_object["metadata"]["managedFields"]) managers.insert(m["manager"]);
+  EXPECT_EQ(managers, std::set<std::string>{"platform"});  // oncall's only field was taken
+  // The same apply again changes nothing: no new resourceVersion.
+  Reply again = Call(address_, "PATCH", url + "?fieldManager=platform", config, kApply);
+  EXPECT_EQ(again.code, 200);
+  EXPECT_EQ(Rv(again.Json()), Rv(forced.Json()));
+}
+
 TEST_F(EmulatorTest, CreateGetUpdateFollowResourceVersionAndGenerationRules) {
   Reply created = Call(address_, "POST", Widgets("crud"), Widget("a", 1).dump());
   ASSERT_EQ(created.code, 201) << created.body;

@@ -244,8 +244,33 @@ k replace -f "$WORK/current.yaml" >/dev/null || fail "kubectl replace"
 OUT=$(k explain adt.spec.workers 2>&1) || fail "kubectl explain: $OUT"
 [[ "$OUT" == *AntDTJob* && "$OUT" == *replicas* ]] || fail "kubectl explain printed: $OUT"
 
-echo "== server-side apply and delete"
-k apply --server-side -f "$WORK/quickstart6.yaml" >/dev/null || fail "server-side apply"
+echo "== server-side apply: field managers and conflicts"
+# spec.monitor.window is 2s, set by the client-side apply of colour.yaml: applying
+# 3s server-side conflicts with that manager until forced.
+if ERR=$(k apply --server-side -f "$WORK/quickstart6.yaml" 2>&1); then
+  fail "a server-side apply over another manager's field was accepted"
+fi
+echo "$ERR" | head -1
+[[ "$ERR" == *'Apply failed with 1 conflict: conflict with "kubectl-client-side-apply"'*': .spec.monitor.window'* ]] ||
+  fail "the conflict does not name the manager and the field: $ERR"
+[[ $(k get adt quickstart -o jsonpath='{.spec.monitor.window}') == 2s ]] || fail "a conflicting apply changed the job"
+k apply --server-side --force-conflicts -f "$WORK/quickstart6.yaml" >/dev/null || fail "server-side apply --force-conflicts"
+[[ $(k get adt quickstart -o jsonpath='{.spec.monitor.window}') == 3s ]] || fail "the forced apply did not set the window"
+MANAGERS=$(k get adt quickstart -o jsonpath='{range .metadata.managedFields[*]}{.manager}:{.operation} {end}')
+echo "managers: $MANAGERS"
+[[ "$MANAGERS" == *"kubectl:Apply"* && "$MANAGERS" == *"kubectl-client-side-apply:Update"* ]] ||
+  fail "managedFields lists: $MANAGERS"
+# Another applier (a platform tool) wanting the window that kubectl applies.
+sed 's/window: 3s/window: 5s/' "$WORK/quickstart6.yaml" >"$WORK/platform.yaml"
+if ERR=$(k apply --server-side --field-manager=platform -f "$WORK/platform.yaml" 2>&1); then
+  fail "a second applier took kubectl's field without --force-conflicts"
+fi
+[[ "$ERR" == *'conflict with "kubectl"'*'.spec.monitor.window'* ]] || fail "the conflict reads: $ERR"
+# The same values co-own: no conflict.
+k apply --server-side --field-manager=platform -f "$WORK/quickstart6.yaml" >/dev/null ||
+  fail "applying the same values as another manager conflicted"
+
+echo "== delete"
 k get configmaps -A >/dev/null || fail "get configmaps"
 k delete adt quickstart || fail "delete"
 if k get adt quickstart >/dev/null 2>&1; then fail "quickstart still exists after delete"; fi
