@@ -20,5 +20,6 @@ Command AddRunCommand(CLI::App* parent);
 Command AddBenchCommand(CLI::App* parent);  // `antdt bench stragglers`
 Command AddDemoCommand(CLI::App* parent);
 Command AddMonitorCommand(CLI::App* parent);
+Command AddSimCommand(CLI::App* parent);  // `antdt sim`
 
 }  // namespace antdt::cli

@@ -1,5 +1,5 @@
 // antdt: the command line. The subcommands (run, bench stragglers, demo,
-// monitor) declare their flags with CLI11 in their *_cmd.cc; here the app,
+// monitor, sim) declare their flags with CLI11 in their *_cmd.cc; here the app,
 // --version and the exit codes: 0 after --help or --version, 2 with the help
 // when no command is given, 2 with an error naming the flag and the command's
 // usage for a bad command line.
@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "antdt " ANTDT_VERSION, "print antdt's version and exit");
   const std::vector<antdt::cli::Command> commands = {
       antdt::cli::AddRunCommand(&app), antdt::cli::AddBenchCommand(&app),
-      antdt::cli::AddDemoCommand(&app), antdt::cli::AddMonitorCommand(&app)};
+      antdt::cli::AddDemoCommand(&app), antdt::cli::AddMonitorCommand(&app),
+      antdt::cli::AddSimCommand(&app)};
   if (argc == 2 && std::string(argv[1]) == "help") {  // `antdt help`, as before CLI11
     std::fputs(app.help().c_str(), stdout);
     return 0;

@@ -1,6 +1,7 @@
 #include "sharding-service/ledger.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -106,8 +107,37 @@ struct Ledger::Dataset {
   int64_t done = 0;
   int64_t doing = 0;
   std::unordered_map<uint64_t, ActiveLease> leases;  // active
-  RecentLeases ended;                                // ended in this process
+  // The earliest an active lease can fall due: a lower bound (a renewal only
+  // moves a deadline later), so ExpireDue scans the leases only once it has
+  // passed, not on every call (thousands of workers make thousands of leases).
+  int64_t next_due_ms = 0;
+  // Active leases by worker and request id: an AcquireShard retried finds its
+  // lease without a scan.
+  std::unordered_map<std::string, uint64_t> by_request;
+  RecentLeases ended;  // ended in this process
   std::unordered_map<std::string, WorkerStats> workers;
+
+  static std::string RequestKey(const std::string& worker, const std::string& request_id) {
+    return worker + '\n' + request_id;  // names hold no control character
+  }
+  void PutLease(const ActiveLease& lease) {
+    leases[lease.row.token] = lease;
+    next_due_ms = std::min(next_due_ms, lease.deadline_ms);
+    if (!lease.row.request_id.empty()) {
+      by_request[RequestKey(lease.row.worker, lease.row.request_id)] = lease.row.token;
+    }
+  }
+  void EraseLease(std::unordered_map<uint64_t, ActiveLease>::iterator it) {
+    if (!it->second.row.request_id.empty()) {
+      auto r = by_request.find(RequestKey(it->second.row.worker, it->second.row.request_id));
+      if (r != by_request.end() && r->second == it->first) by_request.erase(r);
+    }
+    leases.erase(it);
+  }
+  void ClearLeases() {
+    leases.clear();
+    by_request.clear();
+  }
 
   bool finished() const { return row.epoch >= spec.epochs(); }
   int64_t ShardBegin(int64_t index) const { return index * spec.shard_size(); }
@@ -387,7 +417,7 @@ absl::Status Ledger::Recover() {
     if (slot.state != ShardState::kDoing || slot.token != row.token) continue;
     ActiveLease lease{row, now + options_.lease_ttl_ms};
     lease.row.committed = slot.committed;
-    ds.leases[row.token] = lease;
+    ds.PutLease(lease);
     WorkerStats& w = ds.workers[row.worker];
     w.incarnation = std::max(w.incarnation, row.incarnation);
     next_token_ = std::max(next_token_, row.token + 1);
@@ -460,7 +490,7 @@ struct Ops {
     auto it = ds.leases.find(token);
     if (it == ds.leases.end()) return;
     LeaseRow row = it->second.row;
-    ds.leases.erase(it);
+    ds.EraseLease(it);
     row.state = state;
     ShardSlot& slot = ds.shards[row.index];
     row.committed = slot.committed;
@@ -492,9 +522,15 @@ struct Ops {
 
   int ExpireDue(Ledger::Dataset& ds) {
     const int64_t now = Now();
+    if (now < ds.next_due_ms) return 0;
     std::vector<uint64_t> due;
+    ds.next_due_ms = std::numeric_limits<int64_t>::max();
     for (const auto& [token, lease] : ds.leases) {
-      if (lease.deadline_ms <= now) due.push_back(token);
+      if (lease.deadline_ms <= now) {
+        due.push_back(token);
+      } else {
+        ds.next_due_ms = std::min(ds.next_due_ms, lease.deadline_ms);
+      }
     }
     std::sort(due.begin(), due.end());
     for (uint64_t token : due) EndLease(ds, token, LeaseState::kExpired);
@@ -720,12 +756,10 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireS
     }
     const ActiveLease* retried = nullptr;
     if (!req.request_id().empty()) {
-      for (const auto& [token, lease] : ds.leases) {
-        if (lease.row.request_id == req.request_id() && lease.row.worker == req.worker_id() &&
-            lease.row.incarnation == req.incarnation()) {
-          retried = &lease;
-          break;
-        }
+      auto r = ds.by_request.find(Ledger::Dataset::RequestKey(req.worker_id(), req.request_id()));
+      auto l = r == ds.by_request.end() ? ds.leases.end() : ds.leases.find(r->second);
+      if (l != ds.leases.end() && l->second.row.incarnation == req.incarnation()) {
+        retried = &l->second;
       }
     }
     if (retried != nullptr) {
@@ -756,7 +790,7 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireS
                            slot.committed,  slot.committed,  LeaseState::kActive,
                            req.request_id()};
       lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
-      ds.leases[token] = lease;
+      ds.PutLease(lease);
       batch.push_back(NextToken{next_token_});
       batch.push_back(lease.row);
       batch.push_back(ops.RowOf(ds, index));
@@ -994,7 +1028,7 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
       batch.push_back(row);
     }
     resp.set_fenced_leases(static_cast<int32_t>(ds.leases.size()));
-    ds.leases.clear();
+    ds.ClearLeases();
     RolledBackCommits(ds, snap, &resp);
     ds.row.epoch = snap.epoch();
     ds.StartEpoch();

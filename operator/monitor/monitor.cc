@@ -125,6 +125,10 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
     }
   }
   for (const auto& [role, bpts] : role_bpts) scores.role_median[role] = Median(bpts);
+  std::map<std::string, double> sample_median;  // per role, once (not per member)
+  for (const auto& [role, per_sample] : scores.role_sample_seconds) {
+    sample_median[role] = Median(per_sample);
+  }
   for (auto& [id, o] : scores.observations) {
     const std::string& role = members[id].role;
     o.median = scores.role_median[role];
@@ -132,7 +136,7 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
     o.own_classify = static_cast<int>(role_bpts[role].size()) >= config.min_peers;
     const std::vector<double>& per_sample = scores.role_sample_seconds[role];
     if (o.sample_seconds > 0) {
-      o.sample_score = o.sample_seconds / Median(per_sample);
+      o.sample_score = o.sample_seconds / sample_median[role];
       o.sample_classify = static_cast<int>(per_sample.size()) >= config.min_peers;
     }
   }

@@ -1,0 +1,301 @@
+// `antdt sim`: the job simulated under each policy (and once with no
+// slowdown) over several seeds, through the real Monitor, control loop and
+// sharding ledger (operator/sim): job completion time per policy with a 95%
+// confidence interval, the actions taken, and what the control plane had to
+// sustain. results.json has the shape of `antdt bench stragglers`'s.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "operator/local/svg_chart.h"
+#include "operator/manifest/manifest.h"
+#include "operator/sim/scenario_file.h"
+#include "operator/sim/simulator.h"
+#include "operator/vocab/vocab.h"
+
+namespace antdt::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SimFlags {
+  std::string job;
+  std::string scenario;
+  std::string policies = "antdt-nd,none,antdt-dd,lb-bsp";
+  int seeds = 5;
+  double jitter = 0.05;
+  std::string out;
+};
+
+// One policy over every seed.
+struct PolicyRuns {
+  std::string name;
+  std::vector<sim::SimResult> runs;
+  double mean = 0;
+  double half_width = 0;  // of the 95% confidence interval of the mean JCT
+};
+
+// Student's t at 97.5% for n - 1 degrees of freedom (1.96 beyond 30).
+double T975(size_t n) {
+  static const double kT[] = {0,     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365,
+                              2.306, 2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+                              2.120, 2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069,
+                              2.064, 2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+  return n >= 2 && n - 1 < std::size(kT) ? kT[n - 1] : 1.96;
+}
+
+void Summarize(PolicyRuns& p) {
+  double sum = 0;
+  for (const auto& r : p.runs) sum += r.jct_seconds;
+  const double n = static_cast<double>(p.runs.size());
+  p.mean = sum / n;
+  double ss = 0;
+  for (const auto& r : p.runs) ss += (r.jct_seconds - p.mean) * (r.jct_seconds - p.mean);
+  p.half_width =
+      p.runs.size() < 2 ? 0 : T975(p.runs.size()) * std::sqrt(ss / (n - 1)) / std::sqrt(n);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, sim::SimOptions>>> Plans(const SimFlags& f) {
+  std::vector<std::pair<std::string, sim::SimOptions>> plans;
+  sim::SimOptions ideal;
+  ideal.no_slowdown = true;
+  plans.push_back({"no-slowdown", ideal});
+  const std::vector<std::string> names = absl::StrSplit(f.policies, ',', absl::SkipEmpty());
+  for (const std::string& name : names) {
+    const std::optional<vocab::Policy> p = vocab::ParsePolicy(name);
+    if (!p || *p == vocab::Policy::kCustom) {
+      return absl::InvalidArgumentError(absl::StrCat("--policies: unknown policy \"", name, "\""));
+    }
+    if (*p == vocab::Policy::kBackupWorkers) {
+      return absl::InvalidArgumentError(
+          "--policies: backup-workers: the simulator does not model backup workers");
+    }
+    sim::SimOptions o;
+    o.policy = *p;
+    plans.push_back({name, o});
+  }
+  return plans;
+}
+
+std::string ResultsJson(const std::string& scenario, const std::vector<PolicyRuns>& all) {
+  const double ideal = all.front().mean;
+  double none = -1;
+  for (const PolicyRuns& p : all) {
+    if (p.name == vocab::Name(vocab::Policy::kNone)) none = p.mean;
+  }
+  nlohmann::ordered_json out = {{"scenario", scenario},
+                                {"simulated", true},
+                                {"seeds", all.front().runs.size()},
+                                {"results", nlohmann::ordered_json::array()}};
+  for (const PolicyRuns& p : all) {
+    const sim::SimResult& first = p.runs.front();
+    nlohmann::ordered_json actions = nlohmann::ordered_json::array();
+    for (const sim::SimAction& a : first.actions) {
+      actions.push_back(
+          {{"at_seconds", a.at_seconds}, {"action", vocab::Name(a.action)}, {"worker", a.worker}});
+    }
+    nlohmann::ordered_json by_seed = nlohmann::ordered_json::array();
+    bool exactly_once = true;
+    double saved = 0, lost = 0, wall = 0;
+    int64_t reports = 0, calls = 0;
+    int restarts = 0;
+    for (const sim::SimResult& r : p.runs) {
+      by_seed.push_back(r.jct_seconds);
+      exactly_once = exactly_once && r.exactly_once();
+      saved += r.estimated_saved_seconds / static_cast<double>(p.runs.size());
+      lost += r.estimated_lost_seconds / static_cast<double>(p.runs.size());
+      wall += r.wall_seconds;
+      reports += r.step_reports;
+      calls += r.ledger_calls;
+      restarts += r.restarts;
+    }
+    nlohmann::ordered_json run = {
+        {"policy", p.name},
+        {"jct_seconds", p.mean},
+        {"jct_ci95_seconds", {p.mean - p.half_width, p.mean + p.half_width}},
+        {"jct_seconds_by_seed", by_seed},
+        {"ratio_to_no_slowdown", p.mean / ideal},
+        {"records_committed", first.records_committed},
+        {"exactly_once", exactly_once},
+        {"exactly_once_checked", true},
+        {"first_loss", nullptr},
+        {"final_loss", nullptr},
+        {"held_out_log_loss", nullptr},
+        {"held_out_accuracy", nullptr},
+        {"steps", first.steps},
+        {"estimated_saved_seconds", saved},
+        {"estimated_lost_seconds", lost},
+        {"saved_vs_none_seconds", none >= 0 ? nlohmann::ordered_json(none - p.mean) : nullptr},
+        {"restarts", restarts},
+        {"step_reports", reports},
+        {"ledger_calls", calls},
+        {"wall_seconds", wall},
+        {"actions", std::move(actions)}};
+    out["results"].push_back(std::move(run));
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string ResultsTable(const std::vector<PolicyRuns>& all) {
+  const double ideal = all.front().mean;
+  std::string table =
+      "| policy | JCT (s), mean of seeds | 95% CI (s) | ratio to no-slowdown | actions (seed 1) "
+      "| restarts (all seeds) | exactly once | wall (s) | step reports per wall second |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
+  for (const PolicyRuns& p : all) {
+    double wall = 0;
+    int64_t reports = 0;
+    int restarts = 0;
+    bool once = true;
+    for (const sim::SimResult& r : p.runs) {
+      wall += r.wall_seconds;
+      reports += r.step_reports;
+      restarts += r.restarts;
+      once = once && r.exactly_once();
+    }
+    absl::StrAppendFormat(&table, "| %s | %.1f | %.1f-%.1f | %.2f | %d | %d | %s | %.2f | %.0f |\n",
+                          p.name, p.mean, p.mean - p.half_width, p.mean + p.half_width,
+                          p.mean / ideal, static_cast<int>(p.runs.front().actions.size()), restarts,
+                          once ? "yes" : "no", wall,
+                          wall > 0 ? static_cast<double>(reports) / wall : 0.0);
+  }
+  return table;
+}
+
+// A bar per policy (mean JCT over the no-slowdown run's), with its 95% CI.
+std::string ChartSvg(const std::vector<PolicyRuns>& all) {
+  const double ideal = all.front().mean;
+  double max_ratio = 1;
+  for (const PolicyRuns& p : all) max_ratio = std::max(max_ratio, (p.mean + p.half_width) / ideal);
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"680\" height=\"%d\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n",
+      40 + 30 * static_cast<int>(all.size()));
+  for (size_t i = 0; i < all.size(); ++i) {
+    const PolicyRuns& p = all[i];
+    const double y = 20 + 30.0 * static_cast<double>(i);
+    const double scale = 400 / max_ratio;
+    const double w = scale * p.mean / ideal;
+    const double lo = 130 + scale * (p.mean - p.half_width) / ideal;
+    const double hi = 130 + scale * (p.mean + p.half_width) / ideal;
+    absl::StrAppendFormat(
+        &svg,
+        "<text x=\"4\" y=\"%.0f\">%s</text><rect x=\"130\" y=\"%.0f\" width=\"%.1f\" "
+        "height=\"20\" fill=\"%s\"/><line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" "
+        "stroke=\"black\"/><text x=\"%.1f\" y=\"%.0f\">%.2fx (%.1f s &#177; %.1f)</text>\n",
+        y + 14, local::HtmlEscape(p.name), y, w,
+        p.name == vocab::Name(vocab::Policy::kAntdtNd) ? "#2ca02c" : "#888", lo, hi, y + 10, y + 10,
+        hi + 6, y + 14, p.mean / ideal, p.mean, p.half_width);
+  }
+  return svg + "</svg>\n";
+}
+
+absl::StatusOr<std::pair<manifest::Job, manifest::Scenario>> Load(const SimFlags& f) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(f.job));
+  absl::StatusOr<manifest::Job> job = manifest::ParseJob(text);
+  if (!job.ok())
+    return absl::InvalidArgumentError(absl::StrCat(f.job, ": ", job.status().message()));
+  std::string path = f.scenario;
+  if (path.empty()) {
+    if (job->local.scenario.empty()) {
+      return absl::InvalidArgumentError(
+          "--scenario: required when the job names no spec.local.scenario");
+    }
+    path = (fs::path(f.job).parent_path() / job->local.scenario).string();
+  }
+  ASSIGN_OR_RETURN(std::string scenario_text, ReadFile(path));
+  absl::StatusOr<manifest::Scenario> scenario = sim::ParseSimScenario(scenario_text);
+  if (!scenario.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", scenario.status().message()));
+  }
+  return std::make_pair(*std::move(job), *std::move(scenario));
+}
+
+int Simulate(const SimFlags& f) {
+  auto loaded = Load(f);
+  auto plans = loaded.ok() ? Plans(f) : loaded.status();
+  if (!plans.ok()) {
+    std::fprintf(stderr, "antdt sim: %s\n", std::string(plans.status().message()).c_str());
+    return 2;
+  }
+  const auto& [job, scenario] = *loaded;
+  std::vector<PolicyRuns> all;
+  for (const auto& [name, options] : *plans) {
+    PolicyRuns p;
+    p.name = name;
+    for (int seed = 1; seed <= f.seeds; ++seed) {
+      sim::SimOptions o = options;
+      o.seed = static_cast<uint64_t>(seed);
+      o.jitter = f.jitter;
+      absl::StatusOr<sim::SimResult> r = sim::Simulate(job, scenario, o);
+      if (!r.ok()) {
+        std::fprintf(stderr, "antdt sim: %s, seed %d: %s\n", name.c_str(), seed,
+                     std::string(r.status().message()).c_str());
+        return 1;
+      }
+      p.runs.push_back(*std::move(r));
+    }
+    Summarize(p);
+    std::printf("%s: %.1f s (95%% CI %.1f-%.1f) over %d seeds, %.2f s of wall time\n", name.c_str(),
+                p.mean, p.mean - p.half_width, p.mean + p.half_width, f.seeds,
+                p.runs.front().wall_seconds);
+    std::fflush(stdout);
+    all.push_back(std::move(p));
+  }
+  fs::create_directories(f.out);
+  for (const auto& [file, text] : std::vector<std::pair<std::string, std::string>>{
+           {"results.json", ResultsJson(scenario.name, all)},
+           {"results.md", ResultsTable(all)},
+           {"chart.svg", ChartSvg(all)}}) {
+    if (absl::Status s = WriteFileAtomically(f.out + "/" + file, text); !s.ok()) {
+      std::fprintf(stderr, "antdt sim: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  std::printf("\n%s\nresults: %s/results.json, results.md, chart.svg\n", ResultsTable(all).c_str(),
+              f.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command AddSimCommand(CLI::App* parent) {
+  CLI::App* app = parent->add_subcommand(
+      "sim", "simulate the job under each policy: thousands of workers, the real control plane");
+  app->footer(
+      "Each policy runs once per seed, and once with no slowdown, through the real Monitor,\n"
+      "control loop and sharding ledger on a simulated clock. Writes results.json (the shape\n"
+      "of `antdt bench stragglers`, with 95% confidence intervals), results.md and chart.svg.\n"
+      "A scenario may draw its stragglers for many nodes (generate:, see docs/simulator.md).");
+  auto f = std::make_shared<SimFlags>();
+  app->add_option("--job", f->job, "the AntDTJob manifest")->type_name("JOB.yaml")->required();
+  app->add_option("--scenario", f->scenario,
+                  "the scenario instead of spec.local.scenario (nodes and slowdowns, or generate:)")
+      ->type_name("FILE");
+  app->add_option("--policies", f->policies,
+                  absl::StrCat("the policies to compare, comma-separated: any of\n",
+                               vocab::PolicyNames(), " but custom and backup-workers"))
+      ->type_name("P1,P2,...")
+      ->capture_default_str();
+  app->add_option("--seeds", f->seeds, "runs per policy, seeds 1..N")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app->add_option("--jitter", f->jitter, "per-step compute noise, uniform +-JITTER")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
+  app->add_option("--out", f->out, "where the results go")->type_name("DIR")->required();
+  return {app, [f] { return Simulate(*f); }};
+}
+
+}  // namespace antdt::cli
