@@ -7,11 +7,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "common/testing/testing.h"
+#include "nlohmann/json.hpp"
 
 namespace antdt {
 namespace {
@@ -48,7 +50,7 @@ TEST(Cli, HelpOnEveryCommandExitsZeroAndListsItsFlags) {
     std::vector<std::string> command;
     std::vector<std::string> mentions;
   } cases[] = {
-      {{}, {"run", "bench", "demo", "monitor", "--version"}},
+      {{}, {"run", "bench", "demo", "monitor", "sim", "--version"}},
       {{"run"},
        {"JOB.yaml", "--report", "--work-dir", "--policy", "--scenario", "--no-slowdown", "--quiet",
         "--prometheus", "plain"}},
@@ -62,6 +64,9 @@ TEST(Cli, HelpOnEveryCommandExitsZeroAndListsItsFlags) {
       {{"monitor"},
        {"--listen", "--ready-file", "--metrics-listen", "--config", "--state-dir", "--tick",
         "127.0.0.1:7071", "200ms"}},
+      {{"sim"},
+       {"--job", "--scenario", "--policies", "--seeds", "--jitter", "--out",
+        "antdt-nd,none,antdt-dd,lb-bsp"}},
   };
   for (const auto& c : cases) {
     for (const char* help : {"--help", "-h"}) {
@@ -111,6 +116,9 @@ TEST(Cli, BadCommandLinesExitTwoNamingTheFlag) {
       {{"demo", "--record-us", "-1"}, "--record-us: must be an integer >= 0, got \"-1\""},
       {{"demo", "--epochs", "two"}, "--epochs"},
       {{"monitor", "--tick", "5"}, "--tick"},
+      {{"sim", "--job", "job.yaml"}, "--out"},
+      {{"sim", "--job", "job.yaml", "--out", "o", "--seeds", "0"}, "--seeds"},
+      {{"sim", "--job", "job.yaml", "--out", "o", "--jitter", "2"}, "--jitter"},
   };
   for (const auto& c : cases) {
     const Outcome o = Antdt(c.args);
@@ -136,6 +144,53 @@ TEST(Cli, AnUnknownPolicyStopsBeforeTheJobStarts) {
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_TRUE(Has(o.err, "--policy: must be one of")) << o.err;
   EXPECT_FALSE(std::filesystem::exists(dir.File("work")));
+}
+
+// `antdt sim` on the paper's mix: every policy's runs, with a confidence
+// interval, in results.json (the benchmark's keys), results.md and chart.svg.
+TEST(Cli, SimWritesEachPolicysRunsBesideTheNoSlowdownRun) {
+  testing::TempDir dir;
+  const Outcome o =
+      Antdt({"sim", "--job", testing::SourcePath("examples/jobs/paper-mix.yaml"), "--seeds", "3",
+             "--policies", "antdt-nd,none", "--out", dir.File("out")});
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  std::ifstream in(dir.File("out/results.json"));
+  const nlohmann::json results = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(results.is_object()) << o.out;
+  const nlohmann::json& runs = results["results"];
+  ASSERT_EQ(runs.size(), 3u) << results.dump(2);
+  EXPECT_EQ(runs[0]["policy"], "no-slowdown");
+  for (const nlohmann::json& r : runs) {
+    EXPECT_EQ(r["exactly_once"], true) << r.dump();
+    EXPECT_EQ(r["records_committed"], 400000) << r.dump();
+    EXPECT_EQ(r["jct_seconds_by_seed"].size(), 3u);
+    const double jct = r["jct_seconds"];
+    EXPECT_LE(r["jct_ci95_seconds"][0].get<double>(), jct);
+    EXPECT_GE(r["jct_ci95_seconds"][1].get<double>(), jct);
+    for (const char* key :
+         {"ratio_to_no_slowdown", "steps", "estimated_saved_seconds", "actions", "wall_seconds"}) {
+      EXPECT_TRUE(r.contains(key)) << key;
+    }
+  }
+  EXPECT_LT(runs[1]["jct_seconds"].get<double>(), runs[2]["jct_seconds"].get<double>())
+      << "antdt-nd is not faster than none: " << results.dump(2);
+  EXPECT_FALSE(runs[1]["actions"].empty());
+  EXPECT_TRUE(std::filesystem::exists(dir.File("out/results.md")));
+  EXPECT_TRUE(std::filesystem::exists(dir.File("out/chart.svg")));
+}
+
+TEST(Cli, SimRefusesWhatItCannotModelAndBadScenariosNamingTheField) {
+  testing::TempDir dir;
+  const std::string job = testing::SourcePath("examples/jobs/paper-mix.yaml");
+  Outcome o = Antdt({"sim", "--job", job, "--policies", "backup-workers", "--out", dir.File("a")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "--policies: backup-workers: the simulator does not model")) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("a")));
+  std::ofstream(dir.File("bad.yaml")) << "generate: {workers: 8, transient: {fraction: 1.5}}\n";
+  o = Antdt({"sim", "--job", job, "--scenario", dir.File("bad.yaml"), "--out", dir.File("b")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "bad.yaml: generate.transient.fraction: must be in [0, 1]")) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("b")));
 }
 
 }  // namespace
