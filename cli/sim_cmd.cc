@@ -138,6 +138,7 @@ std::string ResultsJson(const std::string& scenario, const std::vector<PolicyRun
         {"estimated_lost_seconds", lost},
         {"saved_vs_none_seconds", none >= 0 ? nlohmann::ordered_json(none - p.mean) : nullptr},
         {"restarts", restarts},
+        {"skipped_seed_1", first.skipped},
         {"step_reports", reports},
         {"ledger_calls", calls},
         {"wall_seconds", wall},

@@ -111,6 +111,9 @@ class Sim final : public control::Backend {
   void LeaveParameterServers(const std::string& /*worker*/) override {}
   absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override;
   void RecordAction(const controller::Decision& d, control::Outcome outcome) override;
+  void RecordSkipped(const std::string& /*line*/, controller::SkipReason reason) override {
+    ++result_.skipped[controller::SkipReasonName(reason)];
+  }
 
  private:
   int64_t UnixNow() const { return kUnixBaseMs + static_cast<int64_t>(std::llround(t_ * 1000)); }

@@ -77,6 +77,9 @@ struct SimResult {
   int64_t missing = 0;            // records never committed (must be 0)
   std::vector<SimAction> actions;
   int restarts = 0;
+  // Actions the policy considered and passed over, by reason ("cooldown",
+  // "cost_above_saving", ...: controller::SkipReasonName).
+  std::map<std::string, int64_t> skipped;
   double estimated_saved_seconds = 0;  // the control loop's time ledger
   double estimated_lost_seconds = 0;
   // What the control plane sustained, per simulated second and in total.
