@@ -1,6 +1,7 @@
 #include "operator/control/control_loop.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <utility>
 
 #include "common/status.h"
@@ -60,6 +61,10 @@ void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& 
 std::optional<controller::Observed> ControlLoop::Observe() {
   std::optional<v1::GetJobHealthResponse> health = backend_->Health();
   observed_members_ = backend_->Members();
+  observed_index_.clear();
+  for (size_t i = 0; i < observed_members_.size(); ++i) {
+    observed_index_[observed_members_[i].id] = i;  // the last of an id, as a scan found
+  }
   MeasureRelaunches(observed_members_);
   if (!health) return std::nullopt;
   controller::Observed obs;
@@ -70,12 +75,17 @@ std::optional<controller::Observed> ControlLoop::Observe() {
   obs.workers = observed_members_;
   // A member restarted by a decision in the history was restarted then, even
   // when its backend does not remember it (after the backend's own restart).
-  for (controller::WorkerState& m : obs.workers) {
-    for (const controller::Decision& d : history_) {
-      if (std::holds_alternative<controller::KillRestart>(d.action) && d.subject == m.id) {
-        m.last_restart_ms = std::max(m.last_restart_ms, d.at_ms);
-      }
+  // One pass over each: thousands of members and decisions.
+  std::unordered_map<std::string, int64_t> restarted;
+  for (const controller::Decision& d : history_) {
+    if (std::holds_alternative<controller::KillRestart>(d.action)) {
+      int64_t& at = restarted.try_emplace(d.subject, d.at_ms).first->second;
+      at = std::max(at, d.at_ms);
     }
+  }
+  for (controller::WorkerState& m : obs.workers) {
+    auto it = restarted.find(m.id);
+    if (it != restarted.end()) m.last_restart_ms = std::max(m.last_restart_ms, it->second);
   }
   obs.nodes = backend_->Nodes();
   obs.global_batch_size = options_.global_batch_size;
@@ -92,10 +102,9 @@ controller::Plan ControlLoop::Decide(const controller::Observed& observed) const
 
 absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
   const std::string& target = controller::ActionTarget(d.action);
-  const controller::WorkerState* member = nullptr;
-  for (const controller::WorkerState& m : observed_members_) {
-    if (m.id == target) member = &m;
-  }
+  auto found = observed_index_.find(target);
+  const controller::WorkerState* member =
+      found == observed_index_.end() ? nullptr : &observed_members_[found->second];
   const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action);
   Outcome outcome = Outcome::kDone;
   // A member not running now (being started) gets no directive; the decision

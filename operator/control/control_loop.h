@@ -31,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -173,7 +174,8 @@ class ControlLoop {
   Backend* const backend_;
   const Clock* const clock_;
   std::vector<controller::Decision> history_;
-  std::vector<controller::WorkerState> observed_members_;  // of the last Observe()
+  std::vector<controller::WorkerState> observed_members_;   // of the last Observe()
+  std::unordered_map<std::string, size_t> observed_index_;  // id -> index in it
   int64_t next_run_ms_ = 0;
   int64_t directive_version_ = 0;
   // Restarts in flight: member id -> (incarnation it restarts from, when).

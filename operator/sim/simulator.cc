@@ -150,7 +150,8 @@ class Sim final : public control::Backend {
   std::optional<monitor::Monitor> monitor_;
   std::unique_ptr<control::ControlLoop> loop_;
   std::vector<SimWorker> workers_;
-  bool ended_ = false;            // the ledger answered END_OF_DATA
+  std::unordered_map<std::string, size_t> by_id_, by_node_;  // into workers_
+  bool ended_ = false;                                       // the ledger answered END_OF_DATA
   double stall_until_ = 0;        // a job without parameter servers: the group re-forms
   std::vector<uint8_t> commits_;  // per (epoch, record): times committed
   SimResult result_;
@@ -186,6 +187,8 @@ absl::Status Sim::Start() {
     w.id = absl::StrCat("worker-", i);
     w.node = placement[static_cast<size_t>(i)]->name;
     w.batch = bridge::InitialLocalBatch(job_, i);
+    by_id_[w.id] = workers_.size();
+    by_node_[w.node] = workers_.size();
     workers_.push_back(std::move(w));
   }
 
@@ -390,6 +393,8 @@ absl::Status Sim::RestartElsewhere(const controller::WorkerState& member,
   w->took.clear();
   w->alive = false;
   w->back_at = t_ + o_.relaunch_seconds;
+  by_node_.erase(w->node);
+  by_node_[restart.to_node] = static_cast<size_t>(w - workers_.data());
   w->node = restart.to_node;
   w->last_restart_ms = static_cast<int64_t>(std::llround(t_ * 1000));
   ++w->incarnation;
@@ -428,17 +433,13 @@ void Sim::RecordAction(const controller::Decision& d, control::Outcome /*outcome
 }
 
 SimWorker* Sim::WorkerOn(const std::string& node) {
-  for (SimWorker& w : workers_) {
-    if (w.node == node) return &w;
-  }
-  return nullptr;
+  auto it = by_node_.find(node);
+  return it == by_node_.end() ? nullptr : &workers_[it->second];
 }
 
 SimWorker* Sim::WorkerNamed(const std::string& id) {
-  for (SimWorker& w : workers_) {
-    if (w.id == id) return &w;
-  }
-  return nullptr;
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &workers_[it->second];
 }
 
 }  // namespace
