@@ -44,6 +44,12 @@ struct PolicyRuns {
   std::vector<sim::SimResult> runs;
   double mean = 0;
   double half_width = 0;  // of the 95% confidence interval of the mean JCT
+  // Over every seed (Summarize):
+  bool exactly_once = true;
+  double saved = 0, lost = 0;  // means of the loop's estimates
+  double wall = 0;             // sums
+  int64_t reports = 0, calls = 0;
+  int restarts = 0;
 };
 
 // Student's t at 97.5% for n - 1 degrees of freedom (1.96 beyond 30).
@@ -64,6 +70,15 @@ void Summarize(PolicyRuns& p) {
   for (const auto& r : p.runs) ss += (r.jct_seconds - p.mean) * (r.jct_seconds - p.mean);
   p.half_width =
       p.runs.size() < 2 ? 0 : T975(p.runs.size()) * std::sqrt(ss / (n - 1)) / std::sqrt(n);
+  for (const sim::SimResult& r : p.runs) {
+    p.exactly_once = p.exactly_once && r.exactly_once();
+    p.saved += r.estimated_saved_seconds / n;
+    p.lost += r.estimated_lost_seconds / n;
+    p.wall += r.wall_seconds;
+    p.reports += r.step_reports;
+    p.calls += r.ledger_calls;
+    p.restarts += r.restarts;
+  }
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, sim::SimOptions>>> Plans(const SimFlags& f) {
@@ -106,20 +121,7 @@ std::string ResultsJson(const std::string& scenario, const std::vector<PolicyRun
           {{"at_seconds", a.at_seconds}, {"action", vocab::Name(a.action)}, {"worker", a.worker}});
     }
     nlohmann::ordered_json by_seed = nlohmann::ordered_json::array();
-    bool exactly_once = true;
-    double saved = 0, lost = 0, wall = 0;
-    int64_t reports = 0, calls = 0;
-    int restarts = 0;
-    for (const sim::SimResult& r : p.runs) {
-      by_seed.push_back(r.jct_seconds);
-      exactly_once = exactly_once && r.exactly_once();
-      saved += r.estimated_saved_seconds / static_cast<double>(p.runs.size());
-      lost += r.estimated_lost_seconds / static_cast<double>(p.runs.size());
-      wall += r.wall_seconds;
-      reports += r.step_reports;
-      calls += r.ledger_calls;
-      restarts += r.restarts;
-    }
+    for (const sim::SimResult& r : p.runs) by_seed.push_back(r.jct_seconds);
     nlohmann::ordered_json run = {
         {"policy", p.name},
         {"jct_seconds", p.mean},
@@ -127,21 +129,21 @@ std::string ResultsJson(const std::string& scenario, const std::vector<PolicyRun
         {"jct_seconds_by_seed", by_seed},
         {"ratio_to_no_slowdown", p.mean / ideal},
         {"records_committed", first.records_committed},
-        {"exactly_once", exactly_once},
+        {"exactly_once", p.exactly_once},
         {"exactly_once_checked", true},
         {"first_loss", nullptr},
         {"final_loss", nullptr},
         {"held_out_log_loss", nullptr},
         {"held_out_accuracy", nullptr},
         {"steps", first.steps},
-        {"estimated_saved_seconds", saved},
-        {"estimated_lost_seconds", lost},
+        {"estimated_saved_seconds", p.saved},
+        {"estimated_lost_seconds", p.lost},
         {"saved_vs_none_seconds", none >= 0 ? nlohmann::ordered_json(none - p.mean) : nullptr},
-        {"restarts", restarts},
+        {"restarts", p.restarts},
         {"skipped_seed_1", first.skipped},
-        {"step_reports", reports},
-        {"ledger_calls", calls},
-        {"wall_seconds", wall},
+        {"step_reports", p.reports},
+        {"ledger_calls", p.calls},
+        {"wall_seconds", p.wall},
         {"actions", std::move(actions)}};
     out["results"].push_back(std::move(run));
   }
@@ -155,21 +157,11 @@ std::string ResultsTable(const std::vector<PolicyRuns>& all) {
       "| restarts (all seeds) | exactly once | wall (s) | step reports per wall second |\n"
       "|---|---|---|---|---|---|---|---|---|\n";
   for (const PolicyRuns& p : all) {
-    double wall = 0;
-    int64_t reports = 0;
-    int restarts = 0;
-    bool once = true;
-    for (const sim::SimResult& r : p.runs) {
-      wall += r.wall_seconds;
-      reports += r.step_reports;
-      restarts += r.restarts;
-      once = once && r.exactly_once();
-    }
     absl::StrAppendFormat(&table, "| %s | %.1f | %.1f-%.1f | %.2f | %d | %d | %s | %.2f | %.0f |\n",
                           p.name, p.mean, p.mean - p.half_width, p.mean + p.half_width,
-                          p.mean / ideal, static_cast<int>(p.runs.front().actions.size()), restarts,
-                          once ? "yes" : "no", wall,
-                          wall > 0 ? static_cast<double>(reports) / wall : 0.0);
+                          p.mean / ideal, static_cast<int>(p.runs.front().actions.size()),
+                          p.restarts, p.exactly_once ? "yes" : "no", p.wall,
+                          p.wall > 0 ? static_cast<double>(p.reports) / p.wall : 0.0);
   }
   return table;
 }

@@ -75,6 +75,20 @@ absl::Status DurationRange(const YAML::Node& node, const std::string& field, int
   return absl::OkStatus();
 }
 
+// A kind slowing nodes from some time on: its fraction, factor and start.
+absl::Status SlowedNodes(const YAML::Node& kind, const std::string& where, double* fraction,
+                         double* factor_min, double* factor_max, int64_t* start_min,
+                         int64_t* start_max) {
+  ASSIGN_OR_RETURN(*fraction, Number(kind["fraction"], where + "fraction", 0, 1));
+  if (kind["factor"]) {
+    RETURN_IF_ERROR(Range(kind["factor"], where + "factor", 1, 1000, factor_min, factor_max));
+  }
+  if (kind["start"]) {
+    RETURN_IF_ERROR(DurationRange(kind["start"], where + "start", start_min, start_max));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseMix(const YAML::Node& g, StragglerMix* mix) {
   double unused = 0;
   if (const YAML::Node d = g["deterministic"]) {
@@ -88,16 +102,9 @@ absl::Status ParseMix(const YAML::Node& g, StragglerMix* mix) {
   }
   if (const YAML::Node t = g["transient"]) {
     RETURN_IF_ERROR(Unknown(t, "generate.transient.", {"fraction", "factor", "start", "duration"}));
-    ASSIGN_OR_RETURN(mix->transient_fraction,
-                     Number(t["fraction"], "generate.transient.fraction", 0, 1));
-    if (t["factor"]) {
-      RETURN_IF_ERROR(Range(t["factor"], "generate.transient.factor", 1, 1000,
-                            &mix->transient_factor_min, &mix->transient_factor_max));
-    }
-    if (t["start"]) {
-      RETURN_IF_ERROR(DurationRange(t["start"], "generate.transient.start",
-                                    &mix->transient_start_min_ms, &mix->transient_start_max_ms));
-    }
+    RETURN_IF_ERROR(SlowedNodes(t, "generate.transient.", &mix->transient_fraction,
+                                &mix->transient_factor_min, &mix->transient_factor_max,
+                                &mix->transient_start_min_ms, &mix->transient_start_max_ms));
     if (t["duration"]) {
       RETURN_IF_ERROR(DurationRange(t["duration"], "generate.transient.duration",
                                     &mix->transient_duration_min_ms,
@@ -106,16 +113,9 @@ absl::Status ParseMix(const YAML::Node& g, StragglerMix* mix) {
   }
   if (const YAML::Node p = g["persistent"]) {
     RETURN_IF_ERROR(Unknown(p, "generate.persistent.", {"fraction", "factor", "start"}));
-    ASSIGN_OR_RETURN(mix->persistent_fraction,
-                     Number(p["fraction"], "generate.persistent.fraction", 0, 1));
-    if (p["factor"]) {
-      RETURN_IF_ERROR(Range(p["factor"], "generate.persistent.factor", 1, 1000,
-                            &mix->persistent_factor_min, &mix->persistent_factor_max));
-    }
-    if (p["start"]) {
-      RETURN_IF_ERROR(DurationRange(p["start"], "generate.persistent.start",
-                                    &mix->persistent_start_min_ms, &mix->persistent_start_max_ms));
-    }
+    RETURN_IF_ERROR(SlowedNodes(p, "generate.persistent.", &mix->persistent_fraction,
+                                &mix->persistent_factor_min, &mix->persistent_factor_max,
+                                &mix->persistent_start_min_ms, &mix->persistent_start_max_ms));
   }
   if (const YAML::Node l = g["leader"]) {
     RETURN_IF_ERROR(Unknown(l, "generate.leader.", {"fraction", "speed"}));

@@ -244,17 +244,7 @@ json UpdateManagedFields(const json& managed, const json& before, const json& af
     if (&e == mine) e.meta["apiVersion"] = write.api_version;
     e.meta["time"] = write.time;
   }
-  // Stable key order within an entry, as the API server writes it.
-  json out = Render(entries);
-  for (json& m : out) {
-    json ordered = json::object();
-    for (const char* k :
-         {"manager", "operation", "apiVersion", "time", "fieldsType", "fieldsV1", "subresource"}) {
-      if (m.contains(k)) ordered[k] = m[k];
-    }
-    m = std::move(ordered);
-  }
-  return out;
+  return Render(entries);
 }
 
 ApplyResult MergeApply(const json& live, const json& config, const json& managed,
