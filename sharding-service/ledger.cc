@@ -422,6 +422,7 @@ absl::Status Ledger::Recover() {
     w.incarnation = std::max(w.incarnation, row.incarnation);
     next_token_ = std::max(next_token_, row.token + 1);
   }
+  recovered_bound_ = token_bound_ = next_token_;
   for (auto& [key, ds] : datasets_) {
     // A DOING slot whose lease row was not found goes back to the queue.
     for (ShardSlot& slot : ds->shards) {
@@ -632,8 +633,9 @@ absl::Status Ledger::UnknownToken(const Dataset& ds, uint64_t token) const {
   if (token < next_token_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "token: lease ", token, " is no longer held on dataset ", Key(ds.row.job, ds.row.name),
-        " (it belongs to another dataset, or ended more than ", kLeaseEpochsKept,
-        " epochs ago and what it committed is no longer known)"));
+        " (it belongs to another dataset, the service restarted before the lease was stored, "
+        "or it ended more than ",
+        kLeaseEpochsKept, " epochs ago and what it committed is no longer known)"));
   }
   return absl::NotFoundError(absl::StrCat("token: no lease ", token, " was ever issued"));
 }
@@ -729,6 +731,7 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireS
   }
   v1::AcquireShardResponse resp;
   uint64_t seq = 0;
+  IssuedToken issued;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ANTDT_FIND_DATASET(req.dataset(), ds);
@@ -780,7 +783,8 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireS
       const int64_t index = ds.todo.front();
       ds.todo.pop_front();
       ShardSlot& slot = ds.shards[index];
-      const uint64_t token = next_token_++;
+      issued = IssueToken(batch);
+      const uint64_t token = issued.token;
       slot.state = ShardState::kDoing;
       slot.token = token;
       ++ds.doing;
@@ -791,7 +795,6 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireS
                            req.request_id()};
       lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
       ds.PutLease(lease);
-      batch.push_back(NextToken{next_token_});
       batch.push_back(lease.row);
       batch.push_back(ops.RowOf(ds, index));
       resp.set_result(v1::AcquireShardResponse::SHARD);
@@ -800,9 +803,46 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireS
       resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
     }
     seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+    NoteAppended(seq);
   }
-  RETURN_IF_ERROR(store_->WaitDurable(seq));
+  // A new lease need not be durable (IssueToken); what ended the epoch must
+  // be before a worker is told there is no more data.
+  if (resp.result() == v1::AcquireShardResponse::END_OF_DATA) {
+    RETURN_IF_ERROR(store_->WaitDurable(seq));
+  } else if (issued.own_batch || issued.wait_seq != 0) {
+    RETURN_IF_ERROR(store_->WaitDurable(issued.own_batch ? seq : issued.wait_seq));
+  }
   return resp;
+}
+
+Ledger::IssuedToken Ledger::IssueToken(std::vector<Mutation>& batch) {
+  // Reserve the next range when half of this one is used, so that its batch
+  // is durable (committed with some commit's) by the time it is needed.
+  constexpr uint64_t kRange = 4096;
+  IssuedToken out;
+  out.token = next_token_++;
+  if (next_token_ + kRange / 2 > token_bound_) {
+    token_bound_ = std::max(token_bound_, next_token_) + kRange;
+    batch.push_back(NextToken{token_bound_});
+    reserving_ = true;
+  }
+  if (out.token < recovered_bound_) return out;
+  auto it = std::find_if(reservations_.begin(), reservations_.end(),
+                         [&](const auto& r) { return r.first > out.token; });
+  if (it == reservations_.end()) {
+    out.own_batch = true;
+  } else {
+    out.wait_seq = it->second;
+  }
+  return out;
+}
+
+void Ledger::NoteAppended(uint64_t seq) {
+  if (reserving_) reservations_.emplace_back(token_bound_, seq);
+  reserving_ = false;
+  while (!reservations_.empty() && reservations_.front().first <= next_token_) {
+    reservations_.pop_front();
+  }
 }
 
 absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(

@@ -5,7 +5,9 @@
 // shard's unfinished remainder to the front of the queue; a later report under
 // its token is refused, so no record of an epoch is committed twice and none
 // is lost. Every change is appended to the Store and each call returns only
-// once that change (and all before it) is durable.
+// once that change (and all before it) is durable, except AcquireShard: a
+// lease is answered before it is durable, and fenced if the process dies
+// first (see IssueToken); records are only ever committed durably.
 //
 // Thread-safe: one mutex guards the state; durability waits, and building a new
 // dataset's shards, happen outside it.
@@ -121,6 +123,27 @@ class Ledger {
   int64_t total_shards_ = 0;  // of datasets_ and building_
   int64_t next_dataset_id_ = 1;
   uint64_t next_token_ = 1;
+  // Tokens are issued from ranges reserved ahead in the store (NextToken is
+  // the end of the last range), so an AcquireShard answers without waiting
+  // for its lease to reach the disk. A lease lost with the process is fenced
+  // after the restart: its token lies below the stored range end and has no
+  // row, so every call under it is refused (FAILED_PRECONDITION) and no token
+  // is issued twice. An answer waits only for the reservation its token came
+  // from, which was appended long before unless the range ran out.
+  struct IssuedToken {
+    uint64_t token = 0;
+    uint64_t wait_seq = 0;   // the batch that reserved it; 0: durable already
+    bool own_batch = false;  // reserved by the batch being built
+  };
+  // With mu_ held; appends a reservation to `batch` when the range runs low.
+  IssuedToken IssueToken(std::vector<Mutation>& batch);
+  // With mu_ held, after the batch of an IssueToken() was appended as `seq`.
+  void NoteAppended(uint64_t seq);
+  uint64_t recovered_bound_ = 1;  // tokens below it were reserved before this process
+  uint64_t token_bound_ = 1;      // end of the ranges reserved (appended)
+  bool reserving_ = false;        // the batch being built carries a reservation
+  // Reservations still needed, (range end, batch), oldest first.
+  std::deque<std::pair<uint64_t, uint64_t>> reservations_;
 };
 
 // Deterministic permutation of [0, n) for a seed (Fisher-Yates over

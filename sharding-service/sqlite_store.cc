@@ -229,9 +229,13 @@ absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
 
 uint64_t SqliteStore::Append(std::vector<Mutation> batch) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (pending_.empty()) first_pending_ = std::chrono::steady_clock::now();
   for (Mutation& m : batch) pending_.push_back(std::move(m));
   ++appended_seq_;
-  pending_cv_.notify_one();
+  // The writer commits once someone waits (WaitDurable), or the queue is
+  // long or old: batches no one waits for (new leases) ride on the next
+  // commit instead of paying an fsync of their own.
+  if (pending_.size() >= kLazyMutations) pending_cv_.notify_one();
   return appended_seq_;
 }
 
@@ -252,6 +256,7 @@ absl::Status SqliteStore::WaitDurable(uint64_t seq) {
     // batch is on disk (no herd of every waiter at every commit).
     Waiter waiter;
     waiters_.emplace(seq, &waiter);
+    pending_cv_.notify_one();
     waiter.cv.wait(lock, [&] { return waiter.done; });
   }
   if (durable_seq_ < seq) return absl::UnavailableError("store is shutting down");
@@ -333,6 +338,9 @@ void SqliteStore::WriterLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       pending_cv_.wait(lock, [&] { return stop_ || appended_seq_ > durable_seq_; });
+      pending_cv_.wait_until(lock, first_pending_ + kLazyDelay, [&] {
+        return stop_ || !waiters_.empty() || pending_.size() >= kLazyMutations;
+      });
       if (appended_seq_ == durable_seq_ && stop_) return;
       batch.swap(pending_);
       upto = appended_seq_;

@@ -1,9 +1,11 @@
 // SQLite in WAL mode with group commit: Append() queues a batch, one writer
 // thread commits everything queued in one transaction, WaitDurable() returns
-// once that transaction is on disk. A failed commit aborts the process: the
+// once that transaction is on disk. A commit starts when someone waits, or
+// when the queue grows long or old. A failed commit aborts the process: the
 // in-memory state may be ahead of the disk, and a restart recovers from it.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -56,7 +58,12 @@ class SqliteStore final : public Store {
   };
   void WakeWaiters(uint64_t upto);            // with mu_ held
   std::multimap<uint64_t, Waiter*> waiters_;  // by the sequence number awaited
+  // Batches no one waits for are committed within kLazyDelay, or once
+  // kLazyMutations are queued.
+  static constexpr std::chrono::milliseconds kLazyDelay{20};
+  static constexpr size_t kLazyMutations = 20'000;
   std::vector<Mutation> pending_;
+  std::chrono::steady_clock::time_point first_pending_;  // of pending_'s oldest
   uint64_t appended_seq_ = 0;
   uint64_t durable_seq_ = 0;
   uint64_t commits_ = 0;
