@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/credential.h"
 #include "common/job_key.h"
 #include "common/log.h"
@@ -285,7 +286,14 @@ grpc::Status AgentServiceImpl::ReportStep(grpc::ServerContext* context,
   for (const v1::StepReport& s : req->steps()) steps.push_back(&s);
   if (steps.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: missing");
   for (size_t i = 0; i < steps.size(); ++i) {
-    if (absl::Status s = ValidateStep(*steps[i]); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = ValidateStep(*steps[i]); !s.ok()) {
+      if (steps[i] == &req->step()) return ToGrpcStatus(s);
+      // A batch's bad step is named by its place: "steps[2].bpt_seconds: ...".
+      const size_t in_batch = i - (req->has_step() ? 1 : 0);
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("steps[", in_batch, "]", absl::StripPrefix(s.message(), "step")));
+    }
     if (steps[i]->job() != steps[0]->job() || steps[i]->worker_id() != steps[0]->worker_id() ||
         steps[i]->namespace_() != steps[0]->namespace_()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -531,13 +539,15 @@ MonitorLink::SessionEnd MonitorLink::Session(const std::string& address) {
     ctx.TryCancel();  // the server ended the stream: stop the writer too
   });
   while (ok && !stop_) {
-    std::optional<v1::AgentMessage> next = outbox_->Peek(100);
+    std::optional<v1::AgentMessage> next = outbox_->Take(100, options_.batching);
     if (!next) continue;
-    // Several queued: let gRPC coalesce them into fewer frames and syscalls.
+    // More queued: let gRPC coalesce them into fewer frames and syscalls.
     grpc::WriteOptions options;
-    if (outbox_->size() > 1) options.set_buffer_hint();
-    if (!stream->Write(*next, options)) break;
-    outbox_->Pop();
+    if (outbox_->size() > 0) options.set_buffer_hint();
+    if (!stream->Write(*next, options)) {
+      outbox_->PutBack(*std::move(next));  // sent again on the next stream
+      break;
+    }
   }
   ctx.TryCancel();
   reader.join();

@@ -112,6 +112,8 @@ struct MonitorLinkOptions {
   // being elected), the next try comes this soon, not after a growing
   // backoff: agents reach a new leader within this of its taking over.
   int64_t standby_retry_ms = 200;
+  // Step reports queued together go in one stream message (Outbox::Take).
+  Outbox::Batching batching;
 };
 
 // Keeps one stream to the Monitor open; sends what the Outbox holds; hands

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/credential.h"
 #include "prometheus/text_serializer.h"
@@ -35,6 +38,94 @@ TEST(Outbox, KeepsTheNewestAndCountsDrops) {
   EXPECT_EQ(box.Peek(0)->step().worker_id(), "w2");
   box.Close();
   EXPECT_FALSE(box.Peek(1000));
+}
+
+// The reports of a message Take returned, by worker id.
+std::vector<std::string> Workers(const v1::AgentMessage& m) {
+  std::vector<std::string> out;
+  if (m.has_step()) out.push_back(m.step().worker_id());
+  for (const v1::StepReport& s : m.steps().steps()) out.push_back(s.worker_id());
+  return out;
+}
+
+TEST(Outbox, TakesQueuedStepReportsAsOneBatchInOrder) {
+  Outbox box(100);
+  const Outbox::Batching batching{/*max_reports=*/4, /*linger_ms=*/0};
+  box.Push(Step("w0"));
+  v1::AgentMessage two;  // one SDK call's batch
+  *two.mutable_steps()->add_steps() = Step("w1").step();
+  *two.mutable_steps()->add_steps() = Step("w2").step();
+  box.Push(two);
+  v1::AgentMessage sample;
+  sample.mutable_node_sample()->set_node("n");
+  box.Push(sample);
+  for (const char* w : {"w3", "w4", "w5", "w6", "w7", "w8"}) box.Push(Step(w));
+
+  auto m = box.Take(0, batching);  // up to the node sample: it is not held back
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Workers(*m), (std::vector<std::string>{"w0", "w1", "w2"}));
+  EXPECT_TRUE(m->has_steps());
+  m = box.Take(0, batching);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->node_sample().node(), "n");
+  m = box.Take(0, batching);  // at most max_reports
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Workers(*m), (std::vector<std::string>{"w3", "w4", "w5", "w6"}));
+  m = box.Take(0, batching);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Workers(*m), (std::vector<std::string>{"w7", "w8"}));
+  EXPECT_EQ(box.size(), 0u);
+  box.Push(Step("w9"));  // a lone report stays a `step`
+  m = box.Take(0, batching);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->has_step());
+  EXPECT_EQ(m->step().worker_id(), "w9");
+  EXPECT_EQ(box.dropped_step_reports(), 0);
+  box.Close();
+  EXPECT_FALSE(box.Take(1000, batching));
+}
+
+// A failed write loses nothing: the batch goes back in front, and is counted
+// report by report if the Outbox, full meanwhile, drops it.
+TEST(Outbox, PutBackReturnsABatchToTheFront) {
+  Outbox box(3);
+  const Outbox::Batching batching{/*max_reports=*/2, /*linger_ms=*/0};
+  for (const char* w : {"w0", "w1", "w2"}) box.Push(Step(w));
+  auto m = box.Take(0, batching);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Workers(*m), (std::vector<std::string>{"w0", "w1"}));
+  box.PutBack(*m);
+  EXPECT_EQ(box.size(), 2u);
+  m = box.Take(0, batching);  // the same batch first (w2 does not fit in it)
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Workers(*m), (std::vector<std::string>{"w0", "w1"}));
+  box.Push(Step("w3"));
+  box.Push(Step("w4"));
+  box.PutBack(*m);  // w0+w1, w2, w3, w4: over capacity, the oldest (the batch) goes
+  EXPECT_EQ(box.size(), 3u);
+  EXPECT_EQ(box.dropped_step_reports(), 2);
+  m = box.Take(0, batching);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Workers(*m), (std::vector<std::string>{"w2", "w3"}));
+}
+
+// A report waits up to linger_ms for others; once max_reports are queued it
+// goes at once, with those that came meanwhile.
+TEST(Outbox, TakeLingersForMoreReports) {
+  Outbox box(100);
+  box.Push(Step("w0"));
+  std::optional<v1::AgentMessage> m;
+  std::thread sender([&] { m = box.Take(0, {/*max_reports=*/3, /*linger_ms=*/600'000}); });
+  box.Push(Step("w1"));
+  box.Push(Step("w2"));
+  sender.join();
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Workers(*m), (std::vector<std::string>{"w0", "w1", "w2"}));
+  // Alone, a report goes once it has waited linger_ms.
+  box.Push(Step("w3"));
+  m = box.Take(0, {/*max_reports=*/3, /*linger_ms=*/1});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Workers(*m), (std::vector<std::string>{"w3"}));
 }
 
 TEST(DirectiveTable, HandsOutOnlyNewerVersions) {
@@ -373,9 +464,20 @@ TEST(AgentService, TakesABatchOfStepsOfOneWorker) {
   // One call carries one worker's steps; anything else is refused whole.
   req.mutable_steps(1)->set_worker_id("other");
   EXPECT_EQ(service.ReportStep(&ctx, &req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  req.mutable_steps(1)->set_worker_id("w");
+  // A bad step is named by its place in the batch, and refuses the whole call:
+  // nothing queued, nothing counted.
+  req.mutable_steps(2)->set_bpt_seconds(-1);
+  grpc::Status bad = service.ReportStep(&ctx, &req, &resp);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(bad.error_message().rfind("steps[2].bpt_seconds: ", 0), 0u) << bad.error_message();
   req.Clear();
   EXPECT_EQ(service.ReportStep(&ctx, &req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(box.size(), 1u);
+  EXPECT_NE(prometheus::TextSerializer()
+                .Serialize(registry.Collect())
+                .find("antdt_worker_steps_total{job=\"j\",role=\"worker\",worker=\"w\"} 3"),
+            std::string::npos);
   // The Outbox counts every step of a dropped batch.
   Outbox small(1);
   small.Push(*queued);

@@ -2,27 +2,65 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "common/credential.h"
 #include "common/job_key.h"
 
 namespace antdt::agent {
 
+namespace {
+
+bool IsStep(const v1::AgentMessage& m) { return m.has_step() || m.has_steps(); }
+
+// Step reports in a message.
+int64_t StepsIn(const v1::AgentMessage& m) {
+  if (m.has_step()) return 1;
+  if (m.has_steps()) return m.steps().steps_size();
+  return 0;
+}
+
+// Moves the reports of `from` (a `step` or `steps` message) to the end of
+// `to`, without copying them.
+void MoveSteps(v1::AgentMessage& from, v1::StepBatch& to) {
+  if (from.has_step()) {
+    to.mutable_steps()->AddAllocated(from.release_step());
+    return;
+  }
+  auto* steps = from.mutable_steps()->mutable_steps();
+  std::vector<v1::StepReport*> taken(static_cast<size_t>(steps->size()));
+  steps->ExtractSubrange(0, steps->size(), taken.data());
+  for (v1::StepReport* step : taken) to.mutable_steps()->AddAllocated(step);
+}
+
+}  // namespace
+
+void Outbox::TrimLocked(size_t keep) {
+  while (queue_.size() > keep) {
+    const v1::AgentMessage& oldest = queue_.front().message;
+    const int64_t steps = StepsIn(oldest);
+    if (IsStep(oldest)) {
+      dropped_steps_ += steps;
+      queued_steps_ -= steps;
+    } else {
+      dropped_samples_ += oldest.has_node_sample();
+      --queued_others_;
+    }
+    queue_.pop_front();
+  }
+}
+
 void Outbox::Push(v1::AgentMessage message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
-    while (queue_.size() >= capacity_ && !queue_.empty()) {
-      if (queue_.front().has_step()) {
-        ++dropped_steps_;
-      } else if (queue_.front().has_steps()) {
-        dropped_steps_ += queue_.front().steps().steps_size();
-      } else if (queue_.front().has_node_sample()) {
-        ++dropped_samples_;
-      }
-      queue_.pop_front();
+    TrimLocked(capacity_ > 0 ? capacity_ - 1 : 0);
+    if (IsStep(message)) {
+      queued_steps_ += StepsIn(message);
+    } else {
+      ++queued_others_;
     }
-    queue_.push_back(std::move(message));
+    queue_.push_back({std::move(message), std::chrono::steady_clock::now()});
   }
   cv_.notify_one();
 }
@@ -32,12 +70,69 @@ std::optional<v1::AgentMessage> Outbox::Peek(int64_t timeout_ms) {
   cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                [&] { return closed_ || !queue_.empty(); });
   if (closed_ || queue_.empty()) return std::nullopt;
-  return queue_.front();
+  return queue_.front().message;
 }
 
 void Outbox::Pop() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!queue_.empty()) queue_.pop_front();
+  if (queue_.empty()) return;
+  if (IsStep(queue_.front().message)) {
+    queued_steps_ -= StepsIn(queue_.front().message);
+  } else {
+    --queued_others_;
+  }
+  queue_.pop_front();
+}
+
+std::optional<v1::AgentMessage> Outbox::Take(int64_t timeout_ms, const Batching& batching) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+               [&] { return closed_ || !queue_.empty(); });
+  if (closed_ || queue_.empty()) return std::nullopt;
+  if (IsStep(queue_.front().message) && batching.linger_ms > 0) {
+    // Let more reports join the first, for at most linger_ms after it came.
+    const auto until = queue_.front().queued + std::chrono::milliseconds(batching.linger_ms);
+    cv_.wait_until(lock, until, [&] {
+      return closed_ || queued_steps_ >= batching.max_reports || queued_others_ > 0;
+    });
+    if (closed_ || queue_.empty()) return std::nullopt;
+  }
+  v1::AgentMessage out = std::move(queue_.front().message);
+  queue_.pop_front();
+  if (!IsStep(out)) {
+    --queued_others_;
+    return out;
+  }
+  int64_t taken = StepsIn(out);
+  queued_steps_ -= taken;
+  if (!queue_.empty() && IsStep(queue_.front().message) &&
+      taken + StepsIn(queue_.front().message) <= batching.max_reports) {
+    v1::AgentMessage batch;
+    MoveSteps(out, *batch.mutable_steps());
+    while (!queue_.empty() && IsStep(queue_.front().message) &&
+           taken + StepsIn(queue_.front().message) <= batching.max_reports) {
+      const int64_t steps = StepsIn(queue_.front().message);
+      MoveSteps(queue_.front().message, *batch.mutable_steps());
+      queue_.pop_front();
+      taken += steps;
+      queued_steps_ -= steps;
+    }
+    out = std::move(batch);
+  }
+  return out;
+}
+
+void Outbox::PutBack(v1::AgentMessage message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  if (IsStep(message)) {
+    queued_steps_ += StepsIn(message);
+  } else {
+    ++queued_others_;
+  }
+  // Queued long enough: sent next without lingering again.
+  queue_.push_front({std::move(message), std::chrono::steady_clock::time_point::min()});
+  TrimLocked(capacity_);
 }
 
 void Outbox::Close() {

@@ -66,8 +66,9 @@ bool MonitorHub::Receive(AgentStream& stream, const v1::AgentMessage& message) {
     return false;
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (stream.certificate_names.has_value() && !SpeaksForItsNode(stream, message)) {
-    ++foreign_reports_;
+  const bool certified = stream.certificate_names.has_value();
+  if (certified && !SpeaksForItsNode(stream, message)) {
+    foreign_reports_ += message.has_steps() ? message.steps().steps_size() : 1;
     return true;
   }
   if (message.has_hello() && !stream.registered && !job_digests_.empty()) {
@@ -98,7 +99,14 @@ bool MonitorHub::Receive(AgentStream& stream, const v1::AgentMessage& message) {
       IngestStep(message.step());
       break;
     case v1::AgentMessage::kSteps:
-      for (const v1::StepReport& step : message.steps().steps()) IngestStep(step);
+      // Each report of a batch is judged alone, as if it came by itself.
+      for (const v1::StepReport& step : message.steps().steps()) {
+        if (certified && step.node() != stream.node) {
+          ++foreign_reports_;
+          continue;
+        }
+        IngestStep(step);
+      }
       break;
     case v1::AgentMessage::kDropped:
       dropped_[stream.node] = message.dropped();
@@ -118,10 +126,7 @@ bool MonitorHub::SpeaksForItsNode(const AgentStream& stream,
       return message.node_sample().node() == stream.node;
     case v1::AgentMessage::kStep:
       return message.step().node() == stream.node;
-    case v1::AgentMessage::kSteps:
-      return std::all_of(message.steps().steps().begin(), message.steps().steps().end(),
-                         [&stream](const v1::StepReport& s) { return s.node() == stream.node; });
-    default:
+    default:  // a batch's reports are checked one by one (Receive)
       return true;
   }
 }

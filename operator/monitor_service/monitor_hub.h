@@ -60,7 +60,8 @@ class MonitorHub {
   // step reports go into the Monitor; drop counts are kept by node for metrics.
   // False when the stream must end: a certified stream's hello named a node
   // its certificate does not (counted and logged). A certified stream's
-  // reports for another node are dropped (reason node_identity).
+  // reports for another node are dropped (reason node_identity), each report
+  // of a batch (StepBatch) on its own: the batch's others go in.
   bool Receive(AgentStream& stream, const v1::AgentMessage& message);
   // Counts and logs a stream refused before it began (`reason`:
   // no_certificate, certificate).

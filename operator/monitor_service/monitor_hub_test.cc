@@ -63,6 +63,13 @@ v1::AgentMessage Step(const std::string& worker, const std::string& node, double
   return m;
 }
 
+// The reports of `steps` in one message (StepBatch), as an agent batches them.
+v1::AgentMessage Batch(const std::vector<v1::AgentMessage>& steps) {
+  v1::AgentMessage m;
+  for (const v1::AgentMessage& s : steps) *m.mutable_steps()->add_steps() = s.step();
+  return m;
+}
+
 v1::Directive Directive(const std::string& worker) {
   v1::Directive d;
   d.set_job(kJob);
@@ -321,6 +328,50 @@ TEST_F(MonitorHubTest, ACertifiedStreamSpeaksOnlyForItsNode) {
                            "antdt_monitor_agent_streams_refused_total{reason=\"certificate\"} 1",
                            "antdt_monitor_agent_streams_refused_total{reason=\"no_certificate\"} 1",
                            "antdt_monitor_agent_streams_total 1"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
+  }
+}
+
+// A batch is taken in as its reports would be one by one: the straggler is
+// found, and a malformed report in it is counted and skipped, not the batch.
+TEST_F(MonitorHubTest, ABatchIsTakenInReportByReport) {
+  Inbox a;
+  auto sa = hub_.OpenStream("peer-a", a.Writer());
+  hub_.Receive(*sa, Hello("node-a"));
+  const int64_t t = clock_.NowMillis();
+  v1::AgentMessage malformed = Step("", "node-a", 0.1, t);  // no worker_id
+  EXPECT_TRUE(
+      hub_.Receive(*sa, Batch({Step("w-0", "node-a", 0.1, t), malformed,
+                               Step("w-1", "node-a", 0.1, t), Step("w-2", "node-b", 0.3, t)})));
+  clock_.Advance(kCloseAfterMs);
+  hub_.Tick();
+  absl::StatusOr<v1::GetJobHealthResponse> health = hub_.Health("", kJob);
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->workers_size(), 3);
+  EXPECT_EQ(health->workers(2).worker_id(), "w-2");
+  EXPECT_EQ(health->workers(2).class_(), v1::TRANSIENT);
+  const std::string text = prometheus::TextSerializer().Serialize(hub_.Collector()->Collect());
+  for (const char* line : {"antdt_monitor_reports_total{kind=\"step\"} 3",
+                           "antdt_monitor_reports_dropped_total{reason=\"malformed\"} 1"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
+  }
+}
+
+// On a certified stream each report of a batch is checked on its own: another
+// node's is dropped and counted, its node's others are taken in; a batch
+// before the hello is all dropped, every report counted.
+TEST_F(MonitorHubTest, ACertifiedStreamChecksEachReportOfABatch) {
+  Inbox own;
+  auto sa = hub_.OpenStream("peer-a", own.Writer(), std::vector<std::string>{"system:node:node-a"});
+  const int64_t t = clock_.NowMillis();
+  EXPECT_TRUE(hub_.Receive(*sa, Batch({Step("w-0", "node-a", 0.1, t)})));  // before the hello
+  EXPECT_TRUE(hub_.Receive(*sa, Hello("node-a")));
+  EXPECT_TRUE(hub_.Receive(
+      *sa, Batch({Step("w-0", "node-a", 0.1, t), Step("w-2", "node-b", 9.0, t),  // another node's
+                  Step("w-1", "node-a", 0.1, t)})));
+  const std::string text = prometheus::TextSerializer().Serialize(hub_.Collector()->Collect());
+  for (const char* line : {"antdt_monitor_reports_total{kind=\"step\"} 2",
+                           "antdt_monitor_reports_dropped_total{reason=\"node_identity\"} 2"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
   }
 }

@@ -1,5 +1,6 @@
 #include "operator/monitor_service/monitor_service.h"
 
+#include <google/protobuf/arena.h>
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/numbers.h"
@@ -94,12 +95,22 @@ grpc::Status MonitorServiceImpl::Stream(
       ctx->peer(), [stream](const v1::MonitorMessage& message) { return stream->Write(message); },
       std::move(names));
   grpc::Status status = grpc::Status::OK;
-  v1::AgentMessage message;
-  while (stream->Read(&message)) {
-    if (!hub_.Receive(*agent, message)) {
+  // Each message is parsed into an arena emptied after it, so a batch's
+  // reports and their strings cost no allocation each: a message reused
+  // across reads would not help, as parsing clears its oneof, which frees the
+  // batch. Blocks of at most 64 KiB (a 512-report batch takes a few); none is
+  // kept between messages.
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.start_block_size = 4 << 10;
+  arena_options.max_block_size = 64 << 10;
+  google::protobuf::Arena arena(arena_options);
+  for (;; arena.Reset()) {
+    auto* message = google::protobuf::Arena::CreateMessage<v1::AgentMessage>(&arena);
+    if (!stream->Read(message)) break;
+    if (!hub_.Receive(*agent, *message)) {
       status = grpc::Status(
           grpc::StatusCode::PERMISSION_DENIED,
-          "the agent's certificate does not name node \"" + message.hello().node() + "\"");
+          "the agent's certificate does not name node \"" + message->hello().node() + "\"");
       break;
     }
   }
