@@ -251,12 +251,18 @@ uint64_t SqliteStore::Commits() const {
 
 absl::Status SqliteStore::WaitDurable(uint64_t seq) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (durable_seq_ < seq && !stop_) {
-    // Each waiter sleeps on its own condition and is woken only once its
-    // batch is on disk (no herd of every waiter at every commit).
+  while (durable_seq_ < seq) {
+    if (!committing_ && !stop_) {
+      // No commit under way: this thread commits what is queued itself, with
+      // no hand-off to the writer thread and back.
+      CommitPending(lock);
+      continue;
+    }
+    if (stop_ && !committing_) break;
+    // Each waiter sleeps on its own condition and is woken once its batch is
+    // on disk, or to commit the next group itself (no herd at every commit).
     Waiter waiter;
     waiters_.emplace(seq, &waiter);
-    pending_cv_.notify_one();
     waiter.cv.wait(lock, [&] { return waiter.done; });
   }
   if (durable_seq_ < seq) return absl::UnavailableError("store is shutting down");
@@ -269,6 +275,39 @@ void SqliteStore::WakeWaiters(uint64_t upto) {
     it->second->cv.notify_one();
     it = waiters_.erase(it);
   }
+  // The first still waiting commits the next group.
+  if (!waiters_.empty()) {
+    waiters_.begin()->second->done = true;
+    waiters_.begin()->second->cv.notify_one();
+    waiters_.erase(waiters_.begin());
+  }
+}
+
+void SqliteStore::CommitPending(std::unique_lock<std::mutex>& lock) {
+  committing_ = true;
+  std::vector<Mutation> batch;
+  batch.swap(pending_);
+  const uint64_t upto = appended_seq_;
+  lock.unlock();
+  auto step = [&](sqlite3_stmt* s, const char* what) {
+    if (sqlite3_step(s) != SQLITE_DONE) {
+      LogEvent("fatal", {{"what", what}, {"error", sqlite3_errmsg(writer_)}});
+      std::abort();
+    }
+    sqlite3_reset(s);
+  };
+  if (!batch.empty()) {
+    step(stmts_->begin, "sqlite begin");
+    for (const Mutation& m : batch) Apply(m);
+    step(stmts_->commit, "sqlite commit");
+  }
+  batch.clear();
+  lock.lock();
+  committing_ = false;
+  durable_seq_ = upto;
+  ++commits_;
+  WakeWaiters(upto);
+  pending_cv_.notify_all();
 }
 
 void SqliteStore::Apply(const Mutation& m) {
@@ -331,39 +370,26 @@ void SqliteStore::Apply(const Mutation& m) {
   sqlite3_clear_bindings(s);
 }
 
+// Commits batches no one waits for (new leases) within kLazyDelay, or once
+// kLazyMutations are queued; and everything queued when the store stops.
 void SqliteStore::WriterLoop() {
-  std::vector<Mutation> batch;
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    uint64_t upto = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      pending_cv_.wait(lock, [&] { return stop_ || appended_seq_ > durable_seq_; });
+    pending_cv_.wait(lock, [&] { return stop_ || appended_seq_ > durable_seq_; });
+    if (!stop_) {
       pending_cv_.wait_until(lock, first_pending_ + kLazyDelay, [&] {
-        return stop_ || !waiters_.empty() || pending_.size() >= kLazyMutations;
+        return stop_ || appended_seq_ == durable_seq_ || pending_.size() >= kLazyMutations;
       });
-      if (appended_seq_ == durable_seq_ && stop_) return;
-      batch.swap(pending_);
-      upto = appended_seq_;
     }
-    auto step = [&](sqlite3_stmt* s, const char* what) {
-      if (sqlite3_step(s) != SQLITE_DONE) {
-        LogEvent("fatal", {{"what", what}, {"error", sqlite3_errmsg(writer_)}});
-        std::abort();
-      }
-      sqlite3_reset(s);
-    };
-    if (!batch.empty()) {
-      step(stmts_->begin, "sqlite begin");
-      for (const Mutation& m : batch) Apply(m);
-      step(stmts_->commit, "sqlite commit");
+    if (committing_) {
+      pending_cv_.wait(lock, [&] { return !committing_; });
+      continue;
     }
-    batch.clear();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      durable_seq_ = upto;
-      ++commits_;
-      WakeWaiters(upto);
+    if (appended_seq_ > durable_seq_) {
+      CommitPending(lock);
+      continue;
     }
+    if (stop_) return;
   }
 }
 

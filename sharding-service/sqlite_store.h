@@ -1,8 +1,9 @@
-// SQLite in WAL mode with group commit: Append() queues a batch, one writer
-// thread commits everything queued in one transaction, WaitDurable() returns
-// once that transaction is on disk. A commit starts when someone waits, or
-// when the queue grows long or old. A failed commit aborts the process: the
-// in-memory state may be ahead of the disk, and a restart recovers from it.
+// SQLite in WAL mode with group commit: Append() queues a batch, and
+// WaitDurable() returns once a transaction holding it is on disk. The first
+// waiter while no commit is under way commits everything queued itself (the
+// next group's leader is the first waiter left when it ends); a writer thread
+// commits batches no one waits for once the queue grows long or old. A failed commit aborts the
+// process: the in-memory state may be ahead of the disk, and a restart recovers from it.
 #pragma once
 
 #include <chrono>
@@ -56,7 +57,12 @@ class SqliteStore final : public Store {
     std::condition_variable cv;
     bool done = false;
   };
-  void WakeWaiters(uint64_t upto);            // with mu_ held
+  // With mu_ held: wakes the waiters of batches up to `upto`, and the next
+  // waiter to commit the following group.
+  void WakeWaiters(uint64_t upto);
+  // Commits everything queued, with mu_ released during the writes.
+  void CommitPending(std::unique_lock<std::mutex>& lock);
+  bool committing_ = false;                   // a CommitPending() is under way
   std::multimap<uint64_t, Waiter*> waiters_;  // by the sequence number awaited
   // Batches no one waits for are committed within kLazyDelay, or once
   // kLazyMutations are queued.

@@ -15,6 +15,8 @@ controller::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy pol
   spec.min_saving_ratio = job.straggler_policy.min_saving_ratio;
   spec.backup_workers = job.straggler_policy.backup_workers;
   spec.interval_ms = interval_ms;
+  const monitor::MonitorConfig mc = MonitorConfigFor(job.monitor);
+  spec.settle_ms = 2 * mc.window_ms + mc.allowed_lateness_ms;
   for (const manifest::Rule& r : job.straggler_policy.rules) {
     controller::Rule cr;
     cr.signal = r.signal;

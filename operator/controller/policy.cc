@@ -212,9 +212,10 @@ class Planner {
     std::map<std::string, std::set<int64_t>> rule_rounds;
     for (const Decision& d : o_.history) {
       if (std::holds_alternative<AdjustBatchSize>(d.action)) {
+        last_round_ms_ = std::max(last_round_ms_, d.at_ms);
+        if (d.rule == kNdRebalance && d.subject.empty()) continue;  // a tidy round's, or shares one
         rounds.insert(d.at_ms);
         rule_rounds[d.rule].insert(d.at_ms);
-        last_round_ms_ = std::max(last_round_ms_, d.at_ms);
       } else {
         ++used_;
         ++used_by_rule_[d.rule];
@@ -301,7 +302,19 @@ class Planner {
           last != nullptr && std::holds_alternative<AdjustBatchSize>(last->action) &&
           (last->rule == kNdTransientAdjust || last->rule == kNdPersistentAdjust);
       const bool interesting = straggler || cls == v1::LEADER || compensated;
-      if (!OutOfCooldown(m, interesting ? Summary(m) : "")) {
+      if (InCooldown(m) && compensated) {
+        // A restart is weighed once it has been compensated for a cool-down,
+        // however often its batch was re-sized since.
+        if (CompensatedSince(m.id()) + spec_.cooldown_ms > o_.now_ms && straggler &&
+            Resettled(m, *last)) {
+          subjects[m.id()] = {last->rule, absl::StrCat(Summary(m),
+                                                       ", still slow one window after its batch "
+                                                       "was sized: sized again")};
+          continue;
+        }
+      }
+      if (!(compensated && CompensatedSince(m.id()) + spec_.cooldown_ms <= o_.now_ms) &&
+          !OutOfCooldown(m, interesting ? Summary(m) : "")) {
         frozen.insert(m.id());
         continue;
       }
@@ -353,7 +366,76 @@ class Planner {
       }
       if (cls == v1::TRANSIENT) subjects[m.id()] = {kNdTransientAdjust, what};
     }
-    Round(subjects, frozen, kNdRebalance);
+    if (subjects.empty()) {
+      Tidy(frozen);
+    } else {
+      Round(subjects, frozen, kNdRebalance);
+    }
+  }
+
+  // A drift below the Monitor's straggler threshold still slows every step (a
+  // step waits for the slowest worker): a worker left 10% slow after a round
+  // (a restarted one sized before the others settled, a speed that moved a
+  // little) costs 10% of the rest of the job. When no member is a subject and
+  // the slowest worker outside a cool-down scores at least 1 + kTidyMargin, one
+  // round sizes every worker outside a cool-down by its measured capacity
+  // (antdt-nd:rebalance: no subject, so no cool-down of anyone's own), at most
+  // once per cooldown_ms. It moves no straggler, so it does not count against
+  // max_actions (but is not taken once they are spent).
+  void Tidy(const std::set<std::string>& frozen) {
+    std::set<std::string> measured;
+    const Member* slowest = nullptr;
+    for (const Member& m : workers_) {
+      if (m.batch() <= 0 || m.health == nullptr || frozen.count(m.id())) continue;
+      measured.insert(m.id());
+      if (slowest == nullptr || m.score() > slowest->score()) slowest = &m;
+    }
+    if (slowest == nullptr || slowest->score() < 1 + kTidyMargin) return;
+    if (last_round_ms_ != kNever && last_round_ms_ + spec_.cooldown_ms > o_.now_ms) {
+      WaitUntil(last_round_ms_ + spec_.cooldown_ms);
+      Skip("job", SkipReason::kCooldown,
+           absl::StrCat("rebalance (", slowest->id(), " scores ", Num(slowest->score()),
+                        ") in cool-down until ",
+                        Secs(last_round_ms_ + spec_.cooldown_ms - o_.now_ms), " from now"));
+      return;
+    }
+    Round({}, frozen, kNdRebalance, measured,
+          absl::StrCat("the slowest worker, ", slowest->id(), ", scores ", Num(slowest->score()),
+                       " (>= ", Num(1 + kTidyMargin), "): batches in proportion to speed"));
+  }
+
+  bool InCooldown(const Member& m) const {
+    const Decision* last = LastOwn(m.id());
+    return last != nullptr && last->at_ms + RuleCooldown(last->rule) > o_.now_ms;
+  }
+
+  // When the member's trailing run of own straggler ADJUST_BS decisions began.
+  int64_t CompensatedSince(const std::string& id) const {
+    std::vector<const Decision*> own;
+    for (const Decision& d : o_.history) {
+      if (d.subject == id) own.push_back(&d);
+    }
+    std::stable_sort(own.begin(), own.end(),
+                     [](const Decision* a, const Decision* b) { return a->at_ms < b->at_ms; });
+    int64_t since = kNever;
+    for (auto it = own.rbegin(); it != own.rend(); ++it) {
+      const Decision& d = **it;
+      if (!std::holds_alternative<AdjustBatchSize>(d.action) ||
+          (d.rule != kNdTransientAdjust && d.rule != kNdPersistentAdjust)) {
+        break;
+      }
+      since = d.at_ms;
+    }
+    return since;
+  }
+
+  // A straggler sized on a window that began before its slowdown was sized
+  // for part of it only: once a whole window at its new batch has been seen
+  // (settle_ms), a member still slower than its peers by the tidy margin is
+  // sized again, before its cool-down ends.
+  bool Resettled(const Member& m, const Decision& last) const {
+    return spec_.settle_ms > 0 && last.at_ms + spec_.settle_ms <= o_.now_ms &&
+           m.score() >= 1 + kTidyMargin;
   }
 
   // How many times slower than its peers' median capacity a worker is.
@@ -727,9 +809,12 @@ class Planner {
 
   // Sizes the ADJUST_BS subjects in one round over the workers neither frozen
   // nor restarted: subjects by capacity, the others as if at the median.
+  // `by_capacity`: other workers sized by capacity too, without a subject's
+  // cool-down (Tidy), for `why`.
   void Round(const std::map<std::string, Subject>& subjects, const std::set<std::string>& frozen,
-             const std::string& rebalance_rule) {
-    if (subjects.empty()) return;
+             const std::string& rebalance_rule, const std::set<std::string>& by_capacity = {},
+             const std::string& why = "") {
+    if (subjects.empty() && by_capacity.empty()) return;
     if (!JobBudgetLeft()) {
       for (const auto& [id, s] : subjects) {
         Skip(id, SkipReason::kBudget,
@@ -753,7 +838,9 @@ class Planner {
         parts,
         [&](const Member& m) {
           if (fresh_.count(m.id()) && median_batch > 0) return median_batch;
-          return subjects.count(m.id()) ? m.capacity() : static_cast<double>(m.batch());
+          return subjects.count(m.id()) || by_capacity.count(m.id())
+                     ? m.capacity()
+                     : static_cast<double>(m.batch());
         },
         &targets, &total);
     if (!ok) return;
@@ -767,7 +854,8 @@ class Planner {
     }
     bool subject_changes = false;
     for (size_t i = 0; i < parts.size(); ++i) {
-      subject_changes |= subjects.count(parts[i]->id()) && targets[i] != parts[i]->batch();
+      subject_changes |= (subjects.count(parts[i]->id()) || by_capacity.count(parts[i]->id())) &&
+                         targets[i] != parts[i]->batch();
     }
     if (!subject_changes) {
       for (const auto& [id, s] : subjects) {
@@ -777,7 +865,7 @@ class Planner {
       }
       return;
     }
-    ++used_;
+    if (!subjects.empty()) ++used_;  // a tidy round (no subject) is not an intervention
     std::set<std::string> rules;
     for (const auto& [id, s] : subjects) rules.insert(s.rule);
     for (const std::string& r : rules) ++used_by_rule_[r];
@@ -801,8 +889,10 @@ class Planner {
              RoundEvidence(m, targets[i], total));
       } else {
         Emit(AdjustBatchSize{m.id(), targets[i], acc}, rebalance_rule, "",
-             absl::StrCat("keeps the global batch ", global_batch_, " around ",
-                          absl::StrJoin(subject_ids, ","), ": ", change),
+             subject_ids.empty()
+                 ? absl::StrCat(why, ": ", change, "; global batch ", global_batch_, " kept")
+                 : absl::StrCat("keeps the global batch ", global_batch_, " around ",
+                                absl::StrJoin(subject_ids, ","), ": ", change),
              RoundEvidence(m, targets[i], total));
       }
     }
@@ -833,6 +923,9 @@ class Planner {
   }
 
   static constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
+  // A worker this much slower than the median slows every step by as much;
+  // a window's noise on a shared machine stays below it.
+  static constexpr double kTidyMargin = 0.08;
 
   const Observed& o_;
   const PolicySpec& spec_;

@@ -60,6 +60,16 @@
 // moves nobody); each worker whose batch changes gets a decision (the others'
 // rule is antdt-nd:rebalance, subject ""). The round is taken only when a
 // subject's batch changes.
+// Re-sizing: a straggler sized by a window that straddled its slowdown's start
+// is sized for part of it; once a whole window at its new batch has been seen
+// (settle_ms: two windows and the lateness) and it still scores >= 1.08, it is
+// sized again inside its cool-down (same rule). A restart is weighed a
+// cool-down after it was first compensated, however often it was re-sized.
+// Tidy: with no subject, when the slowest worker outside a cool-down scores
+// >= 1.08 (a step waits for it: 8% on every step), one round sizes every worker
+// outside a cool-down by capacity (antdt-nd:rebalance, subject ""), at most once
+// per cooldown_ms after the last round. It moves no straggler, so it does not
+// count against max_actions (and is not taken once they are spent).
 //
 // antdt-dd (dedicated clusters): every alive worker with a score gets a batch
 // proportional to its capacity (no classes, no restarts), re-planned only when
@@ -285,7 +295,11 @@ struct PolicySpec {
   double compensated_slowdown = 1.3;
   int64_t min_local_batch = 1;
   int64_t interval_ms = 10'000;  // Plan::requeue_after_ms, less when a cool-down ends sooner
-  std::vector<Rule> rules;       // custom only
+  // antdt-nd: how long after an ADJUST_BS a whole Monitor window at the new
+  // batch has been measured (two windows and the lateness); a straggler still
+  // slow then is sized again inside its cool-down. 0: not before the cool-down.
+  int64_t settle_ms = 0;
+  std::vector<Rule> rules;  // custom only
 };
 
 // OK, or InvalidArgument naming the field path, e.g.

@@ -207,8 +207,8 @@ TEST(NdPolicy, EachKindLeadsToItsAction) {
       {"leader", Eight({{"w-3", v1::LEADER, 0.7, 0}}), "ADJUST_BS", "w-3",
        "antdt-nd:leader-adjust"},
       {"noise",
-       Eight({Healthy("w-0", 0.9), Healthy("w-1", 1.1), Healthy("w-2", 0.95), Healthy("w-3", 1.05),
-              Healthy("w-4", 1.08), Healthy("w-5", 0.92)}),
+       Eight({Healthy("w-0", 0.93), Healthy("w-1", 1.07), Healthy("w-2", 0.95), Healthy("w-3", 1.05),
+              Healthy("w-4", 1.06), Healthy("w-5", 0.94)}),
        "", "", ""},
       {"job slowdown", Eight({{"w-3", v1::PERSISTENT, 2.0, 4}, {"w-4", v1::TRANSIENT, 1.5, 1}}), "",
        "", "", true},
@@ -315,6 +315,81 @@ TEST(NdPolicy, ActionIsNotRepeatedInsideItsCooldown) {
   EXPECT_NE(Find(later, "w-3"), nullptr) << Dump(later);
 }
 
+// A drift below the straggler threshold still slows every step: one round
+// sizes everyone outside a cool-down by speed, with no subject (so no one's
+// own cool-down), not counted against the budget, and not again within the
+// cool-down of the last round.
+TEST(NdPolicy, ADriftBelowTheStragglerThresholdIsRebalancedOncePerCooldown) {
+  Observed o = Make(Eight({Healthy("w-2", 1.12), Healthy("w-5", 0.96)}));
+  PolicySpec spec = Spec(Policy::kAntdtNd);
+  spec.max_actions = 1;
+  const Plan tidy = Decide(o, spec);
+  SCOPED_TRACE(Dump(tidy));
+  const Decision* d = Find(tidy, "w-2");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->rule, "antdt-nd:rebalance");
+  EXPECT_EQ(d->subject, "");
+  EXPECT_TRUE(absl::StrContains(d->reason, "the slowest worker, w-2, scores 1.12")) << d->reason;
+  const auto after = Batches(o, tidy);
+  EXPECT_EQ(Sum(after), 512);
+  EXPECT_LT(after.at("w-2"), 64);
+  EXPECT_GT(after.at("w-5"), after.at("w-0")) << "the faster worker takes more";
+  // Within the cool-down of that round: nothing, and when it ends, a requeue.
+  o.history = tidy.decisions;
+  o.now_ms = kNow + 10'000;
+  const Plan soon = Decide(o, spec);
+  EXPECT_TRUE(soon.decisions.empty()) << Dump(soon);
+  EXPECT_TRUE(SkippedFor(soon, "job", SkipReason::kCooldown));
+  // The tidy round spent none of the budget of one: a straggler still gets its round.
+  o.health.mutable_workers(3)->set_class_(v1::TRANSIENT);
+  o.health.mutable_workers(3)->set_score(1.6);
+  o.health.mutable_workers(3)->set_windows_slow(1);
+  const Plan straggler = Decide(o, spec);
+  const Decision* s3 = Find(straggler, "w-3");
+  ASSERT_NE(s3, nullptr) << Dump(straggler);
+  EXPECT_EQ(s3->rule, "antdt-nd:transient-adjust");
+}
+
+// A straggler sized on a window that straddled its slowdown is sized again once
+// a whole window at its new batch was measured (settle_ms), inside its
+// cool-down, and a restart is still weighed a cool-down after it was first
+// compensated.
+TEST(NdPolicy, AnUnderSizedStragglerIsSizedAgainAfterOneWindow) {
+  Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 2.0, 1}}));
+  PolicySpec spec = Spec(Policy::kAntdtNd);
+  spec.settle_ms = 2'500;
+  const Plan first = Decide(o, spec);
+  const Decision* d = Find(first, "w-3");
+  ASSERT_NE(d, nullptr) << Dump(first);
+  const int64_t sized = std::get<AdjustBatchSize>(d->action).local_batch_size;
+  // Applied; the first whole window at the new batch says it is still 1.5x slow.
+  o.history = first.decisions;
+  for (WorkerState& w : o.workers) w.local_batch_size = Batches(o, first).at(w.id);
+  o.health.mutable_workers(3)->set_score(1.5);
+  o.health.mutable_workers(3)->set_windows_slow(2);
+  o.now_ms = kNow + 2'000;
+  EXPECT_EQ(Find(Decide(o, spec), "w-3"), nullptr) << "not before a window at the new batch";
+  o.now_ms = kNow + 2'500;
+  const Plan again = Decide(o, spec);
+  SCOPED_TRACE(Dump(again));
+  const Decision* a = Find(again, "w-3");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->rule, "antdt-nd:transient-adjust");
+  EXPECT_LT(std::get<AdjustBatchSize>(a->action).local_batch_size, sized);
+  EXPECT_EQ(Sum(Batches(o, again)), 512);
+  // A cool-down after the first sizing (not the second), still slow: restarted.
+  o.history.insert(o.history.end(), again.decisions.begin(), again.decisions.end());
+  for (WorkerState& w : o.workers) w.local_batch_size = Batches(o, again).at(w.id);
+  o.health.mutable_workers(3)->set_score(1.0);
+  o.health.mutable_workers(3)->set_class_(v1::HEALTHY);
+  o.health.mutable_workers(3)->set_windows_slow(0);
+  o.health.mutable_workers(3)->set_samples_per_second(100);
+  o.health.mutable_workers(3)->set_median_bpt_seconds(0.1);  // capacity 10 vs 64 for peers
+  o.now_ms = kNow + kCooldown;
+  const Plan restart = Decide(o, spec);
+  EXPECT_EQ(Count(restart, "KILL_RESTART"), 1) << Dump(restart);
+}
+
 TEST(NdPolicy, RestartedWorkerIsNotRestartedWithinTheCooldown) {
   Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
   o.workers[3].last_restart_ms = kNow - 20'000;  // restarted by someone else
@@ -376,12 +451,14 @@ TEST(NdPolicy, BudgetIsRespected) {
   EXPECT_TRUE(SkippedFor(p, "w-3", SkipReason::kBudget));
 
   // An ADJUST_BS round is one intervention however many workers it resized:
-  // nine rounds of eight decisions leave one.
+  // nine rounds of eight decisions (a straggler's and seven around it) leave one.
   o.history.clear();
   for (int round = 0; round < 9; ++round) {
     for (int i = 0; i < 8; ++i) {
       o.history.push_back(Past(AdjustBatchSize{absl::StrCat("w-", i), 64, 1},
-                               600'000 + round * 100'000, "antdt-nd:rebalance", ""));
+                               600'000 + round * 100'000,
+                               i == 0 ? "antdt-nd:transient-adjust" : "antdt-nd:rebalance",
+                               i == 0 ? "w-0" : ""));
     }
   }
   // Two persistent stragglers: one restart fits, the other finds the budget spent.

@@ -404,12 +404,15 @@ absl::Status Sim::RestartElsewhere(const controller::WorkerState& member,
 }
 
 bool Sim::SendDirective(const std::string& node, const v1::Directive& directive) {
-  SimWorker* w = WorkerOn(node);
-  if (w == nullptr || !w->alive) return false;
+  SimWorker* w = WorkerNamed(directive.worker_id());
+  if (w == nullptr) w = WorkerOn(node);
+  if (w == nullptr) return false;
+  // As the local runner does, a worker being restarted keeps the batch and
+  // starts with it.
   if (directive.has_adjust_batch() && directive.adjust_batch().local_batch_size() > 0) {
     w->pending_batch = directive.adjust_batch().local_batch_size();
   }
-  return true;
+  return w->alive;
 }
 
 absl::Status Sim::ReleaseShards(const std::string& worker, int32_t incarnation) {
