@@ -27,7 +27,7 @@ std::string Hex(const unsigned char* data, size_t size) {
 
 // The token of a call's "authorization: Bearer <token>", or nullopt when it
 // carries none or another scheme.
-std::optional<absl::string_view> BearerToken(const grpc::ServerContext& context) {
+std::optional<absl::string_view> BearerToken(const grpc::ServerContextBase& context) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthorizationMetadata);
   if (it == metadata.end()) return std::nullopt;
@@ -103,7 +103,7 @@ bool DigestsMatch(absl::string_view a, absl::string_view b) {
   return !a.empty() && a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-grpc::Status TokenCheck::Check(const grpc::ServerContext& context) const {
+grpc::Status TokenCheck::Check(const grpc::ServerContextBase& context) const {
   if (token_.empty()) return grpc::Status::OK;
   if (!context.client_metadata().count(kAuthorizationMetadata)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,

@@ -50,7 +50,7 @@ class TokenCheck {
   bool enabled() const { return !token_.empty(); }
   // OK, UNAUTHENTICATED (no credential) or PERMISSION_DENIED (not the job's);
   // compared in constant time.
-  grpc::Status Check(const grpc::ServerContext& context) const;
+  grpc::Status Check(const grpc::ServerContextBase& context) const;
 
  private:
   std::string token_;

@@ -629,6 +629,17 @@ absl::StatusOr<std::optional<LeaseRow>> Ledger::EndedLease(const Dataset& ds,
   return row;
 }
 
+namespace {
+
+// A call under a lease that ended: refused, with what it committed.
+absl::Status NoLongerHeld(const LeaseRow& ended) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "token: lease ", ended.token, " is no longer held (", LeaseStateName(ended.state), "); ",
+      ended.committed, " records of the shard were committed under it"));
+}
+
+}  // namespace
+
 absl::Status Ledger::UnknownToken(const Dataset& ds, uint64_t token) const {
   if (token < next_token_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -721,7 +732,8 @@ absl::StatusOr<v1::CreateDatasetResponse> Ledger::CreateDataset(
   return resp;
 }
 
-absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireShardRequest& req) {
+Deferred<v1::AcquireShardResponse> Ledger::AcquireShardDeferred(
+    const v1::AcquireShardRequest& req) {
   RETURN_IF_ERROR(ValidateRef(req.dataset()));
   RETURN_IF_ERROR(ValidateName(req.worker_id(), "worker_id"));
   if (!req.request_id().empty()) RETURN_IF_ERROR(ValidateName(req.request_id(), "request_id"));
@@ -807,12 +819,10 @@ absl::StatusOr<v1::AcquireShardResponse> Ledger::AcquireShard(const v1::AcquireS
   }
   // A new lease need not be durable (IssueToken); what ended the epoch must
   // be before a worker is told there is no more data.
-  if (resp.result() == v1::AcquireShardResponse::END_OF_DATA) {
-    RETURN_IF_ERROR(store_->WaitDurable(seq));
-  } else if (issued.own_batch || issued.wait_seq != 0) {
-    RETURN_IF_ERROR(store_->WaitDurable(issued.own_batch ? seq : issued.wait_seq));
+  if (resp.result() == v1::AcquireShardResponse::END_OF_DATA || issued.own_batch) {
+    return {resp, seq};
   }
-  return resp;
+  return {resp, issued.wait_seq};
 }
 
 Ledger::IssuedToken Ledger::IssueToken(std::vector<Mutation>& batch) {
@@ -845,7 +855,7 @@ void Ledger::NoteAppended(uint64_t seq) {
   }
 }
 
-absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
+Deferred<v1::ReportProgressResponse> Ledger::ReportProgressDeferred(
     const v1::ReportProgressRequest& req) {
   RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.token() == 0) return absl::InvalidArgumentError("token: must not be 0");
@@ -890,22 +900,19 @@ absl::StatusOr<v1::ReportProgressResponse> Ledger::ReportProgress(
       ASSIGN_OR_RETURN(ended, EndedLease(ds, req.token()));
     }
   }
-  RETURN_IF_ERROR(store_->WaitDurable(seq));
   if (ended) {
     // Idempotent for what the lease committed before it ended; refused beyond.
     if (req.records_done() <= ended->committed) {
       resp.mutable_lease()->set_token(ended->token);
       resp.set_committed(ended->committed);
-      return resp;
+      return {resp, seq};
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "token: lease ", ended->token, " is no longer held (", LeaseStateName(ended->state), "); ",
-        ended->committed, " records of the shard were committed under it"));
+    return {NoLongerHeld(*ended), seq};
   }
-  return resp;
+  return {resp, seq};
 }
 
-absl::StatusOr<v1::CompleteShardResponse> Ledger::CompleteShard(
+Deferred<v1::CompleteShardResponse> Ledger::CompleteShardDeferred(
     const v1::CompleteShardRequest& req) {
   RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.token() == 0) return absl::InvalidArgumentError("token: must not be 0");
@@ -933,17 +940,14 @@ absl::StatusOr<v1::CompleteShardResponse> Ledger::CompleteShard(
       ASSIGN_OR_RETURN(ended, EndedLease(ds, req.token()));
     }
   }
-  RETURN_IF_ERROR(store_->WaitDurable(seq));
   if (ended) {
     if (ended->state == LeaseState::kCompleted) {
       resp.set_already_completed(true);
-      return resp;
+      return {resp, seq};
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "token: lease ", ended->token, " is no longer held (", LeaseStateName(ended->state), "); ",
-        ended->committed, " records of the shard were committed under it"));
+    return {NoLongerHeld(*ended), seq};
   }
-  return resp;
+  return {resp, seq};
 }
 
 absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(

@@ -74,6 +74,17 @@ struct DatasetStats {
   int64_t lease_expirations = 0;
 };
 
+// An answer, and the store batch that must be durable before it is given (0:
+// none). The Deferred calls return it for a server that answers without a
+// thread waiting (Store::OnDurable); the plain calls wait themselves.
+template <typename Resp>
+struct Deferred {
+  Deferred(absl::Status status) : result(std::move(status)) {}  // NOLINT: RETURN_IF_ERROR
+  Deferred(absl::StatusOr<Resp> r, uint64_t seq) : result(std::move(r)), durable_seq(seq) {}
+  absl::StatusOr<Resp> result;
+  uint64_t durable_seq = 0;
+};
+
 class Ledger {
  public:
   // Rebuilds state from `store` (a restart resumes where it stopped; leases
@@ -82,9 +93,21 @@ class Ledger {
                                                       LedgerOptions options);
 
   absl::StatusOr<v1::CreateDatasetResponse> CreateDataset(const v1::CreateDatasetRequest& req);
-  absl::StatusOr<v1::AcquireShardResponse> AcquireShard(const v1::AcquireShardRequest& req);
-  absl::StatusOr<v1::ReportProgressResponse> ReportProgress(const v1::ReportProgressRequest& req);
-  absl::StatusOr<v1::CompleteShardResponse> CompleteShard(const v1::CompleteShardRequest& req);
+  absl::StatusOr<v1::AcquireShardResponse> AcquireShard(const v1::AcquireShardRequest& req) {
+    return Await(AcquireShardDeferred(req));
+  }
+  absl::StatusOr<v1::ReportProgressResponse> ReportProgress(const v1::ReportProgressRequest& req) {
+    return Await(ReportProgressDeferred(req));
+  }
+  absl::StatusOr<v1::CompleteShardResponse> CompleteShard(const v1::CompleteShardRequest& req) {
+    return Await(CompleteShardDeferred(req));
+  }
+  // The calls of every step, for a server that does not hold a thread while
+  // the group commit runs.
+  Deferred<v1::AcquireShardResponse> AcquireShardDeferred(const v1::AcquireShardRequest& req);
+  Deferred<v1::ReportProgressResponse> ReportProgressDeferred(const v1::ReportProgressRequest& req);
+  Deferred<v1::CompleteShardResponse> CompleteShardDeferred(const v1::CompleteShardRequest& req);
+  Store* store() const { return store_; }
   absl::StatusOr<v1::ReleaseWorkerResponse> ReleaseWorker(const v1::ReleaseWorkerRequest& req);
   absl::StatusOr<v1::CheckpointResponse> Checkpoint(const v1::CheckpointRequest& req);
   absl::StatusOr<v1::RestoreResponse> Restore(const v1::RestoreRequest& req);
@@ -101,6 +124,13 @@ class Ledger {
 
  private:
   Ledger(Store* store, const Clock* clock, LedgerOptions options);
+  template <typename Resp>
+  absl::StatusOr<Resp> Await(Deferred<Resp> d) const {
+    if (d.durable_seq != 0) {
+      if (absl::Status s = store_->WaitDurable(d.durable_seq); !s.ok()) return s;
+    }
+    return std::move(d.result);
+  }
   absl::Status Recover();
   // RESOURCE_EXHAUSTED when one more dataset of `shards` shards passes a
   // service total. With mu_ held.

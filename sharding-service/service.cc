@@ -29,25 +29,58 @@ ShardingServiceImpl::ShardingServiceImpl(Ledger* ledger, prometheus::Registry& r
                                         0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                         0.05, 0.1, 0.25, 1})) {}
 
+grpc::Status ShardingServiceImpl::Authorize(const grpc::ServerContextBase& context,
+                                            const char* method) {
+  grpc::Status refused = auth_.Check(context);
+  if (refused.ok()) return refused;
+  const bool missing = refused.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+  refusals_.Add({{"method", method}, {"reason", missing ? "missing" : "wrong"}}).Increment();
+  rpcs_.Add({{"method", method}, {"code", missing ? "UNAUTHENTICATED" : "PERMISSION_DENIED"}})
+      .Increment();
+  LogEvent(
+      "auth_refused",
+      {{"method", method}, {"reason", missing ? "missing" : "wrong"}, {"peer", context.peer()}});
+  return refused;
+}
+
+void ShardingServiceImpl::Count(const char* method, const absl::Status& status) {
+  rpcs_.Add({{"method", method}, {"code", absl::StatusCodeToString(status.code())}}).Increment();
+}
+
 template <typename Resp, typename Fn>
 grpc::Status ShardingServiceImpl::Handle(grpc::ServerContext* context, const char* method,
                                          Resp* resp, Fn&& fn) {
-  if (grpc::Status refused = auth_.Check(*context); !refused.ok()) {
-    const bool missing = refused.error_code() == grpc::StatusCode::UNAUTHENTICATED;
-    refusals_.Add({{"method", method}, {"reason", missing ? "missing" : "wrong"}}).Increment();
-    rpcs_.Add({{"method", method}, {"code", missing ? "UNAUTHENTICATED" : "PERMISSION_DENIED"}})
-        .Increment();
-    LogEvent(
-        "auth_refused",
-        {{"method", method}, {"reason", missing ? "missing" : "wrong"}, {"peer", context->peer()}});
-    return refused;
-  }
+  if (grpc::Status refused = Authorize(*context, method); !refused.ok()) return refused;
   absl::StatusOr<Resp> result = fn();
-  grpc::Status status = ToGrpcStatus(result.status());
-  rpcs_.Add({{"method", method}, {"code", absl::StatusCodeToString(result.status().code())}})
-      .Increment();
+  Count(method, result.status());
   if (result.ok()) *resp = std::move(result).value();
-  return status;
+  return ToGrpcStatus(result.status());
+}
+
+template <typename Resp, typename Fn>
+grpc::ServerUnaryReactor* ShardingServiceImpl::HandleDeferred(grpc::CallbackServerContext* context,
+                                                              const char* method, Resp* resp,
+                                                              Fn&& fn, std::function<void()> done) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status refused = Authorize(*context, method); !refused.ok()) {
+    reactor->Finish(refused);
+    return reactor;
+  }
+  Deferred<Resp> answer = fn();
+  auto finish = [this, reactor, resp, method, done = std::move(done),
+                 result = std::move(answer.result)](absl::Status durable) mutable {
+    const absl::Status status = durable.ok() ? result.status() : durable;
+    Count(method, status);
+    if (status.ok()) *resp = std::move(result).value();
+    if (done) done();
+    reactor->Finish(ToGrpcStatus(status));
+  };
+  if (answer.durable_seq == 0) {
+    finish(absl::OkStatus());
+  } else {
+    ledger_->store()->OnDurable(answer.durable_seq, std::move(finish));
+  }
+  return reactor;
 }
 
 grpc::Status ShardingServiceImpl::CreateDataset(grpc::ServerContext* context,
@@ -56,27 +89,30 @@ grpc::Status ShardingServiceImpl::CreateDataset(grpc::ServerContext* context,
   return Handle(context, "CreateDataset", resp, [&] { return ledger_->CreateDataset(*req); });
 }
 
-grpc::Status ShardingServiceImpl::AcquireShard(grpc::ServerContext* context,
-                                               const v1::AcquireShardRequest* req,
-                                               v1::AcquireShardResponse* resp) {
-  auto start = std::chrono::steady_clock::now();
-  grpc::Status s =
-      Handle(context, "AcquireShard", resp, [&] { return ledger_->AcquireShard(*req); });
-  acquire_latency_.Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return s;
+grpc::ServerUnaryReactor* ShardingServiceImpl::AcquireShard(grpc::CallbackServerContext* context,
+                                                            const v1::AcquireShardRequest* req,
+                                                            v1::AcquireShardResponse* resp) {
+  const auto start = std::chrono::steady_clock::now();
+  return HandleDeferred(
+      context, "AcquireShard", resp, [&] { return ledger_->AcquireShardDeferred(*req); },
+      [this, start] {
+        acquire_latency_.Observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      });
 }
 
-grpc::Status ShardingServiceImpl::ReportProgress(grpc::ServerContext* context,
-                                                 const v1::ReportProgressRequest* req,
-                                                 v1::ReportProgressResponse* resp) {
-  return Handle(context, "ReportProgress", resp, [&] { return ledger_->ReportProgress(*req); });
+grpc::ServerUnaryReactor* ShardingServiceImpl::ReportProgress(grpc::CallbackServerContext* context,
+                                                              const v1::ReportProgressRequest* req,
+                                                              v1::ReportProgressResponse* resp) {
+  return HandleDeferred(context, "ReportProgress", resp,
+                        [&] { return ledger_->ReportProgressDeferred(*req); });
 }
 
-grpc::Status ShardingServiceImpl::CompleteShard(grpc::ServerContext* context,
-                                                const v1::CompleteShardRequest* req,
-                                                v1::CompleteShardResponse* resp) {
-  return Handle(context, "CompleteShard", resp, [&] { return ledger_->CompleteShard(*req); });
+grpc::ServerUnaryReactor* ShardingServiceImpl::CompleteShard(grpc::CallbackServerContext* context,
+                                                             const v1::CompleteShardRequest* req,
+                                                             v1::CompleteShardResponse* resp) {
+  return HandleDeferred(context, "CompleteShard", resp,
+                        [&] { return ledger_->CompleteShardDeferred(*req); });
 }
 
 grpc::Status ShardingServiceImpl::ReleaseWorker(grpc::ServerContext* context,

@@ -2,6 +2,7 @@
 // records per-call metrics. Owns no state of its own.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "antdt/v1/sharding.grpc.pb.h"
@@ -14,19 +15,29 @@
 
 namespace antdt::sharding {
 
-class ShardingServiceImpl final : public v1::ShardingService::Service {
+// The calls of every step (AcquireShard, ReportProgress, CompleteShard) use
+// gRPC's callback API: a call waiting for the group commit holds no thread, and
+// is answered by whichever thread commits (Store::OnDurable).
+using ShardingServiceBase = v1::ShardingService::WithCallbackMethod_AcquireShard<
+    v1::ShardingService::WithCallbackMethod_ReportProgress<
+        v1::ShardingService::WithCallbackMethod_CompleteShard<v1::ShardingService::Service>>>;
+
+class ShardingServiceImpl final : public ShardingServiceBase {
  public:
   // `auth`: every call must carry the job's credential (off: none checked).
   ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry, TokenCheck auth = {});
 
   grpc::Status CreateDataset(grpc::ServerContext*, const v1::CreateDatasetRequest* req,
                              v1::CreateDatasetResponse* resp) override;
-  grpc::Status AcquireShard(grpc::ServerContext*, const v1::AcquireShardRequest* req,
-                            v1::AcquireShardResponse* resp) override;
-  grpc::Status ReportProgress(grpc::ServerContext*, const v1::ReportProgressRequest* req,
-                              v1::ReportProgressResponse* resp) override;
-  grpc::Status CompleteShard(grpc::ServerContext*, const v1::CompleteShardRequest* req,
-                             v1::CompleteShardResponse* resp) override;
+  grpc::ServerUnaryReactor* AcquireShard(grpc::CallbackServerContext*,
+                                         const v1::AcquireShardRequest* req,
+                                         v1::AcquireShardResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext*,
+                                           const v1::ReportProgressRequest* req,
+                                           v1::ReportProgressResponse* resp) override;
+  grpc::ServerUnaryReactor* CompleteShard(grpc::CallbackServerContext*,
+                                          const v1::CompleteShardRequest* req,
+                                          v1::CompleteShardResponse* resp) override;
   grpc::Status ReleaseWorker(grpc::ServerContext*, const v1::ReleaseWorkerRequest* req,
                              v1::ReleaseWorkerResponse* resp) override;
   grpc::Status Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
@@ -37,8 +48,16 @@ class ShardingServiceImpl final : public v1::ShardingService::Service {
                            v1::GetProgressResponse* resp) override;
 
  private:
+  // UNAUTHENTICATED or PERMISSION_DENIED (counted and logged) or OK.
+  grpc::Status Authorize(const grpc::ServerContextBase& context, const char* method);
+  void Count(const char* method, const absl::Status& status);
   template <typename Resp, typename Fn>
   grpc::Status Handle(grpc::ServerContext* context, const char* method, Resp* resp, Fn&& fn);
+  // Answers once the ledger's batch is durable; `done` (if set) runs just before.
+  template <typename Resp, typename Fn>
+  grpc::ServerUnaryReactor* HandleDeferred(grpc::CallbackServerContext* context, const char* method,
+                                           Resp* resp, Fn&& fn,
+                                           std::function<void()> done = nullptr);
 
   Ledger* const ledger_;
   const TokenCheck auth_;

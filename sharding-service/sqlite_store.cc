@@ -166,10 +166,13 @@ SqliteStore::~SqliteStore() {
   }
   pending_cv_.notify_all();
   if (writer_thread_.joinable()) writer_thread_.join();
+  std::multimap<uint64_t, std::function<void(absl::Status)>> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
     WakeWaiters(UINT64_MAX);  // anyone left sees the store stopping
+    left.swap(callbacks_);
   }
+  for (auto& [seq, fn] : left) fn(absl::UnavailableError("store is shutting down"));
   if (stmts_) {
     for (sqlite3_stmt* s : stmts_->all()) sqlite3_finalize(s);
   }
@@ -283,6 +286,19 @@ void SqliteStore::WakeWaiters(uint64_t upto) {
   }
 }
 
+void SqliteStore::OnDurable(uint64_t seq, std::function<void(absl::Status)> done) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (durable_seq_ >= seq || stop_) {
+    const bool durable = durable_seq_ >= seq;
+    lock.unlock();
+    done(durable ? absl::OkStatus() : absl::UnavailableError("store is shutting down"));
+    return;
+  }
+  callbacks_.emplace(seq, std::move(done));
+  // Lead while calls are left waiting and no one else commits.
+  while (!committing_ && !stop_ && !callbacks_.empty()) CommitPending(lock);
+}
+
 void SqliteStore::CommitPending(std::unique_lock<std::mutex>& lock) {
   committing_ = true;
   std::vector<Mutation> batch;
@@ -307,7 +323,16 @@ void SqliteStore::CommitPending(std::unique_lock<std::mutex>& lock) {
   durable_seq_ = upto;
   ++commits_;
   WakeWaiters(upto);
-  pending_cv_.notify_all();
+  pending_cv_.notify_all();  // the writer commits for callbacks left, if no one else
+  std::vector<std::function<void(absl::Status)>> done;
+  while (!callbacks_.empty() && callbacks_.begin()->first <= upto) {
+    done.push_back(std::move(callbacks_.begin()->second));
+    callbacks_.erase(callbacks_.begin());
+  }
+  if (done.empty()) return;
+  lock.unlock();
+  for (auto& fn : done) fn(absl::OkStatus());
+  lock.lock();
 }
 
 void SqliteStore::Apply(const Mutation& m) {
@@ -378,7 +403,8 @@ void SqliteStore::WriterLoop() {
     pending_cv_.wait(lock, [&] { return stop_ || appended_seq_ > durable_seq_; });
     if (!stop_) {
       pending_cv_.wait_until(lock, first_pending_ + kLazyDelay, [&] {
-        return stop_ || appended_seq_ == durable_seq_ || pending_.size() >= kLazyMutations;
+        return stop_ || appended_seq_ == durable_seq_ || pending_.size() >= kLazyMutations ||
+               !callbacks_.empty();
       });
     }
     if (committing_) {

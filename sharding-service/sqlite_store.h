@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,9 @@ class SqliteStore final : public Store {
   uint64_t Append(std::vector<Mutation> batch) override;
   uint64_t LastSeq() const override;
   absl::Status WaitDurable(uint64_t seq) override;
+  // Commits on the calling thread when no commit is under way (as
+  // WaitDurable's leader does), else leaves `done` to whoever commits next.
+  void OnDurable(uint64_t seq, std::function<void(absl::Status)> done) override;
   absl::StatusOr<std::optional<LeaseRow>> ReadLease(uint64_t token) override;
   absl::StatusOr<std::optional<std::string>> ReadCheckpoint(int64_t dataset_id,
                                                             int64_t step) override;
@@ -64,6 +68,7 @@ class SqliteStore final : public Store {
   void CommitPending(std::unique_lock<std::mutex>& lock);
   bool committing_ = false;                   // a CommitPending() is under way
   std::multimap<uint64_t, Waiter*> waiters_;  // by the sequence number awaited
+  std::multimap<uint64_t, std::function<void(absl::Status)>> callbacks_;  // OnDurable's
   // Batches no one waits for are committed within kLazyDelay, or once
   // kLazyMutations are queued.
   static constexpr std::chrono::milliseconds kLazyDelay{20};

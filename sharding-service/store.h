@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -104,6 +105,11 @@ class Store {
   virtual uint64_t LastSeq() const = 0;
   // Blocks until every batch up to `seq` is durable.
   virtual absl::Status WaitDurable(uint64_t seq) = 0;
+  // Calls `done` once every batch up to `seq` is durable (or the store cannot
+  // make it so), on this thread or one that commits; it must not block.
+  virtual void OnDurable(uint64_t seq, std::function<void(absl::Status)> done) {
+    done(WaitDurable(seq));
+  }
   // An ended lease, for idempotent answers on stale tokens.
   virtual absl::StatusOr<std::optional<LeaseRow>> ReadLease(uint64_t token) = 0;
   virtual absl::StatusOr<std::optional<std::string>> ReadCheckpoint(int64_t dataset_id,
