@@ -15,6 +15,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/config.h"
 #include "common/testing/testing.h"
+#include "tests/example_job.h"
 
 namespace antdt {
 namespace {
@@ -31,25 +32,8 @@ using antdt::testing::TempDir;
 constexpr double kLogLossTolerance = 0.03;
 constexpr double kAccuracyTolerance = 0.05;
 
-// The file's text; empty when it cannot be read (the test then fails saying so).
-std::string Read(const std::string& path) { return ReadFile(path).value_or(""); }
-
-// examples/jobs/NAME.yaml with `records` records and its scenario by absolute
-// path, written into `dir`; fails the test when the example no longer has the
-// lines replaced.
-std::string SmallJob(const TempDir& dir, const std::string& name, const std::string& records_line,
-                     int64_t records) {
-  const std::string job = Read(SourcePath("examples/jobs/" + name + ".yaml"));
-  const std::string scenario_line = "scenario: ../scenarios/" + name + ".yaml";
-  EXPECT_NE(job.find(records_line), std::string::npos) << job;
-  EXPECT_NE(job.find(scenario_line), std::string::npos) << job;
-  const std::string small = absl::StrReplaceAll(
-      job, {{records_line, absl::StrCat("records: ", records)},
-            {scenario_line, "scenario: " + SourcePath("examples/scenarios/" + name + ".yaml")}});
-  const std::string path = dir.File(name + ".yaml");
-  EXPECT_TRUE(WriteFileAtomically(path, small).ok()) << path;
-  return path;
-}
+using antdt::testing::SmallJob;
+constexpr auto Read = antdt::testing::ReadText;
 
 // Runs the benchmark and checks every policy's held-out figures against the
 // no-slowdown run's.

@@ -151,7 +151,10 @@ absl::Status ControlLoop::Execute(const controller::Plan& plan) {
 
 bool ControlLoop::TakeTurn() {
   const int64_t now = clock_->NowMillis();
-  if (now < next_run_ms_) return false;
+  const int64_t windows = backend_->WindowsClosed();
+  const bool fresh = windows > windows_seen_ && windows_seen_ >= 0;
+  windows_seen_ = std::max(windows_seen_, windows);
+  if (now < next_run_ms_ && !fresh) return false;
   next_run_ms_ = now + options_.interval_ms;
   return true;
 }

@@ -61,6 +61,9 @@ class Backend {
   // ---- Observe
   // The Monitor's view of the job; nullopt while nothing has been reported.
   virtual std::optional<v1::GetJobHealthResponse> Health() = 0;
+  // Windows the Monitor has closed for the job so far; -1 when not known. A
+  // new one is a turn of the loop at once (its news is freshest then).
+  virtual int64_t WindowsClosed() { return -1; }
   // The job's workers and parameter servers as they are now (alive: running as
   // desired; node: where).
   virtual std::vector<controller::WorkerState> Members() = 0;
@@ -134,8 +137,9 @@ class ControlLoop {
   void Seed(std::vector<controller::Decision> decisions);
   const std::vector<controller::Decision>& history() const { return history_; }
 
-  // True when a decision is due now (every interval_ms), and the next one is
-  // then scheduled. RunOnce takes its turn itself; a backend that commits
+  // True when a decision is due now (every interval_ms, or at once when the
+  // Monitor closed a window since the last turn), and the next one is then
+  // scheduled. RunOnce takes its turn itself; a backend that commits
   // between deciding and executing (the operator) calls this, Observe, Decide
   // and Execute in turn.
   bool TakeTurn();
@@ -177,6 +181,7 @@ class ControlLoop {
   std::vector<controller::WorkerState> observed_members_;   // of the last Observe()
   std::unordered_map<std::string, size_t> observed_index_;  // id -> index in it
   int64_t next_run_ms_ = 0;
+  int64_t windows_seen_ = -1;  // Backend::WindowsClosed() at the last turn
   int64_t directive_version_ = 0;
   // Restarts in flight: member id -> (incarnation it restarts from, when).
   std::map<std::string, std::pair<int32_t, int64_t>> relaunching_;

@@ -22,6 +22,8 @@ class FakeBackend : public Backend {
   bool deliver = true;
 
   std::optional<v1::GetJobHealthResponse> Health() override { return health; }
+  int64_t WindowsClosed() override { return windows; }
+  int64_t windows = -1;
   std::vector<controller::WorkerState> Members() override { return members; }
   std::vector<controller::NodeState> Nodes() override { return nodes; }
   double RemainingSeconds() override { return remaining; }
@@ -193,6 +195,26 @@ TEST(ControlLoop, DecidesOnlyWhenDueAndOnlyWithAView) {
   plan = loop.RunOnce();
   EXPECT_FALSE(plan->decisions.empty());
   EXPECT_FALSE(b.calls.empty());
+}
+
+// A window the Monitor closes is a turn at once, between the interval's
+// turns: its news is freshest then.
+TEST(ControlLoop, ANewWindowIsATurnAtOnce) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  b.windows = 0;
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
+  ASSERT_TRUE(loop.RunOnce().ok());  // the first turn: nothing reported yet
+  Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
+  clock.Advance(1'000);
+  EXPECT_TRUE(loop.RunOnce()->decisions.empty()) << "no new window, 4 s before the interval";
+  b.windows = 1;
+  clock.Advance(200);
+  EXPECT_FALSE(loop.RunOnce()->decisions.empty()) << "window 1 closed: a turn";
+  const size_t calls = b.calls.size();
+  clock.Advance(200);
+  EXPECT_TRUE(loop.RunOnce()->decisions.empty()) << "the same window: no second turn";
+  EXPECT_EQ(b.calls.size(), calls);
 }
 
 TEST(ControlLoop, PersistentStragglerRestartedOnSpareAndRelaunchTimeMeasured) {

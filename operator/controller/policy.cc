@@ -206,6 +206,17 @@ class Planner {
         if (last == nullptr || d.at_ms >= last->at_ms) last = &d;
       }
     }
+    // The history is in time order: each subject's trailing run of own
+    // straggler ADJUST_BS decisions, from its first.
+    for (const Decision& d : o_.history) {
+      if (d.subject.empty()) continue;
+      if (std::holds_alternative<AdjustBatchSize>(d.action) &&
+          (d.rule == kNdTransientAdjust || d.rule == kNdPersistentAdjust)) {
+        compensated_since_.try_emplace(d.subject, d.at_ms);
+      } else {
+        compensated_since_.erase(d.subject);
+      }
+    }
     // Interventions so far: each restart and backup decision, and each ADJUST_BS
     // round (its decisions share at_ms) once, per job and per rule.
     std::set<int64_t> rounds;
@@ -411,22 +422,8 @@ class Planner {
 
   // When the member's trailing run of own straggler ADJUST_BS decisions began.
   int64_t CompensatedSince(const std::string& id) const {
-    std::vector<const Decision*> own;
-    for (const Decision& d : o_.history) {
-      if (d.subject == id) own.push_back(&d);
-    }
-    std::stable_sort(own.begin(), own.end(),
-                     [](const Decision* a, const Decision* b) { return a->at_ms < b->at_ms; });
-    int64_t since = kNever;
-    for (auto it = own.rbegin(); it != own.rend(); ++it) {
-      const Decision& d = **it;
-      if (!std::holds_alternative<AdjustBatchSize>(d.action) ||
-          (d.rule != kNdTransientAdjust && d.rule != kNdPersistentAdjust)) {
-        break;
-      }
-      since = d.at_ms;
-    }
-    return since;
+    auto it = compensated_since_.find(id);
+    return it == compensated_since_.end() ? kNever : it->second;
   }
 
   // A straggler sized on a window that began before its slowdown was sized
@@ -938,7 +935,8 @@ class Planner {
   std::set<std::string> fresh_;                      // workers restarted in this plan
   int used_ = 0;                                     // job interventions, history + plan
   std::map<std::string, int> used_by_rule_;
-  int64_t last_round_ms_ = kNever;  // the last ADJUST_BS round in history
+  int64_t last_round_ms_ = kNever;                    // the last ADJUST_BS round in history
+  std::map<std::string, int64_t> compensated_since_;  // see CompensatedSince
   int64_t global_batch_ = 0;
 };
 

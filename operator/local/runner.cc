@@ -85,6 +85,9 @@ class Runner final : public control::Backend {
 
   // ---- control::Backend
   std::optional<v1::GetJobHealthResponse> Health() override;
+  int64_t WindowsClosed() override {
+    return monitor_->hub().WindowsClosed(job_.namespace_, job_.name);
+  }
   std::vector<controller::WorkerState> Members() override {
     std::vector<controller::WorkerState> members = workers_->Members();
     for (controller::WorkerState& m : servers_->Members()) members.push_back(std::move(m));

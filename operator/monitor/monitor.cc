@@ -660,6 +660,11 @@ void Monitor::Attribute(const Member& member, const Majorities& majorities, int6
   health.set_cause(StrongestCause(signals));
 }
 
+int64_t Monitor::WindowsClosed(const std::string& job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? 0 : it->second.windows_closed;
+}
+
 v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t now_ms) const {
   v1::GetJobHealthResponse response;
   response.set_job(job_name);

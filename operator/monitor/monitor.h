@@ -251,6 +251,8 @@ class Monitor {
   // Members with at least one closed window, sorted by worker id. An unknown
   // job answers an empty response.
   v1::GetJobHealthResponse Health(const std::string& job, int64_t now_ms) const;
+  // Windows closed so far for `job` (Health's `window`), 0 for an unknown job.
+  int64_t WindowsClosed(const std::string& job) const;
   std::vector<std::string> Jobs() const;  // sorted
   // Drops everything about `job` (it ended, or was deleted): its members,
   // windows and history; a later report starts it again.

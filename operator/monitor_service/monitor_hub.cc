@@ -241,6 +241,11 @@ absl::StatusOr<v1::GetJobHealthResponse> MonitorHub::Health(const std::string& n
   return absl::NotFoundError(absl::StrCat("job: no reports seen for job ", JobKey(ns, name)));
 }
 
+int64_t MonitorHub::WindowsClosed(const std::string& ns, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::max(monitor_.WindowsClosed(JobKey(ns, name)), monitor_.WindowsClosed(name));
+}
+
 void MonitorHub::Tick() {
   std::vector<std::pair<std::shared_ptr<AgentStream>, v1::MonitorMessage>> outbox;
   {

@@ -78,6 +78,8 @@ class MonitorHub {
   // INVALID_ARGUMENT for an empty name, NOT_FOUND for a job with no reports.
   absl::StatusOr<v1::GetJobHealthResponse> Health(const std::string& ns,
                                                   const std::string& name) const;
+  // Windows closed so far for that job (the same lookup), 0 when none.
+  int64_t WindowsClosed(const std::string& ns, const std::string& name) const;
   // Forgets the job known by `job_key` (JobKey(namespace, name), or a bare
   // name): Monitor::Forget; its series leave /metrics.
   void ForgetJob(const std::string& job_key);

@@ -97,6 +97,7 @@ class Sim final : public control::Backend {
   absl::StatusOr<SimResult> Run();
 
   // ---- control::Backend
+  int64_t WindowsClosed() override { return monitor_->WindowsClosed(key_); }
   std::optional<v1::GetJobHealthResponse> Health() override {
     v1::GetJobHealthResponse h = monitor_->Health(key_, UnixNow());
     if (h.workers_size() == 0) return std::nullopt;
