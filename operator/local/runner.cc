@@ -86,6 +86,7 @@ class Runner final : public control::Backend {
   // ---- control::Backend
   std::optional<v1::GetJobHealthResponse> Health() override;
   int64_t WindowsClosed() override {
+    if (monitor_ == nullptr) return -1;  // the loop starts before the Monitor
     return monitor_->hub().WindowsClosed(job_.namespace_, job_.name);
   }
   std::vector<controller::WorkerState> Members() override {
