@@ -207,8 +207,8 @@ TEST(NdPolicy, EachKindLeadsToItsAction) {
       {"leader", Eight({{"w-3", v1::LEADER, 0.7, 0}}), "ADJUST_BS", "w-3",
        "antdt-nd:leader-adjust"},
       {"noise",
-       Eight({Healthy("w-0", 0.93), Healthy("w-1", 1.07), Healthy("w-2", 0.95), Healthy("w-3", 1.05),
-              Healthy("w-4", 1.06), Healthy("w-5", 0.94)}),
+       Eight({Healthy("w-0", 0.93), Healthy("w-1", 1.07), Healthy("w-2", 0.95),
+              Healthy("w-3", 1.05), Healthy("w-4", 1.06), Healthy("w-5", 0.94)}),
        "", "", ""},
       {"job slowdown", Eight({{"w-3", v1::PERSISTENT, 2.0, 4}, {"w-4", v1::TRANSIENT, 1.5, 1}}), "",
        "", "", true},
@@ -455,10 +455,9 @@ TEST(NdPolicy, BudgetIsRespected) {
   o.history.clear();
   for (int round = 0; round < 9; ++round) {
     for (int i = 0; i < 8; ++i) {
-      o.history.push_back(Past(AdjustBatchSize{absl::StrCat("w-", i), 64, 1},
-                               600'000 + round * 100'000,
-                               i == 0 ? "antdt-nd:transient-adjust" : "antdt-nd:rebalance",
-                               i == 0 ? "w-0" : ""));
+      o.history.push_back(
+          Past(AdjustBatchSize{absl::StrCat("w-", i), 64, 1}, 600'000 + round * 100'000,
+               i == 0 ? "antdt-nd:transient-adjust" : "antdt-nd:rebalance", i == 0 ? "w-0" : ""));
     }
   }
   // Two persistent stragglers: one restart fits, the other finds the budget spent.
