@@ -484,8 +484,11 @@ bool Runner::SendDirective(const std::string& node, const v1::Directive& directi
   WorkerSlot* w = workers_->Find(directive.worker_id());
   if (w == nullptr || w->done) return false;
   w->local_batch = directive.adjust_batch().local_batch_size();
-  if (monitor_->hub().SendDirective(node, directive)) return true;
-  Event("directive for " + w->id + " not delivered: agent of " + node + " not connected");
+  // The worker's node now: a plan that restarts a worker elsewhere and then
+  // sizes it names the node it was observed on, which it has just left.
+  const std::string& at = w->node.empty() ? node : w->node;
+  if (monitor_->hub().SendDirective(at, directive)) return true;
+  Event("directive for " + w->id + " not delivered: agent of " + at + " not connected");
   return false;
 }
 
