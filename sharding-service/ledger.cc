@@ -815,7 +815,7 @@ Deferred<v1::AcquireShardResponse> Ledger::AcquireShardDeferred(
       resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
     }
     seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
-    NoteAppended(seq);
+    NoteAppended(seq, issued);
   }
   // A new lease need not be durable (IssueToken); what ended the epoch must
   // be before a worker is told there is no more data.
@@ -834,7 +834,7 @@ Ledger::IssuedToken Ledger::IssueToken(std::vector<Mutation>& batch) {
   if (next_token_ + kRange / 2 > token_bound_) {
     token_bound_ = std::max(token_bound_, next_token_) + kRange;
     batch.push_back(NextToken{token_bound_});
-    reserving_ = true;
+    out.reserved = true;
   }
   if (out.token < recovered_bound_) return out;
   auto it = std::find_if(reservations_.begin(), reservations_.end(),
@@ -847,9 +847,8 @@ Ledger::IssuedToken Ledger::IssueToken(std::vector<Mutation>& batch) {
   return out;
 }
 
-void Ledger::NoteAppended(uint64_t seq) {
-  if (reserving_) reservations_.emplace_back(token_bound_, seq);
-  reserving_ = false;
+void Ledger::NoteAppended(uint64_t seq, const IssuedToken& issued) {
+  if (issued.reserved) reservations_.emplace_back(token_bound_, seq);
   while (!reservations_.empty() && reservations_.front().first <= next_token_) {
     reservations_.pop_front();
   }

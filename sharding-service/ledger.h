@@ -164,14 +164,14 @@ class Ledger {
     uint64_t token = 0;
     uint64_t wait_seq = 0;   // the batch that reserved it; 0: durable already
     bool own_batch = false;  // reserved by the batch being built
+    bool reserved = false;   // the batch being built carries the next range
   };
   // With mu_ held; appends a reservation to `batch` when the range runs low.
   IssuedToken IssueToken(std::vector<Mutation>& batch);
   // With mu_ held, after the batch of an IssueToken() was appended as `seq`.
-  void NoteAppended(uint64_t seq);
+  void NoteAppended(uint64_t seq, const IssuedToken& issued);
   uint64_t recovered_bound_ = 1;  // tokens below it were reserved before this process
   uint64_t token_bound_ = 1;      // end of the ranges reserved (appended)
-  bool reserving_ = false;        // the batch being built carries a reservation
   // Reservations still needed, (range end, batch), oldest first.
   std::deque<std::pair<uint64_t, uint64_t>> reservations_;
 };

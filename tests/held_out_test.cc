@@ -32,8 +32,8 @@ using antdt::testing::TempDir;
 constexpr double kLogLossTolerance = 0.03;
 constexpr double kAccuracyTolerance = 0.05;
 
+using antdt::testing::ReadText;
 using antdt::testing::SmallJob;
-constexpr auto Read = antdt::testing::ReadText;
 
 // Runs the benchmark and checks every policy's held-out figures against the
 // no-slowdown run's.
@@ -45,9 +45,9 @@ void ExpectNotWorse(const std::string& name, const std::string& records_line, in
                  "--out", dir.File("out")},
                 dir.File("bench.log"));
   auto status = bench.Wait(std::chrono::seconds(300));
-  ASSERT_TRUE(status) << "antdt bench did not finish:\n" << Read(dir.File("bench.log"));
-  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << Read(dir.File("bench.log"));
-  const nlohmann::json out = nlohmann::json::parse(Read(dir.File("out/results.json")));
+  ASSERT_TRUE(status) << "antdt bench did not finish:\n" << ReadText(dir.File("bench.log"));
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << ReadText(dir.File("bench.log"));
+  const nlohmann::json out = nlohmann::json::parse(ReadText(dir.File("out/results.json")));
   const nlohmann::json& results = out["results"];
   ASSERT_GE(results.size(), 2u) << out.dump(2);
   const nlohmann::json& ideal = results[0];

@@ -313,19 +313,16 @@ class Planner {
           last != nullptr && std::holds_alternative<AdjustBatchSize>(last->action) &&
           (last->rule == kNdTransientAdjust || last->rule == kNdPersistentAdjust);
       const bool interesting = straggler || cls == v1::LEADER || compensated;
-      if (InCooldown(m) && compensated) {
-        // A restart is weighed once it has been compensated for a cool-down,
-        // however often its batch was re-sized since.
-        if (CompensatedSince(m.id()) + spec_.cooldown_ms > o_.now_ms && straggler &&
-            Resettled(m, *last)) {
-          subjects[m.id()] = {last->rule, absl::StrCat(Summary(m),
-                                                       ", still slow one window after its batch "
-                                                       "was sized: sized again")};
-          continue;
-        }
+      // A restart is weighed once it has been compensated for a cool-down,
+      // however often its batch was re-sized since.
+      const bool proven = compensated && CompensatedSince(m.id()) + spec_.cooldown_ms <= o_.now_ms;
+      if (!proven && compensated && straggler && InCooldown(*last) && Resettled(m, *last)) {
+        subjects[m.id()] = {last->rule, absl::StrCat(Summary(m),
+                                                     ", still slow one window after its batch "
+                                                     "was sized: sized again")};
+        continue;
       }
-      if (!(compensated && CompensatedSince(m.id()) + spec_.cooldown_ms <= o_.now_ms) &&
-          !OutOfCooldown(m, interesting ? Summary(m) : "")) {
+      if (!proven && !OutOfCooldown(m, interesting ? Summary(m) : "")) {
         frozen.insert(m.id());
         continue;
       }
@@ -415,10 +412,9 @@ class Planner {
                        " (>= ", Num(1 + kTidyMargin), "): batches in proportion to speed"));
   }
 
-  bool InCooldown(const Member& m) const {
-    const Decision* last = LastOwn(m.id());
-    return last != nullptr && last->at_ms + RuleCooldown(last->rule) > o_.now_ms;
-  }
+  // When the cool-down of a member's own decision ends.
+  int64_t CooldownEnd(const Decision& own) const { return own.at_ms + RuleCooldown(own.rule); }
+  bool InCooldown(const Decision& own) const { return CooldownEnd(own) > o_.now_ms; }
 
   // When the member's trailing run of own straggler ADJUST_BS decisions began.
   int64_t CompensatedSince(const std::string& id) const {
@@ -620,7 +616,7 @@ class Planner {
   bool OutOfCooldown(const Member& m, const std::string& what) {
     const Decision* last = LastOwn(m.id());
     if (last == nullptr) return true;
-    const int64_t until = last->at_ms + RuleCooldown(last->rule);
+    const int64_t until = CooldownEnd(*last);
     if (until <= o_.now_ms) return true;
     WaitUntil(until);
     if (!what.empty()) {
