@@ -34,7 +34,9 @@ controller::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy pol
 monitor::MonitorConfig MonitorConfigFor(const manifest::MonitorSpec& spec) {
   monitor::MonitorConfig mc;
   mc.window_ms = spec.window_ms;
-  mc.allowed_lateness_ms = std::max<int64_t>(500, spec.window_ms / 4);
+  mc.allowed_lateness_ms = spec.allowed_lateness_ms >= 0
+                               ? spec.allowed_lateness_ms
+                               : std::max<int64_t>(500, spec.window_ms / 4);
   mc.straggler_threshold = spec.straggler_threshold;
   mc.recover_threshold = spec.recover_threshold;
   mc.persistent_windows = spec.persistent_windows;

@@ -44,5 +44,22 @@ TEST(RegroupSeconds, OnlyForAJobWithoutParameterServers) {
   EXPECT_DOUBLE_EQ(RegroupSeconds(WithPs(0, false)), 0);
 }
 
+// A lateness the job sets is the Monitor's and counts in the policy's settle
+// time; absent, it is max(500ms, window / 4).
+TEST(MonitorConfigFor, TheJobsLatenessOrTheDefault) {
+  manifest::MonitorSpec spec;
+  spec.window_ms = 4'000;
+  EXPECT_EQ(MonitorConfigFor(spec).allowed_lateness_ms, 1'000);
+  spec.window_ms = 300;
+  EXPECT_EQ(MonitorConfigFor(spec).allowed_lateness_ms, 500);
+  spec.allowed_lateness_ms = 0;
+  EXPECT_EQ(MonitorConfigFor(spec).allowed_lateness_ms, 0);
+  spec.allowed_lateness_ms = 100;
+  EXPECT_EQ(MonitorConfigFor(spec).allowed_lateness_ms, 100);
+  manifest::Job job;
+  job.monitor = spec;
+  EXPECT_EQ(PolicySpecFor(job, vocab::Policy::kAntdtNd, 500).settle_ms, 700);
+}
+
 }  // namespace
 }  // namespace antdt::bridge

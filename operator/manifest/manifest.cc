@@ -535,13 +535,14 @@ absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, Strag
 
 absl::Status ParseMonitor(const YAML::Node& node, MonitorSpec* m) {
   const std::string path = "spec.monitor";
-  RETURN_IF_ERROR(CheckMapping(
-      node, path,
-      {"window", "stragglerThreshold", "recoverThreshold", "persistentWindows", "warmupWindows"}));
+  RETURN_IF_ERROR(CheckMapping(node, path,
+                               {"window", "allowedLateness", "stragglerThreshold",
+                                "recoverThreshold", "persistentWindows", "warmupWindows"}));
   RETURN_IF_ERROR(ReadDurationMs(node, path, "window", &m->window_ms));
   if (m->window_ms <= 0) {
     return Invalid(Join(path, "window"), absl::StrCat("must be > 0, got ", m->window_ms, "ms"));
   }
+  RETURN_IF_ERROR(ReadDurationMs(node, path, "allowedLateness", &m->allowed_lateness_ms));
   RETURN_IF_ERROR(ReadDouble(node, path, "stragglerThreshold", &m->straggler_threshold));
   if (!(m->straggler_threshold > 1)) {
     return Invalid(Join(path, "stragglerThreshold"),

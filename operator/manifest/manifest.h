@@ -73,6 +73,9 @@ struct StragglerPolicySpec {
 
 struct MonitorSpec {           // spec.monitor
   int64_t window_ms = 10'000;  // window
+  // allowedLateness: how long after its end a window waits for reports; -1
+  // (absent) is max(500ms, window / 4).
+  int64_t allowed_lateness_ms = -1;
   double straggler_threshold = 1.3;
   double recover_threshold = 1.15;
   int32_t persistent_windows = 3;

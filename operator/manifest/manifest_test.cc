@@ -85,6 +85,7 @@ TEST(ParseJob, BaseIsValidAndDefaultsApply) {
   EXPECT_EQ(job->straggler_policy.backup_workers, 1);
   EXPECT_TRUE(job->straggler_policy.rules.empty());
   EXPECT_EQ(job->monitor.window_ms, 10'000);
+  EXPECT_EQ(job->monitor.allowed_lateness_ms, -1);  // the Monitor's max(500ms, window / 4)
   EXPECT_DOUBLE_EQ(job->monitor.straggler_threshold, 1.3);
   EXPECT_DOUBLE_EQ(job->monitor.recover_threshold, 1.15);
   EXPECT_EQ(job->monitor.persistent_windows, 3);
@@ -128,7 +129,7 @@ spec:
     rules:
       - {signal: score, threshold: 1.5, windows: 2, action: ADJUST_BS}
       - {signal: class, class: persistent, action: KILL_RESTART, cooldown: 2m, budget: 2}
-  monitor: {window: 500ms, stragglerThreshold: 2, recoverThreshold: 1.1, persistentWindows: 5,
+  monitor: {window: 500ms, allowedLateness: 100ms, stragglerThreshold: 2, recoverThreshold: 1.1, persistentWindows: 5,
             warmupWindows: 0}
   checkpoint: {path: /ckpt, everySteps: 100}
   runPolicy: {backoffLimit: 0, ttlSecondsAfterFinished: 600, activeDeadlineSeconds: 3600}
@@ -171,6 +172,7 @@ spec:
   EXPECT_EQ(p.rules[1].cooldown_ms, 120'000);
   EXPECT_EQ(p.rules[1].budget, 2);
   EXPECT_EQ(job->monitor.window_ms, 500);
+  EXPECT_EQ(job->monitor.allowed_lateness_ms, 100);
   EXPECT_DOUBLE_EQ(job->monitor.straggler_threshold, 2);
   EXPECT_DOUBLE_EQ(job->monitor.recover_threshold, 1.1);
   EXPECT_EQ(job->monitor.persistent_windows, 5);
@@ -422,6 +424,9 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"spec.monitor.window", "-2s",
                   "spec.monitor.window: must be a duration like \"30s\", \"500ms\" or \"2m\", "
                   "got \"-2s\""},
+        ErrorCase{"spec.monitor.allowedLateness", "-1s",
+                  "spec.monitor.allowedLateness: must be a duration like \"30s\", \"500ms\" or "
+                  "\"2m\", got \"-1s\""},
         ErrorCase{"spec.monitor.stragglerThreshold", "0.9",
                   "spec.monitor.stragglerThreshold: must be > 1, got 0.9"},
         ErrorCase{"spec.monitor.recoverThreshold", "1.5",

@@ -366,6 +366,12 @@ std::vector<Variant> InvalidVariants() {
       {"zero window", {{"spec.monitor.window", "0s"}}, "spec.monitor.window"},
       {"bare zero window", {{"spec.monitor.window", "'0'"}}, "spec.monitor.window"},
       {"window an integer", {{"spec.monitor.window", "10"}}, "spec.monitor.window"},
+      {"negative lateness",
+       {{"spec.monitor.allowedLateness", "-1s"}},
+       "spec.monitor.allowedLateness"},
+      {"lateness an integer",
+       {{"spec.monitor.allowedLateness", "100"}},
+       "spec.monitor.allowedLateness"},
       {"straggler threshold one",
        {{"spec.monitor.stragglerThreshold", "1"}},
        "spec.monitor.stragglerThreshold"},
@@ -452,6 +458,7 @@ std::vector<Variant> ValidVariants() {
          "3},"
          " {signal: class, class: deterministic, action: KILL_RESTART, cooldown: '1.5m'}]"},
         {"spec.monitor.window", ".5s"},
+        {"spec.monitor.allowedLateness", "'0'"},
         {"spec.monitor.stragglerThreshold", "1.01"},
         {"spec.monitor.recoverThreshold", "1"},
         {"spec.monitor.persistentWindows", "1"},
@@ -470,6 +477,7 @@ std::vector<Variant> ValidVariants() {
       {"durations",
        {{"spec.stragglerPolicy.cooldown", "1h"},
         {"spec.monitor.window", "2m"},
+        {"spec.monitor.allowedLateness", "150ms"},
         {"spec.local.deviceTimePerSample", "'0'"}},
        ""},
       {"checkpoint path without steps", {{"spec.checkpoint.path", "/x"}}, ""},
@@ -512,6 +520,7 @@ TEST(AgreementTest, ValidVariantsPassBothWithTheSameEffectiveValues) {
       EXPECT_EQ(a.straggler_policy.rules[i].cooldown_ms, b.straggler_policy.rules[i].cooldown_ms);
     }
     EXPECT_EQ(a.monitor.window_ms, b.monitor.window_ms);
+    EXPECT_EQ(a.monitor.allowed_lateness_ms, b.monitor.allowed_lateness_ms);
     EXPECT_EQ(a.monitor.straggler_threshold, b.monitor.straggler_threshold);
     EXPECT_EQ(a.monitor.recover_threshold, b.monitor.recover_threshold);
     EXPECT_EQ(a.monitor.persistent_windows, b.monitor.persistent_windows);
