@@ -538,8 +538,9 @@ TEST(ParseJob, ExamplePaperMix) {
   EXPECT_EQ(job->workers.replicas, 8);
   EXPECT_EQ(job->parameter_servers.replicas, 2);
   EXPECT_EQ(job->straggler_policy.name, vocab::Policy::kAntdtNd);
-  EXPECT_EQ(job->monitor.window_ms, 1'000);
-  EXPECT_EQ(job->straggler_policy.cooldown_ms, 4'000);
+  EXPECT_EQ(job->monitor.window_ms, 300);
+  EXPECT_EQ(job->monitor.allowed_lateness_ms, 100);
+  EXPECT_EQ(job->straggler_policy.cooldown_ms, 3'000);
   EXPECT_EQ(job->model.global_batch_size, 512);
   EXPECT_EQ(job->local.device_time_per_sample_us, 1'000);
   absl::StatusOr<Scenario> scenario =
