@@ -43,21 +43,30 @@ function(antdt_binary name)
   target_compile_options(${name} PRIVATE ${ANTDT_WARNINGS})
 endfunction()
 
-# antdt_test(NAME SRCS ... DEPS ... LABELS ... [TIMEOUT s])
+# antdt_test(NAME SRCS ... DEPS ... LABELS ... [TIMEOUT s] [SPLIT])
 # Labels: unit (seconds, no processes), integration (real binaries, each under
 # about 20 s), e2e (the long end-to-end runs), tsan (also run under ThreadSanitizer
 # by scripts/sanitize.sh). Target tests-LABEL builds every test with LABEL (and,
 # through its add_dependencies, the binaries it launches) in parallel.
+# SPLIT: one ctest test per TEST() in SRCS, named NAME.Suite.Case (each its own
+# process, TIMEOUT each), so that `ctest -j` runs a long binary's cases side by
+# side; `ctest -R NAME` still selects them all.
+include(GoogleTest)
 function(antdt_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SPLIT" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_options(${name} PRIVATE ${ANTDT_WARNINGS})
-  add_test(NAME ${name} COMMAND ${name})
+  if(ARG_SPLIT)
+    gtest_add_tests(TARGET ${name} SOURCES ${ARG_SRCS} TEST_PREFIX "${name}." TEST_LIST tests)
+  else()
+    add_test(NAME ${name} COMMAND ${name})
+    set(tests ${name})
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+  set_tests_properties(${tests} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     ENVIRONMENT "ANTDT_BIN_DIR=${CMAKE_BINARY_DIR}/bin;ANTDT_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
   foreach(label IN LISTS ARG_LABELS)
     if(NOT TARGET tests-${label})

@@ -5,7 +5,8 @@
 #   scripts/sanitize.sh tsan [ctest args]  ThreadSanitizer over the tests labelled tsan
 # Builds into build-asan/ or build-tsan/ only the GoogleTest executables of those
 # tests (targets tests-LABEL) and the binaries they launch (their add_dependencies);
-# tests run by python or bash are skipped. The first finding fails the run.
+# tests run by python or bash are skipped, and so are SPLIT ones (one ctest
+# test per case: e2e only). The first finding fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-}
@@ -18,7 +19,11 @@ shift
 dir=build-$kind
 jobs=${JOBS:-$(nproc)}
 
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANTDT_SANITIZE=$sanitize >/dev/null
+# -O1 -g1 (line tables, no local variables): the reports keep their file:line
+# stacks, and the build takes under half the time of -O2 -g (one file of
+# operator/local under ASan+UBSan: 26 s against 64 s).
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DANTDT_SANITIZE=$sanitize >/dev/null
 cmake --build "$dir" -j"$jobs" --target "${build[@]}"
 # Of those, the tests whose name is a build target: the GoogleTest executables.
 targets=$(cmake --build "$dir" --target help | sed -n 's/^\.\.\. //p' | sort)
