@@ -79,7 +79,7 @@ absl::StatusOr<v1::CreateDatasetResponse> ShardingClient::CreateDataset(
   return resp;
 }
 
-absl::StatusOr<std::optional<ShardLease>> ShardingClient::Acquire() {
+v1::AcquireShardRequest ShardingClient::AcquireRequest() const {
   v1::AcquireShardRequest req;
   *req.mutable_dataset() = Ref();
   req.set_worker_id(options_.worker_id);
@@ -87,11 +87,27 @@ absl::StatusOr<std::optional<ShardLease>> ShardingClient::Acquire() {
   // Retries of this call carry the same id: a lost answer costs no extra lease.
   thread_local std::mt19937_64 ids(std::random_device{}());
   req.set_request_id(absl::StrCat(absl::Hex(ids(), absl::kZeroPad16)));
+  return req;
+}
+
+absl::StatusOr<std::optional<ShardLease>> ShardingClient::Acquire() {
+  return AcquireWith(AcquireRequest(), nullptr);
+}
+
+absl::StatusOr<std::optional<ShardLease>> ShardingClient::AcquireWith(
+    const v1::AcquireShardRequest& req, const v1::AcquireShardResponse* answered) {
   for (;;) {
     v1::AcquireShardResponse resp;
-    RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
-      return stub_->AcquireShard(c, q, r);
-    }));
+    const bool from_complete = answered != nullptr;
+    if (from_complete) {
+      resp = *answered;
+      answered = nullptr;
+    } else {
+      RETURN_IF_ERROR(
+          CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
+            return stub_->AcquireShard(c, q, r);
+          }));
+    }
     switch (resp.result()) {
       case v1::AcquireShardResponse::SHARD: {
         ShardLease lease;
@@ -106,6 +122,10 @@ absl::StatusOr<std::optional<ShardLease>> ShardingClient::Acquire() {
         std::this_thread::sleep_for(
             std::chrono::milliseconds(std::max<int64_t>(resp.retry_after_ms(), 10)));
         break;
+      case v1::AcquireShardResponse::RESULT_UNSPECIFIED:
+        // A CompleteShard that could not acquire: AcquireShard says why.
+        if (from_complete) break;
+        [[fallthrough]];
       default:
         return absl::InternalError("AcquireShard: unknown result");
     }
@@ -125,16 +145,28 @@ absl::Status ShardingClient::ReportProgress(ShardLease& lease, int64_t records_d
   return absl::OkStatus();
 }
 
-absl::Status ShardingClient::Complete(ShardLease& lease) {
+absl::StatusOr<v1::CompleteShardResponse> ShardingClient::CompleteCall(
+    ShardLease& lease, const v1::AcquireShardRequest* next) {
   v1::CompleteShardRequest req;
   *req.mutable_dataset() = Ref();
   req.set_token(lease.token);
+  if (next != nullptr) *req.mutable_next() = *next;
   v1::CompleteShardResponse resp;
   RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
     return stub_->CompleteShard(c, q, r);
   }));
   lease.committed = lease.shard.size();
-  return absl::OkStatus();
+  return resp;
+}
+
+absl::Status ShardingClient::Complete(ShardLease& lease) {
+  return CompleteCall(lease, nullptr).status();
+}
+
+absl::StatusOr<std::optional<ShardLease>> ShardingClient::CompleteAndAcquire(ShardLease& lease) {
+  const v1::AcquireShardRequest next = AcquireRequest();
+  ASSIGN_OR_RETURN(v1::CompleteShardResponse resp, CompleteCall(lease, &next));
+  return AcquireWith(next, &resp.next());
 }
 
 absl::Status ShardingClient::Release() {
@@ -164,16 +196,18 @@ absl::Status ShardingClient::ConsumeAll(int64_t commit_every, const ProcessFn& p
     return absl::InvalidArgumentError(
         absl::StrCat("commit_every: must be > 0, got ", commit_every));
   }
-  for (;;) {
-    ASSIGN_OR_RETURN(std::optional<ShardLease> lease, Acquire());
-    if (!lease) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::optional<ShardLease> lease, Acquire());
+  while (lease) {
     const int64_t base = lease->shard.committed();
     int64_t acked = 0;  // index into the remaining list
     absl::Status status;
+    // The last record's commit completes the shard and acquires the next.
+    std::optional<absl::StatusOr<std::optional<ShardLease>>> next;
     for (int64_t i = 0; i < lease->remaining(); ++i) {
       process(*lease, lease->RecordAt(i));
       if (i + 1 == lease->remaining()) {
-        status = Complete(*lease);
+        next = CompleteAndAcquire(*lease);
+        status = next->status();
       } else if ((i + 1 - acked) >= commit_every) {
         status = ReportProgress(*lease, base + i + 1);
       } else {
@@ -184,11 +218,18 @@ absl::Status ShardingClient::ConsumeAll(int64_t commit_every, const ProcessFn& p
       acked = i + 1;
     }
     if (lease->remaining() == 0 && status.ok()) {
-      status = Complete(*lease);
+      next = CompleteAndAcquire(*lease);
+      status = next->status();
     }
     // A lease lost to expiry or a restore: its remainder is someone else's now.
     if (!status.ok() && status.code() != absl::StatusCode::kFailedPrecondition) return status;
+    if (status.ok()) {
+      lease = *std::move(*next);
+    } else {
+      ASSIGN_OR_RETURN(lease, Acquire());
+    }
   }
+  return absl::OkStatus();
 }
 
 absl::Status ReleaseWorker(const std::string& address, const ShardingClientOptions& options) {

@@ -2,9 +2,10 @@
 //
 //   ShardingClient client(channel, {.job = "j", .dataset = "train",
 //                                   .worker_id = "worker-0", .incarnation = 0});
-//   while (auto shard = client.Acquire()) {          // nullopt: end of data
-//     for (int64_t i = 0; i < shard->remaining(); ++i) Train(shard->RecordAt(i));
-//     client.Complete(*shard);
+//   auto shard = client.Acquire();                   // nullopt: end of data
+//   while (shard.ok() && *shard) {
+//     for (int64_t i = 0; i < (*shard)->remaining(); ++i) Train((*shard)->RecordAt(i));
+//     shard = client.CompleteAndAcquire(**shard);    // one call per shard
 //   }
 //
 // Every call retries UNAVAILABLE and DEADLINE_EXCEEDED with exponential
@@ -68,6 +69,11 @@ class ShardingClient {
   // lease.committed is updated.
   absl::Status ReportProgress(ShardLease& lease, int64_t records_done);
   absl::Status Complete(ShardLease& lease);
+  // Complete(), and the next shard (or nullopt at the end of the data) in the
+  // same call; waits out WAIT answers like Acquire(). On success
+  // lease.committed is updated; a lost lease (FAILED_PRECONDITION) acquires
+  // nothing.
+  absl::StatusOr<std::optional<ShardLease>> CompleteAndAcquire(ShardLease& lease);
   absl::Status Release();
   absl::StatusOr<v1::GetProgressResponse> Progress();
 
@@ -84,6 +90,15 @@ class ShardingClient {
 
  private:
   v1::DatasetRef Ref() const;
+  // CompleteShard, with `next` when not null.
+  absl::StatusOr<v1::CompleteShardResponse> CompleteCall(ShardLease& lease,
+                                                         const v1::AcquireShardRequest* next);
+  // An AcquireShard request of this worker under a fresh request id.
+  v1::AcquireShardRequest AcquireRequest() const;
+  // The shard `req` gets, starting from `answered` when the service already
+  // answered it (inside CompleteShard); asks again after WAIT.
+  absl::StatusOr<std::optional<ShardLease>> AcquireWith(const v1::AcquireShardRequest& req,
+                                                        const v1::AcquireShardResponse* answered);
   template <typename Req, typename Resp, typename Call>
   absl::Status CallWithRetry(const Req& req, Resp* resp, Call call);
 

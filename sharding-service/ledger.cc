@@ -732,15 +732,29 @@ absl::StatusOr<v1::CreateDatasetResponse> Ledger::CreateDataset(
   return resp;
 }
 
-Deferred<v1::AcquireShardResponse> Ledger::AcquireShardDeferred(
-    const v1::AcquireShardRequest& req) {
-  RETURN_IF_ERROR(ValidateRef(req.dataset()));
-  RETURN_IF_ERROR(ValidateName(req.worker_id(), "worker_id"));
-  if (!req.request_id().empty()) RETURN_IF_ERROR(ValidateName(req.request_id(), "request_id"));
+namespace {
+
+// `prefix` names the request's place in a bigger one ("next.").
+absl::Status ValidateAcquire(const v1::AcquireShardRequest& req, const std::string& prefix = "") {
+  if (absl::Status s = ValidateRef(req.dataset()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, s.message()));
+  }
+  RETURN_IF_ERROR(ValidateName(req.worker_id(), prefix + "worker_id"));
+  if (!req.request_id().empty()) {
+    RETURN_IF_ERROR(ValidateName(req.request_id(), prefix + "request_id"));
+  }
   if (req.incarnation() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("incarnation: must be >= 0, got ", req.incarnation()));
+        absl::StrCat(prefix, "incarnation: must be >= 0, got ", req.incarnation()));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Deferred<v1::AcquireShardResponse> Ledger::AcquireShardDeferred(
+    const v1::AcquireShardRequest& req) {
+  RETURN_IF_ERROR(ValidateAcquire(req));
   v1::AcquireShardResponse resp;
   uint64_t seq = 0;
   IssuedToken issued;
@@ -915,6 +929,23 @@ Deferred<v1::CompleteShardResponse> Ledger::CompleteShardDeferred(
     const v1::CompleteShardRequest& req) {
   RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.token() == 0) return absl::InvalidArgumentError("token: must not be 0");
+  if (!req.has_next()) return CompleteOnly(req);
+  v1::AcquireShardRequest next = req.next();
+  if (!next.has_dataset() || (next.dataset().job().empty() && next.dataset().name().empty())) {
+    *next.mutable_dataset() = req.dataset();
+  }
+  RETURN_IF_ERROR(ValidateAcquire(next, "next."));
+  Deferred<v1::CompleteShardResponse> done = CompleteOnly(req);
+  if (!done.result.ok()) return done;
+  // The shard is complete: whatever the acquire answers, the call succeeds,
+  // so the commit is never reported as failed.
+  Deferred<v1::AcquireShardResponse> acquired = AcquireShardDeferred(next);
+  if (acquired.result.ok()) *done.result->mutable_next() = *std::move(acquired.result);
+  done.durable_seq = std::max(done.durable_seq, acquired.durable_seq);
+  return done;
+}
+
+Deferred<v1::CompleteShardResponse> Ledger::CompleteOnly(const v1::CompleteShardRequest& req) {
   v1::CompleteShardResponse resp;
   uint64_t seq = 0;
   std::optional<LeaseRow> ended;

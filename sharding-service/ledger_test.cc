@@ -376,6 +376,102 @@ TEST_F(LedgerTest, ARetriedAcquireGetsTheSameLease) {
   EXPECT_EQ(Progress().shards_doing(), 2);
 }
 
+// CompleteShard with `next`: one call completes a shard and leases the next,
+// until END_OF_DATA; every record committed once.
+TEST_F(LedgerTest, CompleteWithNextLeasesTheNextShardInTheSameCall) {
+  Create(Spec(30, 10));
+  auto lease = Acquire("w");
+  std::set<int64_t> indexes{lease.shard().index()};
+  v1::CompleteShardRequest req;
+  *req.mutable_dataset() = Ref();
+  req.mutable_next()->set_worker_id("w");  // next.dataset left empty: this call's
+  for (int i = 0; i < 3; ++i) {
+    req.set_token(lease.lease().token());
+    req.mutable_next()->set_request_id(absl::StrCat("n", i));
+    auto done = ledger_->CompleteShard(req);
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_FALSE(done->already_completed());
+    ASSERT_TRUE(done->has_next());
+    lease = done->next();
+    if (i < 2) {
+      ASSERT_EQ(lease.result(), AcquireShardResponse::SHARD);
+      EXPECT_TRUE(indexes.insert(lease.shard().index()).second);
+    } else {
+      EXPECT_EQ(lease.result(), AcquireShardResponse::END_OF_DATA);
+    }
+  }
+  EXPECT_EQ(Progress().records_committed_total(), 30);
+  EXPECT_TRUE(Progress().finished());
+}
+
+// A retry of a lost answer: the shard is already completed, and the same
+// next lease comes back, not a second shard.
+TEST_F(LedgerTest, ARetriedCompleteWithNextGetsTheSameNextLease) {
+  Create(Spec(100, 10));
+  auto a = Acquire("w");
+  v1::CompleteShardRequest req;
+  *req.mutable_dataset() = Ref();
+  req.set_token(a.lease().token());
+  req.mutable_next()->set_worker_id("w");
+  req.mutable_next()->set_request_id("r1");
+  auto first = ledger_->CompleteShard(req);
+  ASSERT_TRUE(first.ok()) << first.status();
+  Reopen();  // the service crashed after committing, before answering
+  auto retry = ledger_->CompleteShard(req);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_TRUE(retry->already_completed());
+  EXPECT_EQ(retry->next().lease().token(), first->next().lease().token());
+  EXPECT_EQ(retry->next().shard().index(), first->next().shard().index());
+  EXPECT_EQ(Progress().shards_doing(), 1);
+  EXPECT_EQ(Progress().records_committed_epoch(), 10);
+}
+
+// A bad `next` refuses the whole call, naming the field: the shard is not
+// completed. A lost lease acquires nothing.
+TEST_F(LedgerTest, ABadNextRefusesTheCallAndCompletesNothing) {
+  Create(Spec(100, 10));
+  auto a = Acquire("w");
+  v1::CompleteShardRequest req;
+  *req.mutable_dataset() = Ref();
+  req.set_token(a.lease().token());
+  req.mutable_next()->set_worker_id(std::string("bad\0id", 6));
+  ExpectRefused([&] { return ledger_->CompleteShard(req).status(); },
+                absl::StatusCode::kInvalidArgument, "next.worker_id");
+  req.mutable_next()->set_worker_id("w");
+  req.mutable_next()->set_incarnation(-1);
+  ExpectRefused([&] { return ledger_->CompleteShard(req).status(); },
+                absl::StatusCode::kInvalidArgument, "next.incarnation");
+  req.mutable_next()->set_incarnation(0);
+  req.mutable_next()->mutable_dataset()->set_job("other/job");
+  ExpectRefused([&] { return ledger_->CompleteShard(req).status(); },
+                absl::StatusCode::kInvalidArgument, "next.dataset.job");
+  EXPECT_EQ(Progress().shards_doing(), 1);
+  EXPECT_EQ(Progress().records_committed_epoch(), 0);
+
+  clock_.Advance(10'001);  // the lease expires
+  req.mutable_next()->clear_dataset();
+  auto lost = ledger_->CompleteShard(req);
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kFailedPrecondition) << lost.status();
+  EXPECT_EQ(Progress().shards_doing(), 0);
+}
+
+// The shard is completed even when the acquire cannot be made (a newer
+// incarnation of the worker named in `next`): `next` is left unset.
+TEST_F(LedgerTest, ACompleteWhoseNextCannotAcquireStillCommits) {
+  Create(Spec(100, 10));
+  auto a = Acquire("a");
+  Acquire("b", 2);
+  v1::CompleteShardRequest req;
+  *req.mutable_dataset() = Ref();
+  req.set_token(a.lease().token());
+  req.mutable_next()->set_worker_id("b");
+  req.mutable_next()->set_incarnation(1);
+  auto done = ledger_->CompleteShard(req);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_FALSE(done->has_next());
+  EXPECT_EQ(Progress().records_committed_epoch(), 10);
+}
+
 TEST_F(LedgerTest, ReleaseWorkerRequeuesAtOnce) {
   Create(Spec(100, 10));
   auto a1 = Acquire("a");

@@ -323,7 +323,12 @@ void SqliteStore::CommitPending(std::unique_lock<std::mutex>& lock) {
   durable_seq_ = upto;
   ++commits_;
   WakeWaiters(upto);
-  pending_cv_.notify_all();  // the writer commits for callbacks left, if no one else
+  // The writer commits for callbacks left, or what came in meanwhile, if no
+  // one else does; with nothing left it sleeps on (a wake-up per commit would
+  // cost a context switch on the answer's path).
+  if (writer_awaits_commit_ || appended_seq_ > durable_seq_ || !callbacks_.empty()) {
+    pending_cv_.notify_all();
+  }
   std::vector<std::function<void(absl::Status)>> done;
   while (!callbacks_.empty() && callbacks_.begin()->first <= upto) {
     done.push_back(std::move(callbacks_.begin()->second));
@@ -395,8 +400,9 @@ void SqliteStore::Apply(const Mutation& m) {
   sqlite3_clear_bindings(s);
 }
 
-// Commits batches no one waits for (new leases) within kLazyDelay, or once
-// kLazyMutations are queued; and everything queued when the store stops.
+// Batches no one waits for (new leases) ride on the next commit; this thread
+// commits them itself once kLazyMutations are queued, kLazyDelay after a
+// commit left them queued, and when the store stops.
 void SqliteStore::WriterLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -408,7 +414,9 @@ void SqliteStore::WriterLoop() {
       });
     }
     if (committing_) {
+      writer_awaits_commit_ = true;
       pending_cv_.wait(lock, [&] { return !committing_; });
+      writer_awaits_commit_ = false;
       continue;
     }
     if (appended_seq_ > durable_seq_) {

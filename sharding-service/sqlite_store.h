@@ -67,10 +67,11 @@ class SqliteStore final : public Store {
   // Commits everything queued, with mu_ released during the writes.
   void CommitPending(std::unique_lock<std::mutex>& lock);
   bool committing_ = false;                   // a CommitPending() is under way
+  bool writer_awaits_commit_ = false;         // WriterLoop waits for that commit's end
   std::multimap<uint64_t, Waiter*> waiters_;  // by the sequence number awaited
   std::multimap<uint64_t, std::function<void(absl::Status)>> callbacks_;  // OnDurable's
-  // Batches no one waits for are committed within kLazyDelay, or once
-  // kLazyMutations are queued.
+  // Batches no one waits for ride on the next commit, or are committed
+  // kLazyDelay after a commit left them queued, or once kLazyMutations are.
   static constexpr std::chrono::milliseconds kLazyDelay{20};
   static constexpr size_t kLazyMutations = 20'000;
   std::vector<Mutation> pending_;

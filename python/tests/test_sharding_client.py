@@ -222,6 +222,28 @@ class ShardingClientTest(unittest.TestCase):
         self.assertNotEqual(commits.by_epoch[0], list(range(55)))
 
     # (d)
+    def test_complete_and_acquire_leases_the_next_shard_in_one_call(self) -> None:
+        commits = Commits()
+        c = self.client("one", "w0", on_commit=commits)
+        c.create_dataset(record_count=30, shard_size=10, epochs=1)
+        shard = c.acquire()
+        seen = []
+        while shard is not None:
+            seen.append(shard.index)
+            shard = c.complete_and_acquire(shard)
+        self.assertEqual(sorted(seen), [0, 1, 2])
+        self.assertEqual(sorted(commits.by_epoch[0]), list(range(30)))
+        self.assertTrue(c.progress().finished)
+        # A lease no longer held (its worker restarted): refused, nothing acquired.
+        old = self.client("lost", "w1")
+        old.create_dataset(record_count=30, shard_size=10, epochs=1)
+        held = old.acquire()
+        self.assertIsNotNone(held)
+        self.assertIsNotNone(self.client("lost", "w1", incarnation=1).acquire())
+        with self.assertRaises(LeaseLostError):
+            old.complete_and_acquire(held)
+        self.assertEqual(old.progress().shards_doing, 1)
+
     def test_invalid_shard_size_is_refused(self) -> None:
         c = self.client("d", "w0")
         with self.assertRaises(ShardingError) as err:
