@@ -18,7 +18,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      libabsl-dev libsqlite3-dev libyaml-cpp-dev prometheus-cpp-dev libcpprest-dev \
+      libabsl-dev libsqlite3-dev zlib1g-dev libyaml-cpp-dev prometheus-cpp-dev libcpprest-dev \
       nlohmann-json3-dev libboost-dev libssl-dev libcli11-dev libgtest-dev libgmock-dev \
       python3 \
  && rm -rf /var/lib/apt/lists/*

@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libsqlite3-dev libyaml-cpp-dev prometheus-cpp-dev libcpprest-dev
+  libabsl-dev libsqlite3-dev zlib1g-dev libyaml-cpp-dev prometheus-cpp-dev libcpprest-dev
   nlohmann-json3-dev libboost-dev libssl-dev openssl libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-kubernetes python3-yaml

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "antdt/v1/sharding_state.pb.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -90,6 +91,115 @@ LeaseRow ReadLeaseRow(sqlite3_stmt* s) {
 constexpr const char* kLeaseColumns =
     "token, dataset_id, epoch, idx, worker, incarnation, begin_rec, committed, state, request_id";
 
+// A mutation as the commit log holds it.
+void Encode(const Mutation& m, v1::LogMutation* out) {
+  if (const auto* d = std::get_if<DatasetRow>(&m)) {
+    auto* r = out->mutable_dataset();
+    r->set_id(d->id);
+    r->set_job(d->job);
+    r->set_name(d->name);
+    r->set_spec(d->spec);
+    r->set_epoch(d->epoch);
+    r->set_requeues(d->requeues);
+    r->set_expirations(d->expirations);
+  } else if (const auto* sh = std::get_if<ShardRow>(&m)) {
+    auto* r = out->mutable_shard();
+    r->set_dataset_id(sh->dataset_id);
+    r->set_index(sh->index);
+    r->set_state(static_cast<int>(sh->state));
+    r->set_committed(sh->committed);
+    r->set_token(sh->token);
+  } else if (const auto* l = std::get_if<LeaseRow>(&m)) {
+    auto* r = out->mutable_lease();
+    r->set_token(l->token);
+    r->set_dataset_id(l->dataset_id);
+    r->set_epoch(l->epoch);
+    r->set_index(l->index);
+    r->set_worker(l->worker);
+    r->set_incarnation(l->incarnation);
+    r->set_begin(l->begin);
+    r->set_committed(l->committed);
+    r->set_state(static_cast<int>(l->state));
+    r->set_request_id(l->request_id);
+  } else if (const auto* ds = std::get_if<DeleteShards>(&m)) {
+    out->mutable_delete_shards()->set_dataset_id(ds->dataset_id);
+  } else if (const auto* dl = std::get_if<DeleteLeasesBefore>(&m)) {
+    out->mutable_delete_leases_before()->set_dataset_id(dl->dataset_id);
+    out->mutable_delete_leases_before()->set_epoch(dl->epoch);
+  } else if (const auto* c = std::get_if<CheckpointRow>(&m)) {
+    out->mutable_checkpoint()->set_dataset_id(c->dataset_id);
+    out->mutable_checkpoint()->set_step(c->step);
+    out->mutable_checkpoint()->set_blob(c->blob);
+  } else if (const auto* n = std::get_if<NextToken>(&m)) {
+    out->set_next_token(n->value);
+  } else if (const auto* w = std::get_if<WorkerRow>(&m)) {
+    out->mutable_worker()->set_dataset_id(w->dataset_id);
+    out->mutable_worker()->set_worker(w->worker);
+    out->mutable_worker()->set_records_committed(w->records_committed);
+  }
+}
+
+std::optional<Mutation> Decode(const v1::LogMutation& m) {
+  switch (m.row_case()) {
+    case v1::LogMutation::kDataset: {
+      const auto& r = m.dataset();
+      return DatasetRow{r.id(),    r.job(),      r.name(),       r.spec(),
+                        r.epoch(), r.requeues(), r.expirations()};
+    }
+    case v1::LogMutation::kShard: {
+      const auto& r = m.shard();
+      return ShardRow{r.dataset_id(), r.index(), static_cast<ShardState>(r.state()), r.committed(),
+                      r.token()};
+    }
+    case v1::LogMutation::kLease: {
+      const auto& r = m.lease();
+      return LeaseRow{r.token(),     r.dataset_id(), r.epoch(),
+                      r.index(),     r.worker(),     r.incarnation(),
+                      r.begin(),     r.committed(),  static_cast<LeaseState>(r.state()),
+                      r.request_id()};
+    }
+    case v1::LogMutation::kDeleteShards:
+      return DeleteShards{m.delete_shards().dataset_id()};
+    case v1::LogMutation::kDeleteLeasesBefore:
+      return DeleteLeasesBefore{m.delete_leases_before().dataset_id(),
+                                m.delete_leases_before().epoch()};
+    case v1::LogMutation::kCheckpoint:
+      return CheckpointRow{m.checkpoint().dataset_id(), m.checkpoint().step(),
+                           m.checkpoint().blob()};
+    case v1::LogMutation::kNextToken:
+      return NextToken{m.next_token()};
+    case v1::LogMutation::kWorker:
+      return WorkerRow{m.worker().dataset_id(), m.worker().worker(),
+                       m.worker().records_committed()};
+    case v1::LogMutation::ROW_NOT_SET:
+      break;
+  }
+  return std::nullopt;
+}
+
+std::string EncodeBatch(const std::vector<Mutation>& batch) {
+  v1::LogBatch out;
+  out.mutable_mutations()->Reserve(static_cast<int>(batch.size()));
+  for (const Mutation& m : batch) Encode(m, out.add_mutations());
+  return out.SerializeAsString();
+}
+
+absl::StatusOr<std::vector<Mutation>> DecodeBatch(const CommitLog::Record& record) {
+  v1::LogBatch in;
+  std::vector<Mutation> out;
+  if (in.ParseFromString(record.payload)) {
+    out.reserve(static_cast<size_t>(in.mutations_size()));
+    for (const v1::LogMutation& m : in.mutations()) {
+      std::optional<Mutation> row = Decode(m);
+      if (!row) break;
+      out.push_back(std::move(*row));
+    }
+    if (out.size() == static_cast<size_t>(in.mutations_size())) return out;
+  }
+  return absl::DataLossError(
+      absl::StrCat("commit log: record ", record.seq, " holds no batch this service can read"));
+}
+
 }  // namespace
 
 struct SqliteStore::Statements {
@@ -103,9 +213,10 @@ struct SqliteStore::Statements {
   sqlite3_stmt* put_checkpoint;
   sqlite3_stmt* put_meta;
   sqlite3_stmt* put_worker;
+  sqlite3_stmt* put_applied;
   std::vector<sqlite3_stmt*> all() const {
-    return {begin,         commit,        put_dataset,    put_shard, put_lease,
-            delete_shards, delete_leases, put_checkpoint, put_meta,  put_worker};
+    return {begin,         commit,         put_dataset, put_shard,  put_lease,  delete_shards,
+            delete_leases, put_checkpoint, put_meta,    put_worker, put_applied};
   }
 };
 
@@ -154,9 +265,51 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
       Prepare(db,
               "INSERT OR REPLACE INTO workers(dataset_id, worker, records_committed) "
               "VALUES(?,?,?)"),
+      Prepare(db, "INSERT OR REPLACE INTO meta(key, value) VALUES('applied_log_seq', ?)"),
   });
+  RETURN_IF_ERROR(store->Replay(dir, sync));
+  // The applier's transactions need not reach the disk: the log holds them
+  // until a synced one does (before the log starts again from its start).
+  store->full_ = sync == Sync::kFull;
+  RETURN_IF_ERROR(Exec(db, "PRAGMA synchronous=NORMAL"));
   store->writer_thread_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  store->applier_thread_ = std::thread([s = store.get()] { s->ApplierLoop(); });
   return store;
+}
+
+absl::Status SqliteStore::Replay(const std::string& dir, Sync sync) {
+  uint64_t applied = 0;
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(writer_, "SELECT value FROM meta WHERE key = 'applied_log_seq'", -1, &s,
+                         nullptr) != SQLITE_OK) {
+    return SqlError(writer_, "prepare replay");
+  }
+  if (sqlite3_step(s) == SQLITE_ROW) applied = static_cast<uint64_t>(sqlite3_column_int64(s, 0));
+  sqlite3_finalize(s);
+  auto log = CommitLog::Open(dir + "/sharding.log", kLogCapacity, sync == Sync::kFull);
+  if (!log.ok())
+    return absl::InvalidArgumentError(absl::StrCat("state_dir: ", log.status().message()));
+  log_ = std::move(*log);
+  auto records = log_->ReadAfter(applied);
+  if (!records.ok())
+    return absl::DataLossError(absl::StrCat("state_dir: ", records.status().message()));
+  std::deque<std::pair<uint64_t, std::vector<Mutation>>> batches;
+  for (const CommitLog::Record& r : *records) {
+    auto batch = DecodeBatch(r);
+    if (!batch.ok())
+      return absl::DataLossError(absl::StrCat("state_dir: ", batch.status().message()));
+    batches.emplace_back(r.seq, std::move(*batch));
+  }
+  if (!batches.empty()) {
+    std::lock_guard<std::mutex> db(db_mu_);
+    ApplyToDb(batches, /*synced=*/false);  // in the connection's mode: FULL with --sync full
+    applied = batches.back().first;
+    LogEvent("commit_log_replayed",
+             {{"records", std::to_string(batches.size())}, {"last", std::to_string(applied)}});
+  }
+  log_seq_ = applied_log_seq_ = synced_log_seq_ = applied;
+  log_->Rewind();  // the database holds every record in the log
+  return absl::OkStatus();
 }
 
 SqliteStore::~SqliteStore() {
@@ -166,6 +319,12 @@ SqliteStore::~SqliteStore() {
   }
   pending_cv_.notify_all();
   if (writer_thread_.joinable()) writer_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_applier_ = true;  // after the writer's last commit: it may need the applier
+  }
+  applier_cv_.notify_all();
+  if (applier_thread_.joinable()) applier_thread_.join();
   std::multimap<uint64_t, std::function<void(absl::Status)>> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -181,6 +340,7 @@ SqliteStore::~SqliteStore() {
 }
 
 absl::StatusOr<StoreSnapshot> SqliteStore::Load() {
+  CatchUp();
   std::lock_guard<std::mutex> lock(reader_mu_);
   StoreSnapshot snap;
   sqlite3* db = reader_;
@@ -304,21 +464,7 @@ void SqliteStore::CommitPending(std::unique_lock<std::mutex>& lock) {
   std::vector<Mutation> batch;
   batch.swap(pending_);
   const uint64_t upto = appended_seq_;
-  lock.unlock();
-  auto step = [&](sqlite3_stmt* s, const char* what) {
-    if (sqlite3_step(s) != SQLITE_DONE) {
-      LogEvent("fatal", {{"what", what}, {"error", sqlite3_errmsg(writer_)}});
-      std::abort();
-    }
-    sqlite3_reset(s);
-  };
-  if (!batch.empty()) {
-    step(stmts_->begin, "sqlite begin");
-    for (const Mutation& m : batch) Apply(m);
-    step(stmts_->commit, "sqlite commit");
-  }
-  batch.clear();
-  lock.lock();
+  if (!batch.empty()) Write(lock, std::move(batch));
   committing_ = false;
   durable_seq_ = upto;
   ++commits_;
@@ -338,6 +484,122 @@ void SqliteStore::CommitPending(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   for (auto& fn : done) fn(absl::OkStatus());
   lock.lock();
+}
+
+void SqliteStore::Write(std::unique_lock<std::mutex>& lock, std::vector<Mutation> batch) {
+  const std::string payload = EncodeBatch(batch);
+  const uint64_t seq = log_seq_ + 1;
+  if (!log_->Fits(payload.size()) ||
+      (log_->offset() > kLogCapacity / 2 && synced_log_seq_ == log_seq_)) {
+    // The log starts again from its start once the database holds all of it
+    // on disk.
+    WaitApplied(lock, log_seq_, /*synced=*/true);
+    log_->Rewind();
+  }
+  if (!log_->Fits(payload.size())) {
+    // Bigger than the whole log: straight into the database, synced there.
+    std::deque<std::pair<uint64_t, std::vector<Mutation>>> direct;
+    direct.emplace_back(seq, std::move(batch));
+    lock.unlock();
+    {
+      std::lock_guard<std::mutex> db(db_mu_);
+      ApplyToDb(direct, /*synced=*/true);
+    }
+    lock.lock();
+    log_seq_ = applied_log_seq_ = synced_log_seq_ = seq;
+    applied_cv_.notify_all();
+    return;
+  }
+  lock.unlock();
+  if (absl::Status s = log_->Append(seq, payload); !s.ok()) {
+    LogEvent("fatal", {{"what", "commit log write"}, {"error", std::string(s.message())}});
+    std::abort();
+  }
+  lock.lock();
+  log_seq_ = seq;
+  unapplied_.emplace_back(seq, std::move(batch));
+  if (unapplied_.size() >= kApplyBatches || log_->offset() > kLogCapacity / 2) {
+    apply_now_ = true;
+    applier_cv_.notify_one();
+  }
+}
+
+void SqliteStore::WaitApplied(std::unique_lock<std::mutex>& lock, uint64_t seq, bool synced) {
+  while ((synced ? synced_log_seq_ : applied_log_seq_) < seq) {
+    if (synced) sync_next_apply_ = true;
+    if (applier_exited_ && !applying_) {
+      if (!synced && unapplied_.empty()) return;
+      ApplyQueued(lock);  // the store is stopping: no one else will
+      continue;
+    }
+    apply_now_ = true;
+    applier_cv_.notify_one();
+    applied_cv_.wait(lock);
+  }
+}
+
+void SqliteStore::CatchUp() {
+  std::unique_lock<std::mutex> lock(mu_);
+  WaitApplied(lock, log_seq_);
+}
+
+void SqliteStore::ApplyQueued(std::unique_lock<std::mutex>& lock) {
+  applying_ = true;
+  std::deque<std::pair<uint64_t, std::vector<Mutation>>> todo;
+  todo.swap(unapplied_);
+  // A synced transaction makes every one before it durable too (one WAL).
+  const bool synced = sync_next_apply_ || !full_;
+  sync_next_apply_ = false;
+  const uint64_t upto = todo.empty() ? applied_log_seq_ : todo.back().first;
+  lock.unlock();
+  {
+    std::lock_guard<std::mutex> db(db_mu_);
+    if (todo.empty()) todo.emplace_back(upto, std::vector<Mutation>());
+    ApplyToDb(todo, synced && full_);
+  }
+  lock.lock();
+  applying_ = false;
+  applied_log_seq_ = upto;
+  if (synced) synced_log_seq_ = upto;
+  applied_cv_.notify_all();
+}
+
+// Every kApplyEvery, or when someone waits: the logged batches into the
+// database. Stops once the writer has stopped and nothing is left.
+void SqliteStore::ApplierLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    applier_cv_.wait_for(lock, kApplyEvery, [&] { return stop_applier_ || apply_now_; });
+    apply_now_ = false;
+    if ((!unapplied_.empty() || sync_next_apply_) && !applying_) {
+      ApplyQueued(lock);
+      continue;
+    }
+    if (stop_applier_ && unapplied_.empty()) break;
+  }
+  applier_exited_ = true;
+  applied_cv_.notify_all();
+}
+
+void SqliteStore::Step(sqlite3_stmt* s, const char* what) {
+  if (sqlite3_step(s) != SQLITE_DONE) {
+    LogEvent("fatal", {{"what", what}, {"error", sqlite3_errmsg(writer_)}});
+    std::abort();
+  }
+  sqlite3_reset(s);
+}
+
+void SqliteStore::ApplyToDb(const std::deque<std::pair<uint64_t, std::vector<Mutation>>>& batches,
+                            bool synced) {
+  if (synced) Exec(writer_, "PRAGMA synchronous=FULL").IgnoreError();
+  Step(stmts_->begin, "sqlite begin");
+  for (const auto& [seq, batch] : batches) {
+    for (const Mutation& m : batch) Apply(m);
+  }
+  sqlite3_bind_int64(stmts_->put_applied, 1, static_cast<int64_t>(batches.back().first));
+  Step(stmts_->put_applied, "sqlite write");
+  Step(stmts_->commit, "sqlite commit");
+  if (synced) Exec(writer_, "PRAGMA synchronous=NORMAL").IgnoreError();
 }
 
 void SqliteStore::Apply(const Mutation& m) {
@@ -428,6 +690,7 @@ void SqliteStore::WriterLoop() {
 }
 
 absl::StatusOr<std::optional<LeaseRow>> SqliteStore::ReadLease(uint64_t token) {
+  CatchUp();
   std::lock_guard<std::mutex> lock(reader_mu_);
   sqlite3_stmt* s = nullptr;
   const std::string sql = absl::StrCat("SELECT ", kLeaseColumns, " FROM leases WHERE token = ?");
@@ -445,6 +708,7 @@ absl::StatusOr<std::optional<LeaseRow>> SqliteStore::ReadLease(uint64_t token) {
 
 absl::StatusOr<std::optional<std::string>> SqliteStore::ReadCheckpoint(int64_t dataset_id,
                                                                        int64_t step) {
+  CatchUp();
   std::lock_guard<std::mutex> lock(reader_mu_);
   sqlite3_stmt* s = nullptr;
   if (sqlite3_prepare_v2(reader_, "SELECT blob FROM checkpoints WHERE dataset_id = ? AND step = ?",

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -146,6 +147,69 @@ TEST(SqliteStore, WorkerRecordsSurviveAKill) {
   EXPECT_EQ(p->workers(0).records_committed(), 100);
   EXPECT_EQ(p->workers(1).worker_id(), "b");
   EXPECT_EQ(p->workers(1).records_committed(), 42);
+}
+
+// Batches that fill the commit log several times over (it starts again from
+// its start once the database holds it on disk), one bigger than the whole log
+// (written straight to the database), and small ones after; then SIGKILL with
+// the last ones only in the log. Every batch is there after the reopen.
+TEST(SqliteStore, EveryDurableBatchSurvivesAKillAcrossLogRewinds) {
+  antdt::testing::TempDir dir;
+  auto blob = [](int64_t step) {
+    const size_t size = step == 10 ? (20u << 20) : step < 20 ? (3u << 20) : 100u;
+    return std::string(size, static_cast<char>('a' + step % 26));
+  };
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kFull);
+    if (!store.ok()) _exit(1);
+    for (int64_t step = 1; step <= 25; ++step) {
+      const uint64_t seq = (*store)->Append({CheckpointRow{1, step, blob(step)}});
+      if (!(*store)->WaitDurable(seq).ok()) _exit(1);
+    }
+    kill(getpid(), SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child failed with status " << status;
+  auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kFull);
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int64_t step = 1; step <= 25; ++step) {
+    auto got = (*store)->ReadCheckpoint(1, step);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(got->has_value()) << "step " << step;
+    EXPECT_TRUE(**got == blob(step)) << "step " << step;
+  }
+}
+
+// A log whose records the database never held (its database deleted, say)
+// is refused, naming the state directory, rather than read as a fresh start.
+TEST(SqliteStore, ALogAheadOfItsDatabaseIsRefused) {
+  antdt::testing::TempDir dir;
+  {
+    auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+    ASSERT_TRUE(store.ok());
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE((*store)->WaitDurable((*store)->Append({NextToken{100u + i}})).ok());
+    }
+  }
+  {
+    auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+    ASSERT_TRUE(store.ok());  // a clean close: nothing to replay
+    ASSERT_TRUE((*store)->WaitDurable((*store)->Append({NextToken{200}})).ok());
+    ASSERT_TRUE((*store)->WaitDurable((*store)->Append({NextToken{201}})).ok());
+    auto snap = (*store)->Load();
+    ASSERT_TRUE(snap.ok());
+    EXPECT_EQ(snap->next_token, 201u);
+  }
+  std::filesystem::remove(dir.File("sharding.db"));
+  std::filesystem::remove(dir.File("sharding.db-wal"));
+  std::filesystem::remove(dir.File("sharding.db-shm"));
+  auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(store.status().message().find("state_dir"), std::string::npos) << store.status();
 }
 
 // Names are stored with their length: even a NUL the ledger would refuse
