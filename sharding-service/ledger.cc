@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -1151,23 +1152,29 @@ absl::StatusOr<v1::GetProgressResponse> Ledger::GetProgress(const v1::GetProgres
     resp.set_shards_doing(ds.doing);
     resp.set_shards_done(ds.done);
     resp.set_records_per_epoch(ds.records);
-    resp.set_records_committed_epoch(ds.finished() ? 0 : ds.CommittedInEpoch());
-    resp.set_records_committed_total(ds.CommittedTotal());
+    // One pass over the shards (hundreds of thousands), not one per figure.
+    const int64_t committed_total = ds.CommittedTotal();
+    resp.set_records_committed_epoch(ds.finished() ? 0
+                                                   : committed_total - ds.records * ds.row.epoch);
+    resp.set_records_committed_total(committed_total);
     resp.set_finished(ds.finished());
     resp.set_requeues(ds.row.requeues);
     resp.set_lease_expirations(ds.row.expirations);
-    std::unordered_map<std::string, int> in_flight;
+    std::unordered_map<std::string_view, int> in_flight;
     for (const auto& [token, lease] : ds.leases) ++in_flight[lease.row.worker];
-    std::vector<std::string> names;
-    for (const auto& [name, w] : ds.workers) names.push_back(name);
-    std::sort(names.begin(), names.end());
+    std::vector<const std::pair<const std::string, WorkerStats>*> workers;
+    workers.reserve(ds.workers.size());
+    for (const auto& entry : ds.workers) workers.push_back(&entry);
+    std::sort(workers.begin(), workers.end(),
+              [](const auto* a, const auto* b) { return a->first < b->first; });
     double total_rate = 0;
-    for (const std::string& name : names) {
-      const WorkerStats& w = ds.workers[name];
+    for (const auto* entry : workers) {
+      const auto& [name, w] = *entry;
       v1::WorkerProgress* wp = resp.add_workers();
       wp->set_worker_id(name);
       wp->set_records_committed(w.records_committed);
-      wp->set_shards_in_flight(in_flight[name]);
+      const auto flying = in_flight.find(name);
+      wp->set_shards_in_flight(flying == in_flight.end() ? 0 : flying->second);
       double rate = 0;
       if (!w.samples.empty() && now - w.samples.back().first <= options_.rate_window_ms) {
         // Records over the window up to now (idle time counts).
@@ -1180,7 +1187,7 @@ absl::StatusOr<v1::GetProgressResponse> Ledger::GetProgress(const v1::GetProgres
       total_rate += rate;
     }
     resp.set_records_per_second(total_rate);
-    const int64_t remaining = ds.records * ds.spec.epochs() - ds.CommittedTotal();
+    const int64_t remaining = ds.records * ds.spec.epochs() - committed_total;
     if (remaining == 0) {
       resp.set_eta_seconds(0);
     } else if (total_rate > 0) {

@@ -35,11 +35,11 @@ uint64_t MemoryStore::Append(std::vector<Mutation> batch) {
   std::lock_guard<std::mutex> lock(mu_);
   for (Mutation& m : batch) {
     if (auto* d = std::get_if<DatasetRow>(&m)) {
-      datasets_[d->id] = *d;
+      datasets_[d->id] = std::move(*d);
     } else if (auto* s = std::get_if<ShardRow>(&m)) {
       shards_[{s->dataset_id, s->index}] = *s;
     } else if (auto* l = std::get_if<LeaseRow>(&m)) {
-      leases_[l->token] = *l;
+      leases_[l->token] = std::move(*l);
     } else if (auto* ds = std::get_if<DeleteShards>(&m)) {
       shards_.erase(shards_.lower_bound({ds->dataset_id, INT64_MIN}),
                     shards_.upper_bound({ds->dataset_id, INT64_MAX}));
@@ -52,11 +52,16 @@ uint64_t MemoryStore::Append(std::vector<Mutation> batch) {
         }
       }
     } else if (auto* c = std::get_if<CheckpointRow>(&m)) {
-      checkpoints_[{c->dataset_id, c->step}] = c->blob;
+      checkpoints_[{c->dataset_id, c->step}] = std::move(c->blob);
     } else if (auto* n = std::get_if<NextToken>(&m)) {
       next_token_ = n->value;
     } else if (auto* w = std::get_if<WorkerRow>(&m)) {
-      workers_[{w->dataset_id, w->worker}] = *w;
+      auto it = workers_.find({w->dataset_id, w->worker});
+      if (it == workers_.end()) {
+        workers_.emplace(std::make_pair(w->dataset_id, w->worker), std::move(*w));
+      } else {
+        it->second.records_committed = w->records_committed;
+      }
     }
   }
   return ++seq_;

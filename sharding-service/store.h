@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -137,7 +138,8 @@ class MemoryStore final : public Store {
   std::map<std::pair<int64_t, int64_t>, ShardRow> shards_;
   std::map<uint64_t, LeaseRow> leases_;
   std::map<std::pair<int64_t, int64_t>, std::string> checkpoints_;
-  std::map<std::pair<int64_t, std::string>, WorkerRow> workers_;
+  // Hashed: the simulator updates one on every commit of 10,000 workers.
+  absl::flat_hash_map<std::pair<int64_t, std::string>, WorkerRow> workers_;
 };
 
 }  // namespace antdt::sharding

@@ -58,7 +58,7 @@ void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& 
   }
 }
 
-std::optional<controller::Observed> ControlLoop::Observe() {
+std::optional<controller::Observed> ControlLoop::Observe(bool with_history) {
   std::optional<v1::GetJobHealthResponse> health = backend_->Health();
   observed_members_ = backend_->Members();
   observed_index_.clear();
@@ -92,7 +92,7 @@ std::optional<controller::Observed> ControlLoop::Observe() {
   obs.remaining_seconds = backend_->RemainingSeconds();
   obs.restart_cost_seconds = RestartCostSeconds();
   obs.ps_restart_cost_seconds = RestartCostSeconds(vocab::Role::kParameterServer);
-  obs.history = history_;
+  if (with_history) obs.history = history_;
   return obs;
 }
 
@@ -161,9 +161,12 @@ bool ControlLoop::TakeTurn() {
 
 absl::StatusOr<controller::Plan> ControlLoop::RunOnce() {
   if (!TakeTurn()) return controller::Plan{};
-  std::optional<controller::Observed> observed = Observe();
+  std::optional<controller::Observed> observed = Observe(/*with_history=*/false);
   if (!observed) return controller::Plan{};
+  // The history is lent to the policy, not copied: thousands of decisions.
+  observed->history.swap(history_);
   controller::Plan plan = Decide(*observed);
+  history_.swap(observed->history);
   RETURN_IF_ERROR(Execute(plan));
   return plan;
 }

@@ -144,7 +144,8 @@ class ControlLoop {
   // and Execute in turn.
   bool TakeTurn();
   // The policy's input now; nullopt while the Monitor has nothing on the job.
-  std::optional<controller::Observed> Observe();
+  // `with_history`: a copy of the history in it (RunOnce lends its own).
+  std::optional<controller::Observed> Observe(bool with_history = true);
   // The one call of the policy: controller::Decide over `observed`.
   controller::Plan Decide(const controller::Observed& observed) const;
   // Reports the plan's skipped actions to the backend, then carries out each
