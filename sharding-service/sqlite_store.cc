@@ -300,15 +300,21 @@ absl::Status SqliteStore::Replay(const std::string& dir, Sync sync) {
       return absl::DataLossError(absl::StrCat("state_dir: ", batch.status().message()));
     batches.emplace_back(r.seq, std::move(*batch));
   }
-  if (!batches.empty()) {
+  const size_t replayed = batches.size();
+  // Even with nothing to replay: what a killed process's unsynced transactions
+  // left in the page cache goes to disk before the log is overwritten.
+  if (batches.empty()) batches.emplace_back(applied, std::vector<Mutation>());
+  {
     std::lock_guard<std::mutex> db(db_mu_);
     ApplyToDb(batches, /*synced=*/false);  // in the connection's mode: FULL with --sync full
-    applied = batches.back().first;
+  }
+  applied = batches.back().first;
+  if (replayed > 0) {
     LogEvent("commit_log_replayed",
-             {{"records", std::to_string(batches.size())}, {"last", std::to_string(applied)}});
+             {{"records", std::to_string(replayed)}, {"last", std::to_string(applied)}});
   }
   log_seq_ = applied_log_seq_ = synced_log_seq_ = applied;
-  log_->Rewind();  // the database holds every record in the log
+  log_->Rewind();  // the database holds every record in the log, on disk
   return absl::OkStatus();
 }
 
@@ -487,7 +493,9 @@ void SqliteStore::CommitPending(std::unique_lock<std::mutex>& lock) {
 }
 
 void SqliteStore::Write(std::unique_lock<std::mutex>& lock, std::vector<Mutation> batch) {
+  lock.unlock();  // calls go on appending meanwhile; committing_ keeps this the only writer
   const std::string payload = EncodeBatch(batch);
+  lock.lock();
   const uint64_t seq = log_seq_ + 1;
   if (!log_->Fits(payload.size()) ||
       (log_->offset() > kLogCapacity / 2 && synced_log_seq_ == log_seq_)) {
