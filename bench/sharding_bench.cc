@@ -148,6 +148,15 @@ Figures Measure(int clients, double seconds, const std::string& address, PairFn 
   return f;
 }
 
+// Client `c`'s AcquireShard on dataset bench/pairs.
+antdt::v1::AcquireShardRequest PairAcquire(int c) {
+  antdt::v1::AcquireShardRequest req;
+  req.mutable_dataset()->set_job("bench");
+  req.mutable_dataset()->set_name("pairs");
+  req.set_worker_id("w" + std::to_string(c));
+  return req;
+}
+
 // A client's AcquireShard+CompleteShard pair on dataset bench/pairs, each
 // call with `token` (none when empty).
 std::function<bool()> ShardPair(const std::shared_ptr<grpc::Channel>& channel, int c,
@@ -157,10 +166,7 @@ std::function<bool()> ShardPair(const std::shared_ptr<grpc::Channel>& channel, i
   return [stub, c, token] {
     grpc::ClientContext a;
     if (!token.empty()) a.AddMetadata("authorization", "Bearer " + token);
-    antdt::v1::AcquireShardRequest req;
-    req.mutable_dataset()->set_job("bench");
-    req.mutable_dataset()->set_name("pairs");
-    req.set_worker_id("w" + std::to_string(c));
+    const antdt::v1::AcquireShardRequest req = PairAcquire(c);
     antdt::v1::AcquireShardResponse resp;
     if (!stub->AcquireShard(&a, req, &resp).ok() ||
         resp.result() != antdt::v1::AcquireShardResponse::SHARD) {
@@ -184,10 +190,7 @@ std::function<bool()> OneCallPair(const std::shared_ptr<grpc::Channel>& channel,
   auto token = std::make_shared<uint64_t>(0);
   auto calls = std::make_shared<uint64_t>(0);
   return [stub, c, token, calls] {
-    antdt::v1::AcquireShardRequest acquire;
-    acquire.mutable_dataset()->set_job("bench");
-    acquire.mutable_dataset()->set_name("pairs");
-    acquire.set_worker_id("w" + std::to_string(c));
+    antdt::v1::AcquireShardRequest acquire = PairAcquire(c);
     acquire.set_request_id(absl::StrCat("r", c, "-", ++*calls));
     antdt::v1::AcquireShardResponse next;
     if (*token == 0) {

@@ -200,14 +200,18 @@ absl::Status ShardingClient::ConsumeAll(int64_t commit_every, const ProcessFn& p
   while (lease) {
     const int64_t base = lease->shard.committed();
     int64_t acked = 0;  // index into the remaining list
-    absl::Status status;
-    // The last record's commit completes the shard and acquires the next.
-    std::optional<absl::StatusOr<std::optional<ShardLease>>> next;
+    // The last commit completes the shard and acquires the next in one call.
+    std::optional<ShardLease> next;
+    auto complete = [&] {
+      absl::StatusOr<std::optional<ShardLease>> r = CompleteAndAcquire(*lease);
+      if (r.ok()) next = *std::move(r);
+      return r.status();
+    };
+    absl::Status status = lease->remaining() == 0 ? complete() : absl::OkStatus();
     for (int64_t i = 0; i < lease->remaining(); ++i) {
       process(*lease, lease->RecordAt(i));
       if (i + 1 == lease->remaining()) {
-        next = CompleteAndAcquire(*lease);
-        status = next->status();
+        status = complete();
       } else if ((i + 1 - acked) >= commit_every) {
         status = ReportProgress(*lease, base + i + 1);
       } else {
@@ -217,14 +221,10 @@ absl::Status ShardingClient::ConsumeAll(int64_t commit_every, const ProcessFn& p
       on_commit(*lease, acked, i + 1);
       acked = i + 1;
     }
-    if (lease->remaining() == 0 && status.ok()) {
-      next = CompleteAndAcquire(*lease);
-      status = next->status();
-    }
     // A lease lost to expiry or a restore: its remainder is someone else's now.
     if (!status.ok() && status.code() != absl::StatusCode::kFailedPrecondition) return status;
     if (status.ok()) {
-      lease = *std::move(*next);
+      lease = std::move(next);
     } else {
       ASSIGN_OR_RETURN(lease, Acquire());
     }

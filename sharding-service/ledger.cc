@@ -756,6 +756,10 @@ absl::Status ValidateAcquire(const v1::AcquireShardRequest& req, const std::stri
 Deferred<v1::AcquireShardResponse> Ledger::AcquireShardDeferred(
     const v1::AcquireShardRequest& req) {
   RETURN_IF_ERROR(ValidateAcquire(req));
+  return AcquireChecked(req);
+}
+
+Deferred<v1::AcquireShardResponse> Ledger::AcquireChecked(const v1::AcquireShardRequest& req) {
   v1::AcquireShardResponse resp;
   uint64_t seq = 0;
   IssuedToken issued;
@@ -940,7 +944,7 @@ Deferred<v1::CompleteShardResponse> Ledger::CompleteShardDeferred(
   if (!done.result.ok()) return done;
   // The shard is complete: whatever the acquire answers, the call succeeds,
   // so the commit is never reported as failed.
-  Deferred<v1::AcquireShardResponse> acquired = AcquireShardDeferred(next);
+  Deferred<v1::AcquireShardResponse> acquired = AcquireChecked(next);
   if (acquired.result.ok()) *done.result->mutable_next() = *std::move(acquired.result);
   done.durable_seq = std::max(done.durable_seq, acquired.durable_seq);
   return done;

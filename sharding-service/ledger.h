@@ -132,6 +132,8 @@ class Ledger {
     return std::move(d.result);
   }
   absl::Status Recover();
+  // AcquireShard, the request checked.
+  Deferred<v1::AcquireShardResponse> AcquireChecked(const v1::AcquireShardRequest& req);
   // CompleteShard without its `next`, the request checked.
   Deferred<v1::CompleteShardResponse> CompleteOnly(const v1::CompleteShardRequest& req);
   // RESOURCE_EXHAUSTED when one more dataset of `shards` shards passes a

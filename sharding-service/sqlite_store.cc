@@ -518,6 +518,7 @@ void SqliteStore::Write(std::unique_lock<std::mutex>& lock, std::vector<Mutation
     applied_cv_.notify_all();
     return;
   }
+  const bool below_half = log_->offset() <= kLogCapacity / 2;
   lock.unlock();
   if (absl::Status s = log_->Append(seq, payload); !s.ok()) {
     LogEvent("fatal", {{"what", "commit log write"}, {"error", std::string(s.message())}});
@@ -526,7 +527,9 @@ void SqliteStore::Write(std::unique_lock<std::mutex>& lock, std::vector<Mutation
   lock.lock();
   log_seq_ = seq;
   unapplied_.emplace_back(seq, std::move(batch));
-  if (unapplied_.size() >= kApplyBatches || log_->offset() > kLogCapacity / 2) {
+  // Woken early while the queue is long, and once when this record took the
+  // log past half (so that little is left to apply when it must start over).
+  if (unapplied_.size() >= kApplyBatches || (below_half && log_->offset() > kLogCapacity / 2)) {
     apply_now_ = true;
     applier_cv_.notify_one();
   }
