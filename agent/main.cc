@@ -164,7 +164,7 @@ int Serve(const antdt::agent::AgentConfig& config, NodeSampling& sampling) {
       &view, [&service](const std::string& job, const std::string& worker) {
         return service.NamespaceOf(job, worker);
       });
-  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
+  if (auto* exposer = (*serving)->exposer()) {
     exposer->RegisterCollectable(node_collector, "/metrics");
   }
   OutboxGauges gauges(*registry);

@@ -65,6 +65,8 @@ Service StartService(const std::string& state_dir, const std::string& sync, cons
   if (!token_file.empty()) {
     argv.push_back("--token-file");
     argv.push_back(token_file);
+  } else {
+    argv.insert(argv.end(), {"--auth", "none"});
   }
   if (tls) {
     argv.insert(argv.end(), {"--tls-cert", g_tls_dir + "/server.crt", "--tls-key",

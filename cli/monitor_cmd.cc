@@ -56,7 +56,7 @@ int Monitor(const MonitorFlags& f) {
   auto serving = Serving::Start({f.listen, "", f.metrics_listen, registry, {&service}});
   if (!serving.ok()) return fail(serving.status());
   auto collector = service.Collector();  // the exposer holds it weakly
-  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
+  if (auto* exposer = (*serving)->exposer()) {
     exposer->RegisterCollectable(collector, "/metrics");
   }
   service.Start(*tick);

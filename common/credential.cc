@@ -38,33 +38,36 @@ std::optional<absl::string_view> BearerToken(const grpc::ServerContextBase& cont
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(field, ": cannot read ", path));
-  std::ostringstream content;
-  content << in.rdbuf();
-  const std::string token(absl::StripAsciiWhitespace(content.str()));
-  if (token.empty())
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " is empty"));
+absl::StatusOr<std::string> CheckToken(absl::string_view raw, absl::string_view source) {
+  const std::string token(absl::StripAsciiWhitespace(raw));
+  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(source, " is blank"));
   if (token.size() > kMaxTokenBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", path, " holds more than ", kMaxTokenBytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(source, " holds more than ", kMaxTokenBytes,
+                                                   " bytes (what a gRPC header carries)"));
   }
   for (char c : token) {
     if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": ", path, " holds other than printable ASCII"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, " holds other than visible ASCII on one line (no gRPC client can send it)"));
     }
   }
   return token;
 }
 
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(field, ": cannot read ", path));
+  std::ostringstream content;
+  content << in.rdbuf();
+  return CheckToken(content.str(), absl::StrCat(field, ": ", path));
+}
+
 absl::StatusOr<std::string> TokenFromEnvironment() {
   if (const char* token = std::getenv(kEnvToken); token != nullptr && *token != '\0') {
-    return std::string(absl::StripAsciiWhitespace(token));
+    return CheckToken(token, absl::StrCat("$", kEnvToken));
   }
   if (const char* path = std::getenv(kEnvTokenFile); path != nullptr && *path != '\0') {
-    return ReadTokenFile(path, kEnvTokenFile);
+    return ReadTokenFile(path, absl::StrCat("$", kEnvTokenFile));
   }
   return std::string();
 }

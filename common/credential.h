@@ -21,11 +21,18 @@ inline constexpr char kEnvToken[] = "ANTDT_TOKEN";
 inline constexpr char kEnvTokenFile[] = "ANTDT_TOKEN_FILE";
 inline constexpr char kAuthorizationMetadata[] = "authorization";
 
-// A token read from `path` (surrounding whitespace trimmed): an error naming
-// `field` and the path when it cannot be read, is empty, longer than 4 KiB or
-// holds other than printable ASCII.
+// The one check every token passes, from a file or a variable: surrounding
+// whitespace trimmed, then an error naming `source` when it is blank, longer
+// than 4 KiB (a gRPC header carries 8 KiB in all) or holds other than visible
+// ASCII (a newline, a control or non-ASCII byte: no gRPC client can send it).
+// The token itself is never in the message.
+absl::StatusOr<std::string> CheckToken(absl::string_view raw, absl::string_view source);
+// The token in the file at `path` (CheckToken), the error naming `field` and
+// the path; an error too when it cannot be read.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view field);
-// $ANTDT_TOKEN, else the token in the file $ANTDT_TOKEN_FILE names, else "".
+// $ANTDT_TOKEN (when set and not empty), else the token in the file
+// $ANTDT_TOKEN_FILE names, else "" (none configured); both through CheckToken,
+// so a blank or malformed one is an error naming the variable.
 absl::StatusOr<std::string> TokenFromEnvironment();
 // 32 random bytes, hex.
 std::string RandomToken();

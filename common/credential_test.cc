@@ -62,5 +62,30 @@ TEST(CredentialTest, TheEnvironmentGivesTheTokenOrItsFile) {
   unsetenv(kEnvTokenFile);
 }
 
+// A variable gets the check a file gets: a blank one is an error, not "no
+// token" (which turned authentication off), and so are tokens no gRPC client
+// can send. The message names the variable, never the value.
+TEST(CredentialTest, TheVariableIsCheckedLikeAFile) {
+  unsetenv(kEnvTokenFile);
+  for (const auto& [value, want] : std::vector<std::pair<std::string, std::string>>{
+           {"   ", "$ANTDT_TOKEN is blank"},
+           {"\t\n", "$ANTDT_TOKEN is blank"},
+           {std::string(100 * 1024, 'x'), "$ANTDT_TOKEN holds more than 4096 bytes"},
+           {"two\nlines", "$ANTDT_TOKEN holds other than visible ASCII"},
+           {"sp ace", "$ANTDT_TOKEN holds other than visible ASCII"},
+           {"caf\xc3\xa9", "$ANTDT_TOKEN holds other than visible ASCII"}}) {
+    setenv(kEnvToken, value.c_str(), 1);
+    auto got = TokenFromEnvironment();
+    ASSERT_FALSE(got.ok()) << want;
+    EXPECT_NE(got.status().message().find(want), std::string::npos) << got.status();
+    if (value.size() > 3) EXPECT_EQ(got.status().message().find(value), std::string::npos);
+  }
+  setenv(kEnvToken, "  padded-token \n", 1);
+  EXPECT_EQ(*TokenFromEnvironment(), "padded-token");
+  unsetenv(kEnvToken);
+  EXPECT_EQ(CheckToken(std::string(4096, 'a'), "x").value(), std::string(4096, 'a'));
+  EXPECT_FALSE(CheckToken(std::string(4097, 'a'), "x").ok());
+}
+
 }  // namespace
 }  // namespace antdt

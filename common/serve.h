@@ -52,7 +52,7 @@ class Serving {
   const std::string& address() const { return address_; }
   const std::string& metrics_address() const { return metrics_.address; }
   // For more collectables (at /metrics or other paths); null when off.
-  prometheus::Exposer* exposer() const { return metrics_.exposer.get(); }
+  MetricsServer* exposer() const { return metrics_.exposer.get(); }
 
   // The ready file: the address, metrics=..., then `fields` as key=value
   // lines. A no-op for an empty path.

@@ -43,29 +43,15 @@ std::string BoundAddress(const std::string& listen, int port) {
 absl::StatusOr<MetricsEndpoint> StartMetrics(
     const std::string& listen, const std::shared_ptr<prometheus::Registry>& registry) {
   MetricsEndpoint ep;
-  std::string host = listen.substr(0, listen.rfind(':'));
-  std::string port = listen.substr(listen.rfind(':') + 1);
-  // With TLS on, CivetWeb serves loopback only and a TlsFront the address.
+  // With TLS on, the HTTP server serves loopback only and a TlsFront the address.
   const bool tls = TlsServing();
-  const std::string civet_listen = tls ? "127.0.0.1:0" : listen;
-  try {
-    // CivetWeb takes "HOST:PORT" for IPv4 and "[::1]:PORT" for IPv6 as is.
-    // A connection holds one of its threads until its request is read: with
-    // the defaults (2 threads here, CivetWeb's 30 s request timeout) two idle
-    // or half-sent connections kept /metrics and /healthz from answering for
-    // 30 s. Scrapes are small; a slow client is dropped after 2 s.
-    ep.exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", civet_listen, "num_threads", "8",
-                                 "request_timeout_ms", "2000", "keep_alive_timeout_ms", "500"});
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics_listen: cannot listen on ", listen, ": ", e.what()));
-  }
+  auto server = MetricsServer::Start(tls ? "127.0.0.1:0" : listen, "metrics_listen");
+  if (!server.ok()) return server.status();
+  ep.exposer = *std::move(server);
   ep.exposer->RegisterCollectable(registry, "/metrics");
   ep.health = std::make_shared<prometheus::Registry>();
   ep.exposer->RegisterCollectable(ep.health, "/healthz");
-  auto ports = ep.exposer->GetListeningPorts();
-  const int bound = ports.empty() ? 0 : ports.front();
+  const int bound = ep.exposer->port();
   if (!tls) {
     ep.address = BoundAddress(listen, bound);
     return ep;

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/metrics_server.h"
 #include "common/tls_front.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 
 namespace antdt {
@@ -23,7 +23,7 @@ void BlockTerminationSignals();
 int WaitForTerminationSignal();
 
 struct MetricsEndpoint {
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsServer> exposer;
   std::unique_ptr<TlsFront> tls;                 // with TLS on: HTTPS here, the exposer on loopback
   std::shared_ptr<prometheus::Registry> health;  // empty registry served at /healthz
   std::string address;                           // bound HOST:PORT

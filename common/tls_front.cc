@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/asio_listen.h"
 #include "common/tls.h"
 
 namespace antdt {
@@ -124,23 +125,7 @@ absl::StatusOr<std::unique_ptr<TlsFront>> TlsFront::Start(const std::string& lis
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": cannot serve TLS with tls-cert/tls-key: ", ec.message()));
   }
-  const size_t colon = listen.rfind(':');
-  std::string host = listen.substr(0, colon);
-  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec || colon == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": not HOST:PORT: ", listen));
-  }
-  const tcp::endpoint endpoint(address,
-                               static_cast<uint16_t>(std::atoi(listen.c_str() + colon + 1)));
-  impl->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(endpoint, ec);
-  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": cannot listen on ", listen, ": ", ec.message()));
-  }
+  if (absl::Status s = ListenOn(impl->acceptor, listen, field); !s.ok()) return s;
   impl->upstream =
       tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(upstream_port));
   impl->Accept();

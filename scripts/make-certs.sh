@@ -47,4 +47,6 @@ for node in "$@"; do
   issue "node-$node" "/CN=system:node:$node" "$names"
 done
 chmod 600 ./*.key
-echo "$dir: ca.crt server.crt$(printf " node-%s.crt" "$@")"
+made="ca.crt server.crt"
+for node in "$@"; do made+=" node-$node.crt"; done
+echo "$dir: $made"

@@ -30,6 +30,14 @@ absl::Status SetField(ServiceConfig& c, const std::string& key, const std::strin
     c.ready_file = value;
   } else if (key == "token_file" || key == "token-file") {
     c.token_file = value;
+  } else if (key == "auth") {
+    if (value != "token" && value != "none") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be \"token\" or \"none\", got \"", value, "\""));
+    }
+    c.auth_none = value == "none";
+  } else if (key == "job") {
+    c.job = value;
   } else if (key == "lease_ttl" || key == "lease-ttl") {
     ASSIGN_OR_RETURN(c.lease_ttl_ms, ParseDurationMs(value, field));
   } else if (key == "max_datasets" || key == "max-datasets") {
@@ -74,6 +82,14 @@ absl::Status ValidateServiceConfig(const ServiceConfig& c) {
     RETURN_IF_ERROR(ValidateHostPort(c.metrics_listen, "metrics_listen"));
   if (c.state_dir.empty()) return absl::InvalidArgumentError("state_dir: must not be empty");
   if (c.lease_ttl_ms <= 0) return absl::InvalidArgumentError("lease_ttl: must be > 0");
+  if (!c.job.empty()) {
+    if (c.job.size() > 253) return absl::InvalidArgumentError("job: longer than 253 bytes");
+    for (unsigned char ch : c.job) {
+      if (ch < 0x20 || ch == 0x7f) {
+        return absl::InvalidArgumentError("job: holds a control character");
+      }
+    }
+  }
   if (!c.namespace_.empty() && !IsDns1123Label(c.namespace_)) {
     return absl::InvalidArgumentError(
         absl::StrCat("namespace: must be a Kubernetes namespace (a DNS-1123 label), got \"",

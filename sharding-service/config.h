@@ -16,8 +16,16 @@ struct ServiceConfig {
   std::string state_dir = "antdt-state";
   std::string ready_file;
   // The job's credential (common/credential.h): every call must carry it.
-  // Empty: $ANTDT_TOKEN or $ANTDT_TOKEN_FILE, else calls are not checked.
+  // Empty: $ANTDT_TOKEN or $ANTDT_TOKEN_FILE. With none of the three the
+  // service refuses to start unless auth is "none".
   std::string token_file;
+  // "token" (the default: a credential is required) or "none" (calls are not
+  // checked; said in a warning at start). Nothing else turns the check off.
+  bool auth_none = false;
+  // The job the service serves: a call on a dataset of another job is refused
+  // (PERMISSION_DENIED naming dataset.job), so the job's token reaches only its
+  // own datasets. "" serves any job.
+  std::string job;
   // The Kubernetes namespace of the job it serves: a `namespace` label on its
   // per-job series ("" none).
   std::string namespace_;

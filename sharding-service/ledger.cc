@@ -1,8 +1,9 @@
 #include "sharding-service/ledger.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <string_view>
 #include <utility>
 
@@ -117,6 +118,9 @@ struct Ledger::Dataset {
   std::unordered_map<std::string, uint64_t> by_request;
   RecentLeases ended;  // ended in this process
   std::unordered_map<std::string, WorkerStats> workers;
+  // A Restore is rebuilding the shard state outside the mutex: every call on
+  // the dataset is refused (UNAVAILABLE, retry) and nothing else writes it.
+  bool restoring = false;
 
   static std::string RequestKey(const std::string& worker, const std::string& request_id) {
     return worker + '\n' + request_id;  // names hold no control character
@@ -559,15 +563,24 @@ void AppendRecordIds(const Ledger::Dataset& ds, int32_t epoch, int64_t index, in
 // committed beyond it, and everything committed in later epochs.
 void RolledBackCommits(const Ledger::Dataset& ds, const v1::ShardStateSnapshot& snap,
                        v1::RestoreResponse* resp) {
-  std::map<int64_t, int64_t> at_snap;
-  for (int i = 0; i < snap.index_size(); ++i) at_snap[snap.index(i)] = snap.committed(i);
+  // (index, committed) of the snapshot, sorted: one pass beside the shards,
+  // nothing allocated per shard (a map filled per shard took gigabytes and
+  // seconds at 5e7 shards).
+  std::vector<std::pair<int64_t, int64_t>> at_snap;
+  at_snap.reserve(static_cast<size_t>(snap.index_size()));
+  for (int i = 0; i < snap.index_size(); ++i)
+    at_snap.emplace_back(snap.index(i), snap.committed(i));
+  if (!std::is_sorted(at_snap.begin(), at_snap.end())) std::sort(at_snap.begin(), at_snap.end());
   const int32_t now = ds.row.epoch;
   for (int32_t e = snap.epoch(); e <= now && e < ds.spec.epochs(); ++e) {
     v1::RolledBack rb;
     rb.set_epoch(e);
+    auto next = at_snap.begin();
     for (int64_t index = 0; index < ds.shard_count; ++index) {
       const int64_t size = ds.ShardSize(index);
-      const int64_t from = e == snap.epoch() ? std::min(at_snap[index], size) : 0;
+      while (next != at_snap.end() && next->first < index) ++next;
+      const int64_t saved = next != at_snap.end() && next->first == index ? next->second : 0;
+      const int64_t from = e == snap.epoch() ? std::clamp<int64_t>(saved, 0, size) : 0;
       const int64_t to = e < now ? size
                                  : std::min(index < static_cast<int64_t>(ds.shards.size())
                                                 ? ds.shards[index].committed
@@ -652,12 +665,38 @@ absl::Status Ledger::UnknownToken(const Dataset& ds, uint64_t token) const {
   return absl::NotFoundError(absl::StrCat("token: no lease ", token, " was ever issued"));
 }
 
+namespace {
+
+absl::Status Restoring(const std::string& job, const std::string& name) {
+  return absl::UnavailableError(absl::StrCat("dataset: ", name, " in job ", job,
+                                             " is being restored from a checkpoint; retry"));
+}
+
+}  // namespace
+
 #define ANTDT_FIND_DATASET(ref, ds_var)                                               \
   auto ds_it = datasets_.find(Key((ref).job(), (ref).name()));                        \
   if (ds_it == datasets_.end())                                                       \
     return absl::NotFoundError(                                                       \
         absl::StrCat("dataset: no dataset ", (ref).name(), " in job ", (ref).job())); \
+  if (ds_it->second->restoring) return Restoring((ref).job(), (ref).name());          \
   Dataset& ds_var = *ds_it->second
+
+Ledger::HeldLock::HeldLock(Ledger& ledger)
+    : ledger_(ledger), lock_(ledger.mu_), start_ms_(ledger.clock_->NowMillis()) {}
+
+Ledger::HeldLock::~HeldLock() {
+  const int64_t held = ledger_.clock_->NowMillis() - start_ms_;
+  if (held < kStallMs) return;
+  int64_t leases = 0;
+  for (auto& [key, ds] : ledger_.datasets_) {
+    if (ds->restoring) continue;  // its leases are about to be fenced
+    for (auto& [token, lease] : ds->leases) lease.deadline_ms += held;
+    if (ds->next_due_ms < std::numeric_limits<int64_t>::max() - held) ds->next_due_ms += held;
+    leases += static_cast<int64_t>(ds->leases.size());
+  }
+  LogEvent("lease_clocks_paused", {{"held_ms", held}, {"leases", leases}});
+}
 
 absl::Status Ledger::CheckTotals(int64_t shards) const {
   const int64_t datasets = static_cast<int64_t>(datasets_.size() + building_.size());
@@ -719,7 +758,7 @@ absl::StatusOr<v1::CreateDatasetResponse> Ledger::CreateDataset(
   resp.set_record_count(ds->records);
   uint64_t seq = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    HeldLock lock(*this);
     seq = store_->Append({ds->row});
     LogEvent("dataset_created", {{"dataset", key},
                                  {"records", ds->records},
@@ -764,13 +803,15 @@ Deferred<v1::AcquireShardResponse> Ledger::AcquireChecked(const v1::AcquireShard
   uint64_t seq = 0;
   IssuedToken issued;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    HeldLock lock(*this);
     ANTDT_FIND_DATASET(req.dataset(), ds);
     std::vector<Mutation> batch;
     Ops ops{clock_, options_, batch};
     ops.ExpireDue(ds);
     WorkerStats& worker = ds.workers[req.worker_id()];
     if (req.incarnation() < worker.incarnation) {
+      // What ExpireDue changed is stored whatever this call answers.
+      if (!batch.empty()) store_->Append(std::move(batch));
       return absl::FailedPreconditionError(absl::StrCat(
           "incarnation: ", req.incarnation(), " of worker ", req.worker_id(), " is older than ",
           worker.incarnation, " (a restarted worker's old process)"));
@@ -885,7 +926,7 @@ Deferred<v1::ReportProgressResponse> Ledger::ReportProgressDeferred(
   uint64_t seq = 0;
   std::optional<LeaseRow> ended;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    HeldLock lock(*this);
     ANTDT_FIND_DATASET(req.dataset(), ds);
     std::vector<Mutation> batch;
     Ops ops{clock_, options_, batch};
@@ -934,13 +975,13 @@ Deferred<v1::CompleteShardResponse> Ledger::CompleteShardDeferred(
     const v1::CompleteShardRequest& req) {
   RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.token() == 0) return absl::InvalidArgumentError("token: must not be 0");
-  if (!req.has_next()) return CompleteOnly(req);
+  if (!req.has_next()) return CompleteOnly(req, nullptr);
   v1::AcquireShardRequest next = req.next();
   if (!next.has_dataset() || (next.dataset().job().empty() && next.dataset().name().empty())) {
     *next.mutable_dataset() = req.dataset();
   }
   RETURN_IF_ERROR(ValidateAcquire(next, "next."));
-  Deferred<v1::CompleteShardResponse> done = CompleteOnly(req);
+  Deferred<v1::CompleteShardResponse> done = CompleteOnly(req, &next);
   if (!done.result.ok()) return done;
   // The shard is complete: whatever the acquire answers, the call succeeds,
   // so the commit is never reported as failed.
@@ -950,18 +991,51 @@ Deferred<v1::CompleteShardResponse> Ledger::CompleteShardDeferred(
   return done;
 }
 
-Deferred<v1::CompleteShardResponse> Ledger::CompleteOnly(const v1::CompleteShardRequest& req) {
+absl::Status Ledger::CheckNext(const v1::AcquireShardRequest& next, const Dataset& completed,
+                               const std::string& worker) const {
+  if (next.dataset().job() != completed.row.job) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("next.dataset.job: must be the job of the shard "
+                     "completed (",
+                     completed.row.job, "), got ", next.dataset().job()));
+  }
+  auto it = datasets_.find(Key(next.dataset().job(), next.dataset().name()));
+  if (it == datasets_.end()) {
+    return absl::NotFoundError(absl::StrCat("next.dataset: no dataset ", next.dataset().name(),
+                                            " in job ", next.dataset().job()));
+  }
+  if (it->second->restoring) return Restoring(next.dataset().job(), next.dataset().name());
+  if (next.worker_id() != worker) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("next.worker_id: must be the worker whose shard is completed (", worker,
+                     "), got ", next.worker_id()));
+  }
+  return absl::OkStatus();
+}
+
+Deferred<v1::CompleteShardResponse> Ledger::CompleteOnly(const v1::CompleteShardRequest& req,
+                                                         const v1::AcquireShardRequest* next) {
   v1::CompleteShardResponse resp;
   uint64_t seq = 0;
   std::optional<LeaseRow> ended;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    HeldLock lock(*this);
     ANTDT_FIND_DATASET(req.dataset(), ds);
     std::vector<Mutation> batch;
     Ops ops{clock_, options_, batch};
     ops.ExpireDue(ds);
+    // What ExpireDue changed is stored whatever this call answers.
+    auto refuse = [&](absl::Status refusal) -> Deferred<v1::CompleteShardResponse> {
+      return {std::move(refusal),
+              batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch))};
+    };
     auto it = ds.leases.find(req.token());
     if (it != ds.leases.end()) {
+      if (next != nullptr) {
+        if (absl::Status s = CheckNext(*next, ds, it->second.row.worker); !s.ok()) {
+          return refuse(std::move(s));
+        }
+      }
       const int64_t index = it->second.row.index;
       ShardSlot& slot = ds.shards[index];
       const int64_t delta = ds.ShardSize(index) - slot.committed;
@@ -973,6 +1047,10 @@ Deferred<v1::CompleteShardResponse> Ledger::CompleteOnly(const v1::CompleteShard
     } else {
       seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
       ASSIGN_OR_RETURN(ended, EndedLease(ds, req.token()));
+      if (next != nullptr && ended->state == LeaseState::kCompleted) {
+        if (absl::Status s = CheckNext(*next, ds, ended->worker); !s.ok())
+          return {std::move(s), seq};
+      }
     }
   }
   if (ended) {
@@ -996,7 +1074,7 @@ absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
   v1::ReleaseWorkerResponse resp;
   uint64_t seq = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    HeldLock lock(*this);
     std::vector<Dataset*> targets;
     if (req.dataset().name().empty()) {
       for (auto& [key, ds] : datasets_) {
@@ -1014,7 +1092,10 @@ absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
     Ops ops{clock_, options_, batch};
     for (Dataset* ds : targets) {
       std::vector<uint64_t> tokens;
+      // A dataset being restored: its leases are about to be fenced, and its
+      // shards are not to be written now; the incarnation is still raised.
       for (const auto& [token, lease] : ds->leases) {
+        if (ds->restoring) break;
         if (lease.row.worker == req.worker_id() &&
             (req.incarnation() == -1 || lease.row.incarnation <= req.incarnation())) {
           tokens.push_back(token);
@@ -1052,7 +1133,7 @@ absl::StatusOr<v1::CheckpointResponse> Ledger::Checkpoint(const v1::CheckpointRe
   v1::CheckpointResponse resp;
   uint64_t seq = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    HeldLock lock(*this);
     ANTDT_FIND_DATASET(req.dataset(), ds);
     v1::ShardStateSnapshot snap;
     snap.set_epoch(ds.row.epoch);
@@ -1074,29 +1155,82 @@ absl::StatusOr<v1::CheckpointResponse> Ledger::Checkpoint(const v1::CheckpointRe
   return resp;
 }
 
+// The restored state, built beside the dataset's current one.
+struct Ledger::StagedRestore {
+  v1::RestoreResponse resp;
+  int32_t epoch = 0;
+  std::vector<ShardSlot> shards;
+  std::deque<int64_t> todo;
+  int64_t done = 0;
+  std::vector<Mutation> rows;  // the restored shards' rows
+};
+
+absl::Status Ledger::StageRestore(const Dataset& ds, int64_t step, StagedRestore& staged) const {
+  // Flush so that the read sees every checkpoint written before.
+  RETURN_IF_ERROR(store_->WaitDurable(store_->LastSeq()));
+  ASSIGN_OR_RETURN(std::optional<std::string> blob, store_->ReadCheckpoint(ds.row.id, step));
+  if (!blob) {
+    return absl::NotFoundError(absl::StrCat("step: no checkpoint at step ", step, " for dataset ",
+                                            Key(ds.row.job, ds.row.name)));
+  }
+  v1::ShardStateSnapshot snap;
+  if (!snap.ParseFromString(*blob) || snap.index_size() != snap.committed_size()) {
+    return absl::DataLossError(absl::StrCat("step: checkpoint at step ", step, " does not parse"));
+  }
+  blob.reset();
+  RolledBackCommits(ds, snap, &staged.resp);
+  // A Dataset of the restored epoch with the same spec: its StartEpoch and
+  // RebuildTodo build the slots and the queue (the live one is not touched).
+  Dataset restored;
+  restored.row = ds.row;
+  restored.row.epoch = snap.epoch();
+  restored.spec = ds.spec;
+  restored.records = ds.records;
+  restored.shard_count = ds.shard_count;
+  restored.shards.assign(restored.finished() ? 0 : ds.shard_count, ShardSlot{});
+  staged.rows.push_back(DeleteShards{ds.row.id});
+  for (int i = 0; i < snap.index_size(); ++i) {
+    const int64_t index = snap.index(i);
+    if (index < 0 || index >= static_cast<int64_t>(restored.shards.size())) continue;
+    ShardSlot& slot = restored.shards[index];
+    slot.committed = std::clamp<int64_t>(snap.committed(i), 0, ds.ShardSize(index));
+    if (slot.committed == ds.ShardSize(index)) {
+      slot.state = ShardState::kDone;
+      ++restored.done;
+    }
+    staged.rows.push_back(ShardRow{ds.row.id, index, slot.state, slot.committed, 0});
+  }
+  if (!restored.finished()) restored.RebuildTodo();
+  staged.epoch = restored.row.epoch;
+  staged.shards = std::move(restored.shards);
+  staged.todo = std::move(restored.todo);
+  staged.done = restored.done;
+  return absl::OkStatus();
+}
+
+// Marks the dataset restoring under the mutex, builds the restored state
+// without it (other datasets, and the reaper, go on meanwhile; this one's
+// calls are refused with UNAVAILABLE), then swaps it in under the mutex.
 absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& req) {
   RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", req.step()));
   }
-  v1::RestoreResponse resp;
+  Dataset* target = nullptr;
+  {
+    HeldLock lock(*this);
+    ANTDT_FIND_DATASET(req.dataset(), ds);
+    ds.restoring = true;
+    target = &ds;
+  }
+  Dataset& ds = *target;  // datasets are never removed
+  StagedRestore staged;
+  absl::Status built = StageRestore(ds, req.step(), staged);
   uint64_t seq = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    ANTDT_FIND_DATASET(req.dataset(), ds);
-    // Flush so that the read sees every checkpoint written before.
-    RETURN_IF_ERROR(store_->WaitDurable(store_->LastSeq()));
-    ASSIGN_OR_RETURN(std::optional<std::string> blob,
-                     store_->ReadCheckpoint(ds.row.id, req.step()));
-    if (!blob) {
-      return absl::NotFoundError(absl::StrCat("step: no checkpoint at step ", req.step(),
-                                              " for dataset ", Key(ds.row.job, ds.row.name)));
-    }
-    v1::ShardStateSnapshot snap;
-    if (!snap.ParseFromString(*blob) || snap.index_size() != snap.committed_size()) {
-      return absl::DataLossError(
-          absl::StrCat("step: checkpoint at step ", req.step(), " does not parse"));
-    }
+    HeldLock lock(*this);
+    ds.restoring = false;
+    if (!built.ok()) return built;
     std::vector<Mutation> batch;
     // Fence every active lease: their holders must acquire again.
     for (auto& [token, lease] : ds.leases) {
@@ -1106,33 +1240,30 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
       ds.ended.Put(row);
       batch.push_back(row);
     }
-    resp.set_fenced_leases(static_cast<int32_t>(ds.leases.size()));
+    staged.resp.set_fenced_leases(static_cast<int32_t>(ds.leases.size()));
     ds.ClearLeases();
-    RolledBackCommits(ds, snap, &resp);
-    ds.row.epoch = snap.epoch();
-    ds.StartEpoch();
-    batch.push_back(DeleteShards{ds.row.id});
+    ds.row.epoch = staged.epoch;
+    ds.shards.swap(staged.shards);  // the old state is freed below, unlocked
+    ds.todo.swap(staged.todo);
+    ds.done = staged.done;
+    ds.doing = 0;
+    batch.push_back(std::move(staged.rows.front()));  // DeleteShards
     batch.push_back(ds.row);
-    for (int i = 0; i < snap.index_size(); ++i) {
-      const int64_t index = snap.index(i);
-      if (index < 0 || index >= static_cast<int64_t>(ds.shards.size())) continue;
-      ShardSlot& slot = ds.shards[index];
-      slot.committed = std::min(snap.committed(i), ds.ShardSize(index));
-      if (slot.committed == ds.ShardSize(index)) {
-        slot.state = ShardState::kDone;
-        ++ds.done;
-      }
-      batch.push_back(ShardRow{ds.row.id, index, slot.state, slot.committed, 0});
-    }
-    ds.RebuildTodo();
-    resp.set_epoch(ds.row.epoch);
-    resp.set_records_committed(ds.CommittedTotal());
+    batch.insert(batch.end(), std::make_move_iterator(staged.rows.begin() + 1),
+                 std::make_move_iterator(staged.rows.end()));
+    staged.resp.set_epoch(ds.row.epoch);
+    staged.resp.set_records_committed(ds.CommittedTotal());
     seq = store_->Append(std::move(batch));
     LogEvent("checkpoint_restored", {{"dataset", Key(ds.row.job, ds.row.name)},
                                      {"step", req.step()},
                                      {"epoch", ds.row.epoch},
-                                     {"fenced_leases", resp.fenced_leases()}});
+                                     {"fenced_leases", staged.resp.fenced_leases()}});
   }
+  v1::RestoreResponse resp = std::move(staged.resp);
+  // The replaced shard state goes back to the system, not to malloc's free
+  // lists: the service's memory after a restore is what it was before.
+  staged = StagedRestore{};
+  malloc_trim(0);
   RETURN_IF_ERROR(store_->WaitDurable(seq));
   return resp;
 }
@@ -1142,7 +1273,7 @@ absl::StatusOr<v1::GetProgressResponse> Ledger::GetProgress(const v1::GetProgres
   v1::GetProgressResponse resp;
   uint64_t seq = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    HeldLock lock(*this);
     ANTDT_FIND_DATASET(req.dataset(), ds);
     std::vector<Mutation> batch;
     Ops ops{clock_, options_, batch};
@@ -1208,10 +1339,12 @@ absl::StatusOr<int> Ledger::ExpireLeases() {
   int expired = 0;
   uint64_t seq = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    HeldLock lock(*this);
     std::vector<Mutation> batch;
     Ops ops{clock_, options_, batch};
-    for (auto& [key, ds] : datasets_) expired += ops.ExpireDue(*ds);
+    for (auto& [key, ds] : datasets_) {
+      if (!ds->restoring) expired += ops.ExpireDue(*ds);
+    }
     if (batch.empty()) return 0;
     seq = store_->Append(std::move(batch));
   }

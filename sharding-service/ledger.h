@@ -9,8 +9,10 @@
 // lease is answered before it is durable, and fenced if the process dies
 // first (see IssueToken); records are only ever committed durably.
 //
-// Thread-safe: one mutex guards the state; durability waits, and building a new
-// dataset's shards, happen outside it.
+// Thread-safe: one mutex guards the state; durability waits, building a new
+// dataset's shards and rebuilding a restored one's happen outside it. Lease
+// clocks stop while the service holds its callers off: when the mutex was
+// held for longer than kStallMs, every active lease gets that time back.
 #pragma once
 
 #include <condition_variable>
@@ -49,6 +51,9 @@ inline constexpr int64_t kMaxShardsPerDataset = 50'000'000;
 inline constexpr int64_t kMaxShuffledShardSize = 100'000;
 // The same bound on the file slices of an unshuffled shard.
 inline constexpr int64_t kMaxAnswerBytes = 1'000'000;
+// A hold of the ledger's mutex this long (ms) is a stall: the leases' clocks
+// are moved on by it, so no lease expires because its holder was kept waiting.
+inline constexpr int64_t kStallMs = 100;
 
 struct LedgerOptions {
   int64_t lease_ttl_ms = 30'000;
@@ -134,8 +139,33 @@ class Ledger {
   absl::Status Recover();
   // AcquireShard, the request checked.
   Deferred<v1::AcquireShardResponse> AcquireChecked(const v1::AcquireShardRequest& req);
-  // CompleteShard without its `next`, the request checked.
-  Deferred<v1::CompleteShardResponse> CompleteOnly(const v1::CompleteShardRequest& req);
+  // CompleteShard, the request checked; `next` (when set) is checked against
+  // the completed lease before anything changes.
+  Deferred<v1::CompleteShardResponse> CompleteOnly(const v1::CompleteShardRequest& req,
+                                                   const v1::AcquireShardRequest* next);
+  // With mu_ held: OK when `next` may follow the completion of a shard of
+  // `completed` held by `worker` (the same job, a dataset that exists, the
+  // same worker); else the refusal, naming the field.
+  absl::Status CheckNext(const v1::AcquireShardRequest& next, const Dataset& completed,
+                         const std::string& worker) const;
+  // Restore's work on a dataset marked restoring, without mu_: reads the
+  // checkpoint and builds the restored shard state beside the current one.
+  struct StagedRestore;
+  absl::Status StageRestore(const Dataset& ds, int64_t step, StagedRestore& staged) const;
+  // Holds mu_; at its end a hold longer than kStallMs moves every active
+  // lease's deadline on by it (the lease clocks stop while callers wait).
+  class HeldLock {
+   public:
+    explicit HeldLock(Ledger& ledger);
+    ~HeldLock();
+    HeldLock(const HeldLock&) = delete;
+    HeldLock& operator=(const HeldLock&) = delete;
+
+   private:
+    Ledger& ledger_;
+    std::unique_lock<std::mutex> lock_;
+    int64_t start_ms_;
+  };
   // RESOURCE_EXHAUSTED when one more dataset of `shards` shards passes a
   // service total. With mu_ held.
   absl::Status CheckTotals(int64_t shards) const;

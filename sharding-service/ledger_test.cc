@@ -3,9 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -445,6 +450,26 @@ TEST_F(LedgerTest, ABadNextRefusesTheCallAndCompletesNothing) {
   req.mutable_next()->mutable_dataset()->set_job("other/job");
   ExpectRefused([&] { return ledger_->CompleteShard(req).status(); },
                 absl::StatusCode::kInvalidArgument, "next.dataset.job");
+  // Checked whole before anything changes: a dataset that exists, of the
+  // completed shard's job, and the worker that held the shard.
+  req.mutable_next()->mutable_dataset()->set_job("job1");
+  req.mutable_next()->mutable_dataset()->set_name("no-such");
+  ExpectRefused([&] { return ledger_->CompleteShard(req).status(); }, absl::StatusCode::kNotFound,
+                "next.dataset");
+  Create([&] {
+    v1::DatasetSpec other = Spec(10, 10);
+    other.set_job("job2");
+    return other;
+  }());
+  req.mutable_next()->mutable_dataset()->set_job("job2");
+  req.mutable_next()->mutable_dataset()->set_name("train");
+  ExpectRefused([&] { return ledger_->CompleteShard(req).status(); },
+                absl::StatusCode::kInvalidArgument, "next.dataset.job");
+  req.mutable_next()->clear_dataset();
+  req.mutable_next()->set_worker_id("someone-else");
+  ExpectRefused([&] { return ledger_->CompleteShard(req).status(); },
+                absl::StatusCode::kPermissionDenied, "next.worker_id");
+  req.mutable_next()->set_worker_id("w");
   EXPECT_EQ(Progress().shards_doing(), 1);
   EXPECT_EQ(Progress().records_committed_epoch(), 0);
 
@@ -459,13 +484,12 @@ TEST_F(LedgerTest, ABadNextRefusesTheCallAndCompletesNothing) {
 // incarnation of the worker named in `next`): `next` is left unset.
 TEST_F(LedgerTest, ACompleteWhoseNextCannotAcquireStillCommits) {
   Create(Spec(100, 10));
-  auto a = Acquire("a");
-  Acquire("b", 2);
+  auto a = Acquire("a", 1);
   v1::CompleteShardRequest req;
   *req.mutable_dataset() = Ref();
   req.set_token(a.lease().token());
-  req.mutable_next()->set_worker_id("b");
-  req.mutable_next()->set_incarnation(1);
+  req.mutable_next()->set_worker_id("a");
+  req.mutable_next()->set_incarnation(0);  // older than the worker's: refused
   auto done = ledger_->CompleteShard(req);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_FALSE(done->has_next());
@@ -1000,6 +1024,354 @@ TEST_F(LedgerTest, WorkerRecordsSurviveARestart) {
   EXPECT_EQ(p.workers(1).records_committed(), 3);
   ASSERT_TRUE(Complete(b.lease().token()).ok());
   EXPECT_EQ(Progress().workers(1).records_committed(), 10);
+}
+
+// A seeded fuzzer over every RPC's request: random bytes parsed as the
+// request, and valid requests with fields replaced by random values (names
+// with control characters, huge and negative numbers, tokens near real ones,
+// a `next` of any shape). Nothing crashes, and every refusal changes nothing:
+// no store write, the dataset's progress as before.
+TEST_F(LedgerTest, RandomRequestsToEveryRpcCrashNothingAndRefusalsChangeNothing) {
+  Create(Spec(500, 7, 3, /*shuffle=*/true));
+  std::mt19937_64 rng(20261203);
+  auto pick = [&](uint64_t n) { return rng() % n; };
+  auto bytes = [&](size_t max) {
+    std::string out(pick(max + 1), '\0');
+    for (char& c : out) c = static_cast<char>(pick(256));
+    return out;
+  };
+  auto name = [&]() -> std::string {
+    switch (pick(6)) {
+      case 0:
+        return "";
+      case 1:
+        return bytes(300);
+      case 2:
+        return "job1";
+      case 3:
+        return "train";
+      case 4:
+        return absl::StrCat("w", pick(3));
+      default:
+        return std::string(254, 'n');
+    }
+  };
+  auto number = [&]() -> int64_t {
+    switch (pick(5)) {
+      case 0:
+        return -static_cast<int64_t>(pick(1000));
+      case 1:
+        return static_cast<int64_t>(rng());
+      case 2:
+        return std::numeric_limits<int64_t>::max();
+      default:
+        return static_cast<int64_t>(pick(20));
+    }
+  };
+  std::vector<uint64_t> tokens{0, 1};
+  auto token = [&]() -> uint64_t {
+    return pick(3) == 0 ? rng() : tokens[pick(tokens.size())] + pick(2);
+  };
+  auto ref = [&](v1::DatasetRef& r) {
+    r = Ref();
+    if (pick(3) == 0) r.set_job(name());
+    if (pick(3) == 0) r.set_name(name());
+  };
+  int refused = 0, served = 0;
+  for (int i = 0; i < 20'000; ++i) {
+    ASSERT_TRUE(ledger_->ExpireLeases().ok());  // what time did is stored first
+    const uint64_t seq = store_.LastSeq();
+    const std::string before = Progress().SerializeAsString();
+    absl::Status status;
+    const bool raw = pick(4) == 0;  // the request from random bytes
+    switch (pick(8)) {
+      case 0: {
+        v1::CreateDatasetRequest req;
+        if (raw) {
+          (void)req.ParseFromString(bytes(64));
+        } else {
+          *req.mutable_spec() = Spec(static_cast<int64_t>(pick(2000)), number(), 1 + pick(3));
+          if (pick(2)) req.mutable_spec()->set_name(name());
+          if (pick(4) == 0) req.mutable_spec()->add_files()->set_records(number());
+        }
+        status = ledger_->CreateDataset(req).status();
+        break;
+      }
+      case 1: {
+        v1::AcquireShardRequest req;
+        if (raw)
+          (void)req.ParseFromString(bytes(64));
+        else {
+          ref(*req.mutable_dataset());
+          req.set_worker_id(name());
+          req.set_incarnation(pick(3) == 0 ? number() : 0);
+          if (pick(2)) req.set_request_id(name());
+        }
+        auto r = ledger_->AcquireShard(req);
+        if (r.ok() && r->has_lease()) tokens.push_back(r->lease().token());
+        status = r.status();
+        break;
+      }
+      case 2: {
+        v1::ReportProgressRequest req;
+        if (raw)
+          (void)req.ParseFromString(bytes(64));
+        else {
+          ref(*req.mutable_dataset());
+          req.set_token(token());
+          req.set_records_done(number());
+        }
+        status = ledger_->ReportProgress(req).status();
+        break;
+      }
+      case 3: {
+        v1::CompleteShardRequest req;
+        if (raw)
+          (void)req.ParseFromString(bytes(96));
+        else {
+          ref(*req.mutable_dataset());
+          req.set_token(token());
+          if (pick(2)) {
+            v1::AcquireShardRequest* next = req.mutable_next();
+            if (pick(2)) ref(*next->mutable_dataset());
+            next->set_worker_id(name());
+            next->set_incarnation(pick(3) == 0 ? number() : 0);
+            if (pick(2)) next->set_request_id(name());
+          }
+        }
+        auto r = ledger_->CompleteShard(req);
+        if (r.ok() && r->next().has_lease()) tokens.push_back(r->next().lease().token());
+        status = r.status();
+        break;
+      }
+      case 4: {
+        v1::ReleaseWorkerRequest req;
+        if (raw)
+          (void)req.ParseFromString(bytes(64));
+        else {
+          ref(*req.mutable_dataset());
+          if (pick(2)) req.mutable_dataset()->clear_name();
+          req.set_worker_id(name());
+          req.set_incarnation(pick(2) ? -1 : number());
+        }
+        status = ledger_->ReleaseWorker(req).status();
+        break;
+      }
+      case 5: {
+        v1::CheckpointRequest req;
+        if (raw)
+          (void)req.ParseFromString(bytes(32));
+        else {
+          ref(*req.mutable_dataset());
+          req.set_step(pick(2) ? static_cast<int64_t>(pick(3)) : number());
+        }
+        status = ledger_->Checkpoint(req).status();
+        break;
+      }
+      case 6: {
+        v1::RestoreRequest req;
+        if (raw)
+          (void)req.ParseFromString(bytes(32));
+        else {
+          ref(*req.mutable_dataset());
+          req.set_step(pick(2) ? static_cast<int64_t>(pick(3)) : number());
+        }
+        status = ledger_->Restore(req).status();
+        break;
+      }
+      default: {
+        v1::GetProgressRequest req;
+        if (raw)
+          (void)req.ParseFromString(bytes(32));
+        else
+          ref(*req.mutable_dataset());
+        status = ledger_->GetProgress(req).status();
+        break;
+      }
+    }
+    if (status.ok()) {
+      ++served;
+      continue;
+    }
+    ++refused;
+    ASSERT_FALSE(status.message().empty()) << i;
+    ASSERT_EQ(store_.LastSeq(), seq) << i << ": a refusal wrote: " << status;
+    ASSERT_EQ(Progress().SerializeAsString(), before) << i << ": a refusal changed: " << status;
+    if (pick(500) == 0) clock_.Advance(3'000);  // leases expire now and then
+  }
+  EXPECT_GT(served, 1000);
+  EXPECT_GT(refused, 1000);
+}
+
+// A MemoryStore whose ReadCheckpoint or Append can be held at a gate, to
+// see what the ledger does while one of its calls is inside the store.
+class GatedStore final : public Store {
+ public:
+  absl::StatusOr<StoreSnapshot> Load() override { return inner_.Load(); }
+  uint64_t Append(std::vector<Mutation> batch) override {
+    Pass(hold_append_);
+    return inner_.Append(std::move(batch));
+  }
+  uint64_t LastSeq() const override { return inner_.LastSeq(); }
+  absl::Status WaitDurable(uint64_t seq) override { return inner_.WaitDurable(seq); }
+  absl::StatusOr<std::optional<LeaseRow>> ReadLease(uint64_t token) override {
+    return inner_.ReadLease(token);
+  }
+  absl::StatusOr<std::optional<std::string>> ReadCheckpoint(int64_t dataset_id,
+                                                            int64_t step) override {
+    Pass(hold_read_);
+    return inner_.ReadCheckpoint(dataset_id, step);
+  }
+  // The next Append or ReadCheckpoint waits at the gate until Open().
+  void HoldAppend() { hold_append_ = true; }
+  void HoldReadCheckpoint() { hold_read_ = true; }
+  void WaitUntilHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return waiting_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_append_ = hold_read_ = false;
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  void Pass(std::atomic<bool>& hold) {
+    if (!hold.exchange(false)) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    waiting_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  MemoryStore inner_;
+  std::atomic<bool> hold_append_{false}, hold_read_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool waiting_ = false, open_ = false;
+};
+
+class LedgerBusyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LedgerOptions options;
+    options.lease_ttl_ms = 10'000;
+    auto l = Ledger::Open(&store_, &clock_, options);
+    ASSERT_TRUE(l.ok()) << l.status();
+    ledger_ = std::move(*l);
+    for (const char* name : {"big", "small"}) {
+      v1::CreateDatasetRequest req;
+      req.mutable_spec()->set_job("job1");
+      req.mutable_spec()->set_name(name);
+      req.mutable_spec()->set_record_count(1000);
+      req.mutable_spec()->set_shard_size(10);
+      req.mutable_spec()->set_epochs(1);
+      ASSERT_TRUE(ledger_->CreateDataset(req).ok());
+    }
+  }
+  static v1::DatasetRef Ref(const std::string& name) {
+    v1::DatasetRef ref;
+    ref.set_job("job1");
+    ref.set_name(name);
+    return ref;
+  }
+  uint64_t Lease(const std::string& name, const std::string& worker) {
+    v1::AcquireShardRequest req;
+    *req.mutable_dataset() = Ref(name);
+    req.set_worker_id(worker);
+    auto r = ledger_->AcquireShard(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->lease().token() : 0;
+  }
+  absl::Status Renew(const std::string& name, uint64_t token, int64_t done) {
+    v1::ReportProgressRequest req;
+    *req.mutable_dataset() = Ref(name);
+    req.set_token(token);
+    req.set_records_done(done);
+    return ledger_->ReportProgress(req).status();
+  }
+  // `call` on another thread; whether it returned within 10 s (the ledger
+  // was not holding it off), and its status.
+  static absl::Status Within10s(std::function<absl::Status()> call) {
+    auto f = std::async(std::launch::async, std::move(call));
+    if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      ADD_FAILURE() << "held off";
+      f.wait();
+    }
+    return f.get();
+  }
+
+  FakeClock clock_;
+  GatedStore store_;
+  std::unique_ptr<Ledger> ledger_;
+};
+
+// A Restore holds the ledger only to mark the dataset and to swap its rebuilt
+// state in: while it reads the checkpoint, other datasets' leases are renewed
+// and the reaper runs; the dataset being restored answers UNAVAILABLE (retry).
+TEST_F(LedgerBusyTest, ARestoreHoldsUpNoOtherDataset) {
+  const uint64_t big = Lease("big", "a");
+  ASSERT_TRUE(Renew("big", big, 4).ok());
+  v1::CheckpointRequest checkpoint;
+  *checkpoint.mutable_dataset() = Ref("big");
+  checkpoint.set_step(1);
+  ASSERT_TRUE(ledger_->Checkpoint(checkpoint).ok());
+  ASSERT_TRUE(Renew("big", big, 8).ok());
+  const uint64_t small = Lease("small", "b");
+
+  store_.HoldReadCheckpoint();
+  v1::RestoreRequest restore;
+  *restore.mutable_dataset() = Ref("big");
+  restore.set_step(1);
+  auto restored = std::async(std::launch::async, [&] { return ledger_->Restore(restore); });
+  store_.WaitUntilHeld();
+  EXPECT_TRUE(Within10s([&] { return Renew("small", small, 5); }).ok());
+  EXPECT_TRUE(Within10s([&] { return ledger_->ExpireLeases().status(); }).ok());
+  const absl::Status busy = Within10s([&] { return Renew("big", big, 9); });
+  EXPECT_EQ(busy.code(), absl::StatusCode::kUnavailable) << busy;
+  EXPECT_NE(busy.message().find("being restored"), std::string::npos) << busy;
+  v1::RestoreRequest again = restore;
+  EXPECT_EQ(Within10s([&] { return ledger_->Restore(again).status(); }).code(),
+            absl::StatusCode::kUnavailable);
+  store_.Open();
+  auto r = restored.get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->fenced_leases(), 1);
+  EXPECT_EQ(r->records_committed(), 4);
+  ASSERT_EQ(r->rolled_back_size(), 1);
+  EXPECT_EQ(r->rolled_back(0).record_ids_size(), 4);  // records 4..7 of the shard
+  // The restored dataset serves again; its old lease is fenced.
+  EXPECT_EQ(Renew("big", big, 9).code(), absl::StatusCode::kFailedPrecondition);
+  v1::GetProgressRequest progress;
+  *progress.mutable_dataset() = Ref("big");
+  auto p = ledger_->GetProgress(progress);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->records_committed_total(), 4);
+  EXPECT_EQ(p->shards_doing(), 0);
+  EXPECT_TRUE(Renew("small", small, 6).ok());
+}
+
+// While the ledger is held (here: a Checkpoint inside a store write that
+// takes a minute), lease clocks stop: the leases are not expired for time
+// their holders spent waiting on the service.
+TEST_F(LedgerBusyTest, LeasesDoNotExpireWhileTheServiceHoldsTheirHoldersOff) {
+  const uint64_t small = Lease("small", "b");
+  store_.HoldAppend();
+  v1::CheckpointRequest checkpoint;
+  *checkpoint.mutable_dataset() = Ref("big");
+  checkpoint.set_step(1);
+  auto saved = std::async(std::launch::async, [&] { return ledger_->Checkpoint(checkpoint); });
+  store_.WaitUntilHeld();
+  clock_.Advance(60'000);  // six lease lengths, all inside the hold
+  store_.Open();
+  ASSERT_TRUE(saved.get().ok());
+  auto expired = ledger_->ExpireLeases();
+  ASSERT_TRUE(expired.ok());
+  EXPECT_EQ(*expired, 0);
+  EXPECT_TRUE(Renew("small", small, 1).ok());
+  // Time the service did not hold anyone off still counts.
+  clock_.Advance(10'001);
+  EXPECT_EQ(*ledger_->ExpireLeases(), 1);
 }
 
 }  // namespace

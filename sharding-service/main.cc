@@ -22,12 +22,18 @@ constexpr const char* kUsage = R"(usage: antdt-sharding-service [flags]
   --state-dir DIR             where the SQLite state lives          [antdt-state]
   --ready-file PATH           written with the bound address once serving
   --token-file PATH           the job's credential: every call must carry it
-                              [$ANTDT_TOKEN, else $ANTDT_TOKEN_FILE, else none]
+                              [$ANTDT_TOKEN, else $ANTDT_TOKEN_FILE]
+  --auth token|none           token: refuse to start without a credential;
+                              none: serve every call unchecked (a warning
+                              at start)                              [token]
+  --job NAME                  serve only this job's datasets: a call naming
+                              another job is refused                 [any job]
   --namespace NS              the served job's Kubernetes namespace: a
                               `namespace` label on its series        [none]
   --config FILE               YAML with the same keys (listen, metrics_listen,
                               state_dir, ready_file, namespace, lease_ttl, sync,
-                              max_datasets, max_total_shards); flags win
+                              max_datasets, max_total_shards, token_file, auth,
+                              job); flags win
   --lease-ttl DURATION        lease length, renewed by every report [30s]
   --sync full|normal          full: fsync each group commit; normal: survive
                               a process kill, not a power loss      [full]
@@ -51,7 +57,7 @@ int main(int argc, char** argv) {
   const std::optional<ParsedFlags> flags = ParseCommandLine(
       argc, argv, "antdt-sharding-service", kUsage,
       {"listen", "metrics-listen", "state-dir", "ready-file", "config", "namespace", "lease-ttl",
-       "sync", "max-datasets", "max-total-shards", "token-file"},
+       "sync", "max-datasets", "max-total-shards", "token-file", "auth", "job"},
       &exit_code);
   if (!flags) return exit_code;
   auto loaded = LoadConfig<ServiceConfig>(*flags, ParseServiceConfig, ApplyServiceFlags);
@@ -61,6 +67,22 @@ int main(int argc, char** argv) {
                                           ? TokenFromEnvironment()
                                           : ReadTokenFile(config.token_file, "token_file");
   if (!token.ok()) return Fail(token.status());
+  if (config.auth_none && !token->empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "auth: \"none\" with a credential configured (token_file, $ANTDT_TOKEN or "
+        "$ANTDT_TOKEN_FILE): give one or the other"));
+  }
+  if (!config.auth_none && token->empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "token_file: no credential: give --token-file, $ANTDT_TOKEN or $ANTDT_TOKEN_FILE, or "
+        "--auth none to serve every call unchecked"));
+  }
+  if (config.auth_none) {
+    LogEvent("auth_disabled", {{"warning",
+                                "--auth none: every call is served without a "
+                                "credential; anyone who can connect can change "
+                                "the job's data"}});
+  }
 
   auto store = SqliteStore::Open(
       config.state_dir, config.sync_full ? SqliteStore::Sync::kFull : SqliteStore::Sync::kNormal);
@@ -77,7 +99,7 @@ int main(int argc, char** argv) {
 
   auto registry = std::make_shared<prometheus::Registry>();
   const bool auth = !token->empty();
-  ShardingServiceImpl service(ledger->get(), *registry, TokenCheck(std::move(*token)));
+  ShardingServiceImpl service(ledger->get(), *registry, TokenCheck(std::move(*token)), config.job);
   auto collector = MakeLedgerCollector(ledger->get(), config.namespace_);
 
   ServeOptions so;
@@ -91,7 +113,7 @@ int main(int argc, char** argv) {
   so.max_pollers = 64;
   auto serving = Serving::Start(so);
   if (!serving.ok()) return Fail(serving.status());
-  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
+  if (auto* exposer = (*serving)->exposer()) {
     exposer->RegisterCollectable(collector, "/metrics");
   }
 
@@ -111,7 +133,8 @@ int main(int argc, char** argv) {
                        {"max_datasets", config.max_datasets},
                        {"max_total_shards", config.max_total_shards},
                        {"sync", config.sync_full ? "full" : "normal"},
-                       {"auth", auth ? "token" : "off"}});
+                       {"auth", auth ? "token" : "off"},
+                       {"job", config.job.empty() ? "any" : config.job}});
 
   int sig = (*serving)->WaitForSignal();
   LogEvent("shutting_down", {{"signal", sig}});

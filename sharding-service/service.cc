@@ -9,9 +9,10 @@
 namespace antdt::sharding {
 
 ShardingServiceImpl::ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry,
-                                         TokenCheck auth)
+                                         TokenCheck auth, std::string job)
     : ledger_(ledger),
       auth_(std::move(auth)),
+      job_(std::move(job)),
       rpcs_(prometheus::BuildCounter()
                 .Name("antdt_sharding_rpcs_total")
                 .Help("Sharding service calls by method and gRPC status code.")
@@ -43,14 +44,24 @@ grpc::Status ShardingServiceImpl::Authorize(const grpc::ServerContextBase& conte
   return refused;
 }
 
+absl::Status ShardingServiceImpl::InScope(const std::string& job, const char* field) const {
+  if (job_.empty() || job == job_) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(field, ": this service serves the datasets of job ", job_, " only"));
+}
+
 void ShardingServiceImpl::Count(const char* method, const absl::Status& status) {
   rpcs_.Add({{"method", method}, {"code", absl::StatusCodeToString(status.code())}}).Increment();
 }
 
 template <typename Resp, typename Fn>
 grpc::Status ShardingServiceImpl::Handle(grpc::ServerContext* context, const char* method,
-                                         Resp* resp, Fn&& fn) {
+                                         absl::Status scope, Resp* resp, Fn&& fn) {
   if (grpc::Status refused = Authorize(*context, method); !refused.ok()) return refused;
+  if (!scope.ok()) {
+    Count(method, scope);
+    return ToGrpcStatus(scope);
+  }
   absl::StatusOr<Resp> result = fn();
   Count(method, result.status());
   if (result.ok()) *resp = std::move(result).value();
@@ -59,11 +70,17 @@ grpc::Status ShardingServiceImpl::Handle(grpc::ServerContext* context, const cha
 
 template <typename Resp, typename Fn>
 grpc::ServerUnaryReactor* ShardingServiceImpl::HandleDeferred(grpc::CallbackServerContext* context,
-                                                              const char* method, Resp* resp,
+                                                              const char* method,
+                                                              absl::Status scope, Resp* resp,
                                                               Fn&& fn, std::function<void()> done) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (grpc::Status refused = Authorize(*context, method); !refused.ok()) {
     reactor->Finish(refused);
+    return reactor;
+  }
+  if (!scope.ok()) {
+    Count(method, scope);
+    reactor->Finish(ToGrpcStatus(scope));
     return reactor;
   }
   Deferred<Resp> answer = fn();
@@ -86,7 +103,8 @@ grpc::ServerUnaryReactor* ShardingServiceImpl::HandleDeferred(grpc::CallbackServ
 grpc::Status ShardingServiceImpl::CreateDataset(grpc::ServerContext* context,
                                                 const v1::CreateDatasetRequest* req,
                                                 v1::CreateDatasetResponse* resp) {
-  return Handle(context, "CreateDataset", resp, [&] { return ledger_->CreateDataset(*req); });
+  return Handle(context, "CreateDataset", InScope(req->spec().job(), "spec.job"), resp,
+                [&] { return ledger_->CreateDataset(*req); });
 }
 
 grpc::ServerUnaryReactor* ShardingServiceImpl::AcquireShard(grpc::CallbackServerContext* context,
@@ -94,7 +112,8 @@ grpc::ServerUnaryReactor* ShardingServiceImpl::AcquireShard(grpc::CallbackServer
                                                             v1::AcquireShardResponse* resp) {
   const auto start = std::chrono::steady_clock::now();
   return HandleDeferred(
-      context, "AcquireShard", resp, [&] { return ledger_->AcquireShardDeferred(*req); },
+      context, "AcquireShard", InScope(req->dataset().job(), "dataset.job"), resp,
+      [&] { return ledger_->AcquireShardDeferred(*req); },
       [this, start] {
         acquire_latency_.Observe(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -104,39 +123,47 @@ grpc::ServerUnaryReactor* ShardingServiceImpl::AcquireShard(grpc::CallbackServer
 grpc::ServerUnaryReactor* ShardingServiceImpl::ReportProgress(grpc::CallbackServerContext* context,
                                                               const v1::ReportProgressRequest* req,
                                                               v1::ReportProgressResponse* resp) {
-  return HandleDeferred(context, "ReportProgress", resp,
-                        [&] { return ledger_->ReportProgressDeferred(*req); });
+  return HandleDeferred(context, "ReportProgress", InScope(req->dataset().job(), "dataset.job"),
+                        resp, [&] { return ledger_->ReportProgressDeferred(*req); });
 }
 
 grpc::ServerUnaryReactor* ShardingServiceImpl::CompleteShard(grpc::CallbackServerContext* context,
                                                              const v1::CompleteShardRequest* req,
                                                              v1::CompleteShardResponse* resp) {
-  return HandleDeferred(context, "CompleteShard", resp,
+  absl::Status scope = InScope(req->dataset().job(), "dataset.job");
+  if (scope.ok() && req->has_next() && !req->next().dataset().job().empty()) {
+    scope = InScope(req->next().dataset().job(), "next.dataset.job");
+  }
+  return HandleDeferred(context, "CompleteShard", std::move(scope), resp,
                         [&] { return ledger_->CompleteShardDeferred(*req); });
 }
 
 grpc::Status ShardingServiceImpl::ReleaseWorker(grpc::ServerContext* context,
                                                 const v1::ReleaseWorkerRequest* req,
                                                 v1::ReleaseWorkerResponse* resp) {
-  return Handle(context, "ReleaseWorker", resp, [&] { return ledger_->ReleaseWorker(*req); });
+  return Handle(context, "ReleaseWorker", InScope(req->dataset().job(), "dataset.job"), resp,
+                [&] { return ledger_->ReleaseWorker(*req); });
 }
 
 grpc::Status ShardingServiceImpl::Checkpoint(grpc::ServerContext* context,
                                              const v1::CheckpointRequest* req,
                                              v1::CheckpointResponse* resp) {
-  return Handle(context, "Checkpoint", resp, [&] { return ledger_->Checkpoint(*req); });
+  return Handle(context, "Checkpoint", InScope(req->dataset().job(), "dataset.job"), resp,
+                [&] { return ledger_->Checkpoint(*req); });
 }
 
 grpc::Status ShardingServiceImpl::Restore(grpc::ServerContext* context,
                                           const v1::RestoreRequest* req,
                                           v1::RestoreResponse* resp) {
-  return Handle(context, "Restore", resp, [&] { return ledger_->Restore(*req); });
+  return Handle(context, "Restore", InScope(req->dataset().job(), "dataset.job"), resp,
+                [&] { return ledger_->Restore(*req); });
 }
 
 grpc::Status ShardingServiceImpl::GetProgress(grpc::ServerContext* context,
                                               const v1::GetProgressRequest* req,
                                               v1::GetProgressResponse* resp) {
-  return Handle(context, "GetProgress", resp, [&] { return ledger_->GetProgress(*req); });
+  return Handle(context, "GetProgress", InScope(req->dataset().job(), "dataset.job"), resp,
+                [&] { return ledger_->GetProgress(*req); });
 }
 
 namespace {

@@ -25,7 +25,10 @@ using ShardingServiceBase = v1::ShardingService::WithCallbackMethod_AcquireShard
 class ShardingServiceImpl final : public ShardingServiceBase {
  public:
   // `auth`: every call must carry the job's credential (off: none checked).
-  ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry, TokenCheck auth = {});
+  // `job`: the only job whose datasets calls may name ("" any): the token of
+  // one job reaches no other job's data.
+  ShardingServiceImpl(Ledger* ledger, prometheus::Registry& registry, TokenCheck auth = {},
+                      std::string job = "");
 
   grpc::Status CreateDataset(grpc::ServerContext*, const v1::CreateDatasetRequest* req,
                              v1::CreateDatasetResponse* resp) override;
@@ -50,17 +53,23 @@ class ShardingServiceImpl final : public ShardingServiceBase {
  private:
   // UNAUTHENTICATED or PERMISSION_DENIED (counted and logged) or OK.
   grpc::Status Authorize(const grpc::ServerContextBase& context, const char* method);
+  // OK when `job` (the request's `field`) is the served job, or any job is
+  // served; else PERMISSION_DENIED naming the field.
+  absl::Status InScope(const std::string& job, const char* field) const;
   void Count(const char* method, const absl::Status& status);
+  // `scope`: InScope of the request's job(s), checked after the credential.
   template <typename Resp, typename Fn>
-  grpc::Status Handle(grpc::ServerContext* context, const char* method, Resp* resp, Fn&& fn);
+  grpc::Status Handle(grpc::ServerContext* context, const char* method, absl::Status scope,
+                      Resp* resp, Fn&& fn);
   // Answers once the ledger's batch is durable; `done` (if set) runs just before.
   template <typename Resp, typename Fn>
   grpc::ServerUnaryReactor* HandleDeferred(grpc::CallbackServerContext* context, const char* method,
-                                           Resp* resp, Fn&& fn,
+                                           absl::Status scope, Resp* resp, Fn&& fn,
                                            std::function<void()> done = nullptr);
 
   Ledger* const ledger_;
   const TokenCheck auth_;
+  const std::string job_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Family<prometheus::Counter>& refusals_;
   prometheus::Histogram& acquire_latency_;

@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/sharding_client.h"
+#include "common/credential.h"
 #include "common/testing/testing.h"
 #include "health_probe.grpc.pb.h"
 
@@ -40,6 +43,10 @@ class ServiceTest : public ::testing::Test {
                                      "--metrics-listen",
                                      "127.0.0.1:0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    // No credential of the test's own: serving unchecked is asked for.
+    const bool credential = std::find(extra.begin(), extra.end(), "--token-file") != extra.end() ||
+                            std::getenv("ANTDT_TOKEN") != nullptr;
+    if (!credential) argv.insert(argv.end(), {"--auth", "none"});
     proc_ = std::make_unique<Process>(argv, dir_.File("service.log"));
     auto address = antdt::testing::WaitForReadyFile(dir_.File("ready"), std::chrono::seconds(30));
     ASSERT_TRUE(address) << "not ready; log:\n" << Log();
@@ -543,6 +550,62 @@ class GoodTenant {
   int64_t epoch_ = 0, first_ = 0, done_ = 0, size_ = 0;
 };
 
+// A token reaches only its own job's datasets (--job): a call with the valid
+// token naming another job is refused PERMISSION_DENIED naming the field,
+// and changes nothing (the lease it would have completed is still held).
+TEST_F(ServiceTest, TheJobsTokenReachesOnlyItsJobsDatasets) {
+  const std::string token = "job-token-0123456789abcdef";
+  std::ofstream(dir_.File("token")) << token << "\n";
+  ASSERT_NO_FATAL_FAILURE(Start({"--token-file", dir_.File("token"), "--job", "job"}));
+  client::ShardingClientOptions o;
+  o.job = "job";
+  o.dataset = "data";
+  o.worker_id = "w";
+  o.token = token;
+  client::ShardingClient owner(channel_, o);
+  ASSERT_TRUE(owner.CreateDataset(Spec()).ok());
+  auto lease = owner.Acquire();
+  ASSERT_TRUE(lease.ok() && *lease) << lease.status();
+
+  auto stub = v1::ShardingService::NewStub(channel_);
+  auto call = [&](auto method, const auto& req, auto resp) {
+    grpc::ClientContext ctx;
+    AddCredential(ctx, token);
+    return ((*stub).*method)(&ctx, req, &resp);
+  };
+  v1::CreateDatasetRequest create;
+  *create.mutable_spec() = Spec();
+  create.mutable_spec()->set_job("other-job");
+  grpc::Status s =
+      call(&v1::ShardingService::Stub::CreateDataset, create, v1::CreateDatasetResponse());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("spec.job"), std::string::npos) << s.error_message();
+
+  v1::GetProgressRequest progress;
+  progress.mutable_dataset()->set_job("other-job");
+  progress.mutable_dataset()->set_name("data");
+  s = call(&v1::ShardingService::Stub::GetProgress, progress, v1::GetProgressResponse());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("dataset.job"), std::string::npos) << s.error_message();
+
+  v1::CompleteShardRequest complete;
+  complete.mutable_dataset()->set_job("job");
+  complete.mutable_dataset()->set_name("data");
+  complete.set_token((*lease)->token);
+  complete.mutable_next()->mutable_dataset()->set_job("other-job");
+  complete.mutable_next()->mutable_dataset()->set_name("data");
+  complete.mutable_next()->set_worker_id("w");
+  s = call(&v1::ShardingService::Stub::CompleteShard, complete, v1::CompleteShardResponse());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("next.dataset.job"), std::string::npos) << s.error_message();
+  // Nothing changed: the lease is still held and no record was committed.
+  EXPECT_TRUE(owner.ReportProgress(**lease, 1).ok());
+  auto p = owner.Progress();
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->records_committed_total(), 1);
+  EXPECT_NE(Log().find("job=job"), std::string::npos) << Log();
+}
+
 // Random requests to every RPC from one tenant: malformed names, huge and
 // negative numbers, random tokens and steps.
 class RandomTenant {
@@ -582,6 +645,13 @@ class RandomTenant {
         v1::CompleteShardRequest req;
         FillRef(*req.mutable_dataset());
         req.set_token(Token());
+        if (Pick(2)) {
+          v1::AcquireShardRequest* next = req.mutable_next();
+          if (Pick(2)) FillRef(*next->mutable_dataset());
+          next->set_worker_id(Name());
+          next->set_incarnation(Number());
+          if (Pick(2)) next->set_request_id(Name());
+        }
         v1::CompleteShardResponse resp;
         return stub_->CompleteShard(&ctx, req, &resp);
       }
@@ -754,8 +824,15 @@ TEST(ServiceFlags, BadFlagsExitWithTheFieldNamed) {
       {{"--config", dir.File("missing.yaml")}, "--config"},
       {{"--token-file", dir.File("missing-token")}, "token_file: cannot read"},
       // After the lease reaper started: it is stopped, not left to std::terminate.
-      {{"--listen", "127.0.0.1:0", "--ready-file", dir.File("missing/ready")}, "cannot write"},
+      {{"--listen", "127.0.0.1:0", "--ready-file", dir.File("missing/ready"), "--auth", "none"},
+       "cannot write"},
+      // Authentication is off only when asked for, never for want of a token.
+      {{}, "token_file: no credential"},
+      {{"--auth", "off"}, "--auth: must be \"token\" or \"none\""},
+      {{"--auth", "none", "--token-file", dir.File("token")}, "auth: \"none\" with a credential"},
+      {{"--job", std::string("a\nb")}, "job: holds a control character"},
   };
+  std::ofstream(dir.File("token")) << "a-token\n";
   for (const Case& c : cases) {
     std::vector<std::string> argv = {BinPath("antdt-sharding-service"), "--state-dir",
                                      dir.File("s")};
@@ -767,6 +844,36 @@ TEST(ServiceFlags, BadFlagsExitWithTheFieldNamed) {
     std::ifstream in(dir.File("log"));
     std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_NE(log.find(c.want), std::string::npos) << log;
+    std::filesystem::remove(dir.File("log"));
+  }
+}
+
+// $ANTDT_TOKEN passes the check a token file does: blank, oversized,
+// multi-line or non-ASCII values refuse to start, naming the variable (and
+// never saying the value), instead of serving with authentication off or
+// with a token no client can send.
+TEST(ServiceFlags, BadTokensInTheEnvironmentRefuseToStart) {
+  TempDir dir;
+  const std::pair<std::string, std::string> cases[] = {
+      {"   ", "$ANTDT_TOKEN is blank"},
+      {std::string(100 * 1024, 'x'), "$ANTDT_TOKEN holds more than 4096 bytes"},
+      {"line-one\nline-two", "$ANTDT_TOKEN holds other than visible ASCII"},
+      {"caf\xc3\xa9-token", "$ANTDT_TOKEN holds other than visible ASCII"},
+  };
+  for (const auto& [token, want] : cases) {
+    setenv("ANTDT_TOKEN", token.c_str(), 1);
+    Process p({BinPath("antdt-sharding-service"), "--state-dir", dir.File("s"), "--listen",
+               "127.0.0.1:0", "--ready-file", dir.File("ready")},
+              dir.File("log"));
+    unsetenv("ANTDT_TOKEN");
+    auto status = p.Wait(std::chrono::seconds(10));
+    ASSERT_TRUE(status);
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << "status " << *status;
+    EXPECT_FALSE(std::filesystem::exists(dir.File("ready"))) << "it served";
+    std::ifstream in(dir.File("log"));
+    std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(log.find(want), std::string::npos) << log;
+    if (token.size() > 3) EXPECT_EQ(log.find(token), std::string::npos) << "the token was said";
     std::filesystem::remove(dir.File("log"));
   }
 }

@@ -33,7 +33,7 @@ class ServiceProcess {
     proc_ = std::make_unique<Process>(
         std::vector<std::string>{o_.bin_dir + "/antdt-sharding-service", "--listen", listen,
                                  "--state-dir", o_.work_dir + "/state", "--ready-file", ready,
-                                 "--lease-ttl", o_.lease_ttl},
+                                 "--lease-ttl", o_.lease_ttl, "--auth", "none"},
         o_.work_dir + "/service.log");
     auto address = WaitForReadyFile(ready, std::chrono::seconds(30));
     if (!address) {

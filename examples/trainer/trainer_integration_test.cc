@@ -114,7 +114,7 @@ int64_t CheckpointsOfPs1(const std::string& dir) {
 TEST(TrainerIntegrationTest, TrainsAndCommitsEveryRecordOnceThroughAWorkerKill) {
   TempDir dir;
   Process service({BinPath("antdt-sharding-service"), "--listen", "127.0.0.1:0", "--state-dir",
-                   dir.File("state"), "--ready-file", dir.File("service.ready")},
+                   dir.File("state"), "--ready-file", dir.File("service.ready"), "--auth", "none"},
                   dir.File("service.log"));
   auto sharding = WaitForReadyFile(dir.File("service.ready"), seconds(30));
   ASSERT_TRUE(sharding) << Read(dir.File("service.log"));
@@ -344,7 +344,7 @@ class ServerMoveTest : public ::testing::Test {
     service_ = std::make_unique<Process>(
         std::vector<std::string>{BinPath("antdt-sharding-service"), "--listen", "127.0.0.1:0",
                                  "--state-dir", dir_.File("state"), "--ready-file",
-                                 dir_.File("service.ready")},
+                                 dir_.File("service.ready"), "--auth", "none"},
         dir_.File("service.log"));
     auto sharding = WaitForReadyFile(dir_.File("service.ready"), seconds(30));
     ASSERT_TRUE(sharding) << Read(dir_.File("service.log"));

@@ -354,7 +354,7 @@ int main(int argc, char** argv) {
   auto monitor_series = control::WithNamespaces(
       monitor_collector,
       [&controller](const std::string& job) { return controller.NamespaceOf(job); });
-  if (prometheus::Exposer* exposer = (*serving)->exposer()) {
+  if (auto* exposer = (*serving)->exposer()) {
     exposer->RegisterCollectable(monitor_series);
   }
   PeriodicThread readiness_loop =

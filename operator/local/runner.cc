@@ -209,7 +209,8 @@ absl::Status Runner::StartShardingService() {
       sharding_,
       StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen", "127.0.0.1:0", "--state-dir",
                    dir_ + "/sharding", "--lease-ttl", "10s", "--sync", "normal", "--metrics-listen",
-                   "127.0.0.1:0", "--namespace", job_.namespace_, "--token-file", site_.token_file},
+                   "127.0.0.1:0", "--namespace", job_.namespace_, "--token-file", site_.token_file,
+                   "--job", job_.name},
                   dir_, "sharding-service"));
   client::ShardingClientOptions copts;
   copts.token = token_;
@@ -236,7 +237,7 @@ absl::Status Runner::StartMonitor() {
                    Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", registry_, {monitor_.get()}}));
   monitor_address_ = monitor_server_->address();
   monitor_collector_ = control::WithNamespace(monitor_->Collector(), job_.namespace_);
-  if (prometheus::Exposer* exposer = monitor_server_->exposer()) {
+  if (auto* exposer = monitor_server_->exposer()) {
     exposer->RegisterCollectable(monitor_collector_, "/metrics");
   }
   monitor_->Start(100);

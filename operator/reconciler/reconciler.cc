@@ -714,13 +714,19 @@ Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Setting
       {"args",
        {"--listen", absl::StrCat("$(POD_IP):", s.sharding_port), "--metrics-listen",
         absl::StrCat("$(POD_IP):", s.metrics_port), "--state-dir", state_dir, "--lease-ttl", "10s",
-        "--namespace", kube::StringAt(job, {"metadata", "namespace"})}},
+        "--namespace", kube::StringAt(job, {"metadata", "namespace"}), "--job", spec.name}},
       {"env", s.job_credentials ? Json::array({EnvField("POD_IP", "status.podIP"), TokenEnv(spec)})
                                 : Json::array({EnvField("POD_IP", "status.podIP")})},
       {"ports", Json::array({{{"name", "grpc"}, {"containerPort", s.sharding_port}},
                              {{"name", "metrics"}, {"containerPort", s.metrics_port}}})},
       {"readinessProbe",
        {{"grpc", {{"port", s.sharding_port}}}, {"periodSeconds", 5}, {"failureThreshold", 3}}}};
+  // Without job credentials (the operator's choice, said in its flags) the
+  // service is told so: it refuses to start for want of a token otherwise.
+  if (!s.job_credentials) {
+    container["args"].push_back("--auth");
+    container["args"].push_back("none");
+  }
   Json pod = {
       {"apiVersion", "v1"},
       {"kind", "Pod"},

@@ -49,7 +49,9 @@ class Service(ServerProcess):
               extra: Sequence[str] = ()) -> str:
         """Starts the service and waits for its ready file; returns HOST:PORT."""
         lines = self.spawn(["--listen", listen, "--state-dir", self.state_dir,
-                            "--lease-ttl", "2s", *extra], timeout_s)
+                            "--lease-ttl", "2s",
+                            *([] if "--token-file" in extra else ["--auth", "none"]), *extra],
+                           timeout_s)
         self.address = lines[0]
         return self.address
 

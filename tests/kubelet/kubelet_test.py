@@ -722,7 +722,7 @@ class EndToEndTest(unittest.TestCase):
                                  ports=[c.V1ServicePort(name="grpc", port=50051)])))
         state_dir = os.path.join(self.work, "shard-state")
         self.create_pod("shards-0", "antdt-sharding-service", labels={"app": "shards"}, restart="Always",
-                        args=["--listen", "$(POD_IP):50051", "--state-dir", state_dir])
+                        args=["--listen", "$(POD_IP):50051", "--state-dir", state_dir, "--auth", "none"])
         server = self.wait_phase("shards-0", ["Running"])
         self.assertTrue(server.status.pod_ip and server.status.host_ip)
         self.assertIsNotNone(server.status.container_statuses[0].state.running)
@@ -749,7 +749,8 @@ class EndToEndTest(unittest.TestCase):
 
     def test_survives_watch_faults_and_api_errors(self):
         self.create_pod("survivor", "antdt-sharding-service", restart="Always",
-                        args=["--listen", "$(POD_IP):50051", "--state-dir", os.path.join(self.work, "survivor")])
+                        args=["--listen", "$(POD_IP):50051", "--state-dir", os.path.join(self.work, "survivor"),
+                              "--auth", "none"])
         pod = self.wait_phase("survivor", ["Running"])
         pid = self.wait(lambda: self._pid_of(pod), "the survivor's pid")
         kubelet_only = {"userAgentContains": "antdt-test-kubelet"}
@@ -808,7 +809,8 @@ class EndToEndTest(unittest.TestCase):
 
     def test_delete_running_pod(self):
         self.create_pod("victim", "antdt-sharding-service", restart="Always",
-                        args=["--listen", "$(POD_IP):50051", "--state-dir", os.path.join(self.work, "victim-state")])
+                        args=["--listen", "$(POD_IP):50051", "--state-dir", os.path.join(self.work, "victim-state"),
+                              "--auth", "none"])
         pod = self.wait_phase("victim", ["Running"])
         pid = self.wait(lambda: self._pid_of(pod), "the victim's pid")
         self.core.delete_namespaced_pod("victim", self.ns)

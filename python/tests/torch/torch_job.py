@@ -39,7 +39,7 @@ class TorchJob:
         self.port = free_port()
         self.service = ServerProcess("antdt-sharding-service", workdir)
         lines = self.service.spawn(["--listen", "127.0.0.1:0", "--state-dir",
-                                    os.path.join(workdir, "state"), "--lease-ttl", lease_ttl])
+                                    os.path.join(workdir, "state"), "--lease-ttl", lease_ttl, "--auth", "none"])
         self.address = lines[0]
         with ShardingClient(self.address, "job", "train", "test-driver") as c:
             c.create_dataset(record_count=records, shard_size=shard_size, epochs=epochs)
