@@ -135,7 +135,9 @@ void Restore(const std::string& bin_dir, const std::string& work, int64_t shards
   *cp.mutable_dataset() = Ref("big");
   cp.set_step(1);
   antdt::v1::CheckpointResponse cp_resp;
+  const auto cp0 = Clock::now();
   (void)call(&ShardingService::Stub::Checkpoint, cp, &cp_resp);
+  const double checkpoint_s = Ms(Clock::now() - cp0) / 1000;
   commit_some(100);
 
   antdt::v1::AcquireShardRequest a;
@@ -187,6 +189,7 @@ void Restore(const std::string& bin_dir, const std::string& work, int64_t shards
   const bool held = renew(last);
   std::printf("restore of %lld one-record shards: %s in %.2f s\n", static_cast<long long>(shards),
               s.ok() ? "OK" : s.error_message().c_str(), restore_s);
+  std::printf("  (its Checkpoint took %.2f s)\n", checkpoint_s);
   std::printf("  another dataset's lease renewals   idle: %zu, p50 %.2f ms, max %.2f ms\n",
               idle.ms.size(), idle.Quantile(0.5), idle.Quantile(1));
   std::printf(

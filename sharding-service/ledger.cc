@@ -118,9 +118,11 @@ struct Ledger::Dataset {
   std::unordered_map<std::string, uint64_t> by_request;
   RecentLeases ended;  // ended in this process
   std::unordered_map<std::string, WorkerStats> workers;
-  // A Restore is rebuilding the shard state outside the mutex: every call on
-  // the dataset is refused (UNAVAILABLE, retry) and nothing else writes it.
-  bool restoring = false;
+  // A whole-dataset operation (Restore, Checkpoint) is reading or rebuilding
+  // the shard state outside the mutex: every call on the dataset is refused
+  // (UNAVAILABLE, retry) and nothing else writes it. What it is doing ("being
+  // restored from a checkpoint"), or null.
+  const char* busy = nullptr;
 
   static std::string RequestKey(const std::string& worker, const std::string& request_id) {
     return worker + '\n' + request_id;  // names hold no control character
@@ -667,19 +669,22 @@ absl::Status Ledger::UnknownToken(const Dataset& ds, uint64_t token) const {
 
 namespace {
 
-absl::Status Restoring(const std::string& job, const std::string& name) {
-  return absl::UnavailableError(absl::StrCat("dataset: ", name, " in job ", job,
-                                             " is being restored from a checkpoint; retry"));
+absl::Status Busy(const std::string& job, const std::string& name, const char* doing) {
+  return absl::UnavailableError(
+      absl::StrCat("dataset: ", name, " in job ", job, " is ", doing, "; retry"));
 }
+
+constexpr char kRestoring[] = "being restored from a checkpoint";
+constexpr char kCheckpointing[] = "being checkpointed";
 
 }  // namespace
 
-#define ANTDT_FIND_DATASET(ref, ds_var)                                               \
-  auto ds_it = datasets_.find(Key((ref).job(), (ref).name()));                        \
-  if (ds_it == datasets_.end())                                                       \
-    return absl::NotFoundError(                                                       \
-        absl::StrCat("dataset: no dataset ", (ref).name(), " in job ", (ref).job())); \
-  if (ds_it->second->restoring) return Restoring((ref).job(), (ref).name());          \
+#define ANTDT_FIND_DATASET(ref, ds_var)                                                 \
+  auto ds_it = datasets_.find(Key((ref).job(), (ref).name()));                          \
+  if (ds_it == datasets_.end())                                                         \
+    return absl::NotFoundError(                                                         \
+        absl::StrCat("dataset: no dataset ", (ref).name(), " in job ", (ref).job()));   \
+  if (ds_it->second->busy) return Busy((ref).job(), (ref).name(), ds_it->second->busy); \
   Dataset& ds_var = *ds_it->second
 
 Ledger::HeldLock::HeldLock(Ledger& ledger)
@@ -690,7 +695,7 @@ Ledger::HeldLock::~HeldLock() {
   if (held < kStallMs) return;
   int64_t leases = 0;
   for (auto& [key, ds] : ledger_.datasets_) {
-    if (ds->restoring) continue;  // its leases are about to be fenced
+    if (ds->busy) continue;  // its own clock is moved on when it ends
     for (auto& [token, lease] : ds->leases) lease.deadline_ms += held;
     if (ds->next_due_ms < std::numeric_limits<int64_t>::max() - held) ds->next_due_ms += held;
     leases += static_cast<int64_t>(ds->leases.size());
@@ -1004,7 +1009,7 @@ absl::Status Ledger::CheckNext(const v1::AcquireShardRequest& next, const Datase
     return absl::NotFoundError(absl::StrCat("next.dataset: no dataset ", next.dataset().name(),
                                             " in job ", next.dataset().job()));
   }
-  if (it->second->restoring) return Restoring(next.dataset().job(), next.dataset().name());
+  if (it->second->busy) return Busy(next.dataset().job(), next.dataset().name(), it->second->busy);
   if (next.worker_id() != worker) {
     return absl::PermissionDeniedError(
         absl::StrCat("next.worker_id: must be the worker whose shard is completed (", worker,
@@ -1095,7 +1100,7 @@ absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
       // A dataset being restored: its leases are about to be fenced, and its
       // shards are not to be written now; the incarnation is still raised.
       for (const auto& [token, lease] : ds->leases) {
-        if (ds->restoring) break;
+        if (ds->busy) break;
         if (lease.row.worker == req.worker_id() &&
             (req.incarnation() == -1 || lease.row.incarnation <= req.incarnation())) {
           tokens.push_back(token);
@@ -1125,27 +1130,49 @@ absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
   return resp;
 }
 
+// Marks the dataset busy under the mutex, reads its shard slots into the
+// snapshot without it (50M slots take a while), then stores the snapshot;
+// the dataset's leases get the time back.
 absl::StatusOr<v1::CheckpointResponse> Ledger::Checkpoint(const v1::CheckpointRequest& req) {
   RETURN_IF_ERROR(ValidateRef(req.dataset()));
   if (req.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", req.step()));
   }
-  v1::CheckpointResponse resp;
-  uint64_t seq = 0;
+  Dataset* target = nullptr;
+  int64_t start_ms = 0;
   {
     HeldLock lock(*this);
     ANTDT_FIND_DATASET(req.dataset(), ds);
-    v1::ShardStateSnapshot snap;
-    snap.set_epoch(ds.row.epoch);
-    for (int64_t i = 0; i < static_cast<int64_t>(ds.shards.size()); ++i) {
-      if (ds.shards[i].committed > 0) {
-        snap.add_index(i);
-        snap.add_committed(ds.shards[i].committed);
+    ds.busy = kCheckpointing;
+    target = &ds;
+    start_ms = clock_->NowMillis();
+  }
+  Dataset& ds = *target;  // datasets are never removed
+  v1::ShardStateSnapshot snap;
+  snap.set_epoch(ds.row.epoch);
+  for (int64_t i = 0; i < static_cast<int64_t>(ds.shards.size()); ++i) {
+    if (ds.shards[i].committed > 0) {
+      snap.add_index(i);
+      snap.add_committed(ds.shards[i].committed);
+    }
+  }
+  CheckpointRow row{ds.row.id, req.step(), snap.SerializeAsString()};
+  snap.Clear();
+  v1::CheckpointResponse resp;
+  resp.set_records_committed(ds.CommittedTotal());
+  uint64_t seq = 0;
+  {
+    HeldLock lock(*this);
+    ds.busy = nullptr;
+    // Calls under these leases were refused meanwhile: the time is theirs.
+    const int64_t busy_ms = clock_->NowMillis() - start_ms;
+    if (busy_ms > 0) {
+      for (auto& [token, lease] : ds.leases) lease.deadline_ms += busy_ms;
+      if (ds.next_due_ms < std::numeric_limits<int64_t>::max() - busy_ms) {
+        ds.next_due_ms += busy_ms;
       }
     }
-    CheckpointRow row{ds.row.id, req.step(), snap.SerializeAsString()};
-    resp.set_records_committed(ds.CommittedTotal());
-    seq = store_->Append({row});
+    seq = store_->Append({std::move(row)});
     LogEvent("checkpoint_saved", {{"dataset", Key(ds.row.job, ds.row.name)},
                                   {"step", req.step()},
                                   {"epoch", ds.row.epoch},
@@ -1208,7 +1235,7 @@ absl::Status Ledger::StageRestore(const Dataset& ds, int64_t step, StagedRestore
   return absl::OkStatus();
 }
 
-// Marks the dataset restoring under the mutex, builds the restored state
+// Marks the dataset busy under the mutex, builds the restored state
 // without it (other datasets, and the reaper, go on meanwhile; this one's
 // calls are refused with UNAVAILABLE), then swaps it in under the mutex.
 absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& req) {
@@ -1220,7 +1247,7 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
   {
     HeldLock lock(*this);
     ANTDT_FIND_DATASET(req.dataset(), ds);
-    ds.restoring = true;
+    ds.busy = kRestoring;
     target = &ds;
   }
   Dataset& ds = *target;  // datasets are never removed
@@ -1229,7 +1256,7 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
   uint64_t seq = 0;
   {
     HeldLock lock(*this);
-    ds.restoring = false;
+    ds.busy = nullptr;
     if (!built.ok()) return built;
     std::vector<Mutation> batch;
     // Fence every active lease: their holders must acquire again.
@@ -1343,7 +1370,7 @@ absl::StatusOr<int> Ledger::ExpireLeases() {
     std::vector<Mutation> batch;
     Ops ops{clock_, options_, batch};
     for (auto& [key, ds] : datasets_) {
-      if (!ds->restoring) expired += ops.ExpireDue(*ds);
+      if (!ds->busy) expired += ops.ExpireDue(*ds);
     }
     if (batch.empty()) return 0;
     seq = store_->Append(std::move(batch));

@@ -10,7 +10,9 @@
 // first (see IssueToken); records are only ever committed durably.
 //
 // Thread-safe: one mutex guards the state; durability waits, building a new
-// dataset's shards and rebuilding a restored one's happen outside it. Lease
+// dataset's shards, a checkpoint's snapshot and a restored dataset's state
+// happen outside it (the dataset is marked busy meanwhile and its calls
+// answer UNAVAILABLE). Lease
 // clocks stop while the service holds its callers off: when the mutex was
 // held for longer than kStallMs, every active lease gets that time back.
 #pragma once
@@ -148,7 +150,7 @@ class Ledger {
   // same worker); else the refusal, naming the field.
   absl::Status CheckNext(const v1::AcquireShardRequest& next, const Dataset& completed,
                          const std::string& worker) const;
-  // Restore's work on a dataset marked restoring, without mu_: reads the
+  // Restore's work on a dataset marked busy, without mu_: reads the
   // checkpoint and builds the restored shard state beside the current one.
   struct StagedRestore;
   absl::Status StageRestore(const Dataset& ds, int64_t step, StagedRestore& staged) const;

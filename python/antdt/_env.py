@@ -50,28 +50,51 @@ TOKEN = "ANTDT_TOKEN"
 TOKEN_FILE = "ANTDT_TOKEN_FILE"
 
 
-def token() -> Optional[str]:
-    """``$ANTDT_TOKEN``, else the content of the file ``$ANTDT_TOKEN_FILE``
-    names (surrounding whitespace stripped), else None.
+#: The longest token: gRPC carries 8 KiB of headers in all (as the C++ check).
+MAX_TOKEN_BYTES = 4096
+
+
+def check_token(raw: str, source: str) -> str:
+    """The token in ``raw`` (surrounding whitespace stripped), checked as the
+    C++ services check theirs (common/credential.h).
 
     Raises:
-        ValueError: the file cannot be read or is empty; the message starts
-            with ``ANTDT_TOKEN_FILE`` and names the path, never the content.
+        ValueError: blank, over 4096 bytes, or other than visible ASCII on one
+            line; the message names ``source``, never the token.
+    """
+    value = raw.strip()
+    if not value:
+        raise ValueError(f"{source} is blank")
+    if len(value.encode("utf-8", "surrogateescape")) > MAX_TOKEN_BYTES:
+        raise ValueError(f"{source} holds more than {MAX_TOKEN_BYTES} bytes "
+                         "(what a gRPC header carries)")
+    if any(not 0x21 <= ord(c) <= 0x7e for c in value):
+        raise ValueError(f"{source} holds other than visible ASCII on one line "
+                         "(no gRPC client can send it)")
+    return value
+
+
+def token() -> Optional[str]:
+    """``$ANTDT_TOKEN``, else the content of the file ``$ANTDT_TOKEN_FILE``
+    names, else None; either through :func:`check_token`.
+
+    Raises:
+        ValueError: the file cannot be read, or the token is blank, too long
+            or not visible ASCII; the message starts with the variable's name
+            (and the path), never the content.
     """
     value = first_set(TOKEN)
     if value is not None:
-        return value.strip()
+        return check_token(value, f"${TOKEN}")
     path = first_set(TOKEN_FILE)
     if path is None:
         return None
     try:
         with open(path, encoding="ascii") as f:
-            content = f.read().strip()
+            content = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{TOKEN_FILE}: cannot read {path}: {e.__class__.__name__}") from None
-    if not content:
-        raise ValueError(f"{TOKEN_FILE}: {path} is empty")
-    return content
+    return check_token(content, f"{TOKEN_FILE}: {path}")
 
 
 def required(variable: str) -> str:

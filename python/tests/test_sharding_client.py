@@ -303,6 +303,16 @@ class ShardingClientCredentialTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "^ANTDT_TOKEN_FILE: cannot read .*missing"):
             self.client({"ANTDT_TOKEN_FILE": os.path.join(self.workdir, "missing")})
 
+    def test_a_bad_token_is_an_error_naming_where_it_came_from(self) -> None:
+        """Checked as the services check theirs: blank, oversized, multi-line or non-ASCII
+        tokens are errors naming the variable (never the token), not "no token"."""
+        for value, want in (("   ", "is blank"), ("x" * 5000, "holds more than 4096 bytes"),
+                            ("two\nlines", "holds other than visible ASCII"),
+                            ("caf\u00e9", "holds other than visible ASCII")):
+            with self.subTest(want=want):
+                with self.assertRaisesRegex(ValueError, r"^\$ANTDT_TOKEN " + want):
+                    self.client({"ANTDT_TOKEN": value})
+
 
 class ShardingClientTlsTest(unittest.TestCase):
     """A service on TLS (certificates from scripts/make-certs.sh): the client speaks TLS when its
