@@ -13,10 +13,7 @@
 //            served before), configured as it was, with 40 idle connections.
 //
 //   antdt-bench-hostile [--restore-shards 10000000] [--skip-restore] [--skip-http]
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -200,28 +197,13 @@ void Restore(const std::string& bin_dir, const std::string& work, int64_t shards
               rss_before, rss_peak, rss_after, rss_after / rss_before);
 }
 
-// A TCP connection to `address` that sends `bytes` and then nothing.
-int OpenIdle(const std::string& address, const std::string& bytes) {
-  const size_t colon = address.rfind(':');
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  if (!bytes.empty()) (void)!write(fd, bytes.data(), bytes.size());
-  return fd;
-}
-
 // Milliseconds for one /healthz with `idle` silent and `half` half-sent
 // connections open (-1: no answer).
 double HealthzWith(const std::string& address, int idle, int half) {
   std::vector<int> fds;
-  for (int i = 0; i < idle; ++i) fds.push_back(OpenIdle(address, ""));
-  for (int i = 0; i < half; ++i) fds.push_back(OpenIdle(address, "GET /metrics HTTP/1.1\r\nHo"));
+  for (int i = 0; i < idle; ++i) fds.push_back(antdt::ConnectAndSend(address, ""));
+  for (int i = 0; i < half; ++i)
+    fds.push_back(antdt::ConnectAndSend(address, "GET /metrics HTTP/1.1\r\nHo"));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all accepted
   const auto t0 = Clock::now();
   const bool ok = antdt::HttpGet(address, "/healthz").has_value();

@@ -78,7 +78,9 @@ TEST(CredentialTest, TheVariableIsCheckedLikeAFile) {
     auto got = TokenFromEnvironment();
     ASSERT_FALSE(got.ok()) << want;
     EXPECT_NE(got.status().message().find(want), std::string::npos) << got.status();
-    if (value.size() > 3) EXPECT_EQ(got.status().message().find(value), std::string::npos);
+    if (value.size() > 3) {
+      EXPECT_EQ(got.status().message().find(value), std::string::npos);
+    }
   }
   setenv(kEnvToken, "  padded-token \n", 1);
   EXPECT_EQ(*TokenFromEnvironment(), "padded-token");

@@ -167,7 +167,7 @@ http::response<http::string_body> MetricsServer::Impl::Answer(
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
                                                                     const std::string& field) {
-  auto impl = std::make_shared<Impl>();
+  auto impl = std::make_unique<Impl>();
   if (absl::Status s = ListenOn(impl->acceptor, listen, field); !s.ok()) return s;
   impl->Accept();
   for (int i = 0; i < kThreads; ++i) {
@@ -176,7 +176,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
 }
 
-MetricsServer::MetricsServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MetricsServer::MetricsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 MetricsServer::~MetricsServer() {
   impl_->io.stop();

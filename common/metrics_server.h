@@ -44,8 +44,8 @@ class MetricsServer {
   struct Impl;
 
  private:
-  explicit MetricsServer(std::shared_ptr<Impl> impl);
-  std::shared_ptr<Impl> impl_;
+  explicit MetricsServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace antdt

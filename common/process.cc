@@ -112,28 +112,35 @@ std::string Tail(const std::string& path, size_t bytes) {
   return all.size() > bytes ? all.substr(all.size() - bytes) : all;
 }
 
-std::optional<std::string> HttpGet(const std::string& address, const std::string& path) {
+int ConnectAndSend(const std::string& address, const std::string& bytes) {
   size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return std::nullopt;
+  if (colon == std::string::npos) return -1;
   std::string host = address.substr(0, colon);
   std::string port = address.substr(colon + 1);
   if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return std::nullopt;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return -1;
   int fd = socket(res->ai_family, SOCK_STREAM, 0);
   if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
     freeaddrinfo(res);
     if (fd >= 0) close(fd);
-    return std::nullopt;
+    return -1;
   }
   freeaddrinfo(res);
-  std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+  if (!bytes.empty() &&
+      write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) {
     close(fd);
-    return std::nullopt;
+    return -1;
   }
+  return fd;
+}
+
+std::optional<std::string> HttpGet(const std::string& address, const std::string& path) {
+  const int fd =
+      ConnectAndSend(address, "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n");
+  if (fd < 0) return std::nullopt;
   std::string resp;
   char buf[8192];
   ssize_t n;

@@ -46,6 +46,9 @@ std::optional<std::string> ReadyFileField(const std::string& path, const std::st
 // The last `bytes` of a file (a child's log), or "" when it cannot be read.
 std::string Tail(const std::string& path, size_t bytes);
 
+// A TCP connection to `address` (HOST:PORT) that has sent `bytes` (maybe
+// none): its descriptor, or -1. The caller closes it.
+int ConnectAndSend(const std::string& address, const std::string& bytes);
 // GET http://address/path over a plain socket; the body, or nullopt.
 std::optional<std::string> HttpGet(const std::string& address, const std::string& path);
 // GET https://address/path trusting the CA bundle `ca_file` and checking that

@@ -1,9 +1,7 @@
 #include "common/serve.h"
 
-#include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -74,20 +72,6 @@ TEST(Serving, ServesHealthMetricsAndTheReadyFile) {
   (*serving)->Shutdown(std::chrono::milliseconds(100));  // idempotent
 }
 
-// Opens a TCP connection to `address` and sends `bytes` (maybe none): a client
-// that never finishes its request.
-int OpenIdle(const std::string& address, const std::string& bytes) {
-  const size_t colon = address.rfind(':');
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
-  if (!bytes.empty()) (void)!write(fd, bytes.data(), bytes.size());
-  return fd;
-}
-
 // What came back on `fd` until the server closed it; nullopt when it had not
 // closed it after 10 s.
 std::optional<std::string> ReadUntilClosed(int fd) {
@@ -116,8 +100,9 @@ TEST(Serving, HundredsOfIdleAndSlowConnectionsDoNotBlockMetricsOrHealth) {
   ASSERT_TRUE(serving.ok()) << serving.status();
   const std::string metrics = (*serving)->metrics_address();
   std::vector<int> idle;
-  for (int i = 0; i < 300; ++i) idle.push_back(OpenIdle(metrics, ""));
-  for (int i = 0; i < 100; ++i) idle.push_back(OpenIdle(metrics, "GET /metrics HTTP/1.1\r\nHo"));
+  for (int i = 0; i < 300; ++i) idle.push_back(ConnectAndSend(metrics, ""));
+  for (int i = 0; i < 100; ++i)
+    idle.push_back(ConnectAndSend(metrics, "GET /metrics HTTP/1.1\r\nHo"));
   for (int fd : idle) ASSERT_GE(fd, 0);
   // 10 s leaves room for a loaded machine; the figures are in
   // antdt-bench-hostile (docs/benchmarks.md).
@@ -131,7 +116,7 @@ TEST(Serving, HundredsOfIdleAndSlowConnectionsDoNotBlockMetricsOrHealth) {
   for (int fd : idle) close(fd);
 
   // A header over 8 KiB is refused and the connection closed.
-  const int big = OpenIdle(metrics, "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a'));
+  const int big = ConnectAndSend(metrics, "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a'));
   ASSERT_GE(big, 0);
   const std::optional<std::string> answer = ReadUntilClosed(big);
   ASSERT_TRUE(answer.has_value()) << "not closed";
@@ -158,7 +143,7 @@ TEST(Serving, TheMetricsEndpointSpeaksPlainHttp) {
   EXPECT_FALSE(HttpGet(metrics, "/nowhere").has_value());
 
   auto exchange = [&](const std::string& request) {
-    const int fd = OpenIdle(metrics, request);
+    const int fd = ConnectAndSend(metrics, request);
     std::optional<std::string> out = ReadUntilClosed(fd);
     close(fd);
     return out.value_or("(not closed)");

@@ -145,6 +145,12 @@ struct Ledger::Dataset {
     leases.clear();
     by_request.clear();
   }
+  // Moves every active lease's deadline `ms` later: time its holders spent
+  // held off by the service is not counted against them.
+  void DelayLeases(int64_t ms) {
+    for (auto& [token, lease] : leases) lease.deadline_ms += ms;
+    if (next_due_ms < std::numeric_limits<int64_t>::max() - ms) next_due_ms += ms;
+  }
 
   bool finished() const { return row.epoch >= spec.epochs(); }
   int64_t ShardBegin(int64_t index) const { return index * spec.shard_size(); }
@@ -696,11 +702,21 @@ Ledger::HeldLock::~HeldLock() {
   int64_t leases = 0;
   for (auto& [key, ds] : ledger_.datasets_) {
     if (ds->busy) continue;  // its own clock is moved on when it ends
-    for (auto& [token, lease] : ds->leases) lease.deadline_ms += held;
-    if (ds->next_due_ms < std::numeric_limits<int64_t>::max() - held) ds->next_due_ms += held;
+    ds->DelayLeases(held);
     leases += static_cast<int64_t>(ds->leases.size());
   }
   LogEvent("lease_clocks_paused", {{"held_ms", held}, {"leases", leases}});
+}
+
+absl::StatusOr<Ledger::Dataset*> Ledger::MarkBusy(const v1::DatasetRef& ref, const char* doing) {
+  HeldLock lock(*this);
+  ANTDT_FIND_DATASET(ref, ds);
+  ds.busy = doing;
+  return &ds;
+}
+
+uint64_t Ledger::AppendIfAny(std::vector<Mutation>& batch) {
+  return batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
 }
 
 absl::Status Ledger::CheckTotals(int64_t shards) const {
@@ -815,8 +831,7 @@ Deferred<v1::AcquireShardResponse> Ledger::AcquireChecked(const v1::AcquireShard
     ops.ExpireDue(ds);
     WorkerStats& worker = ds.workers[req.worker_id()];
     if (req.incarnation() < worker.incarnation) {
-      // What ExpireDue changed is stored whatever this call answers.
-      if (!batch.empty()) store_->Append(std::move(batch));
+      AppendIfAny(batch);  // what ExpireDue changed is stored whatever this call answers
       return absl::FailedPreconditionError(absl::StrCat(
           "incarnation: ", req.incarnation(), " of worker ", req.worker_id(), " is older than ",
           worker.incarnation, " (a restarted worker's old process)"));
@@ -879,7 +894,7 @@ Deferred<v1::AcquireShardResponse> Ledger::AcquireChecked(const v1::AcquireShard
       resp.mutable_lease()->set_token(token);
       resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
     }
-    seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+    seq = AppendIfAny(batch);
     NoteAppended(seq, issued);
   }
   // A new lease need not be durable (IssueToken); what ended the epoch must
@@ -958,9 +973,9 @@ Deferred<v1::ReportProgressResponse> Ledger::ReportProgressDeferred(
       resp.mutable_lease()->set_token(lease.row.token);
       resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
       resp.set_committed(slot.committed);
-      seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+      seq = AppendIfAny(batch);
     } else {
-      seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+      seq = AppendIfAny(batch);
       ASSIGN_OR_RETURN(ended, EndedLease(ds, req.token()));
     }
   }
@@ -1031,8 +1046,7 @@ Deferred<v1::CompleteShardResponse> Ledger::CompleteOnly(const v1::CompleteShard
     ops.ExpireDue(ds);
     // What ExpireDue changed is stored whatever this call answers.
     auto refuse = [&](absl::Status refusal) -> Deferred<v1::CompleteShardResponse> {
-      return {std::move(refusal),
-              batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch))};
+      return {std::move(refusal), AppendIfAny(batch)};
     };
     auto it = ds.leases.find(req.token());
     if (it != ds.leases.end()) {
@@ -1050,7 +1064,7 @@ Deferred<v1::CompleteShardResponse> Ledger::CompleteOnly(const v1::CompleteShard
       ops.EndLease(ds, req.token(), LeaseState::kCompleted);
       seq = store_->Append(std::move(batch));
     } else {
-      seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+      seq = AppendIfAny(batch);
       ASSIGN_OR_RETURN(ended, EndedLease(ds, req.token()));
       if (next != nullptr && ended->state == LeaseState::kCompleted) {
         if (absl::Status s = CheckNext(*next, ds, ended->worker); !s.ok())
@@ -1095,12 +1109,10 @@ absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
     }
     std::vector<Mutation> batch;
     Ops ops{clock_, options_, batch};
-    for (Dataset* ds : targets) {
+    // Ends the worker's leases of `ds`, newest first.
+    auto release = [&](Dataset& ds) {
       std::vector<uint64_t> tokens;
-      // A dataset being restored: its leases are about to be fenced, and its
-      // shards are not to be written now; the incarnation is still raised.
-      for (const auto& [token, lease] : ds->leases) {
-        if (ds->busy) break;
+      for (const auto& [token, lease] : ds.leases) {
         if (lease.row.worker == req.worker_id() &&
             (req.incarnation() == -1 || lease.row.incarnation <= req.incarnation())) {
           tokens.push_back(token);
@@ -1108,19 +1120,24 @@ absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
       }
       std::sort(tokens.begin(), tokens.end(), std::greater<>());
       for (uint64_t token : tokens) {
-        const LeaseRow& row = ds->leases[token].row;
-        resp.set_requeued_records(resp.requeued_records() + ds->ShardSize(row.index) -
-                                  ds->shards[row.index].committed);
-        ops.EndLease(*ds, token, LeaseState::kReleased);
+        const LeaseRow& row = ds.leases[token].row;
+        resp.set_requeued_records(resp.requeued_records() + ds.ShardSize(row.index) -
+                                  ds.shards[row.index].committed);
+        ops.EndLease(ds, token, LeaseState::kReleased);
         resp.set_released_shards(resp.released_shards() + 1);
       }
+    };
+    for (Dataset* ds : targets) {
+      // A busy dataset's shards are not to be written now (a restore fences
+      // its leases anyway); the incarnation is still raised.
+      if (!ds->busy) release(*ds);
       // The released incarnation may not take new shards (a zombie process).
       if (req.incarnation() >= 0) {
         WorkerStats& w = ds->workers[req.worker_id()];
         w.incarnation = std::max(w.incarnation, req.incarnation() + 1);
       }
     }
-    seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+    seq = AppendIfAny(batch);
     LogEvent("worker_released", {{"job", req.dataset().job()},
                                  {"worker", req.worker_id()},
                                  {"incarnation", req.incarnation()},
@@ -1138,15 +1155,8 @@ absl::StatusOr<v1::CheckpointResponse> Ledger::Checkpoint(const v1::CheckpointRe
   if (req.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", req.step()));
   }
-  Dataset* target = nullptr;
-  int64_t start_ms = 0;
-  {
-    HeldLock lock(*this);
-    ANTDT_FIND_DATASET(req.dataset(), ds);
-    ds.busy = kCheckpointing;
-    target = &ds;
-    start_ms = clock_->NowMillis();
-  }
+  ASSIGN_OR_RETURN(Dataset * target, MarkBusy(req.dataset(), kCheckpointing));
+  const int64_t start_ms = clock_->NowMillis();
   Dataset& ds = *target;  // datasets are never removed
   v1::ShardStateSnapshot snap;
   snap.set_epoch(ds.row.epoch);
@@ -1165,13 +1175,7 @@ absl::StatusOr<v1::CheckpointResponse> Ledger::Checkpoint(const v1::CheckpointRe
     HeldLock lock(*this);
     ds.busy = nullptr;
     // Calls under these leases were refused meanwhile: the time is theirs.
-    const int64_t busy_ms = clock_->NowMillis() - start_ms;
-    if (busy_ms > 0) {
-      for (auto& [token, lease] : ds.leases) lease.deadline_ms += busy_ms;
-      if (ds.next_due_ms < std::numeric_limits<int64_t>::max() - busy_ms) {
-        ds.next_due_ms += busy_ms;
-      }
-    }
+    ds.DelayLeases(clock_->NowMillis() - start_ms);
     seq = store_->Append({std::move(row)});
     LogEvent("checkpoint_saved", {{"dataset", Key(ds.row.job, ds.row.name)},
                                   {"step", req.step()},
@@ -1185,10 +1189,7 @@ absl::StatusOr<v1::CheckpointResponse> Ledger::Checkpoint(const v1::CheckpointRe
 // The restored state, built beside the dataset's current one.
 struct Ledger::StagedRestore {
   v1::RestoreResponse resp;
-  int32_t epoch = 0;
-  std::vector<ShardSlot> shards;
-  std::deque<int64_t> todo;
-  int64_t done = 0;
+  Dataset restored;            // its row's epoch, slots, queue and done count
   std::vector<Mutation> rows;  // the restored shards' rows
 };
 
@@ -1206,16 +1207,15 @@ absl::Status Ledger::StageRestore(const Dataset& ds, int64_t step, StagedRestore
   }
   blob.reset();
   RolledBackCommits(ds, snap, &staged.resp);
-  // A Dataset of the restored epoch with the same spec: its StartEpoch and
-  // RebuildTodo build the slots and the queue (the live one is not touched).
-  Dataset restored;
+  // A Dataset of the restored epoch with the same spec, whose RebuildTodo
+  // builds the queue (the live one is not touched).
+  Dataset& restored = staged.restored;
   restored.row = ds.row;
   restored.row.epoch = snap.epoch();
   restored.spec = ds.spec;
   restored.records = ds.records;
   restored.shard_count = ds.shard_count;
   restored.shards.assign(restored.finished() ? 0 : ds.shard_count, ShardSlot{});
-  staged.rows.push_back(DeleteShards{ds.row.id});
   for (int i = 0; i < snap.index_size(); ++i) {
     const int64_t index = snap.index(i);
     if (index < 0 || index >= static_cast<int64_t>(restored.shards.size())) continue;
@@ -1228,10 +1228,6 @@ absl::Status Ledger::StageRestore(const Dataset& ds, int64_t step, StagedRestore
     staged.rows.push_back(ShardRow{ds.row.id, index, slot.state, slot.committed, 0});
   }
   if (!restored.finished()) restored.RebuildTodo();
-  staged.epoch = restored.row.epoch;
-  staged.shards = std::move(restored.shards);
-  staged.todo = std::move(restored.todo);
-  staged.done = restored.done;
   return absl::OkStatus();
 }
 
@@ -1243,13 +1239,7 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
   if (req.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", req.step()));
   }
-  Dataset* target = nullptr;
-  {
-    HeldLock lock(*this);
-    ANTDT_FIND_DATASET(req.dataset(), ds);
-    ds.busy = kRestoring;
-    target = &ds;
-  }
+  ASSIGN_OR_RETURN(Dataset * target, MarkBusy(req.dataset(), kRestoring));
   Dataset& ds = *target;  // datasets are never removed
   StagedRestore staged;
   absl::Status built = StageRestore(ds, req.step(), staged);
@@ -1269,14 +1259,14 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
     }
     staged.resp.set_fenced_leases(static_cast<int32_t>(ds.leases.size()));
     ds.ClearLeases();
-    ds.row.epoch = staged.epoch;
-    ds.shards.swap(staged.shards);  // the old state is freed below, unlocked
-    ds.todo.swap(staged.todo);
-    ds.done = staged.done;
+    ds.row.epoch = staged.restored.row.epoch;
+    ds.shards.swap(staged.restored.shards);  // the old state is freed below, unlocked
+    ds.todo.swap(staged.restored.todo);
+    ds.done = staged.restored.done;
     ds.doing = 0;
-    batch.push_back(std::move(staged.rows.front()));  // DeleteShards
+    batch.push_back(DeleteShards{ds.row.id});
     batch.push_back(ds.row);
-    batch.insert(batch.end(), std::make_move_iterator(staged.rows.begin() + 1),
+    batch.insert(batch.end(), std::make_move_iterator(staged.rows.begin()),
                  std::make_move_iterator(staged.rows.end()));
     staged.resp.set_epoch(ds.row.epoch);
     staged.resp.set_records_committed(ds.CommittedTotal());
@@ -1289,7 +1279,8 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
   v1::RestoreResponse resp = std::move(staged.resp);
   // The replaced shard state goes back to the system, not to malloc's free
   // lists: the service's memory after a restore is what it was before.
-  staged = StagedRestore{};
+  staged.restored = Dataset{};
+  staged.rows = {};
   malloc_trim(0);
   RETURN_IF_ERROR(store_->WaitDurable(seq));
   return resp;
@@ -1305,7 +1296,7 @@ absl::StatusOr<v1::GetProgressResponse> Ledger::GetProgress(const v1::GetProgres
     std::vector<Mutation> batch;
     Ops ops{clock_, options_, batch};
     ops.ExpireDue(ds);
-    seq = batch.empty() ? store_->LastSeq() : store_->Append(std::move(batch));
+    seq = AppendIfAny(batch);
     const int64_t now = clock_->NowMillis();
     resp.set_epoch(ds.row.epoch);
     resp.set_epochs(ds.spec.epochs());

@@ -150,6 +150,12 @@ class Ledger {
   // same worker); else the refusal, naming the field.
   absl::Status CheckNext(const v1::AcquireShardRequest& next, const Dataset& completed,
                          const std::string& worker) const;
+  // Marks the dataset `ref` names busy with `doing` (see Dataset::busy), or
+  // the refusal ANTDT_FIND_DATASET gives.
+  absl::StatusOr<Dataset*> MarkBusy(const v1::DatasetRef& ref, const char* doing);
+  // With mu_ held: appends `batch` when it holds anything; the sequence to
+  // wait for either way.
+  uint64_t AppendIfAny(std::vector<Mutation>& batch);
   // Restore's work on a dataset marked busy, without mu_: reads the
   // checkpoint and builds the restored shard state beside the current one.
   struct StagedRestore;

@@ -50,6 +50,13 @@ absl::Status ShardingServiceImpl::InScope(const std::string& job, const char* fi
       absl::StrCat(field, ": this service serves the datasets of job ", job_, " only"));
 }
 
+grpc::Status ShardingServiceImpl::Admit(const grpc::ServerContextBase& context, const char* method,
+                                        const absl::Status& scope) {
+  if (grpc::Status refused = Authorize(context, method); !refused.ok()) return refused;
+  if (!scope.ok()) Count(method, scope);
+  return ToGrpcStatus(scope);
+}
+
 void ShardingServiceImpl::Count(const char* method, const absl::Status& status) {
   rpcs_.Add({{"method", method}, {"code", absl::StatusCodeToString(status.code())}}).Increment();
 }
@@ -57,11 +64,7 @@ void ShardingServiceImpl::Count(const char* method, const absl::Status& status) 
 template <typename Resp, typename Fn>
 grpc::Status ShardingServiceImpl::Handle(grpc::ServerContext* context, const char* method,
                                          absl::Status scope, Resp* resp, Fn&& fn) {
-  if (grpc::Status refused = Authorize(*context, method); !refused.ok()) return refused;
-  if (!scope.ok()) {
-    Count(method, scope);
-    return ToGrpcStatus(scope);
-  }
+  if (grpc::Status refused = Admit(*context, method, scope); !refused.ok()) return refused;
   absl::StatusOr<Resp> result = fn();
   Count(method, result.status());
   if (result.ok()) *resp = std::move(result).value();
@@ -74,13 +77,8 @@ grpc::ServerUnaryReactor* ShardingServiceImpl::HandleDeferred(grpc::CallbackServ
                                                               absl::Status scope, Resp* resp,
                                                               Fn&& fn, std::function<void()> done) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (grpc::Status refused = Authorize(*context, method); !refused.ok()) {
+  if (grpc::Status refused = Admit(*context, method, scope); !refused.ok()) {
     reactor->Finish(refused);
-    return reactor;
-  }
-  if (!scope.ok()) {
-    Count(method, scope);
-    reactor->Finish(ToGrpcStatus(scope));
     return reactor;
   }
   Deferred<Resp> answer = fn();

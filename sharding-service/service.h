@@ -56,6 +56,9 @@ class ShardingServiceImpl final : public ShardingServiceBase {
   // OK when `job` (the request's `field`) is the served job, or any job is
   // served; else PERMISSION_DENIED naming the field.
   absl::Status InScope(const std::string& job, const char* field) const;
+  // Authorize, then `scope` (counted when refused): OK when the call may go on.
+  grpc::Status Admit(const grpc::ServerContextBase& context, const char* method,
+                     const absl::Status& scope);
   void Count(const char* method, const absl::Status& status);
   // `scope`: InScope of the request's job(s), checked after the credential.
   template <typename Resp, typename Fn>

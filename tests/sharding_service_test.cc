@@ -60,14 +60,23 @@ class ServiceTest : public ::testing::Test {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
 
-  client::ShardingClient Client(const std::string& worker, int64_t incarnation = 0) {
+  client::ShardingClient Client(const std::string& worker, int64_t incarnation = 0,
+                                const std::string& token = "") {
     client::ShardingClientOptions o;
     o.job = "job";
     o.dataset = "data";
     o.worker_id = worker;
     o.incarnation = incarnation;
     o.retry_budget_ms = 20'000;
+    o.token = token;
     return client::ShardingClient(channel_, o);
+  }
+
+  // The service holding `token` (--token-file), with `extra` flags.
+  void StartWithToken(const std::string& token, std::vector<std::string> extra = {}) {
+    std::ofstream(dir_.File("token")) << token << "\n";
+    extra.insert(extra.begin(), {"--token-file", dir_.File("token")});
+    Start(extra);
   }
 
   v1::DatasetSpec Spec() {
@@ -131,8 +140,7 @@ TEST_F(ServiceTest, ServesHealthAndMetrics) {
 // health service (Kubernetes' probe) answers without one.
 TEST_F(ServiceTest, CallsWithoutTheJobsCredentialAreRefused) {
   const std::string token = "job-token-0123456789abcdef";
-  std::ofstream(dir_.File("token")) << token << "\n";
-  ASSERT_NO_FATAL_FAILURE(Start({"--token-file", dir_.File("token")}));
+  ASSERT_NO_FATAL_FAILURE(StartWithToken(token));
   auto health = grpc::health::v1::Health::NewStub(channel_);
   {
     grpc::ClientContext ctx;
@@ -555,14 +563,8 @@ class GoodTenant {
 // and changes nothing (the lease it would have completed is still held).
 TEST_F(ServiceTest, TheJobsTokenReachesOnlyItsJobsDatasets) {
   const std::string token = "job-token-0123456789abcdef";
-  std::ofstream(dir_.File("token")) << token << "\n";
-  ASSERT_NO_FATAL_FAILURE(Start({"--token-file", dir_.File("token"), "--job", "job"}));
-  client::ShardingClientOptions o;
-  o.job = "job";
-  o.dataset = "data";
-  o.worker_id = "w";
-  o.token = token;
-  client::ShardingClient owner(channel_, o);
+  ASSERT_NO_FATAL_FAILURE(StartWithToken(token, {"--job", "job"}));
+  client::ShardingClient owner = Client("w", 0, token);
   ASSERT_TRUE(owner.CreateDataset(Spec()).ok());
   auto lease = owner.Acquire();
   ASSERT_TRUE(lease.ok() && *lease) << lease.status();
@@ -873,7 +875,9 @@ TEST(ServiceFlags, BadTokensInTheEnvironmentRefuseToStart) {
     std::ifstream in(dir.File("log"));
     std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_NE(log.find(want), std::string::npos) << log;
-    if (token.size() > 3) EXPECT_EQ(log.find(token), std::string::npos) << "the token was said";
+    if (token.size() > 3) {
+      EXPECT_EQ(log.find(token), std::string::npos) << "the token was said";
+    }
     std::filesystem::remove(dir.File("log"));
   }
 }
