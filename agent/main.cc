@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "agent/collectors/collectors.h"
@@ -34,7 +35,7 @@ constexpr const char* kUsage = R"(usage: antdt-agent [flags]
   --config FILE               YAML with the same keys (node, listen, socket, monitor,
                               metrics_listen, ready_file, proc_root, cgroup_root,
                               cgroups, labels, nvml_library, interval, buffer,
-                              worker_idle_after)
+                              worker_idle_after, node_pids_file)
   --proc-root DIR             the host's /proc (in a pod: a mount)    [/proc]
   --cgroup-root DIR           the host's cgroup v2 root, or a cgroup v1 cpu
                               hierarchy (/sys/fs/cgroup/cpu)         [/sys/fs/cgroup]
@@ -43,10 +44,15 @@ constexpr const char* kUsage = R"(usage: antdt-agent [flags]
                               pod UID ($ANTDT_POD_UID) or pid
   --labels K=V,K=V            node labels (e.g. antdt.io/hardware=a100)
   --nvml-library PATH         NVML to load                            [libnvidia-ml.so.1]
+  --node-pids-file PATH       the node's processes, one pid per line, where
+                              nodes share a host: the CPU of those not the
+                              job's workers is reported as neighbours' [off]
   --interval DURATION         sampling interval                       [1s]
   --buffer N                  messages kept while the Monitor is away [10000]
   --worker-idle-after DURATION  a worker silent this long left the node:
                               its antdt_worker_* series are removed   [2m]
+                              (at once when its process, reported by pid
+                              without a pod UID, has ended)
   --once                      print two samples' worth as text and exit
 )";
 
@@ -96,6 +102,13 @@ class NodeSampling {
         NowSeconds(), config_.cgroups.empty() ? finder_.Find(processes) : config_.cgroups);
     s.set_node(config_.node);
     for (const auto& [k, v] : config_.labels) (*s.mutable_labels())[k] = v;
+    if (!config_.node_pids_file.empty()) {
+      std::set<int64_t> job;
+      for (const auto& p : processes) job.insert(p.second);
+      if (auto cores = neighbours_.Sample(config_.node_pids_file, job, NowSeconds())) {
+        s.set_neighbour_cpu_cores(*cores);
+      }
+    }
     if (gpus_) {
       auto g = gpus_->Sample();
       if (g.ok()) {
@@ -107,6 +120,9 @@ class NodeSampling {
     return s;
   }
   std::string DescribeGpus() const { return gpus_ ? gpus_->Describe() : "none"; }
+  std::optional<bool> ProcessRunning(int64_t pid) {
+    return antdt::agent::ProcessRunning(files_, pid);
+  }
 
  private:
   const antdt::agent::AgentConfig& config_;
@@ -114,6 +130,7 @@ class NodeSampling {
   antdt::agent::Sampler sampler_;
   antdt::agent::CgroupFinder finder_;
   std::unique_ptr<antdt::agent::GpuSource> gpus_;
+  antdt::agent::NeighbourCpu neighbours_;
 };
 
 // The outbox's state, set at every sample: what it dropped (counters) and
@@ -189,7 +206,8 @@ int Serve(const antdt::agent::AgentConfig& config, NodeSampling& sampling) {
     }
     gauges.Set(outbox);
     for (const auto& [job, worker] :
-         service.ForgetIdle(std::chrono::milliseconds(config.worker_idle_after_ms))) {
+         service.ForgetIdle(std::chrono::milliseconds(config.worker_idle_after_ms),
+                            [&sampling](int64_t pid) { return sampling.ProcessRunning(pid); })) {
       view.Forget(job, worker);
       LogEvent("worker_left", {{"job", job}, {"worker", worker}});
     }
@@ -229,7 +247,8 @@ int main(int argc, char** argv) {
                               "metrics-listen", "ready-file",  "state-dir", "config",
                               "proc-root",      "cgroup-root", "cgroups",   "labels",
                               "nvml-library",   "interval",    "buffer",    "worker-idle-after",
-                              "tls-cert",       "tls-key",     "tls-ca",    "tls-server-name"},
+                              "tls-cert",       "tls-key",     "tls-ca",    "tls-server-name",
+                              "node-pids-file"},
                  {"once", "help"});
   if (!flags.ok()) {
     std::fputs(kUsage, stderr);

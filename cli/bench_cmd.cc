@@ -13,11 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cli/bench_causes.h"
 #include "cli/commands.h"
 #include "cli/local_job.h"
 #include "common/config.h"
 #include "common/server.h"
+#include "common/spelling.h"
 #include "common/status.h"
 #include "operator/local/runner.h"
 #include "operator/local/svg_chart.h"
@@ -49,7 +52,14 @@ absl::StatusOr<std::vector<BenchRun>> Runs(const std::string& policies, const ma
     }
     const std::optional<vocab::Policy> policy = vocab::ParsePolicy(p);
     if (!policy || *policy == vocab::Policy::kCustom) {  // custom needs the job's rules
-      return absl::InvalidArgumentError(absl::StrCat("--policies: unknown policy \"", p, "\""));
+      std::vector<std::string> known;
+      for (vocab::Policy q : vocab::AllPolicies()) {
+        if (q != vocab::Policy::kCustom) known.push_back(vocab::Name(q));
+      }
+      known.push_back("plain");
+      return absl::InvalidArgumentError(absl::StrCat("--policies: unknown policy \"", p, "\"",
+                                                     DidYouMean(p, known), " (one of ",
+                                                     absl::StrJoin(known, ", "), ")"));
     }
     runs.push_back({p, *policy, false, false});
   }
@@ -265,7 +275,10 @@ Command AddBenchCommand(CLI::App* parent) {
   app->add_option("--out", f->out, "where the results go")->type_name("DIR")->required();
   app->add_flag("--prometheus", f->prometheus,
                 "start Debian's prometheus scraping every process of the job; prints its URL");
-  return {bench, [f] { return Stragglers(*f); }};
+  auto [causes, run_causes] = AddBenchCausesCommand(bench);
+  return {bench, [f, causes = causes, run_causes = run_causes] {
+            return causes->parsed() ? run_causes() : Stragglers(*f);
+          }};
 }
 
 }  // namespace antdt::cli

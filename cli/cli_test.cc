@@ -1,7 +1,8 @@
 // The `antdt` command line as a user meets it: --help and -h on every command,
 // --version, and bad command lines (an unknown flag, a bad number, a missing
 // or unreadable manifest, an unknown policy) answered with exit 2 and an
-// error naming the flag, before any job starts.
+// error naming the flag and the nearest valid name, before any job starts;
+// and where `antdt run` writes its report (a small job, run to its end).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -24,16 +25,19 @@ struct Outcome {
   std::string err;
 };
 
-// `antdt ARGS...` as a process, its stdout and stderr apart.
-Outcome Antdt(const std::vector<std::string>& args) {
+// `antdt ARGS...` as a process, its stdout and stderr apart; in `cwd` when
+// given (else the test's, the build tree), for `timeout`.
+Outcome Antdt(const std::vector<std::string>& args, const std::string& cwd = "",
+              std::chrono::seconds timeout = std::chrono::seconds(20)) {
   testing::TempDir dir;
-  std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$@\" 2>'" + dir.File("err") + "'", "sh",
-                                   testing::BinPath("antdt")};
+  const std::string cd = cwd.empty() ? "" : "cd '" + cwd + "' && ";
+  std::vector<std::string> argv = {"/bin/sh", "-c", cd + "exec \"$@\" 2>'" + dir.File("err") + "'",
+                                   "sh", testing::BinPath("antdt")};
   argv.insert(argv.end(), args.begin(), args.end());
   Outcome o;
   {
     testing::Process p(argv, dir.File("out"));
-    std::optional<int> status = p.Wait(std::chrono::seconds(20));
+    std::optional<int> status = p.Wait(timeout);
     if (status && WIFEXITED(*status)) o.exit_code = WEXITSTATUS(*status);
   }
   o.out = ReadFile(dir.File("out")).value_or("");
@@ -52,8 +56,8 @@ TEST(Cli, HelpOnEveryCommandExitsZeroAndListsItsFlags) {
   } cases[] = {
       {{}, {"run", "bench", "demo", "monitor", "sim", "--version"}},
       {{"run"},
-       {"JOB.yaml", "--report", "--work-dir", "--policy", "--scenario", "--no-slowdown", "--quiet",
-        "--prometheus", "plain"}},
+       {"JOB.yaml", "--report", "antdt-report", "--no-report", "--work-dir", "--policy",
+        "--scenario", "--no-slowdown", "--quiet", "--prometheus", "plain"}},
       {{"bench"}, {"stragglers"}},
       {{"bench", "stragglers"},
        {"--job", "--scenario", "--policies", "--out", "--prometheus",
@@ -128,6 +132,49 @@ TEST(Cli, BadCommandLinesExitTwoNamingTheFlag) {
   }
 }
 
+// An unknown flag or command names the nearest known one of that command;
+// it is named before a required flag it may have been meant as.
+TEST(Cli, AnUnknownFlagOrCommandSuggestsTheNearestName) {
+  const struct {
+    std::vector<std::string> args;
+    std::string says;
+  } cases[] = {
+      {{"run", "job.yaml", "--polcy", "none"},
+       "antdt run: --polcy: unknown flag; did you mean \"--policy\"?\n"},
+      {{"run", "job.yaml", "--no_slowdown"},
+       "antdt run: --no_slowdown: unknown flag; did you mean \"--no-slowdown\"?\n"},
+      {{"run", "job.yaml", "--work-dri=w"},
+       "antdt run: --work-dri: unknown flag; did you mean \"--work-dir\"?\n"},
+      {{"sim", "--jobs", "job.yaml", "--out", "o"},
+       "antdt sim: --jobs: unknown flag; did you mean \"--job\"?\n"},
+      {{"demo", "--worker", "3"},
+       "antdt demo: --worker: unknown flag; did you mean \"--workers\"?"},
+      {{"monitor", "--tik", "1s"}, "antdt monitor: --tik: unknown flag; did you mean \"--tick\"?"},
+      {{"bench", "stragglers", "--polices", "none", "--job", "j", "--out", "o"},
+       "antdt bench stragglers: --polices: unknown flag; did you mean \"--policies\"?"},
+      {{"--verison"}, "antdt: --verison: unknown flag; did you mean \"--version\"?"},
+      {{"rnu", "job.yaml"},
+       "antdt: rnu: unknown command; did you mean \"run\"? (one of run, bench, demo, monitor, "
+       "sim)"},
+      {{"bench", "straglers"},
+       "antdt bench: straglers: unknown command; did you mean \"stragglers\"?"},
+      {{"run", "job.yaml", "--bogus"}, "antdt run: --bogus: unknown flag\n"},
+  };
+  for (const auto& c : cases) {
+    const Outcome o = Antdt(c.args);
+    const std::string name = "antdt " + ::testing::PrintToString(c.args);
+    EXPECT_EQ(o.exit_code, 2) << name << "\n" << o.err;
+    EXPECT_TRUE(Has(o.err, c.says)) << name << ": " << o.err;
+    EXPECT_TRUE(Has(o.err, "--help: every flag")) << name << ": " << o.err;
+  }
+}
+
+TEST(Cli, ReportAndNoReportExcludeEachOther) {
+  const Outcome o = Antdt({"run", "job.yaml", "--report", "r", "--no-report"});
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_TRUE(Has(o.err, "--no-report")) << o.err;
+}
+
 TEST(Cli, AMissingManifestSaysWhy) {
   const Outcome o = Antdt({"run", "/nonexistent/job.yaml"});
   EXPECT_EQ(o.exit_code, 2);
@@ -144,6 +191,77 @@ TEST(Cli, AnUnknownPolicyStopsBeforeTheJobStarts) {
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_TRUE(Has(o.err, "--policy: must be one of")) << o.err;
   EXPECT_FALSE(std::filesystem::exists(dir.File("work")));
+}
+
+TEST(Cli, AMisspeltPolicySuggestsTheNearestOne) {
+  testing::TempDir dir;
+  const std::string job = testing::SourcePath("examples/jobs/quickstart.yaml");
+  Outcome o = Antdt({"run", job, "--policy", "antdt-ndd", "--work-dir", dir.File("work")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err,
+                  "antdt run: --policy: must be one of antdt-nd, antdt-dd, custom, none, "
+                  "backup-workers, lb-bsp, got \"antdt-ndd\"; did you mean \"antdt-nd\"?\n"))
+      << o.err;
+  o = Antdt({"run", job, "--policy", "plian", "--work-dir", dir.File("work")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "got \"plian\"; did you mean \"plain\"?\n")) << o.err;
+  o = Antdt({"run", job, "--policy", "fastest", "--work-dir", dir.File("work")});
+  EXPECT_TRUE(Has(o.err, "got \"fastest\" (or plain)\n")) << o.err;
+  o = Antdt({"sim", "--job", job, "--policies", "none,lb-bps", "--out", dir.File("sim")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err,
+                  "antdt sim: --policies: unknown policy \"lb-bps\"; did you mean \"lb-bsp\"? "
+                  "(one of antdt-nd, antdt-dd, none, lb-bsp)"))
+      << o.err;
+  o = Antdt({"bench", "stragglers", "--job", job, "--policies", "antdt-nd,non", "--out",
+             dir.File("bench")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "--policies: unknown policy \"non\"; did you mean \"none\"?")) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("work")));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("sim")));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("bench")));
+}
+
+// A small job of the demo trainer, two workers and no scenario.
+constexpr char kSmallJob[] = R"(apiVersion: antdt.io/v1alpha1
+kind: AntDTJob
+metadata: {name: small}
+spec:
+  dataset: {records: 2000, shardSize: 200}
+  workers: {replicas: 2}
+  local: {deviceTimePerSample: 50us}
+)";
+
+// `antdt run JOB.yaml` writes its report into antdt-report/ of the working
+// directory and says so last; --report DIR elsewhere; --no-report nowhere.
+TEST(Cli, RunWritesTheReportByDefaultAndSaysWhere) {
+  testing::TempDir dir;
+  std::ofstream(dir.File("job.yaml")) << kSmallJob;
+  std::filesystem::create_directories(dir.File("cwd"));
+  Outcome o = Antdt({"run", dir.File("job.yaml"), "--work-dir", dir.File("work")}, dir.File("cwd"),
+                    std::chrono::seconds(100));
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_TRUE(Has(o.out, "RESULT: every record committed exactly once")) << o.out;
+  EXPECT_TRUE(o.out.size() > 50 && o.out.substr(o.out.rfind('\n', o.out.size() - 2) + 1) ==
+                                       "report: antdt-report/report.html and report.json\n")
+      << o.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.File("cwd/antdt-report/report.html")));
+  EXPECT_TRUE(std::filesystem::exists(dir.File("cwd/antdt-report/report.json")));
+
+  o = Antdt({"run", dir.File("job.yaml"), "--work-dir", dir.File("work2"), "--report",
+             dir.File("elsewhere")},
+            dir.File("cwd"), std::chrono::seconds(100));
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_TRUE(Has(o.out, "report: " + dir.File("elsewhere") + "/report.html and report.json\n"))
+      << o.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.File("elsewhere/report.html")));
+
+  std::filesystem::remove_all(dir.File("cwd/antdt-report"));
+  o = Antdt({"run", dir.File("job.yaml"), "--work-dir", dir.File("work3"), "--no-report"},
+            dir.File("cwd"), std::chrono::seconds(100));
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_FALSE(Has(o.out, "report:")) << o.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("cwd/antdt-report")));
 }
 
 // `antdt sim` on the paper's mix: every policy's runs, with a confidence
@@ -191,6 +309,13 @@ TEST(Cli, SimRefusesWhatItCannotModelAndBadScenariosNamingTheField) {
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_TRUE(Has(o.err, "bad.yaml: generate.transient.fraction: must be in [0, 1]")) << o.err;
   EXPECT_FALSE(std::filesystem::exists(dir.File("b")));
+  std::ofstream(dir.File("near.yaml")) << "generate: {workers: 8, transient: {fracton: 0.1}}\n";
+  o = Antdt({"sim", "--job", job, "--scenario", dir.File("near.yaml"), "--out", dir.File("c")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err,
+                  "near.yaml: generate.transient.fracton: unknown field; did you mean "
+                  "\"fraction\"?"))
+      << o.err;
 }
 
 }  // namespace

@@ -38,10 +38,7 @@ int Demo(demo::DemoOptions o) {
     if (tty) std::printf("\r\033[K%s", line.c_str());
     std::fflush(stdout);
   };
-  o.on_event = [tty](const std::string& line) {
-    std::printf(tty ? "\r\033[K%s\n" : "%s\n", line.c_str());
-    std::fflush(stdout);
-  };
+  o.on_event = [tty](const std::string& line) { PrintEvent(line, tty); };
   auto result = demo::RunDemo(o);
   if (!result.ok()) {
     std::fprintf(stderr, "\nantdt demo: %s\n", std::string(result.status().message()).c_str());

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/server.h"
+#include "operator/local/progress.h"
 
 namespace antdt::cli {
 namespace {
@@ -98,11 +99,22 @@ local::RunOptions RunOptionsFor(const LocalJob& job, const std::string& work_dir
       std::fflush(stdout);
     };
   }
-  o.on_event = [tty](const std::string& line) {
-    std::printf(tty ? "\r\033[K%s\n" : "%s\n", line.c_str());
-    std::fflush(stdout);
-  };
+  o.on_event = [tty](const std::string& line) { PrintEvent(line, tty); };
   return o;
+}
+
+void PrintEvent(const std::string& line, bool tty) {
+  if (!tty) {
+    std::printf("%s\n", line.c_str());  // a log or a pipe: one line per event
+  } else {
+    // Over the progress line, within the terminal's width less one column (as
+    // the progress line: a full line wraps in some terminals).
+    for (const std::string& piece :
+         local::WrapLine(line, local::TerminalColumns(STDOUT_FILENO) - 1)) {
+      std::printf("\r\033[K%s\n", piece.c_str());
+    }
+  }
+  std::fflush(stdout);
 }
 
 void WatchSignals() {

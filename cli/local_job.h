@@ -29,6 +29,10 @@ absl::StatusOr<LocalJob> LoadLocalJob(const std::string& path, const std::string
 // `quiet`, events on stdout, interrupted by WatchSignals().
 local::RunOptions RunOptionsFor(const LocalJob& job, const std::string& work_dir, bool quiet);
 
+// An event line on stdout: on a terminal (`tty`) over the progress line and
+// wrapped to its width (local::WrapLine), else as it is, one line per event.
+void PrintEvent(const std::string& line, bool tty);
+
 // Ctrl-C / SIGTERM: the runner sees the flag, stops every child and returns.
 void WatchSignals();
 

@@ -1,13 +1,19 @@
 // `antdt run JOB.yaml`: the local runner.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "cli/commands.h"
 #include "cli/local_job.h"
 #include "common/server.h"
+#include "common/spelling.h"
 #include "operator/local/runner.h"
 #include "operator/vocab/vocab.h"
 
@@ -30,17 +36,28 @@ bool ApplyPolicyFlag(const std::string& name, const manifest::Job& job, local::R
   }
   auto policy = vocab::ParseOneOf("--policy", name, vocab::AllPolicies());
   if (!policy.ok()) {
-    std::fprintf(stderr, "antdt run: %s (or plain)\n",
-                 std::string(policy.status().message()).c_str());
+    // "antdt-ndd" gets `; did you mean "antdt-nd"?` from ParseOneOf, "plian" gets it here.
+    std::vector<std::string> policies;
+    for (vocab::Policy p : vocab::AllPolicies()) policies.push_back(vocab::Name(p));
+    std::string plain;
+    if (!NearestName(name, policies)) {
+      plain = DidYouMean(name, {kPlain});
+      if (plain.empty()) plain = " (or plain)";
+    }
+    std::fprintf(stderr, "antdt run: %s%s\n", std::string(policy.status().message()).c_str(),
+                 plain.c_str());
     return false;
   }
   o->policy_override = *policy;
   return true;
 }
 
+constexpr const char* kDefaultReportDir = "antdt-report";
+
 struct RunFlags {
   std::string manifest;
-  std::string report;
+  std::string report = kDefaultReportDir;
+  bool no_report = false;
   std::string work_dir;
   std::string policy;
   std::string scenario;
@@ -68,12 +85,17 @@ int Run(const RunFlags& f) {
     std::fprintf(stderr, "antdt run: %s\n", std::string(result.status().message()).c_str());
     return result.status().code() == absl::StatusCode::kCancelled ? 130 : 1;
   }
-  std::printf("%s", local::ReportText(*result).c_str());
-  if (!f.report.empty()) {
+  // The summary's lines (the actions with their sentences) fit a terminal too.
+  const std::string summary = local::ReportText(*result);
+  for (absl::string_view line : absl::StrSplit(absl::StripSuffix(summary, "\n"), '\n')) {
+    PrintEvent(std::string(line), isatty(STDOUT_FILENO));
+  }
+  if (!f.no_report) {
     if (auto s = local::WriteReport(*result, f.report); !s.ok()) {
       std::fprintf(stderr, "antdt run: %s\n", std::string(s.message()).c_str());
       return 1;
     }
+    // The last line: where the report went.
     std::printf("report: %s/report.html and report.json\n", f.report.c_str());
   }
   return !result->journals_checked || result->verification.exactly_once() ? 0 : 1;
@@ -91,8 +113,11 @@ Command AddRunCommand(CLI::App* parent) {
       "variables. Ctrl-C or SIGTERM stops every child.");
   auto f = std::make_shared<RunFlags>();
   app->add_option("JOB.yaml", f->manifest, "the AntDTJob manifest")->required();
-  app->add_option("--report", f->report, "write report.html and report.json into DIR")
-      ->type_name("DIR");
+  CLI::Option* report =
+      app->add_option("--report", f->report, "write report.html and report.json into DIR")
+          ->type_name("DIR")
+          ->capture_default_str();
+  app->add_flag("--no-report", f->no_report, "write no report");
   app->add_option("--work-dir", f->work_dir,
                   "state, logs and journals of the run [antdt-run/<job name>]")
       ->type_name("DIR");
@@ -109,7 +134,13 @@ Command AddRunCommand(CLI::App* parent) {
   app->add_flag("--quiet", f->quiet, "no progress bar, only the events");
   app->add_flag("--prometheus", f->prometheus,
                 "start Debian's prometheus scraping every process of the job; prints its URL");
-  return {app, [f] { return Run(*f); }};
+  return {app, [f, report] {
+            if (f->no_report && report->count() > 0) {
+              std::fprintf(stderr, "antdt run: --no-report: not with --report\n");
+              return 2;
+            }
+            return Run(*f);
+          }};
 }
 
 }  // namespace antdt::cli

@@ -14,9 +14,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "common/config.h"
+#include "common/spelling.h"
 #include "common/status.h"
 #include "operator/local/svg_chart.h"
 #include "operator/manifest/manifest.h"
@@ -90,7 +92,15 @@ absl::StatusOr<std::vector<std::pair<std::string, sim::SimOptions>>> Plans(const
   for (const std::string& name : names) {
     const std::optional<vocab::Policy> p = vocab::ParsePolicy(name);
     if (!p || *p == vocab::Policy::kCustom) {
-      return absl::InvalidArgumentError(absl::StrCat("--policies: unknown policy \"", name, "\""));
+      std::vector<std::string> simulated;
+      for (vocab::Policy q : vocab::AllPolicies()) {
+        if (q != vocab::Policy::kCustom && q != vocab::Policy::kBackupWorkers) {
+          simulated.push_back(vocab::Name(q));
+        }
+      }
+      return absl::InvalidArgumentError(absl::StrCat("--policies: unknown policy \"", name, "\"",
+                                                     DidYouMean(name, simulated), " (one of ",
+                                                     absl::StrJoin(simulated, ", "), ")"));
     }
     if (*p == vocab::Policy::kBackupWorkers) {
       return absl::InvalidArgumentError(

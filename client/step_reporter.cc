@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/credential.h"
@@ -39,6 +40,7 @@ absl::Status StepReporter::Report(const StepTiming& t) {
   s->set_samples(t.samples);
   s->set_bpt_seconds(t.bpt_seconds);
   s->set_data_wait_seconds(t.data_wait_seconds);
+  s->set_cpu_wait_seconds(t.cpu_wait_seconds);
   s->set_compute_seconds(t.compute_seconds);
   s->set_communication_seconds(t.communication_seconds);
   s->set_pid(static_cast<int32_t>(getpid()));
@@ -102,6 +104,19 @@ std::optional<v1::Directive> StepReporter::TakeDirective() {
   pending_.erase(oldest);
   applied_version_ = std::max(applied_version_, out.version());
   return out;
+}
+
+}  // namespace antdt::client
+
+namespace antdt::client {
+
+double ThreadCpuWaitSeconds() {
+  std::FILE* f = std::fopen("/proc/thread-self/schedstat", "r");
+  if (f == nullptr) return 0;
+  unsigned long long run_ns = 0, wait_ns = 0;  // NOLINT(google-runtime-int): fscanf's type
+  const int n = std::fscanf(f, "%llu %llu", &run_ns, &wait_ns);
+  std::fclose(f);
+  return n == 2 ? static_cast<double>(wait_ns) / 1e9 : 0;
 }
 
 }  // namespace antdt::client

@@ -55,8 +55,17 @@ struct StepTiming {
   double data_wait_seconds = 0;
   double compute_seconds = 0;
   double communication_seconds = 0;
+  // The step's wait for a CPU while runnable (StepReport.cpu_wait_seconds);
+  // CpuWaitClock measures it.
+  double cpu_wait_seconds = 0;
   std::map<std::string, double> ps_latency_seconds;
 };
+
+// The calling thread's run-queue wait so far (/proc/thread-self/schedstat's
+// second field, nanoseconds), in seconds; 0 where the kernel has no
+// schedstat. Read it at a step's start and end on the thread that does the
+// step's work: the difference is StepTiming.cpu_wait_seconds.
+double ThreadCpuWaitSeconds();
 
 class StepReporter {
  public:

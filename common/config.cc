@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/spelling.h"
 #include "common/tls.h"
 
 namespace antdt {
@@ -86,7 +87,10 @@ absl::StatusOr<ParsedFlags> ParseFlags(int argc, const char* const* argv,
       has_value = true;
     }
     if (!is(known, name) && !is(bool_flags, name)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, ": unknown flag"));
+      std::vector<std::string> names = known;
+      names.insert(names.end(), bool_flags.begin(), bool_flags.end());
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": unknown flag", DidYouMean(name, names, "--")));
     }
     if (is(bool_flags, name)) {
       out.values[name] = has_value ? value : "true";

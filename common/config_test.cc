@@ -47,6 +47,18 @@ TEST(ParseFlags, ReadsBothFormsAndRejectsUnknown) {
   EXPECT_FALSE(ParseFlags(2, missing, {"listen"}).ok());
 }
 
+TEST(ParseFlags, AnUnknownFlagNamesTheNearestKnownOne) {
+  const char* typo[] = {"bin", "--state_dir=/tmp/x"};
+  auto r = ParseFlags(2, typo, {"listen", "state-dir"}, {"v"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "--state_dir: unknown flag; did you mean \"--state-dir\"?");
+  const char* bool_typo[] = {"bin", "--hepl"};
+  EXPECT_EQ(ParseFlags(2, bool_typo, {"listen"}, {"help"}).status().message(),
+            "--hepl: unknown flag; did you mean \"--help\"?");
+  const char* far[] = {"bin", "--nope", "1"};
+  EXPECT_EQ(ParseFlags(3, far, {"listen"}).status().message(), "--nope: unknown flag");
+}
+
 }  // namespace
 }  // namespace antdt
 

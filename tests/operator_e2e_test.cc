@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -522,6 +523,53 @@ class Cluster {
 };
 
 // antdt-nd with a 4 s cool-down, restarts that save 0.2x their cost, and
+// The AntDTJob's status.stragglers entry of `worker` and the Monitor's
+// antdt_monitor_straggler_info of it on the leader's /metrics render one
+// record: the same node, class (the per-sample class while compensated),
+// compensated flag and cause, by name. Status and metrics are read a moment
+// apart, so they are compared until they agree on a class (a transient
+// straggler turns persistent as windows close), within 10 s.
+template <typename Cluster>
+void ExpectStatusAgreesWithMetrics(Cluster& cluster, const std::string& name,
+                                   const std::string& worker) {
+  std::string status_view, metrics_view;
+  const bool agreed = WaitFor(
+      [&] {
+        const Json job = cluster.GetJob(name);
+        status_view.clear();
+        for (const Json& s : job["status"]["stragglers"]) {
+          if (s.value("worker", "") != worker) continue;
+          // The status spells a class the Kubernetes way ("Persistent").
+          status_view =
+              absl::StrCat("node=\"", s.value("node", ""), "\" class=\"",
+                           absl::AsciiStrToLower(s.value("class", "")), "\" compensated=\"",
+                           s.value("compensated", false) ? "true" : "false", "\" cause=\"",
+                           s.value("cause", ""), "\"");
+        }
+        const std::vector<std::string> lines =
+            SeriesLines(cluster.OperatorMetrics("op-a"), "antdt_monitor_straggler_info",
+                        {"job=\"" + name + "\"", "worker=\"" + worker + "\""});
+        metrics_view = lines.empty() ? "" : lines[0];
+        if (status_view.empty() || metrics_view.empty()) return false;
+        auto label = [&](const std::string& key) {
+          const size_t at = metrics_view.find("," + key + "=\"");
+          const size_t from = at == std::string::npos ? metrics_view.find("{" + key + "=\"") : at;
+          if (from == std::string::npos) return std::string();
+          const size_t start = metrics_view.find('"', from) + 1;
+          return metrics_view.substr(start, metrics_view.find('"', start) - start);
+        };
+        const bool compensated = label("compensated") == "true";
+        const std::string cls = compensated ? label("speed_class") : label("class");
+        return status_view == absl::StrCat("node=\"", label("node"), "\" class=\"", cls,
+                                           "\" compensated=\"", label("compensated"), "\" cause=\"",
+                                           label("cause"), "\"");
+      },
+      std::chrono::seconds(10));
+  EXPECT_TRUE(agreed) << "status: " << status_view << "\nmetrics: " << metrics_view;
+  // The speed only was changed (no real cause on its node): nothing measured.
+  EXPECT_NE(status_view.find("cause=\"unknown\""), std::string::npos) << status_view;
+}
+
 // 1 s Monitor windows: a short test job sees its stragglers acted on.
 void UseNdPolicyWithShortWindows(Json& spec) {
   spec["spec"]["stragglerPolicy"] = {
@@ -1705,6 +1753,8 @@ TEST(OperatorE2E, ANewLeaderActsOnAStragglerTheOldOneWasHandling) {
       },
       std::chrono::seconds(120));
   ASSERT_FALSE(Finished(job)) << "finished before the straggler was named";
+  ExpectStatusAgreesWithMetrics(cluster, "failover", "worker-1");
+  job = cluster.GetJob("failover");
   const size_t actions_before = job["status"]["lastActions"].size();
   cluster.Operator("op-a")->Signal(SIGKILL);
   cluster.Operator("op-a")->Wait(std::chrono::seconds(5));

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
@@ -599,6 +600,19 @@ absl::StatusOr<std::string> ProcessCgroup(FileSource& files, int64_t pid) {
   return absl::NotFoundError(absl::StrCat(path, ": no cgroup v2 or cpu entry"));
 }
 
+std::optional<bool> ProcessRunning(FileSource& files, int64_t pid) {
+  absl::StatusOr<std::string> stat = files.Read(absl::StrCat(kProcRoot, "/", pid, "/stat"));
+  if (!stat.ok()) {
+    if (absl::IsNotFound(stat.status())) return false;
+    return std::nullopt;
+  }
+  // "pid (comm) state ...": comm may hold spaces and parentheses.
+  const size_t close = stat->rfind(')');
+  if (close == std::string::npos || close + 2 >= stat->size()) return std::nullopt;
+  const char state = (*stat)[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
 std::vector<std::string> CgroupFinder::Find(
     const std::vector<std::pair<std::string, int64_t>>& processes) {
   std::set<std::string> paths;
@@ -699,6 +713,47 @@ v1::NodeSample Sampler::Sample(double now_seconds, const std::vector<std::string
   }
   cgroups_ = std::move(cgroups);
   return sample;
+}
+
+absl::StatusOr<uint64_t> ParseProcPidStatCpuTicks(std::string_view text) {
+  const size_t paren = text.rfind(')');
+  if (paren == std::string_view::npos) {
+    return absl::InvalidArgumentError("/proc/PID/stat: no command name");
+  }
+  // After the name: state (field 3) ... utime (14), stime (15).
+  const std::string_view rest = text.substr(paren + 1);
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(rest.data(), rest.size()), ' ', absl::SkipEmpty());
+  uint64_t utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
+      !absl::SimpleAtoi(fields[12], &stime)) {
+    return absl::InvalidArgumentError("/proc/PID/stat: expected utime and stime (fields 14, 15)");
+  }
+  return utime + stime;
+}
+
+std::optional<double> NeighbourCpu::Sample(const std::string& pids_file,
+                                           const std::set<int64_t>& job, double now_seconds) {
+  std::ifstream in(pids_file);
+  if (!in) return std::nullopt;
+  std::map<int64_t, uint64_t> ticks;
+  uint64_t used = 0;
+  for (int64_t pid = 0; in >> pid;) {
+    if (pid <= 0 || job.count(pid) > 0) continue;
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    absl::StatusOr<uint64_t> t = ParseProcPidStatCpuTicks(text);
+    if (!t.ok()) continue;  // exited
+    ticks[pid] = *t;
+    if (auto it = ticks_.find(pid); it != ticks_.end() && *t >= it->second) used += *t - it->second;
+  }
+  const double elapsed = now_seconds - at_seconds_;
+  const bool first = at_seconds_ < 0;
+  ticks_ = std::move(ticks);
+  at_seconds_ = now_seconds;
+  if (first || !(elapsed > 0)) return std::nullopt;
+  static const double kHz = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return static_cast<double>(used) / kHz / elapsed;
 }
 
 }  // namespace antdt::agent

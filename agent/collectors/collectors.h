@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -210,6 +211,13 @@ absl::StatusOr<std::string> FindPodCgroup(FileSource& files, const std::string& 
 // agent's is not found this way (a pod's worker: use FindPodCgroup).
 absl::StatusOr<std::string> ProcessCgroup(FileSource& files, int64_t pid);
 
+// Whether process `pid` runs, by /proc/<pid>/stat: false when it has ended
+// (no such process, or a zombie not yet reaped), true otherwise; nullopt when
+// the file cannot be read for another reason. A pid from another PID
+// namespace than the agent's names another process or none: callers trust
+// only a process they have seen running end.
+std::optional<bool> ProcessRunning(FileSource& files, int64_t pid);
+
 // The training processes' cgroups, found by themselves: for each (pod UID,
 // pid) a worker reported, its pod's cgroup (by UID), else its process's (by
 // pid), each once. A pod's is kept while the pod keeps reporting (the tree
@@ -258,6 +266,28 @@ class Sampler {
   std::optional<CpuTimes> cpu_;
   std::optional<Timed<std::vector<NetDevCounters>>> net_;
   std::map<std::string, Timed<CgroupCpuStat>> cgroups_;  // by normalized path
+};
+
+// ---- Neighbours' CPU ------------------------------------------------------------
+
+// utime + stime of a /proc/PID/stat, in clock ticks; the command name in
+// parentheses may hold spaces and parentheses (the last ')' ends it).
+absl::StatusOr<uint64_t> ParseProcPidStatCpuTicks(std::string_view text);
+
+// The CPU used by a node's processes that are not the job's, from a file
+// that lists the node's pids (one per line), between two calls.
+// Thread-compatible.
+class NeighbourCpu {
+ public:
+  // Cores used since the previous call by the pids in `pids_file` that are
+  // not in `job`; a pid seen for the first time counts from the next call.
+  // nullopt on the first call or when the file cannot be read.
+  std::optional<double> Sample(const std::string& pids_file, const std::set<int64_t>& job,
+                               double now_seconds);
+
+ private:
+  std::map<int64_t, uint64_t> ticks_;  // per pid, at the previous call
+  double at_seconds_ = -1;
 };
 
 }  // namespace antdt::agent

@@ -947,6 +947,17 @@ TEST(ProcessCgroup, V2EntryElseV1Cpu) {
   EXPECT_EQ(ProcessCgroup(files, 45).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(ProcessRunning, GoneOrZombieHasEnded) {
+  FakeFileSource files;
+  files.Set("/proc/42/stat", "42 (antdt demo (w)) S 1 42 42 0 -1 4194560\n");
+  files.Set("/proc/43/stat", "43 (trainer) Z 1 43 43 0 -1 4227084\n");
+  files.Set("/proc/44/stat", "44 (trainer");
+  EXPECT_EQ(ProcessRunning(files, 42), std::optional<bool>(true));
+  EXPECT_EQ(ProcessRunning(files, 43), std::optional<bool>(false));  // a zombie
+  EXPECT_EQ(ProcessRunning(files, 45), std::optional<bool>(false));  // gone
+  EXPECT_EQ(ProcessRunning(files, 44), std::nullopt);                // cannot tell
+}
+
 TEST(CgroupFinder, EachWorkersCgroupOnceAPodsKeptWhileItReports) {
   FakeFileSource files;
   files.Set("/sys/fs/cgroup/kubepods/burstable/poda-1/cpu.stat", "usage_usec 1\n");

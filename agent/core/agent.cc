@@ -351,7 +351,9 @@ void AgentServiceImpl::Account(const v1::StepReport& report) {
   const WorkerKey key{JobKey(step->namespace_(), step->job()), step->worker_id()};
   labels_[key][step->role()] = labels;
   last_report_[key] = std::chrono::steady_clock::now();
-  processes_[key] = {step->pod_uid(), step->pid()};
+  WorkerProcess& process = processes_[key];
+  if (process.pid != step->pid() || process.pod_uid != step->pod_uid()) seen_running_.erase(key);
+  process = {step->pod_uid(), step->pid()};
   if (step->bpt_seconds() > 0) {
     const double inst = static_cast<double>(step->samples()) / step->bpt_seconds();
     auto [it, fresh] = rate_.emplace(key, inst);
@@ -382,13 +384,25 @@ std::vector<AgentServiceImpl::WorkerProcess> AgentServiceImpl::Processes() const
   return out;
 }
 
+// Whether the process of the worker `key` was seen running and has ended now
+// (false when `running` is unset or cannot tell, or a pod's). Under mu_.
+bool AgentServiceImpl::ProcessEnded(const WorkerKey& key, const ProcessCheck& running) {
+  auto p = processes_.find(key);
+  if (!running || p == processes_.end() || !p->second.pod_uid.empty() || p->second.pid <= 0) {
+    return false;
+  }
+  const std::optional<bool> runs = running(p->second.pid);
+  if (runs == true) seen_running_.insert(key);
+  return runs == false && seen_running_.count(key) > 0;
+}
+
 std::vector<std::pair<std::string, std::string>> AgentServiceImpl::ForgetIdle(
-    std::chrono::milliseconds idle) {
+    std::chrono::milliseconds idle, const ProcessCheck& running) {
   const auto now = std::chrono::steady_clock::now();
   std::vector<WorkerKey> forgotten;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = last_report_.begin(); it != last_report_.end();) {
-    if (now - it->second < idle) {
+    if (now - it->second < idle && !ProcessEnded(it->first, running)) {
       ++it;
       continue;
     }
@@ -404,6 +418,7 @@ std::vector<std::pair<std::string, std::string>> AgentServiceImpl::ForgetIdle(
     labels_.erase(key);
     rate_.erase(key);
     processes_.erase(key);
+    seen_running_.erase(key);
     it = last_report_.erase(it);
     forgotten.push_back(key);
   }

@@ -14,6 +14,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -63,11 +65,19 @@ class AgentServiceImpl final : public v1::Agent::Service {
   grpc::Status ReportStep(grpc::ServerContext* ctx, const v1::ReportStepRequest* req,
                           v1::ReportStepResponse* resp) override;
 
+  // Whether the process `pid` runs: true, false (it ended), nullopt (cannot
+  // tell); e.g. ProcessRunning over /proc.
+  using ProcessCheck = std::function<std::optional<bool>(int64_t pid)>;
   // A worker that reported no step for `idle` has left this node (it ended,
   // or was restarted elsewhere): its antdt_worker_* series are removed, so
-  // that nothing shows it as live here. Returns the (job, worker) pairs
+  // that nothing shows it as live here. So has, at once, a worker whose
+  // process `running` saw run and now says ended (a worker killed to be
+  // restarted elsewhere: its series end with it, not `idle` later); only a
+  // process named by pid alone (no pod UID: a pod's pid is in its own PID
+  // namespace), and only once seen running. Returns the (job, worker) pairs
   // forgotten now.
-  std::vector<std::pair<std::string, std::string>> ForgetIdle(std::chrono::milliseconds idle);
+  std::vector<std::pair<std::string, std::string>> ForgetIdle(
+      std::chrono::milliseconds idle, const ProcessCheck& running = nullptr);
   // The namespace the worker's step reports carry ("" none, or not known here).
   std::string NamespaceOf(const std::string& job, const std::string& worker) const;
 
@@ -83,6 +93,7 @@ class AgentServiceImpl final : public v1::Agent::Service {
  private:
   using WorkerKey = std::pair<std::string, std::string>;  // job, worker
   void Account(const v1::StepReport& step);               // step metrics
+  bool ProcessEnded(const WorkerKey& key, const ProcessCheck& running);
   const std::string node_;
   Outbox* const outbox_;
   const DirectiveTable* const directives_;
@@ -97,6 +108,7 @@ class AgentServiceImpl final : public v1::Agent::Service {
   std::map<WorkerKey, std::map<std::string, std::map<std::string, std::string>>> labels_;
   std::map<WorkerKey, std::chrono::steady_clock::time_point> last_report_;
   std::map<WorkerKey, WorkerProcess> processes_;
+  std::set<WorkerKey> seen_running_;  // whose process ForgetIdle's check saw run
 };
 
 struct MonitorLinkOptions {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -271,6 +272,47 @@ TEST(AgentService, ForgetsAWorkerThatLeftTheNode) {
       text().find("antdt_worker_steps_total{job=\"old\",role=\"worker\",worker=\"worker-1\"} 1"),
       std::string::npos)
       << text();
+}
+
+// A worker killed to be restarted elsewhere: its process, seen running, has
+// ended, so its series go at once, not after the idle time; a process never
+// seen running (a pid the check cannot place), or a pod's, waits for it.
+TEST(AgentService, ForgetsAWorkerWhoseProcessEndedAtOnce) {
+  Outbox box(100);
+  DirectiveTable table;
+  prometheus::Registry registry;
+  AgentServiceImpl service("node-a", &box, &table, registry);
+  grpc::ServerContext ctx;
+  v1::ReportStepResponse resp;
+  auto report = [&](const std::string& worker, int32_t pid, const std::string& pod_uid) {
+    v1::ReportStepRequest req;
+    req.mutable_step()->set_job("paper-mix");
+    req.mutable_step()->set_worker_id(worker);
+    req.mutable_step()->set_role("worker");
+    req.mutable_step()->set_bpt_seconds(0.5);
+    req.mutable_step()->set_samples(100);
+    req.mutable_step()->set_pid(pid);
+    req.mutable_step()->set_pod_uid(pod_uid);
+    ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
+  };
+  report("worker-1", 101, "");
+  report("worker-2", 102, "");     // its pid never seen running
+  report("worker-3", 103, "uid");  // a pod's
+  std::set<int64_t> running = {101, 103};
+  auto check = [&](int64_t pid) -> std::optional<bool> { return running.count(pid) > 0; };
+  const auto idle = std::chrono::hours(1);
+  EXPECT_TRUE(service.ForgetIdle(idle, check).empty());
+  running.clear();  // every process ended
+  const auto forgotten = service.ForgetIdle(idle, check);
+  ASSERT_EQ(forgotten.size(), 1u);
+  EXPECT_EQ(forgotten[0].second, "worker-1");
+  const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_EQ(text.find("worker=\"worker-1\""), std::string::npos) << text;
+  EXPECT_NE(text.find("worker=\"worker-2\""), std::string::npos) << text;
+  EXPECT_NE(text.find("worker=\"worker-3\""), std::string::npos) << text;
+  // Its new incarnation on this node (another pid) is a new process to watch.
+  report("worker-1", 201, "");
+  EXPECT_TRUE(service.ForgetIdle(idle, check).empty());
 }
 
 // One step of worker `worker` of job "train" (0.5 s, 100 samples).

@@ -50,6 +50,8 @@ absl::Status SetField(AgentConfig& c, std::string key, const std::string& value,
     RETURN_IF_ERROR(ParseLabels(value, field, c.labels));
   } else if (key == "nvml_library") {
     c.nvml_library = value;
+  } else if (key == "node_pids_file") {
+    c.node_pids_file = value;
   } else if (key == "interval") {
     ASSIGN_OR_RETURN(c.interval_ms, ParseDurationMs(value, field));
   } else if (key == "worker_idle_after") {

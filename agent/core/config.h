@@ -30,6 +30,10 @@ struct AgentConfig {
   // go (AgentServiceImpl::ForgetIdle).
   int64_t worker_idle_after_ms = 120'000;
   int64_t buffer = 10'000;  // messages kept while the Monitor is away
+  // A file listing the node's processes, one pid per line (the local runner's
+  // emulated nodes share one host): the CPU those that are not the job's
+  // workers use is NodeSample.neighbour_cpu_cores. "": not measured.
+  std::string node_pids_file;
 };
 
 absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml);

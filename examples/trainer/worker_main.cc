@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -52,6 +53,9 @@ constexpr const char* kUsage = R"(usage: antdt-trainer-worker [flags]
   --agent ADDRESS               node agent to report steps to          [off]
   --local-batch B               records per step (AdjustBatch changes it) [32]
   --device-us-per-sample U      emulated device time per sample at speed 1 [0]
+  --device-work sleep|cpu       spend the device time asleep, or computing
+                                on this thread (that much thread CPU time, so
+                                CPU contention and quotas stretch it) [sleep]
   --speed-file PATH             the node's relative speed, re-read each step [1]
   --commit-every-steps K        commit the records every K steps       [1]
   --log-every-steps N           one log line per N steps               [50]
@@ -134,6 +138,22 @@ absl::Status Commit(client::ShardingClient& client, demo::Journal& journal,
   open.erase(std::remove_if(open.begin(), open.end(), [](const OpenLease& o) { return o.done; }),
              open.end());
   return absl::OkStatus();
+}
+
+// Computes on this thread until it has used `us` microseconds of its own CPU
+// time: the wall time that takes grows with CPU contention and quotas, as a
+// real step's compute does.
+void BurnThreadCpu(double us) {
+  auto cpu_us = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+  };
+  const double until = cpu_us() + us;
+  volatile double x = 1;
+  while (cpu_us() < until) {
+    for (int i = 0; i < 2000; ++i) x = x * 1.0000001 + 1e-9;
+  }
 }
 
 // The node's relative speed from a file holding one number; `fallback` when
@@ -336,6 +356,7 @@ struct WorkerConfig {
   int64_t features = 0, batch = 32, commit_every = 1, log_every = 50, eval_records = 4096;
   uint64_t seed = 1;
   double device_us = 0;
+  bool device_cpu = false;  // --device-work cpu
   std::optional<client::StepReporterOptions> reporter;
 };
 
@@ -363,6 +384,11 @@ absl::StatusOr<WorkerConfig> ParseWorkerConfig(const ParsedFlags& flags) {
   if (!absl::SimpleAtod(flags.Get("device-us-per-sample", "0"), &c.device_us) || c.device_us < 0) {
     return bad("--device-us-per-sample: must be a number >= 0");
   }
+  const std::string work = flags.Get("device-work", "sleep");
+  if (work != "sleep" && work != "cpu") {
+    return bad("--device-work: must be sleep or cpu, got \"" + work + "\"");
+  }
+  c.device_cpu = work == "cpu";
   if (!absl::SimpleAtoi(flags.Get("commit-every-steps", "1"), &c.commit_every) ||
       c.commit_every <= 0) {
     return bad("--commit-every-steps: must be an integer > 0");
@@ -417,6 +443,7 @@ class TrainingLoop {
   absl::Status Run() {
     for (;;) {
       const auto t0 = Clock::now();
+      const double wait0 = client::ThreadCpuWaitSeconds();
       std::vector<int64_t> records;
       bool end = false, idle = false;
       RETURN_IF_ERROR(Gather(&records, &end, &idle));
@@ -424,7 +451,7 @@ class TrainingLoop {
       if (records.empty()) {
         RETURN_IF_ERROR(PushNothing());
       } else {
-        RETURN_IF_ERROR(Train(records, t0));
+        RETURN_IF_ERROR(Train(records, t0, wait0));
       }
     }
   }
@@ -482,7 +509,7 @@ class TrainingLoop {
     return s.ok() ? s : absl::Status(s.code(), "push: " + std::string(s.message()));
   }
 
-  absl::Status Train(const std::vector<int64_t>& records, Clock::time_point t0) {
+  absl::Status Train(const std::vector<int64_t>& records, Clock::time_point t0, double wait0) {
     const auto t_data = Clock::now();
     std::vector<trainer::Example> examples;
     examples.reserve(records.size());
@@ -491,8 +518,12 @@ class TrainingLoop {
     }
     const trainer::GradientSum g = trainer::Gradient(ps_.params(), examples);
     if (!c_.speed_file.empty()) speed_ = ReadSpeed(c_.speed_file, speed_);
-    const double sleep_us = c_.device_us * static_cast<double>(records.size()) / speed_;
-    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(sleep_us));
+    const double device_us = c_.device_us * static_cast<double>(records.size()) / speed_;
+    if (c_.device_cpu) {
+      BurnThreadCpu(device_us);
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(device_us));
+    }
     const auto t_compute = Clock::now();
 
     client::StepTiming timing;
@@ -512,7 +543,9 @@ class TrainingLoop {
     // wait at the parameter servers' barrier, which in synchronous training is
     // every worker's wait for the slowest and would make everyone look alike.
     timing.bpt_seconds = Seconds(t_compute - t0) + Seconds(t_end - t_push);
-    timing.data_wait_seconds = Seconds(t_data - t0);
+    // Time on the data service: taking records and committing them.
+    timing.data_wait_seconds = Seconds(t_data - t0) + Seconds(t_end - t_push);
+    timing.cpu_wait_seconds = std::max(0.0, client::ThreadCpuWaitSeconds() - wait0);
     timing.compute_seconds = Seconds(t_compute - t_data);
     timing.communication_seconds = Seconds(t_push - t_compute);
     ReportAndApplyDirective(timing);
@@ -588,12 +621,29 @@ absl::Status WriteHeldOut(ParameterServers& ps, const WorkerConfig& c) {
 int main(int argc, char** argv) {
   using namespace antdt;
   int exit_code = 0;
-  const std::optional<ParsedFlags> flags = ParseCommandLine(
-      argc, argv, "antdt-trainer-worker", kUsage,
-      {"sharding", "job", "dataset", "worker-id", "incarnation", "journal", "ps", "features",
-       "agent", "local-batch", "device-us-per-sample", "speed-file", "commit-every-steps",
-       "log-every-steps", "seed", "report-interval", "eval-out", "eval-records", "namespace"},
-      &exit_code);
+  const std::optional<ParsedFlags> flags =
+      ParseCommandLine(argc, argv, "antdt-trainer-worker", kUsage,
+                       {"sharding",
+                        "job",
+                        "dataset",
+                        "worker-id",
+                        "incarnation",
+                        "journal",
+                        "ps",
+                        "features",
+                        "agent",
+                        "local-batch",
+                        "device-us-per-sample",
+                        "device-work",
+                        "speed-file",
+                        "commit-every-steps",
+                        "log-every-steps",
+                        "seed",
+                        "report-interval",
+                        "eval-out",
+                        "eval-records",
+                        "namespace"},
+                       &exit_code);
   if (!flags) return exit_code;
   absl::StatusOr<WorkerConfig> config = ParseWorkerConfig(*flags);
   if (!config.ok()) return Fail(std::string(config.status().message()));

@@ -30,6 +30,7 @@ ControlLoop::ControlLoop(LoopOptions options, Backend* backend, const Clock* clo
 
 void ControlLoop::Seed(std::vector<controller::Decision> decisions) {
   for (controller::Decision& d : decisions) history_.push_back(std::move(d));
+  budget_reported_ = false;
 }
 
 double ControlLoop::RestartCostSeconds(vocab::Role role) const {
@@ -142,11 +143,17 @@ absl::Status ControlLoop::Execute(const controller::Plan& plan) {
   for (size_t i = 0; i < plan.skipped.size() && i < plan.skip_reasons.size(); ++i) {
     backend_->RecordSkipped(plan.skipped[i], plan.skip_reasons[i]);
   }
+  absl::Status status;
   for (const controller::Decision& d : plan.decisions) {
-    RETURN_IF_ERROR(ExecuteOne(d));
+    status = ExecuteOne(d);
+    if (!status.ok()) break;
     history_.push_back(d);
   }
-  return absl::OkStatus();
+  if (!plan.decisions.empty() || !budget_reported_) {
+    backend_->RecordBudgetUsed(controller::BudgetUsed(history_));
+    budget_reported_ = true;
+  }
+  return status;
 }
 
 bool ControlLoop::TakeTurn() {

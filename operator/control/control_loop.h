@@ -93,6 +93,10 @@ class Backend {
   virtual void RecordTime(const TimeDelta& /*delta*/) {}
   // An action the plan passed over (its line in Plan::skipped), and why.
   virtual void RecordSkipped(const std::string& /*line*/, controller::SkipReason /*reason*/) {}
+  // The job's action budget used so far, as the policy counts it against
+  // maxActions (controller::BudgetUsed of the history): after the first
+  // Execute, and after each that carried out a decision.
+  virtual void RecordBudgetUsed(int /*used*/) {}
 
   // A member that stopped for good under `incarnation`: the parameter servers
   // stop waiting for it and its shards go back to the queue.
@@ -184,6 +188,7 @@ class ControlLoop {
   int64_t next_run_ms_ = 0;
   int64_t windows_seen_ = -1;  // Backend::WindowsClosed() at the last turn
   int64_t directive_version_ = 0;
+  bool budget_reported_ = false;  // RecordBudgetUsed since the last Seed
   // Restarts in flight: member id -> (incarnation it restarts from, when).
   std::map<std::string, std::pair<int32_t, int64_t>> relaunching_;
   struct Measured {

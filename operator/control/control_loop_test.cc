@@ -57,8 +57,10 @@ class FakeBackend : public Backend {
   void RecordSkipped(const std::string& line, controller::SkipReason reason) override {
     skipped.push_back(absl::StrCat(controller::SkipReasonName(reason), " ", line));
   }
+  void RecordBudgetUsed(int used) override { budget_used.push_back(used); }
   std::vector<TimeDelta> times;
   std::vector<std::string> skipped;
+  std::vector<int> budget_used;  // each RecordBudgetUsed, in order
 };
 
 // Four workers on node-0..3 at batch 64; worker `slow` reported as `cls`.
@@ -314,6 +316,36 @@ TEST(ControlLoop, SeededHistoryKeepsCooldownsAcrossABackendRestart) {
     cooldown_noted |= line.rfind("worker-1", 0) == 0 && line.find("cool-down") != std::string::npos;
   }
   EXPECT_TRUE(cooldown_noted);
+}
+
+// The budget used reaches the backend as the policy counts it: a seeded
+// restart is one; an ADJUST_BS round (the straggler's batch and the others'
+// rebalances, several decisions) is one more; a turn that decides nothing
+// reports nothing new.
+TEST(ControlLoop, BudgetUsedIsCountedAsThePolicyCountsIt) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
+  controller::Decision earlier;
+  earlier.action = controller::KillRestart{"worker-0", "node-9", "node-0", kStart - 50'000};
+  earlier.at_ms = kStart - 100'000;
+  earlier.subject = "worker-0";
+  earlier.rule = "antdt-nd:persistent-restart";
+  loop.Seed({earlier});
+  auto plan = loop.RunOnce();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GT(plan->decisions.size(), 1u);  // the straggler's batch and the others'
+  int rebalances = 0;
+  for (const controller::Decision& d : plan->decisions) rebalances += controller::IsRebalance(d);
+  EXPECT_GT(rebalances, 0);
+  EXPECT_EQ(b.budget_used, std::vector<int>({2}));
+  EXPECT_EQ(controller::BudgetUsed(loop.history()), 2);
+  clock.Advance(5'000);  // worker-2 in its cool-down: nothing decided
+  auto quiet = loop.RunOnce();
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_TRUE(quiet->decisions.empty());
+  EXPECT_EQ(b.budget_used, std::vector<int>({2}));
 }
 
 TEST(ControlLoop, DirectiveCarriesTheDecisionsAccumulationSteps) {

@@ -54,6 +54,18 @@ JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::stri
                   .Name("antdt_controller_action_budget")
                   .Help("Actions the straggler policy may take in all (maxActions).")
                   .Register(registry)),
+      budget_used_(prometheus::BuildGauge()
+                       .Name("antdt_controller_action_budget_used")
+                       .Help("Of the action budget (antdt_controller_action_budget), what the "
+                             "policy has used: each restart one, each ADJUST_BS round one "
+                             "however many batches it changes.")
+                       .Register(registry)),
+      rebalances_(prometheus::BuildCounter()
+                      .Name("antdt_controller_rebalances_total")
+                      .Help("Batch changes that only keep the global batch constant around "
+                            "another member's action (or in a round of antdt-dd or lb-bsp), by "
+                            "rule and outcome; not counted in antdt_controller_actions_total.")
+                      .Register(registry)),
       job_lost_(prometheus::BuildCounter()
                     .Name("antdt_job_straggler_lost_seconds_total")
                     .Help("Job seconds lost to stragglers against every worker at the peers' "
@@ -74,12 +86,14 @@ JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::stri
   }
   job_lost_.Add(Job());  // 0 until the first straggler
   GaugeOf(budget_).Set(static_cast<double>(action_budget));
+  GaugeOf(budget_used_).Set(0);
 }
 
 JobMetrics::~JobMetrics() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto [family, gauge] : gauges_) family->Remove(gauge);
   for (prometheus::Counter* c : actions_made_) actions_.Remove(c);
+  for (prometheus::Counter* c : rebalances_made_) rebalances_.Remove(c);
   saved_.Remove(&saved_.Add(Job()));
   cost_.Remove(&cost_.Add(Job()));
   for (prometheus::Counter* c : skips_made_) skipped_.Remove(c);
@@ -143,6 +157,31 @@ void JobMetrics::Action(const std::string& kind, const std::string& rule,
   if (std::find(actions_made_.begin(), actions_made_.end(), &c) == actions_made_.end()) {
     actions_made_.push_back(&c);
   }
+}
+
+void JobMetrics::Rebalance(const std::string& rule, const std::string& outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prometheus::Labels labels = Job();
+  labels["rule"] = rule;
+  labels["outcome"] = outcome;
+  prometheus::Counter& c = rebalances_.Add(labels);
+  c.Increment();
+  if (std::find(rebalances_made_.begin(), rebalances_made_.end(), &c) == rebalances_made_.end()) {
+    rebalances_made_.push_back(&c);
+  }
+}
+
+void JobMetrics::Decided(const controller::Decision& decision, const std::string& outcome) {
+  if (controller::IsRebalance(decision)) {
+    Rebalance(decision.rule, outcome);
+  } else {
+    Action(controller::ActionName(decision.action), decision.rule, outcome);
+  }
+}
+
+void JobMetrics::BudgetUsed(int64_t used) {
+  std::lock_guard<std::mutex> lock(mu_);
+  GaugeOf(budget_used_).Set(static_cast<double>(used));
 }
 
 namespace {

@@ -14,6 +14,7 @@
 
 #include "antdt/v1/monitor.pb.h"
 #include "operator/control/time_ledger.h"
+#include "operator/controller/policy.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -38,6 +39,15 @@ class JobMetrics {
   // An action carried out, or tried: its kind, rule and outcome ("done",
   // "not_delivered", "failed").
   void Action(const std::string& kind, const std::string& rule, const std::string& outcome);
+  // A batch change that only keeps the global batch constant
+  // (controller::IsRebalance): antdt_controller_rebalances_total, by rule and
+  // outcome, apart from the actions.
+  void Rebalance(const std::string& rule, const std::string& outcome);
+  // A decision carried out or tried: a Rebalance when it is one, else an Action.
+  void Decided(const controller::Decision& decision, const std::string& outcome);
+  // The action budget used so far, as the policy counts it against maxActions
+  // (controller::BudgetUsed): antdt_controller_action_budget_used.
+  void BudgetUsed(int64_t used);
   // An action a policy passed over, and why (controller::SkipReasonName).
   void Skipped(const std::string& reason);
   // The time ledger's increments for one view (time_ledger.h): time lost to
@@ -60,13 +70,16 @@ class JobMetrics {
   prometheus::Family<prometheus::Counter>& cost_;
   prometheus::Family<prometheus::Counter>& skipped_;
   prometheus::Family<prometheus::Gauge>& budget_;
+  prometheus::Family<prometheus::Gauge>& budget_used_;
+  prometheus::Family<prometheus::Counter>& rebalances_;
   prometheus::Family<prometheus::Counter>& job_lost_;
   prometheus::Family<prometheus::Counter>& worker_lost_;
   std::vector<prometheus::Counter*> workers_lost_;  // guarded by mu_
   std::mutex mu_;
   std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges_;
-  std::vector<prometheus::Counter*> actions_made_;  // guarded by mu_
-  std::vector<prometheus::Counter*> skips_made_;    // guarded by mu_
+  std::vector<prometheus::Counter*> actions_made_;     // guarded by mu_
+  std::vector<prometheus::Counter*> rebalances_made_;  // guarded by mu_
+  std::vector<prometheus::Counter*> skips_made_;       // guarded by mu_
 };
 
 // `inner`'s series, each with a `namespace` label added where it has a `job`

@@ -64,6 +64,39 @@ TEST(JobMetrics, EverySeriesCarriesNamespaceAndJob) {
   }
 }
 
+// paper-mix's count: 8 actions and 25 batch changes that keep the global
+// batch, 8 of the budget used. Actions and rebalances are counted apart; the
+// budget used is the policy's count, not a sum of the counters.
+TEST(JobMetrics, RebalancesAreNotActionsAndTheBudgetUsedIsThePolicys) {
+  prometheus::Registry registry;
+  JobMetrics m(registry, "default", "paper-mix", 10);
+  EXPECT_EQ(Series(registry.Collect())
+                .at("antdt_controller_action_budget_used{job=paper-mix,namespace=default,}"),
+            0);  // a series from the start
+  controller::Decision adjust;
+  adjust.action = controller::AdjustBatchSize{"worker-3", 32, 1};
+  adjust.rule = "antdt-nd:transient-adjust";
+  adjust.subject = "worker-3";
+  controller::Decision rebalance;
+  rebalance.action = controller::AdjustBatchSize{"worker-1", 70, 1};
+  rebalance.rule = "antdt-nd:rebalance";
+  for (int i = 0; i < 8; ++i) m.Decided(adjust, "done");
+  for (int i = 0; i < 25; ++i) m.Decided(rebalance, "done");
+  m.BudgetUsed(8);
+  const auto series = Series(registry.Collect());
+  EXPECT_EQ(series.at("antdt_controller_actions_total{action=ADJUST_BS,job=paper-mix,namespace="
+                      "default,outcome=done,rule=antdt-nd:transient-adjust,}"),
+            8);
+  EXPECT_EQ(series.at("antdt_controller_rebalances_total{job=paper-mix,namespace=default,"
+                      "outcome=done,rule=antdt-nd:rebalance,}"),
+            25);
+  EXPECT_EQ(series.count("antdt_controller_actions_total{action=ADJUST_BS,job=paper-mix,"
+                         "namespace=default,outcome=done,rule=antdt-nd:rebalance,}"),
+            0u);
+  EXPECT_EQ(series.at("antdt_controller_action_budget_used{job=paper-mix,namespace=default,}"), 8);
+  EXPECT_EQ(series.at("antdt_controller_action_budget{job=paper-mix,namespace=default,}"), 10);
+}
+
 TEST(JobMetrics, NoEtaBeforeThereIsAPace) {
   prometheus::Registry registry;
   JobMetrics m(registry, "default", "j", 3);
@@ -79,6 +112,8 @@ TEST(JobMetrics, AJobsSeriesGoWhenItEnds) {
   JobMetrics b(registry, "ns-b", "train", 10);  // the same name in another namespace
   a->Progress(10, 100, 1, 90);
   a->Action("KILL_RESTART", "r", "done");
+  a->Rebalance("antdt-nd:rebalance", "done");
+  a->BudgetUsed(1);
   a->Time({1.0, -1.0, {{"worker-0", 1.0}}});
   a->Skipped("cooldown");
   b.Progress(20, 100, 1, 80);

@@ -217,22 +217,18 @@ class Planner {
         compensated_since_.erase(d.subject);
       }
     }
-    // Interventions so far: each restart and backup decision, and each ADJUST_BS
-    // round (its decisions share at_ms) once, per job and per rule.
-    std::set<int64_t> rounds;
+    // Interventions so far: per job (BudgetUsed), and per rule the same way.
+    used_ = BudgetUsed(o_.history);
     std::map<std::string, std::set<int64_t>> rule_rounds;
     for (const Decision& d : o_.history) {
       if (std::holds_alternative<AdjustBatchSize>(d.action)) {
         last_round_ms_ = std::max(last_round_ms_, d.at_ms);
         if (d.rule == kNdRebalance && d.subject.empty()) continue;  // a tidy round's, or shares one
-        rounds.insert(d.at_ms);
         rule_rounds[d.rule].insert(d.at_ms);
       } else {
-        ++used_;
         ++used_by_rule_[d.rule];
       }
     }
-    used_ += static_cast<int>(rounds.size());
     for (const auto& [rule, at] : rule_rounds) used_by_rule_[rule] += static_cast<int>(at.size());
     for (size_t i = 0; i < spec_.rules.size(); ++i) {
       rules_[RuleName(spec_.rules[i], i)] = &spec_.rules[i];
@@ -977,6 +973,23 @@ vocab::ActionKind KindOf(const Action& action) {
   if (std::holds_alternative<AdjustBatchSize>(action)) return ActionKind::kAdjustBatchSize;
   if (std::holds_alternative<KillRestart>(action)) return ActionKind::kKillRestart;
   return ActionKind::kBackupWorkers;
+}
+
+int BudgetUsed(const std::vector<Decision>& history) {
+  std::set<int64_t> rounds;  // the at_ms of each ADJUST_BS round
+  int used = 0;
+  for (const Decision& d : history) {
+    if (!std::holds_alternative<AdjustBatchSize>(d.action)) {
+      ++used;
+    } else if (!(d.rule == kNdRebalance && d.subject.empty())) {  // a tidy round's, or shares one
+      rounds.insert(d.at_ms);
+    }
+  }
+  return used + static_cast<int>(rounds.size());
+}
+
+bool IsRebalance(const Decision& decision) {
+  return std::holds_alternative<AdjustBatchSize>(decision.action) && decision.subject.empty();
 }
 
 const char* ActionName(const Action& action) { return vocab::Name(KindOf(action)).c_str(); }

@@ -194,6 +194,16 @@ struct Decision {
   std::map<std::string, double> evidence;  // score, windows_slow, saved_seconds, ...
 };
 
+// The job's interventions in `history`, as the Budget safeguard counts them
+// against max_actions (below): each KILL_RESTART and UseBackupWorkers one,
+// each ADJUST_BS round (decisions sharing at_ms) one, antdt-nd's tidy rounds
+// none.
+int BudgetUsed(const std::vector<Decision>& history);
+// A batch change that only keeps the global batch constant (ADJUST_BS with
+// no subject: around another member's action, a tidy round, an antdt-dd or
+// lb-bsp round): counted apart from the actions users read first.
+bool IsRebalance(const Decision& decision);
+
 // Why an action a policy considered was not taken (Plan::skip_reasons).
 enum class SkipReason {
   kCooldown,          // the member's (or the job's) cool-down runs

@@ -267,7 +267,7 @@ class JobController::LoopBackend final : public control::Backend {
       controller_->actions_total_->Add({{"action", controller::ActionName(d.action)}}).Increment();
     }
     if (rt_->metrics) {
-      rt_->metrics->Action(controller::ActionName(d.action), d.rule, control::OutcomeName(outcome));
+      rt_->metrics->Decided(d, control::OutcomeName(outcome));
     }
   }
 
@@ -277,6 +277,10 @@ class JobController::LoopBackend final : public control::Backend {
 
   void RecordSkipped(const std::string& /*line*/, controller::SkipReason reason) override {
     if (rt_->metrics) rt_->metrics->Skipped(controller::SkipReasonName(reason));
+  }
+
+  void RecordBudgetUsed(int used) override {
+    if (rt_->metrics) rt_->metrics->BudgetUsed(used);
   }
 
  private:
@@ -634,22 +638,26 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
   obs->token_secret_exists = rt.token_secret_created;
   obs->sharding_claim_exists = rt.sharding_claim_created;
 
-  // The Monitor's view of the job's members.
+  // The Monitor's open straggler records: the same account of each straggler
+  // (compensated ones included) as its metrics and `antdt run`'s report.
   if (health != nullptr) {
-    for (const v1::WorkerHealth& h : health->workers()) {
-      if (!vocab::IsStraggler(h.class_())) continue;
+    std::map<std::string, double> scores;
+    for (const v1::WorkerHealth& h : health->workers()) scores[h.worker_id()] = h.score();
+    for (const v1::StragglerRecord& rec : health->stragglers()) {
+      if (!rec.active()) continue;
       reconciler::Straggler st;
-      st.worker = h.worker_id();
-      st.node = h.node();
+      st.worker = rec.worker_id();
+      st.node = rec.node();
       for (const Json& p : pods) {
-        if (kube::Label(p, "antdt.io/worker-id") == h.worker_id() && !kube::Terminating(p)) {
+        if (kube::Label(p, "antdt.io/worker-id") == rec.worker_id() && !kube::Terminating(p)) {
           st.pod = NameOf(p);
         }
       }
-      st.klass = h.class_();
-      st.cause = vocab::CauseName(h.cause());
-      st.score = h.score();
-      st.since_ms = h.since_unix_ms();
+      st.klass = rec.class_();
+      st.compensated = rec.compensated();
+      st.cause = vocab::CauseLabel(rec.cause());
+      st.score = scores.count(rec.worker_id()) ? scores[rec.worker_id()] : rec.max_score();
+      st.since_ms = rec.first_seen_unix_ms();
       obs->stragglers.push_back(st);
     }
   }

@@ -59,23 +59,25 @@ std::string Render(const ProgressFigures& f, const Form& form) {
   return absl::StrJoin(parts, "  ");
 }
 
-// One step shorter; false when nothing is left to give up.
+// One step shorter; false when nothing is left to give up. What says least
+// goes first: the rebalances (the actions say what was done), the
+// compensated count, the record counts (the percentage says what they say),
+// bar width; the ETA, what a user waits for, goes last but the bar.
 bool Shorten(Form& form) {
   auto drop = [](bool& kept) {
     if (!kept) return false;
     kept = false;
     return true;
   };
-  if (drop(form.eta) || drop(form.rebalances) || drop(form.compensated)) return true;
-  if (form.bar > 10) {
+  if (drop(form.rebalances) || drop(form.compensated) || drop(form.records_word) ||
+      drop(form.records)) {
+    return true;
+  }
+  if (form.bar > 6) {
     form.bar -= 2;
     return true;
   }
-  // The percentage says what the records say.
-  if (drop(form.records_word) || drop(form.records) || drop(form.rate) || drop(form.long_words) ||
-      drop(form.epoch)) {
-    return true;
-  }
+  if (drop(form.long_words) || drop(form.rate) || drop(form.epoch) || drop(form.eta)) return true;
   if (form.bar == 0) return false;
   form.bar = 0;
   return true;
@@ -90,6 +92,45 @@ std::string ProgressLine(const ProgressFigures& figures, int width) {
   while (static_cast<int>(line.size()) > width && Shorten(form)) line = Render(figures, form);
   if (static_cast<int>(line.size()) > width) line.resize(width);
   return line;
+}
+
+std::string RebalanceLine(double at_seconds, const std::vector<std::string>& for_actions,
+                          const std::vector<std::string>& changes) {
+  const std::string why = for_actions.empty()
+                              ? "batches in proportion to speed"
+                              : absl::StrCat("for ", absl::StrJoin(for_actions, ", "));
+  return absl::StrFormat("%.1f s global batch kept (%s): %s", at_seconds, why,
+                         absl::StrJoin(changes, " "));
+}
+
+std::vector<std::string> WrapLine(const std::string& line, int width) {
+  const size_t indent = std::min(line.find_first_not_of(' '), line.size());
+  // Continuation lines: the line's own indentation and four more, at most half the width.
+  const std::string more(std::min<size_t>(indent + 4, std::max(width, 1) / 2), ' ');
+  const size_t first = static_cast<size_t>(std::max(width, 1));
+  const size_t rest = std::max<size_t>(first - more.size(), 1);
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < line.size()) {
+    const size_t room = out.empty() ? first : rest;
+    size_t end = pos + room;
+    if (line.size() - pos > room) {
+      // Break at the last space that fits; a word longer than the room is cut.
+      const size_t space = line.rfind(' ', end);
+      if (space != std::string::npos && space > pos && (!out.empty() || space > indent)) {
+        end = space;
+      }
+    } else {
+      end = line.size();
+    }
+    std::string piece = line.substr(pos, end - pos);
+    if (!out.empty()) piece = more + piece;
+    out.push_back(std::move(piece));
+    pos = line.find_first_not_of(' ', end);
+    if (pos == std::string::npos) break;
+  }
+  if (out.empty()) out.push_back(line.substr(0, first));
+  return out;
 }
 
 int TerminalColumns(int fd) {

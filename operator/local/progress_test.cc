@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
 namespace antdt::local {
 namespace {
 
@@ -72,6 +75,79 @@ TEST(ProgressLine, CompensatedStragglersAreCountedAndNamed) {
   const std::string narrow = ProgressLine(f, 79);
   EXPECT_LE(narrow.size(), 79u) << narrow;
   EXPECT_THAT(narrow, HasSubstr("stragglers 3"));
+}
+
+// Once actions are listed, the line is long: the ETA is what a user waits
+// for, and is kept over the records, the rebalances and the bar's width.
+TEST(ProgressLine, TheEtaOutlastsTheLessUsefulFigures) {
+  ProgressFigures f = Busy();
+  f.actions = 12;
+  f.compensated = 2;
+  for (int width : {60, 70, 79, 90, 100}) {
+    const std::string line = ProgressLine(f, width);
+    EXPECT_LE(line.size(), static_cast<size_t>(width)) << line;
+    EXPECT_THAT(line, HasSubstr("ETA 7200 s")) << width;
+    EXPECT_THAT(line, HasSubstr("12 act")) << width;
+  }
+  const std::string line = ProgressLine(f, 79);
+  EXPECT_THAT(line, HasSubstr("stragglers 3"));
+  EXPECT_THAT(line, HasSubstr("123456 rec/s"));
+  EXPECT_THAT(line, Not(HasSubstr("records")));
+  // The ETA goes only after the pace and the epoch.
+  const std::string narrow = ProgressLine(f, 44);
+  EXPECT_THAT(narrow, HasSubstr("ETA 7200 s")) << narrow;
+  EXPECT_THAT(narrow, Not(HasSubstr("rec/s"))) << narrow;
+}
+
+TEST(WrapLine, ALineThatFitsComesBackAsItIs) {
+  EXPECT_THAT(WrapLine("8.6 s KILL_RESTART worker-5: slow", 80),
+              ::testing::ElementsAre("8.6 s KILL_RESTART worker-5: slow"));
+  EXPECT_THAT(WrapLine("", 80), ::testing::ElementsAre(""));
+  EXPECT_THAT(WrapLine("abcd", 4), ::testing::ElementsAre("abcd"));
+}
+
+TEST(WrapLine, BreaksAtSpacesWithAnIndentedContinuation) {
+  EXPECT_THAT(WrapLine("7.2 s ADJUST_BS worker-2: TRANSIENT worker (score 2.97)", 30),
+              ::testing::ElementsAre("7.2 s ADJUST_BS worker-2:", "    TRANSIENT worker (score",
+                                     "    2.97)"));
+  // An indented line's continuation is indented further.
+  EXPECT_THAT(WrapLine("    cause CPU_CONTENTION, score 2.55, saves ~3.4 s", 28),
+              ::testing::ElementsAre("    cause CPU_CONTENTION,", "        score 2.55, saves",
+                                     "        ~3.4 s"));
+}
+
+TEST(WrapLine, EveryLineFitsAndNoWordIsLostOrBroken) {
+  std::string line = "12.4 s KILL_RESTART worker-5:";
+  for (int i = 0; i < 30; ++i) line += " persistent straggler (score 3.1)";
+  for (int width = 1; width <= 300; ++width) {
+    std::string joined;
+    for (const std::string& piece : WrapLine(line, width)) {
+      EXPECT_LE(piece.size(), static_cast<size_t>(width)) << width << ": " << piece;
+      if (width >= 40) {  // every word fits a line: none is cut
+        EXPECT_NE(piece.back(), ' ');
+        absl::StrAppend(&joined, joined.empty() ? "" : " ",
+                        absl::StripLeadingAsciiWhitespace(piece));
+      }
+    }
+    if (width >= 40) {
+      EXPECT_EQ(joined, line) << width;
+    }
+  }
+  // A word longer than a line is cut, not lost.
+  EXPECT_THAT(WrapLine("a 0123456789abcdef", 8),
+              ::testing::ElementsAre("a", "    0123", "    4567", "    89ab", "    cdef"));
+}
+
+TEST(RebalanceLine, SaysWhenAndWhatTheGlobalBatchIsKeptFor) {
+  EXPECT_EQ(RebalanceLine(7.24, {"worker-2's ADJUST_BS"}, {"worker-0->77", "worker-1->77"}),
+            "7.2 s global batch kept (for worker-2's ADJUST_BS): worker-0->77 worker-1->77");
+  EXPECT_EQ(
+      RebalanceLine(12, {"worker-2's ADJUST_BS", "worker-5's KILL_RESTART"}, {"worker-0->70"}),
+      "12.0 s global batch kept (for worker-2's ADJUST_BS, worker-5's KILL_RESTART): "
+      "worker-0->70");
+  EXPECT_EQ(RebalanceLine(30.06, {}, {"worker-0->60", "worker-3->68"}),
+            "30.1 s global batch kept (batches in proportion to speed): worker-0->60 "
+            "worker-3->68");
 }
 
 TEST(TerminalColumns, ColumnsVariableThen80WithoutATerminal) {

@@ -37,6 +37,79 @@ std::string JsonEscape(const std::string& s) {
   return out;
 }
 
+// The Monitor's cause for a reader: "" when it named none (not a straggler).
+std::string CauseName(v1::Cause cause) {
+  return cause == v1::CAUSE_UNSPECIFIED ? "" : vocab::CauseLabel(cause);
+}
+
+// The values behind a named cause, beside its peers': "cpu_wait_share 0.55,
+// peers 0.10"; only the signals of that cause.
+std::string CauseEvidence(const v1::StragglerRecord& rec) {
+  static const auto* const kKeys = new std::map<v1::Cause, std::vector<std::string>>{
+      {v1::CPU_THROTTLING, {"cgroup_throttled_fraction"}},
+      {v1::GPU_THROTTLING, {"gpu_thermal_throttling", "gpu_power_throttling"}},
+      {v1::MEMORY_PRESSURE, {"memory_some_avg10", "memory_available_fraction"}},
+      {v1::IO_PRESSURE, {"io_some_avg10"}},
+      {v1::NETWORK, {"net_drops_per_second", "net_errors_per_second", "communication_share"}},
+      {v1::CPU_CONTENTION,
+       {"neighbour_cpu_cores", "cpu_wait_share", "cpu_some_avg10", "cpu_utilization"}},
+      {v1::DATA_LOADING, {"data_wait_share"}},
+      {v1::HARDWARE, {"device_speed", "hardware_minority"}},
+  };
+  auto it = kKeys->find(rec.cause());
+  if (it == kKeys->end()) return "";
+  std::vector<std::string> parts;
+  for (const std::string& key : it->second) {
+    auto v = rec.evidence().find(key);
+    if (v == rec.evidence().end()) continue;
+    std::string part = absl::StrFormat("%s %.2f", key, v->second);
+    if (auto p = rec.evidence().find(key + "_peer_median"); p != rec.evidence().end()) {
+      absl::StrAppendFormat(&part, ", peers %.2f", p->second);
+    }
+    parts.push_back(part);
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+// The cause an action shows: its subject's record's, which every section
+// shows; the Monitor's view when it decided where no record covers it.
+v1::Cause ActionCause(const RunResult& r, const ActionRecord& a) {
+  const v1::Cause cause = RecordCauseAt(r, a.subject, a.at_seconds);
+  return cause == v1::CAUSE_UNSPECIFIED ? a.cause : cause;
+}
+
+// "stragglers": one object per Monitor record, one per line.
+std::string StragglersJson(const RunResult& r) {
+  std::string json = "  \"stragglers\": [";
+  for (size_t i = 0; i < r.stragglers.size(); ++i) {
+    const v1::StragglerRecord& s = r.stragglers[i];
+    std::vector<std::string> evidence, windows;
+    for (const auto& [key, value] :
+         std::map<std::string, double>(s.evidence().begin(), s.evidence().end())) {
+      evidence.push_back(absl::StrFormat("\"%s\": %.4g", JsonEscape(key), value));
+    }
+    for (const auto& [cause, n] :
+         std::map<std::string, int32_t>(s.cause_windows().begin(), s.cause_windows().end())) {
+      windows.push_back(absl::StrFormat("\"%s\": %d", JsonEscape(cause), n));
+    }
+    absl::StrAppendFormat(
+        &json,
+        "%s\n    {\"worker\": \"%s\", \"node\": \"%s\", \"role\": \"%s\", \"class\": \"%s\", "
+        "\"compensated\": %s, \"cause\": \"%s\", \"first_seen_seconds\": %.3f, "
+        "\"detected_seconds\": %.3f, \"last_seen_seconds\": %.3f, \"active\": %s, "
+        "\"windows\": %d, \"cause_windows\": {%s}, \"max_score\": %.3f, "
+        "\"max_sample_score\": %.3f, \"evidence\": {%s}}",
+        i ? "," : "", JsonEscape(s.worker_id()), JsonEscape(s.node()), JsonEscape(s.role()),
+        vocab::Name(s.class_()), s.compensated() ? "true" : "false", vocab::CauseLabel(s.cause()),
+        JobSeconds(r, s.first_seen_unix_ms()), JobSeconds(r, s.detected_unix_ms()),
+        JobSeconds(r, s.last_seen_unix_ms()), s.active() ? "true" : "false", s.windows(),
+        absl::StrJoin(windows, ", "), s.max_score(), s.max_sample_score(),
+        absl::StrJoin(evidence, ", "));
+  }
+  absl::StrAppend(&json, r.stragglers.empty() ? "],\n" : "\n  ],\n");
+  return json;
+}
+
 // One action or timeline point per line, so a reader greps an action whole.
 std::string ReportJson(const RunResult& r) {
   std::string json = absl::StrFormat(
@@ -60,10 +133,11 @@ std::string ReportJson(const RunResult& r) {
                           "\"rule\": \"%s\", \"subject\": \"%s\", \"cause\": \"%s\", "
                           "\"reason\": \"%s\", \"description\": \"%s\"}",
                           i ? "," : "", a.at_seconds, vocab::Name(a.action), JsonEscape(a.worker),
-                          JsonEscape(a.rule), JsonEscape(a.subject), v1::Cause_Name(a.cause),
+                          JsonEscape(a.rule), JsonEscape(a.subject), CauseName(ActionCause(r, a)),
                           JsonEscape(a.reason), JsonEscape(a.description));
   }
-  absl::StrAppend(&json, r.actions.empty() ? "],\n" : "\n  ],\n", "  \"timeline\": [");
+  absl::StrAppend(&json, r.actions.empty() ? "],\n" : "\n  ],\n", StragglersJson(r),
+                  "  \"timeline\": [");
   for (size_t i = 0; i < r.timeline.size(); ++i) {
     const ThroughputPoint& p = r.timeline[i];
     absl::StrAppendFormat(&json,
@@ -72,8 +146,8 @@ std::string ReportJson(const RunResult& r) {
                           "\"cause\": \"%s\", \"sample_score\": %.3f, \"speed_class\": \"%s\", "
                           "\"compensated\": %s}",
                           i ? "," : "", p.at_seconds, JsonEscape(p.worker), JsonEscape(p.role),
-                          p.samples_per_second, p.score, vocab::Name(p.klass),
-                          v1::Cause_Name(p.cause), p.sample_score, vocab::Name(p.speed_class),
+                          p.samples_per_second, p.score, vocab::Name(p.klass), CauseName(p.cause),
+                          p.sample_score, vocab::Name(p.speed_class),
                           p.compensated ? "true" : "false");
   }
   absl::StrAppend(&json, r.timeline.empty() ? "],\n" : "\n  ],\n", "  \"loss_curve\": [");
@@ -107,100 +181,16 @@ std::string ThroughputSvg(const RunResult& r) {
   return LineChartSvg(chart);
 }
 
-// The Monitor's cause for a reader: "" when it named none (not a straggler).
-std::string CauseName(v1::Cause cause) {
-  if (cause == v1::CAUSE_UNSPECIFIED) return "";
-  return cause == v1::CAUSE_UNKNOWN ? "unknown" : v1::Cause_Name(cause);
-}
-
 // "7.7 s (Controller's estimate)", and against policy none when a benchmark ran it.
 std::string TimeSaved(const RunResult& r) {
-  std::string out =
-      absl::StrFormat("time saved (Controller's estimate): %.1f s; lost to stragglers: %.1f s",
-                      r.estimated_saved_seconds, r.estimated_lost_seconds);
+  std::string out = absl::StrFormat(
+      "time saved (Controller's estimate): %.1f s, so without AntDT's actions "
+      "about %.1f s; lost to stragglers: %.1f s",
+      r.estimated_saved_seconds, r.jct_seconds + r.estimated_saved_seconds,
+      r.estimated_lost_seconds);
   if (r.none_jct_seconds >= 0) {
     absl::StrAppendFormat(&out, "; measured against policy none (%.1f s): %.1f s",
                           r.none_jct_seconds, r.none_jct_seconds - r.jct_seconds);
-  }
-  return out;
-}
-
-// What the Monitor saw of one worker that was ever slow, by BPT or per sample.
-struct StragglerSummary {
-  std::string worker;
-  bool server = false;  // a parameter server: scored by the workers' wait on it
-  double from_seconds = -1, to_seconds = -1;  // first and last view in which it was slow
-  v1::StragglerClass klass = v1::HEALTHY;     // the last slow view's, per sample when known
-  double max_sample_score = 0;
-  double max_score = 0;
-  double compensated_seconds = 0;  // between views in which it was compensated
-  std::map<v1::Cause, int> causes;
-};
-
-std::vector<StragglerSummary> Stragglers(const RunResult& r) {
-  std::map<std::string, StragglerSummary> by_worker;
-  std::map<std::string, double> last_compensated;  // worker -> time of its last compensated view
-  for (const ThroughputPoint& p : r.timeline) {
-    if (p.role != "worker" && p.role != "ps") continue;
-    if (!vocab::IsStraggler(p.klass) && !p.compensated && !vocab::IsStraggler(p.speed_class)) {
-      last_compensated.erase(p.worker);
-      continue;
-    }
-    StragglerSummary& s = by_worker[p.worker];
-    s.worker = p.worker;
-    s.server = p.role == "ps";
-    if (s.from_seconds < 0) s.from_seconds = p.at_seconds;
-    s.to_seconds = p.at_seconds;
-    s.klass = vocab::IsStraggler(p.speed_class) ? p.speed_class : p.klass;
-    s.max_sample_score = std::max(s.max_sample_score, p.sample_score);
-    s.max_score = std::max(s.max_score, p.score);
-    if (p.cause != v1::CAUSE_UNSPECIFIED) ++s.causes[p.cause];
-    if (p.compensated) {
-      auto it = last_compensated.find(p.worker);
-      if (it != last_compensated.end()) s.compensated_seconds += p.at_seconds - it->second;
-      last_compensated[p.worker] = p.at_seconds;
-    } else {
-      last_compensated.erase(p.worker);
-    }
-  }
-  std::vector<StragglerSummary> out;
-  for (auto& [worker, s] : by_worker) out.push_back(std::move(s));
-  return out;
-}
-
-// The cause the Monitor named most often, "" when none.
-std::string MainCause(const StragglerSummary& s) {
-  v1::Cause best = v1::CAUSE_UNSPECIFIED;
-  int count = 0;
-  for (const auto& [cause, n] : s.causes) {
-    if (n > count) {
-      best = cause;
-      count = n;
-    }
-  }
-  return CauseName(best);
-}
-
-// "worker-5 PERSISTENT from 3.0 s to 14.0 s: 4.00x slower per sample (batch
-// time score up to 4.05), compensated by a smaller batch for 9.0 s, cause
-// CPU_CONTENTION".
-std::string StragglerLine(const StragglerSummary& s) {
-  std::string out = absl::StrFormat("%s %s from %.1f s to %.1f s", s.worker,
-                                    v1::StragglerClass_Name(s.klass), s.from_seconds, s.to_seconds);
-  if (s.server) {
-    absl::StrAppendFormat(&out, ": parameter server, step time score up to %.2f", s.max_score);
-  } else if (s.max_sample_score > 0) {
-    absl::StrAppendFormat(&out, ": up to %.2fx slower per sample (batch time score up to %.2f)",
-                          s.max_sample_score, s.max_score);
-  } else {
-    absl::StrAppendFormat(&out, ": batch time score up to %.2f", s.max_score);
-  }
-  if (s.compensated_seconds > 0) {
-    absl::StrAppendFormat(&out, ", compensated by a smaller batch for %.1f s",
-                          s.compensated_seconds);
-  }
-  if (const std::string cause = MainCause(s); !cause.empty()) {
-    absl::StrAppend(&out, ", cause ", cause);
   }
   return out;
 }
@@ -211,11 +201,11 @@ int Rebalances(const RunResult& r) {
 }
 
 // One row of the actions table: the sentence, the raw fields behind a toggle.
-std::string ActionRow(const std::string& number, const ActionRecord& a) {
+std::string ActionRow(const std::string& number, const ActionRecord& a, v1::Cause cause) {
   return absl::StrFormat(
       "<tr><td>%s</td><td>%.1f s</td><td>%s</td><td>%s</td><td>%s</td><td>%s<details><summary>"
       "evidence</summary><code>%s</code></details></td></tr>\n",
-      number, a.at_seconds, vocab::Name(a.action), HtmlEscape(a.worker), CauseName(a.cause),
+      number, a.at_seconds, vocab::Name(a.action), HtmlEscape(a.worker), CauseName(cause),
       HtmlEscape(a.reason), HtmlEscape(a.description));
 }
 
@@ -229,9 +219,9 @@ std::string ActionsHtml(const RunResult& r) {
   int number = 0;
   for (const ActionRecord& a : r.actions) {
     if (a.rebalance()) {
-      absl::StrAppend(&folded, ActionRow("", a));
+      absl::StrAppend(&folded, ActionRow("", a, ActionCause(r, a)));
     } else {
-      absl::StrAppend(&listed, ActionRow(std::to_string(++number), a));
+      absl::StrAppend(&listed, ActionRow(std::to_string(++number), a, ActionCause(r, a)));
     }
   }
   std::string html = number ? absl::StrCat(head, listed, "</table>") : "<p>none</p>";
@@ -272,11 +262,10 @@ std::string ReportHtml(const RunResult& r) {
     loss.series.push_back({r.policy, r.loss_curve});
     absl::StrAppend(&html, "<h2>Loss</h2>", LineChartSvg(loss));
   }
-  const std::vector<StragglerSummary> stragglers = Stragglers(r);
   absl::StrAppend(&html, "<h2>Stragglers</h2>");
-  if (stragglers.empty()) absl::StrAppend(&html, "<p>none</p>");
-  for (const StragglerSummary& s : stragglers) {
-    absl::StrAppend(&html, "<p>", HtmlEscape(StragglerLine(s)), "</p>");
+  if (r.stragglers.empty()) absl::StrAppend(&html, "<p>none</p>");
+  for (const v1::StragglerRecord& s : r.stragglers) {
+    absl::StrAppend(&html, "<p>", HtmlEscape(StragglerLine(r, s)), "</p>");
   }
   absl::StrAppend(&html, "<h2>Actions</h2>", ActionsHtml(r), "<h2>Exactly-once check</h2><pre>",
                   HtmlEscape(VerificationText(r)), "</pre></body></html>\n");
@@ -309,6 +298,62 @@ std::string EvidenceText(const ActionRecord& a) {
   return absl::StrJoin(parts, ", ");
 }
 
+double JobSeconds(const RunResult& r, int64_t unix_ms) {
+  return static_cast<double>(unix_ms - r.start_unix_ms) / 1000.0;
+}
+
+namespace {
+
+// The record an action on `worker` at `at_seconds` was decided on: the
+// latest of its records detected by then.
+const v1::StragglerRecord* RecordAt(const RunResult& r, const std::string& worker,
+                                    double at_seconds) {
+  const v1::StragglerRecord* best = nullptr;
+  for (const v1::StragglerRecord& s : r.stragglers) {
+    if (s.worker_id() == worker && JobSeconds(r, s.detected_unix_ms()) <= at_seconds + 1e-3) {
+      best = &s;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+v1::Cause RecordCauseAt(const RunResult& r, const std::string& worker, double at_seconds) {
+  const v1::StragglerRecord* s = RecordAt(r, worker, at_seconds);
+  return s == nullptr ? v1::CAUSE_UNSPECIFIED : s->cause();
+}
+
+std::string StragglerLine(const RunResult& r, const v1::StragglerRecord& s) {
+  std::string out = absl::StrFormat(
+      "%s on %s %s: slow from %.1f s, detected at %.1f s, %s", s.worker_id(), s.node(),
+      v1::StragglerClass_Name(s.class_()), JobSeconds(r, s.first_seen_unix_ms()),
+      JobSeconds(r, s.detected_unix_ms()),
+      s.active() ? std::string("to the end")
+                 : absl::StrFormat("until %.1f s", JobSeconds(r, s.last_seen_unix_ms())));
+  if (s.role() == "ps") {
+    absl::StrAppendFormat(&out, "; parameter server, step time score up to %.2f", s.max_score());
+  } else if (s.max_sample_score() > 0) {
+    absl::StrAppendFormat(&out, "; up to %.2fx slower per sample (batch time score up to %.2f)",
+                          s.max_sample_score(), s.max_score());
+  } else {
+    absl::StrAppendFormat(&out, "; batch time score up to %.2f", s.max_score());
+  }
+  if (s.compensated()) absl::StrAppend(&out, ", compensated by a smaller batch");
+  absl::StrAppend(&out, "; cause ", vocab::CauseLabel(s.cause()));
+  if (const std::string evidence = CauseEvidence(s); !evidence.empty()) {
+    absl::StrAppend(&out, " (", evidence, ")");
+  }
+  std::vector<std::string> done;
+  for (const ActionRecord& a : r.actions) {
+    if (!a.subject.empty() && !a.rebalance() && RecordAt(r, a.subject, a.at_seconds) == &s) {
+      done.push_back(absl::StrFormat("%s at %.1f s", vocab::Name(a.action), a.at_seconds));
+    }
+  }
+  absl::StrAppend(&out, done.empty() ? "; nothing done" : "; done: " + absl::StrJoin(done, ", "));
+  return out;
+}
+
 std::string ActionLine(const ActionRecord& a) {
   return absl::StrFormat("%.1f s %s %s: %s", a.at_seconds, vocab::Name(a.action), a.worker,
                          a.reason);
@@ -323,10 +368,11 @@ std::string ReportText(const RunResult& r) {
     absl::StrAppendFormat(&out, "held-out data: log-loss %.4f, accuracy %.4f\n",
                           r.held_out_log_loss, r.held_out_accuracy);
   }
-  const std::vector<StragglerSummary> stragglers = Stragglers(r);
-  absl::StrAppendFormat(&out, "stragglers: %d%s\n", stragglers.size(),
-                        stragglers.empty() ? "" : ", as the Monitor saw them:");
-  for (const StragglerSummary& s : stragglers) absl::StrAppend(&out, "  ", StragglerLine(s), "\n");
+  absl::StrAppendFormat(&out, "stragglers: %d%s\n", r.stragglers.size(),
+                        r.stragglers.empty() ? "" : ", as the Monitor recorded them:");
+  for (const v1::StragglerRecord& s : r.stragglers) {
+    absl::StrAppend(&out, "  ", StragglerLine(r, s), "\n");
+  }
   const int rebalances = Rebalances(r);
   const int listed = static_cast<int>(r.actions.size()) - rebalances;
   absl::StrAppendFormat(&out, "actions: %d", listed);
@@ -340,7 +386,9 @@ std::string ReportText(const RunResult& r) {
   for (const ActionRecord& a : r.actions) {
     if (a.rebalance()) continue;
     absl::StrAppend(&out, "  ", ActionLine(a), "\n");
-    if (const std::string evidence = EvidenceText(a); !evidence.empty()) {
+    ActionRecord shown = a;
+    shown.cause = ActionCause(r, a);  // the record's, as every section shows it
+    if (const std::string evidence = EvidenceText(shown); !evidence.empty()) {
       absl::StrAppend(&out, "      ", evidence, "\n");
     }
   }

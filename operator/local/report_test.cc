@@ -51,6 +51,22 @@ RunResult Sample() {
     keep.description = "action=ADJUST_BS local_batch_size=70 at_ms=8603";
     r.actions.push_back(keep);
   }
+  r.start_unix_ms = 1'700'000'000'000;
+  v1::StragglerRecord& rec = r.stragglers.emplace_back();
+  rec.set_worker_id("worker-5");
+  rec.set_node("node-5");
+  rec.set_role("worker");
+  rec.set_class_(v1::PERSISTENT);
+  rec.set_cause(v1::CPU_THROTTLING);
+  (*rec.mutable_evidence())["cgroup_throttled_fraction"] = 0.62;
+  (*rec.mutable_evidence())["cpu_wait_share"] = 0.4;
+  rec.set_first_seen_unix_ms(r.start_unix_ms + 3'000);
+  rec.set_detected_unix_ms(r.start_unix_ms + 3'400);
+  rec.set_last_seen_unix_ms(r.start_unix_ms + 9'000);
+  rec.set_windows(20);
+  (*rec.mutable_cause_windows())["cpu_contention"] = 20;
+  rec.set_max_score(3.9);
+  rec.set_max_sample_score(3.95);
   for (double t : {3.0, 4.0}) {
     r.timeline.push_back({t, "ps-0", 0, 1, v1::HEALTHY, v1::CAUSE_UNSPECIFIED, "ps"});
     r.timeline.push_back({t, "worker-0", 950, 1, v1::HEALTHY, v1::CAUSE_UNSPECIFIED, "worker"});
@@ -62,11 +78,12 @@ RunResult Sample() {
 TEST(ReportText, ListsTheActionsWithTheirCauseAndEvidenceInSeconds) {
   const std::string text = ReportText(Sample());
   EXPECT_THAT(text,
-              HasSubstr("time saved (Controller's estimate): 3.4 s; lost to stragglers: 12.5 s\n"));
+              HasSubstr("time saved (Controller's estimate): 3.4 s, so without AntDT's actions "
+                        "about 66.9 s; lost to stragglers: 12.5 s\n"));
   EXPECT_THAT(text, HasSubstr("actions: 1 (and 3 batch changes that only keep the global batch"));
   EXPECT_THAT(text, HasSubstr("\n  8.6 s KILL_RESTART worker-5: PERSISTENT worker"));
   EXPECT_THAT(text,
-              HasSubstr("\n      cause CPU_THROTTLING, score 1.59, 5 slow windows, saves ~3.4 s, "
+              HasSubstr("\n      cause cpu_throttling, score 1.59, 5 slow windows, saves ~3.4 s, "
                         "costs 2.0 s\n"));
   EXPECT_THAT(text, Not(HasSubstr("keeps the global batch")));
   // Seconds, never the controller's milliseconds.
@@ -74,41 +91,60 @@ TEST(ReportText, ListsTheActionsWithTheirCauseAndEvidenceInSeconds) {
   EXPECT_THAT(text, Not(HasSubstr("12603")));
 }
 
-// A straggler that ADJUST_BS compensates: slow by BPT at 3 s, then slow per
-// sample only (compensated) at 4, 5 and 6 s, recovered at 7 s.
-TEST(ReportText, ShowsEachStragglerWithItsPerSampleSpeedAndCompensation) {
+// Each straggler as the Monitor recorded it: when it began, when it was
+// detected, until when, how slow, its cause with the values behind it beside
+// its peers', and what was done.
+TEST(ReportText, ShowsEachStragglerRecordWithItsCauseAndWhatWasDone) {
   RunResult r = Sample();
-  r.timeline.clear();
-  auto at = [&](double t, v1::StragglerClass cls, double score, double sample_score,
-                v1::StragglerClass speed, bool compensated, v1::Cause cause) {
-    r.timeline.push_back(
-        {t, "worker-0", 950, 1, v1::HEALTHY, v1::CAUSE_UNSPECIFIED, "worker", 1, v1::HEALTHY});
-    r.timeline.push_back(
-        {t, "worker-3", 320, score, cls, cause, "worker", sample_score, speed, compensated});
-  };
-  at(3, v1::TRANSIENT, 3.02, 3.01, v1::TRANSIENT, false, v1::CPU_CONTENTION);
-  at(4, v1::HEALTHY, 1.01, 3.05, v1::TRANSIENT, true, v1::CPU_CONTENTION);
-  at(5, v1::HEALTHY, 0.99, 2.98, v1::PERSISTENT, true, v1::CPU_CONTENTION);
-  at(6, v1::HEALTHY, 1.02, 3.00, v1::PERSISTENT, true, v1::CPU_CONTENTION);
-  at(7, v1::HEALTHY, 0.35, 1.00, v1::HEALTHY, false, v1::CAUSE_UNSPECIFIED);
   const std::string text = ReportText(r);
-  EXPECT_THAT(text, HasSubstr("stragglers: 1, as the Monitor saw them:\n"
-                              "  worker-3 PERSISTENT from 3.0 s to 6.0 s: up to 3.05x slower per "
-                              "sample (batch time score up to 3.02), compensated by a smaller "
-                              "batch for 2.0 s, cause CPU_CONTENTION\n"));
+  EXPECT_THAT(text,
+              HasSubstr("stragglers: 1, as the Monitor recorded them:\n"
+                        "  worker-5 on node-5 PERSISTENT: slow from 3.0 s, detected at 3.4 s, "
+                        "until 9.0 s; up to 3.95x slower per sample (batch time score up to "
+                        "3.90); cause cpu_throttling (cgroup_throttled_fraction 0.62); done: "
+                        "KILL_RESTART at 8.6 s\n"));
+  // Compensated, still slow at the end, its cause measured beside its peers'.
+  v1::StragglerRecord& rec = r.stragglers[0];
+  rec.set_compensated(true);
+  rec.set_active(true);
+  rec.set_cause(v1::CPU_CONTENTION);
+  (*rec.mutable_evidence())["cpu_wait_share_peer_median"] = 0.1;
+  EXPECT_THAT(ReportText(r), HasSubstr("detected at 3.4 s, to the end; up to 3.95x slower per "
+                                       "sample (batch time score up to 3.90), compensated by a "
+                                       "smaller batch; cause cpu_contention (cpu_wait_share 0.40, "
+                                       "peers 0.10)"));
   antdt::testing::TempDir dir;
   ASSERT_TRUE(WriteReport(r, dir.path()).ok());
   EXPECT_THAT(Read(dir.File("report.html")),
-              HasSubstr("<h2>Stragglers</h2><p>worker-3 PERSISTENT from 3.0 s"));
-  EXPECT_THAT(Read(dir.File("report.json")),
-              HasSubstr("\"sample_score\": 3.050, \"speed_class\": \"transient\", "
-                        "\"compensated\": true}"));
+              HasSubstr("<h2>Stragglers</h2><p>worker-5 on node-5 PERSISTENT: slow from 3.0 s"));
+  const std::string json = Read(dir.File("report.json"));
+  EXPECT_THAT(json, HasSubstr("\"stragglers\": [\n    {\"worker\": \"worker-5\", \"node\": "
+                              "\"node-5\", \"role\": \"worker\", \"class\": \"persistent\", "
+                              "\"compensated\": true, \"cause\": \"cpu_contention\", "
+                              "\"first_seen_seconds\": 3.000, \"detected_seconds\": 3.400, "
+                              "\"last_seen_seconds\": 9.000, \"active\": true, \"windows\": 20, "
+                              "\"cause_windows\": {\"cpu_contention\": 20}, "
+                              "\"max_score\": 3.900, \"max_sample_score\": 3.950, \"evidence\": "
+                              "{\"cgroup_throttled_fraction\": 0.62, \"cpu_wait_share\": 0.4, "
+                              "\"cpu_wait_share_peer_median\": 0.1}}\n  ],"));
+  // The action shows the record's cause, as every section does.
+  EXPECT_THAT(json, HasSubstr("\"cause\": \"cpu_contention\", \"reason\": \"PERSISTENT"));
   // A slow parameter server is listed too, by the workers' wait on it.
-  r.timeline.push_back({8, "ps-1", 0, 2.02, v1::PERSISTENT, v1::CAUSE_UNSPECIFIED, "ps"});
-  EXPECT_THAT(ReportText(r), HasSubstr("stragglers: 2, as the Monitor saw them:\n"));
-  EXPECT_THAT(ReportText(r), HasSubstr("\n  ps-1 PERSISTENT from 8.0 s to 8.0 s: parameter "
-                                       "server, step time score up to 2.02\n"));
-  r.timeline.clear();
+  v1::StragglerRecord& ps = r.stragglers.emplace_back();
+  ps.set_worker_id("ps-1");
+  ps.set_node("node-9");
+  ps.set_role("ps");
+  ps.set_class_(v1::PERSISTENT);
+  ps.set_cause(v1::CAUSE_UNKNOWN);
+  ps.set_first_seen_unix_ms(r.start_unix_ms + 8'000);
+  ps.set_detected_unix_ms(r.start_unix_ms + 8'500);
+  ps.set_last_seen_unix_ms(r.start_unix_ms + 9'000);
+  ps.set_max_score(2.02);
+  EXPECT_THAT(ReportText(r), HasSubstr("stragglers: 2, as the Monitor recorded them:\n"));
+  EXPECT_THAT(ReportText(r), HasSubstr("\n  ps-1 on node-9 PERSISTENT: slow from 8.0 s, detected "
+                                       "at 8.5 s, until 9.0 s; parameter server, step time score "
+                                       "up to 2.02; cause unknown; nothing done\n"));
+  r.stragglers.clear();
   EXPECT_THAT(ReportText(r), HasSubstr("stragglers: 0\n"));
 }
 
@@ -123,7 +159,7 @@ TEST(WriteReport, TheWhyIsTheSentenceWithTheFieldsBehindAToggle) {
   antdt::testing::TempDir dir;
   ASSERT_TRUE(WriteReport(Sample(), dir.path()).ok());
   const std::string html = Read(dir.File("report.html"));
-  EXPECT_THAT(html, HasSubstr("<td>CPU_THROTTLING</td><td>PERSISTENT worker (score 1.594"));
+  EXPECT_THAT(html, HasSubstr("<td>cpu_throttling</td><td>PERSISTENT worker (score 1.594"));
   EXPECT_THAT(html, HasSubstr("(4 s)<details><summary>evidence</summary><code>action=KILL_RESTART "
                               "worker=worker-5 from_node=node-5"));
   EXPECT_THAT(html, HasSubstr("<details><summary>3 batch changes that only keep the global batch"));
@@ -138,7 +174,7 @@ TEST(WriteReport, TheWhyIsTheSentenceWithTheFieldsBehindAToggle) {
   const std::string json = Read(dir.File("report.json"));
   EXPECT_THAT(json, HasSubstr("\"estimated_saved_seconds\": 3.411,"));
   EXPECT_THAT(json, HasSubstr("\"none_jct_seconds\": null,"));
-  EXPECT_THAT(json, HasSubstr("\"cause\": \"CPU_THROTTLING\", \"reason\": \"PERSISTENT"));
+  EXPECT_THAT(json, HasSubstr("\"cause\": \"cpu_throttling\", \"reason\": \"PERSISTENT"));
   EXPECT_THAT(json, HasSubstr("\"worker\": \"ps-0\", \"role\": \"ps\""));
 }
 

@@ -33,6 +33,7 @@
 #include "operator/control/job_metrics.h"
 #include "operator/controller/policy.h"
 #include "operator/local/cgroup.h"
+#include "operator/local/interference.h"
 #include "operator/local/loss_log.h"
 #include "operator/local/progress.h"
 #include "operator/local/prometheus.h"
@@ -69,10 +70,12 @@ class JobClock final : public Clock {
   }
   // The start in seconds since the Unix epoch (for the workers' loss logs).
   double start_unix() const { return start_unix_; }
+  // The job's time starts again at 0 (before its workers start).
+  void Restart() { *this = JobClock(); }
 
  private:
-  const SteadyClock::time_point start_;
-  const double start_unix_;
+  SteadyClock::time_point start_;
+  double start_unix_;
 };
 
 // The local backend of the control loop: the job's processes on this machine.
@@ -118,9 +121,16 @@ class Runner final : public control::Backend {
   }
   void RecordAction(const controller::Decision& d, control::Outcome outcome) override;
   void RecordTime(const control::TimeDelta& delta) override { metrics_.Time(delta); }
-  void RecordSkipped(const std::string& /*line*/, controller::SkipReason reason) override {
+  void RecordSkipped(const std::string& line, controller::SkipReason reason) override {
     metrics_.Skipped(controller::SkipReasonName(reason));
+    // Why nothing was done, in the run's log (not on the terminal: a skip
+    // repeats every window while it holds).
+    LogEvent("skipped", {{"job", job_.name},
+                         {"t", static_cast<double>(clock_.NowMillis()) / 1000.0},
+                         {"reason", controller::SkipReasonName(reason)},
+                         {"message", line}});
   }
+  void RecordBudgetUsed(int used) override { metrics_.BudgetUsed(used); }
 
  private:
   void Event(const std::string& line) {
@@ -179,9 +189,11 @@ class Runner final : public control::Backend {
   std::unique_ptr<control::ControlLoop> loop_;
   WorkerSite site_;
   std::optional<NodeCgroups> cgroups_;               // nodes with a cpu-quota slowdown
+  std::unique_ptr<Interference> interference_;       // the other real slowdowns
   const std::string cgroup_root_ = CpuCgroupRoot();  // v1 cpu controller, or v2
   std::map<std::string, std::string> speeds_written_;
-  std::vector<std::string> rebalanced_;  // batch changes of the current plan
+  std::vector<std::string> rebalanced_;      // batch changes of the current plan
+  std::vector<std::string> rebalanced_for_;  // its other actions: "worker-2's ADJUST_BS"
   RunResult result_;
 };
 
@@ -259,7 +271,15 @@ absl::Status Runner::StartAgents() {
     if (const CpuCgroup* group = cgroups_ ? cgroups_->Of(n.name) : nullptr) {
       argv.insert(argv.end(), {"--cgroup-root", cgroup_root_, "--cgroups", group->name()});
     }
-    ASSIGN_OR_RETURN(agents_[n.name], StartServer(argv, dir_, "agent-" + n.name));
+    // Its processes, as Interference lists them (every node shares this host).
+    argv.insert(argv.end(), {"--node-pids-file", dir_ + "/nodes/" + n.name + ".pids"});
+    std::map<std::string, std::string> env;
+    if (scenario_.Uses(n.name, manifest::SlowdownVia::kGpuThrottle)) {
+      // The test NVML library reports its GPU throttled while this file says so.
+      argv.insert(argv.end(), {"--nvml-library", o_.bin_dir + "/libantdt-test-nvml.so"});
+      env["ANTDT_TEST_NVML_STATE"] = dir_ + "/nodes/" + n.name + ".nvml";
+    }
+    ASSIGN_OR_RETURN(agents_[n.name], StartServer(argv, dir_, "agent-" + n.name, env));
   }
   return absl::OkStatus();
 }
@@ -304,6 +324,15 @@ absl::Status Runner::StartPrometheus() {
     return absl::UnavailableError("prometheus did not start: " +
                                   Tail(dir_ + "/prometheus.log", 1500));
   }
+  // Every target scraped once before the workers start (Prometheus hands new
+  // targets to its scrapers every 5 s): nothing of the job goes unseen.
+  const bool scraped = WaitFor(
+      [&] {
+        std::optional<std::string> body = HttpGet(address, ScrapedTargetsPath());
+        return body && ScrapedTargets(*body) >= static_cast<int>(targets.size());
+      },
+      std::chrono::seconds(20));
+  if (!scraped) Event("prometheus has not scraped every target yet: the job starts anyway");
   Event(absl::StrCat("prometheus on http://", address, " scraping ", targets.size(), " targets (",
                      dir, "/prometheus.yml)"));
   return absl::OkStatus();
@@ -407,13 +436,24 @@ absl::Status Runner::PrepareWorkers() {
 absl::Status Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& placement) {
   site_.sharding_addr = sharding_.address;
   site_.ps_addrs = servers_->addresses();
+  InterferenceOptions io;
+  io.work_dir = dir_;
+  io.sharding_address = sharding_.address;
+  io.step_device_us = job_.local.device_time_per_sample_us * job_.model.global_batch_size /
+                      std::max(job_.workers.replicas, 1);
+  ASSIGN_OR_RETURN(interference_, Interference::Create(scenario_, io));
   WorkerSetOptions wo;
   wo.log_dir = dir_;
   wo.backoff_limit = job_.run_policy.backoff_limit;
   wo.launch = [this](const WorkerSlot& w) {
-    return LaunchFor(job_, site_, w, agents_[w.node].address);
+    WorkerSite site = site_;
+    if (std::string relay = interference_->ShardingAddressFor(w.node); !relay.empty()) {
+      site.sharding_addr = relay;  // a slow-data node reads through its relay
+    }
+    return LaunchFor(job_, site, w, agents_[w.node].address);
   };
   wo.on_spawn = [this](const WorkerSlot& w, int pid) {
+    interference_->OnSpawn(w.node, pid);
     CpuCgroup* group = cgroups_->Of(w.node);
     return group == nullptr ? absl::OkStatus() : group->AddProcess(pid);
   };
@@ -452,6 +492,7 @@ absl::Status Runner::ApplyScenario() {
       speeds_written_[n.name] = speed;
     }
   }
+  if (interference_) RETURN_IF_ERROR(interference_->Apply(scenario_, now));
   return cgroups_ ? cgroups_->Apply(scenario_, now) : absl::OkStatus();
 }
 
@@ -460,6 +501,11 @@ std::optional<v1::GetJobHealthResponse> Runner::Health() {
       monitor_->hub().Health(job_.namespace_, job_.name);
   if (!health.ok()) return std::nullopt;  // NOT_FOUND: no reports yet
   const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
+  // A Monitor that forgot the job (every member silent) answers no records:
+  // keep the last ones.
+  if (health->workers_size() > 0 || health->stragglers_size() > 0) {
+    result_.stragglers.assign(health->stragglers().begin(), health->stragglers().end());
+  }
   for (const v1::WorkerHealth& h : health->workers()) {
     result_.timeline.push_back({t, h.worker_id(), h.samples_per_second(), h.score(), h.class_(),
                                 h.cause(), h.role(), h.sample_score(), h.speed_class(),
@@ -510,7 +556,7 @@ void Runner::RecordAction(const controller::Decision& d, control::Outcome outcom
     rec.cause = p->cause;
     break;
   }
-  metrics_.Action(vocab::Name(rec.action), d.rule, control::OutcomeName(outcome));
+  metrics_.Decided(d, control::OutcomeName(outcome));
   if (outcome != control::Outcome::kDone) {
     rec.reason = absl::StrCat("(", control::OutcomeName(outcome), ") ", rec.reason);
   }
@@ -523,6 +569,7 @@ void Runner::RecordAction(const controller::Decision& d, control::Outcome outcom
     const auto& a = std::get<controller::AdjustBatchSize>(d.action);
     rebalanced_.push_back(absl::StrCat(a.worker, "->", a.local_batch_size));
   } else {
+    rebalanced_for_.push_back(absl::StrCat(rec.worker, "'s ", vocab::Name(rec.action)));
     Event(ActionLine(rec));
     if (const std::string evidence = EvidenceText(rec); !evidence.empty()) {
       Event("    " + evidence);
@@ -533,9 +580,11 @@ void Runner::RecordAction(const controller::Decision& d, control::Outcome outcom
 
 absl::Status Runner::Control() {
   rebalanced_.clear();
+  rebalanced_for_.clear();
   RETURN_IF_ERROR(loop_->RunOnce().status());
   if (!rebalanced_.empty()) {
-    Event(absl::StrCat("    global batch kept: ", absl::StrJoin(rebalanced_, " ")));
+    Event(RebalanceLine(static_cast<double>(clock_.NowMillis()) / 1000.0, rebalanced_for_,
+                        rebalanced_));
   }
   return absl::OkStatus();
 }
@@ -568,6 +617,7 @@ void Runner::ShowProgress() {
 
 void Runner::Teardown() {
   if (workers_) workers_->KillAll();
+  interference_.reset();  // spinners killed, relays closed
   if (servers_) servers_->StopAll();
   for (auto& [node, a] : agents_) Stop(a);
   if (monitor_) monitor_->Stop();
@@ -634,7 +684,6 @@ absl::StatusOr<std::vector<std::string>> Runner::ServerPlacement() const {
 // Start: the sharding service and its dataset, the Monitor, agents, parameter
 // servers and workers, and the control loop over them.
 absl::Status Runner::StartJob() {
-  StartLoop();
   ASSIGN_OR_RETURN(const std::vector<const manifest::NodeSpec*> placement, Placement());
   RETURN_IF_ERROR(PrepareWorkers());
   RETURN_IF_ERROR(StartShardingService());
@@ -643,6 +692,12 @@ absl::Status Runner::StartJob() {
   RETURN_IF_ERROR(ApplyScenario());
   RETURN_IF_ERROR(StartAgents());
   RETURN_IF_ERROR(StartPrometheus());
+  // With --prometheus, the job's time starts once Prometheus has scraped every
+  // process (its discovery alone takes 5-10 s): its first samples are the
+  // job's first second, and the scenario's times are the workers'.
+  if (prometheus_) clock_.Restart();
+  StartLoop();
+  RETURN_IF_ERROR(ApplyScenario());
   ASSIGN_OR_RETURN(const std::vector<std::string> server_nodes, ServerPlacement());
   RETURN_IF_ERROR(StartParameterServers(server_nodes));
   RETURN_IF_ERROR(StartWorkers(placement));
@@ -749,6 +804,7 @@ absl::StatusOr<RunResult> Runner::Run() {
   fs::create_directories(dir_ + "/nodes");
   SetLogFile(dir_ + "/antdt-run.log");  // the terminal is the progress bar's
   result_.job = job_.name;
+  result_.start_unix_ms = static_cast<int64_t>(clock_.start_unix() * 1000);
   result_.policy = o_.no_slowdown ? "no-slowdown" : o_.plain ? "plain" : vocab::Name(policy_);
   absl::Status s = StartJob();
   if (s.ok()) s = Loop();

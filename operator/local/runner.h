@@ -114,7 +114,23 @@ struct RunResult {
   double estimated_lost_seconds = 0;
   // The same job under policy none, when a benchmark ran it (-1: not run).
   double none_jct_seconds = -1;
+  // The Monitor's straggler records at the end (GetJobHealthResponse's
+  // stragglers): the one account of each straggler that the terminal and the
+  // report render; their times are Unix ms, the job started at start_unix_ms.
+  std::vector<v1::StragglerRecord> stragglers;
+  int64_t start_unix_ms = 0;
 };
+
+// Seconds since the job started of a record's Unix ms time.
+double JobSeconds(const RunResult& result, int64_t unix_ms);
+// The cause of `worker`'s straggler record that covers `at_seconds` (the one
+// truth the actions show too); CAUSE_UNSPECIFIED when no record does.
+v1::Cause RecordCauseAt(const RunResult& result, const std::string& worker, double at_seconds);
+// "worker-5 on node-5 PERSISTENT: slow from 3.0 s, detected at 3.6 s, to the
+// end; up to 4.00x slower per sample (batch time score up to 4.05),
+// compensated by a smaller batch; cause cpu_contention (cpu_wait_share 0.55,
+// peers 0.10)".
+std::string StragglerLine(const RunResult& result, const v1::StragglerRecord& record);
 
 // OK when `job` can run plain; otherwise why not (the demo trainer has no
 // plain mode). The caller prefixes its flag.

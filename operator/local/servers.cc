@@ -41,13 +41,14 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 absl::StatusOr<Server> StartServer(std::vector<std::string> argv, const std::string& dir,
-                                   const std::string& name) {
+                                   const std::string& name,
+                                   const std::map<std::string, std::string>& env) {
   Server s;
   const std::string ready = dir + "/" + name + ".ready";
   fs::remove(ready);
   argv.insert(argv.end(), {"--ready-file", ready});
   s.log = dir + "/" + name + ".log";
-  s.proc = std::make_unique<Process>(argv, s.log);
+  s.proc = std::make_unique<Process>(argv, s.log, env);
   auto address = WaitForReadyFile(ready, std::chrono::seconds(30));
   if (!address) return absl::UnavailableError(name + " did not start: " + Tail(s.log, 1500));
   s.address = *address;

@@ -43,7 +43,8 @@ struct Server {
 // Starts `argv` (plus --ready-file) with its log at <dir>/<name>.log and
 // waits for its ready file (30 s).
 absl::StatusOr<Server> StartServer(std::vector<std::string> argv, const std::string& dir,
-                                   const std::string& name);
+                                   const std::string& name,
+                                   const std::map<std::string, std::string>& env = {});
 // SIGTERM, then SIGKILL after 5 s.
 void Stop(Server& s);
 

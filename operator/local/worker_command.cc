@@ -103,6 +103,8 @@ std::vector<std::string> DemoTrainerArgv(const manifest::Job& job, const WorkerS
           std::to_string(w.local_batch),
           "--device-us-per-sample",
           std::to_string(site.device_time_per_sample_us),
+          "--device-work",
+          site.device_work_cpu ? "cpu" : "sleep",
           "--speed-file",
           site.work_dir + "/nodes/" + w.node + ".speed",
           "--report-interval",
@@ -122,6 +124,7 @@ WorkerSite SiteFor(const manifest::Job& job, const std::string& bin_dir,
   site.mode = plain ? bridge::kModePlain : bridge::kModeAntdt;
   site.path_env = Getenv("PATH");
   site.device_time_per_sample_us = job.local.device_time_per_sample_us;
+  site.device_work_cpu = job.local.device_work_cpu;
   std::error_code ec;
   const fs::path python = fs::weakly_canonical(fs::path(bin_dir) / ".." / "python", ec);
   if (!ec && fs::is_directory(python, ec)) {

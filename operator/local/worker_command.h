@@ -31,6 +31,7 @@ struct WorkerSite {
   std::string python_path;                // PYTHONPATH, empty: left as the runner's
   std::string path_env;                   // the PATH a command's first word is looked up in
   int64_t device_time_per_sample_us = 0;  // the demo trainer's emulated compute
+  bool device_work_cpu = false;           // spec.local.deviceWork: cpu
 };
 
 // Where worker `id` of a run in `work_dir` keeps its journal of commits (the

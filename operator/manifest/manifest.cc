@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/config.h"
+#include "common/spelling.h"
 #include "common/status.h"
 
 namespace antdt::manifest {
@@ -61,7 +62,12 @@ absl::Status CheckMapping(const YAML::Node& node, const std::string& path,
     const std::string key = kv.first.Scalar();
     bool ok = false;
     for (absl::string_view k : known) ok = ok || k == key;
-    if (!ok) return Invalid(Join(path, key), "unknown field");
+    if (!ok) {
+      return Invalid(
+          Join(path, key),
+          absl::StrCat("unknown field",
+                       DidYouMean(key, std::vector<std::string>(known.begin(), known.end()))));
+    }
     if (!seen.insert(key).second) return Invalid(Join(path, key), "duplicate field");
   }
   return absl::OkStatus();
@@ -605,8 +611,16 @@ absl::Status ParseRunPolicy(const YAML::Node& node, RunPolicySpec* r) {
 
 absl::Status ParseLocal(const YAML::Node& node, LocalSpec* l) {
   const std::string path = "spec.local";
-  RETURN_IF_ERROR(
-      CheckMapping(node, path, {"scenario", "deviceTimePerSample", "serverTimePerStep"}));
+  RETURN_IF_ERROR(CheckMapping(
+      node, path, {"scenario", "deviceTimePerSample", "serverTimePerStep", "deviceWork"}));
+  std::string work = "sleep";
+  RETURN_IF_ERROR(ReadString(node, path, "deviceWork", &work));
+  if (work != "sleep" && work != "cpu") {
+    return Invalid(Join(path, "deviceWork"),
+                   absl::StrCat("must be sleep or cpu, got \"", work, "\"",
+                                DidYouMean(work, {"sleep", "cpu"})));
+  }
+  l->device_work_cpu = work == "cpu";
   RETURN_IF_ERROR(ReadString(node, path, "scenario", &l->scenario));
   RETURN_IF_ERROR(ReadDurationUs(node, path, "deviceTimePerSample", &l->device_time_per_sample_us));
   RETURN_IF_ERROR(AtLeast(Join(path, "deviceTimePerSample"), l->device_time_per_sample_us, 0));
@@ -695,13 +709,7 @@ absl::Status ParseNode(const YAML::Node& node, const std::string& path, NodeSpec
   RETURN_IF_ERROR(ReadDouble(node, path, "speed", &n->speed));
   RETURN_IF_ERROR(Positive(Join(path, "speed"), n->speed));
   RETURN_IF_ERROR(ReadBool(node, path, "spare", &n->spare));
-  std::string role = "worker";
-  RETURN_IF_ERROR(ReadString(node, path, "role", &role));
-  if (role == "ps") {
-    n->role = vocab::Role::kParameterServer;
-  } else if (role != "worker") {
-    return Invalid(Join(path, "role"), absl::StrCat("must be worker or ps, got \"", role, "\""));
-  }
+  RETURN_IF_ERROR(ReadOneOf(node, path, "role", vocab::AllRoles(), &n->role));
   return ReadStringMap(Get(node, "labels"), Join(path, "labels"), &n->labels);
 }
 
@@ -724,11 +732,21 @@ absl::Status ParseSlowdown(const YAML::Node& node, const std::string& path,
   }
   std::string via = "emulated";
   RETURN_IF_ERROR(ReadString(node, path, "via", &via));
-  if (via == "cpu-quota") {
-    s->via = SlowdownVia::kCpuQuota;
-  } else if (via != "emulated") {
+  static const auto* const kVia =
+      new std::map<std::string, SlowdownVia>{{"emulated", SlowdownVia::kEmulated},
+                                             {"cpu-quota", SlowdownVia::kCpuQuota},
+                                             {"cpu-contention", SlowdownVia::kCpuContention},
+                                             {"slow-data", SlowdownVia::kSlowData},
+                                             {"gpu-throttle", SlowdownVia::kGpuThrottle}};
+  if (auto it = kVia->find(via); it != kVia->end()) {
+    s->via = it->second;
+  } else {
     return Invalid(Join(path, "via"),
-                   absl::StrCat("must be emulated or cpu-quota, got \"", via, "\""));
+                   absl::StrCat("must be emulated, cpu-quota, cpu-contention, slow-data or "
+                                "gpu-throttle, got \"",
+                                via, "\"",
+                                DidYouMean(via, {"emulated", "cpu-quota", "cpu-contention",
+                                                 "slow-data", "gpu-throttle"})));
   }
   RETURN_IF_ERROR(ReadDurationMs(node, path, "start", &s->start_ms));
   if (s->kind == v1::DETERMINISTIC && s->start_ms != 0) {
@@ -841,17 +859,29 @@ double Scenario::SpeedAt(const std::string& node, int64_t t_ms) const {
     if (n.name == node) speed = n.speed;
   }
   for (const Slowdown& s : slowdowns) {
-    if (s.node == node && s.via == SlowdownVia::kEmulated && s.ActiveAt(t_ms)) speed /= s.factor;
+    if (s.node == node && s.ActiveAt(t_ms) &&
+        (s.via == SlowdownVia::kEmulated || s.via == SlowdownVia::kGpuThrottle)) {
+      speed /= s.factor;
+    }
   }
   return speed;
 }
 
 double Scenario::CpuQuotaFactorAt(const std::string& node, int64_t t_ms) const {
+  return FactorVia(node, SlowdownVia::kCpuQuota, t_ms);
+}
+
+double Scenario::FactorVia(const std::string& node, SlowdownVia via, int64_t t_ms) const {
   double factor = 1.0;
   for (const Slowdown& s : slowdowns) {
-    if (s.node == node && s.via == SlowdownVia::kCpuQuota && s.ActiveAt(t_ms)) factor *= s.factor;
+    if (s.node == node && s.via == via && s.ActiveAt(t_ms)) factor *= s.factor;
   }
   return factor;
+}
+
+bool Scenario::Uses(const std::string& node, SlowdownVia via) const {
+  return std::any_of(slowdowns.begin(), slowdowns.end(),
+                     [&](const Slowdown& s) { return s.node == node && s.via == via; });
 }
 
 bool Scenario::UsesCpuQuota(const std::string& node, size_t* index) const {

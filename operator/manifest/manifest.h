@@ -106,6 +106,10 @@ struct LocalSpec {       // spec.local: only `antdt run` reads it
   // spec.local.serverTimePerStep: emulated time a parameter server spends on
   // each step at speed 1 (its node's speed divides it); 0: none.
   int64_t server_time_per_step_us = 0;
+  // spec.local.deviceWork: "sleep" (the default) spends the device time
+  // asleep; "cpu" computes for that much CPU time on the worker's training
+  // thread, so that CPU contention and quotas slow it for real.
+  bool device_work_cpu = false;
 };
 
 // spec.shardingService.storage: where the sharding service keeps its state
@@ -156,6 +160,17 @@ absl::StatusOr<Job> ParseJob(const std::string& yaml);
 enum class SlowdownVia {
   kEmulated,  // "emulated": the node's speed file, which the demo trainer reads
   kCpuQuota,  // "cpu-quota": a real CPU cap on the node's worker processes (cgroup v1)
+  // "cpu-contention": factor - 1 co-located processes that spin on the CPU
+  // the node's workers are pinned to (the non-dedicated cluster's neighbours).
+  kCpuContention,
+  // "slow-data": the node's workers reach the sharding service through a
+  // relay that holds every chunk (factor - 1) x a step's device time / 2 in
+  // each direction: a data source far away.
+  kSlowData,
+  // "gpu-throttle": the node's agent reads GPUs from a test NVML library
+  // that reports thermal throttling while it is active, and the node's
+  // device time grows by factor, as a throttled GPU's does.
+  kGpuThrottle,
 };
 
 struct Slowdown {
@@ -195,6 +210,10 @@ struct Scenario {
   // True when some slowdown of `node` is via cpu-quota; the index of the first
   // in `*index` (for error messages).
   bool UsesCpuQuota(const std::string& node, size_t* index = nullptr) const;
+  // The factor of the slowdown of `node` via `via` active at `t_ms`; 1 when
+  // none is.
+  double FactorVia(const std::string& node, SlowdownVia via, int64_t t_ms) const;
+  bool Uses(const std::string& node, SlowdownVia via) const;
 };
 
 absl::StatusOr<Scenario> ParseScenario(const std::string& yaml);

@@ -264,13 +264,39 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, JobErrorTest,
     ::testing::Values(
         // Unknown fields, at every level.
-        ErrorCase{"spec.workers.replcas", "4", "spec.workers.replcas: unknown field"},
+        ErrorCase{"spec.workers.replcas", "4",
+                  "spec.workers.replcas: unknown field; did you mean \"replicas\"?"},
         ErrorCase{"spec.replicas", "4", "spec.replicas: unknown field"},
         ErrorCase{"extra", "1", "extra: unknown field"},
-        ErrorCase{"metadata.nmae", "x", "metadata.nmae: unknown field"},
+        ErrorCase{"metadata.nmae", "x", "metadata.nmae: unknown field; did you mean \"name\"?"},
         ErrorCase{"spec.dataset.shards", "1", "spec.dataset.shards: unknown field"},
-        ErrorCase{"spec.monitor.windows", "2s", "spec.monitor.windows: unknown field"},
+        ErrorCase{"spec.monitor.windows", "2s",
+                  "spec.monitor.windows: unknown field; did you mean \"window\"?"},
         ErrorCase{"spec.local.speed", "2", "spec.local.speed: unknown field"},
+        // A near name is suggested (common/spelling.h), case slips included.
+        ErrorCase{"spec.workers.replica", "4",
+                  "spec.workers.replica: unknown field; did you mean \"replicas\"?"},
+        ErrorCase{"spec.dataset.shardsize", "10",
+                  "spec.dataset.shardsize: unknown field; did you mean \"shardSize\"?"},
+        ErrorCase{"spec.stragglerPolicy.maxAction", "2",
+                  "spec.stragglerPolicy.maxAction: unknown field; did you mean \"maxActions\"?"},
+        ErrorCase{"spec.monitor.persistentWindow", "2",
+                  "spec.monitor.persistentWindow: unknown field; did you mean "
+                  "\"persistentWindows\"?"},
+        ErrorCase{"spec.stragglerPolicy.name", "antdt-ndd",
+                  "spec.stragglerPolicy.name: must be one of antdt-nd, antdt-dd, custom, none, "
+                  "backup-workers, lb-bsp, got \"antdt-ndd\"; did you mean \"antdt-nd\"?"},
+        ErrorCase{"spec.stragglerPolicy.name", "AntDT-DD",
+                  "spec.stragglerPolicy.name: must be one of antdt-nd, antdt-dd, custom, none, "
+                  "backup-workers, lb-bsp, got \"AntDT-DD\"; did you mean \"antdt-dd\"?"},
+        ErrorCase{"spec.stragglerPolicy",
+                  "{name: custom, rules: [{signal: selfscore, threshold: 1.5, action: ADJUST_BS}]}",
+                  "spec.stragglerPolicy.rules[0].signal: must be one of score, self_score, class, "
+                  "got \"selfscore\"; did you mean \"self_score\"?"},
+        ErrorCase{"spec.stragglerPolicy",
+                  "{name: custom, rules: [{signal: score, threshold: 1.5, action: KILL_RESTRAT}]}",
+                  "spec.stragglerPolicy.rules[0].action: must be one of ADJUST_BS, KILL_RESTART, "
+                  "got \"KILL_RESTRAT\"; did you mean \"KILL_RESTART\"?"},
         // apiVersion, kind, metadata.
         ErrorCase{"apiVersion", "v1", "apiVersion: must be \"antdt.io/v1alpha1\", got \"v1\""},
         ErrorCase{"apiVersion", std::nullopt, "apiVersion: required"},
@@ -336,7 +362,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "spec.workers.template.spec.containers[0].env[0].name: required"},
         ErrorCase{"spec.workers.template",
                   "{spec: {containers: [{env: [{name: A, value: b}, {name: B, valu: c}]}]}}",
-                  "spec.workers.template.spec.containers[0].env[1].valu: unknown field"},
+                  "spec.workers.template.spec.containers[0].env[1].valu: unknown field; did you "
+                  "mean \"value\"?"},
         ErrorCase{"spec.workers.template",
                   "{spec: {containers: [{env: [{name: A, value: b, valueFrom: {}}]}]}}",
                   "spec.workers.template.spec.containers[0].env[0].valueFrom: not allowed "
@@ -391,7 +418,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "got \"loud\""},
         ErrorCase{"spec.stragglerPolicy",
                   "{name: custom, rules: [{signal: score, treshold: 1.5, action: ADJUST_BS}]}",
-                  "spec.stragglerPolicy.rules[0].treshold: unknown field"},
+                  "spec.stragglerPolicy.rules[0].treshold: unknown field; did you mean "
+                  "\"threshold\"?"},
         ErrorCase{"spec.stragglerPolicy", "{name: custom, rules: [{signal: score, action: X}]}",
                   "spec.stragglerPolicy.rules[0].threshold: required"},
         ErrorCase{"spec.stragglerPolicy",
@@ -518,6 +546,7 @@ TEST(ParseJob, ExampleQuickstart) {
   EXPECT_EQ(job->straggler_policy.name, vocab::Policy::kAntdtNd);
   EXPECT_EQ(job->monitor.window_ms, 2'000);
   EXPECT_EQ(job->local.scenario, "../scenarios/quickstart.yaml");
+  EXPECT_TRUE(job->local.device_work_cpu);
   // The scenario path is relative to the manifest, and every worker has a node.
   absl::StatusOr<Scenario> scenario =
       ParseScenario(Read(SourceFile("examples/jobs/" + job->local.scenario)));
@@ -579,9 +608,14 @@ TEST(ParseScenario, ExampleQuickstart) {
   EXPECT_FALSE(s->nodes[3].spare);
   ASSERT_EQ(s->slowdowns.size(), 1u);
   EXPECT_EQ(s->slowdowns[0].kind, v1::PERSISTENT);
-  EXPECT_DOUBLE_EQ(s->SpeedAt("node-2", 3'999), 1.0);
-  EXPECT_DOUBLE_EQ(s->SpeedAt("node-2", 4'000), 1.0 / 3);
-  EXPECT_DOUBLE_EQ(s->SpeedAt("node-1", 4'000), 1.0);
+  // A real slowdown (neighbours on its CPU), not the emulated speed.
+  EXPECT_EQ(s->slowdowns[0].via, SlowdownVia::kCpuContention);
+  EXPECT_DOUBLE_EQ(s->SpeedAt("node-2", 4'000), 1.0);
+  EXPECT_DOUBLE_EQ(s->FactorVia("node-2", SlowdownVia::kCpuContention, 3'999), 1.0);
+  EXPECT_DOUBLE_EQ(s->FactorVia("node-2", SlowdownVia::kCpuContention, 4'000), 3.0);
+  EXPECT_DOUBLE_EQ(s->FactorVia("node-1", SlowdownVia::kCpuContention, 4'000), 1.0);
+  EXPECT_TRUE(s->Uses("node-2", SlowdownVia::kCpuContention));
+  EXPECT_FALSE(s->Uses("node-2", SlowdownVia::kSlowData));
 }
 
 TEST(ParseScenario, ExamplePaperMix) {
@@ -729,7 +763,7 @@ INSTANTIATE_TEST_SUITE_P(
         TextCase{"EmptyNodes", "nodes: []\n", "nodes: must list at least one node"},
         TextCase{"NodesNotList", "nodes: {a: 1}\n", "nodes: must be a list, got a mapping"},
         TextCase{"NodeUnknownField", "nodes: [{name: a, sped: 2}]\n",
-                 "nodes[0].sped: unknown field"},
+                 "nodes[0].sped: unknown field; did you mean \"speed\"?"},
         TextCase{"NodeNoName", "nodes: [{name: a}, {speed: 2}]\n", "nodes[1].name: required"},
         TextCase{"DuplicateNode", "nodes: [{name: a}, {name: b}, {name: a}]\n",
                  "nodes[2].name: duplicate node \"a\""},
@@ -780,10 +814,29 @@ INSTANTIATE_TEST_SUITE_P(
                      "slowdowns: [{node: node-0, kind: persistent, factor: 2, duration: 5s}]\n",
                  "slowdowns[0].duration: only allowed for a transient slowdown (a persistent one "
                  "lasts until the end)"},
+        TextCase{"NearKind", std::string(kNodes) + "slowdowns: [{node: node-0, kind: transeint}]\n",
+                 "slowdowns[0].kind: must be one of deterministic, transient, persistent, got "
+                 "\"transeint\"; did you mean \"transient\"?"},
+        TextCase{"NearSlowdownField",
+                 std::string(kNodes) +
+                     "slowdowns: [{node: node-0, kind: persistent, factor: 2, strat: 1s}]\n",
+                 "slowdowns[0].strat: unknown field; did you mean \"start\"?"},
+        TextCase{"NearTopField", std::string(kNodes) + "slowdown: []\n",
+                 "slowdown: unknown field; did you mean \"slowdowns\"?"},
+        TextCase{"NearRole", "nodes: [{name: a, role: PS}]\n",
+                 "nodes[0].role: must be one of worker, ps, got \"PS\"; did you mean \"ps\"?"},
+        TextCase{"BadRole", "nodes: [{name: a, role: server}]\n",
+                 "nodes[0].role: must be one of worker, ps, got \"server\""},
+        TextCase{"NearVia",
+                 std::string(kNodes) +
+                     "slowdowns: [{node: node-0, kind: persistent, factor: 2, via: cpu_quota}]\n",
+                 "slowdowns[0].via: must be emulated, cpu-quota, cpu-contention, slow-data or "
+                 "gpu-throttle, got \"cpu_quota\"; did you mean \"cpu-quota\"?"},
         TextCase{"BadVia",
                  std::string(kNodes) +
                      "slowdowns: [{node: node-0, kind: persistent, factor: 2, via: cgroup}]\n",
-                 "slowdowns[0].via: must be emulated or cpu-quota, got \"cgroup\""},
+                 "slowdowns[0].via: must be emulated, cpu-quota, cpu-contention, slow-data or "
+                 "gpu-throttle, got \"cgroup\""},
         TextCase{"DeterministicDuration",
                  std::string(kNodes) +
                      "slowdowns: [{node: node-1, kind: deterministic, factor: 2, duration: 5s}]\n",

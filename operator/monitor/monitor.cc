@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_key.h"
+#include "operator/monitor/causes.h"
 #include "operator/vocab/vocab.h"
 
 namespace antdt::monitor {
@@ -64,6 +65,7 @@ struct Observation {
   bool sample_classify = false;
   double data_wait_share = 0;
   double communication_share = 0;
+  double cpu_wait_share = 0;
   bool has_latency = false;  // a parameter server, through workers' latency
   double latency = 0;
   double latency_median = 0;
@@ -115,6 +117,7 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
     o.samples_per_second = a.samples / a.bpt;
     o.data_wait_share = a.data_wait / a.bpt;
     o.communication_share = a.communication / a.bpt;
+    o.cpu_wait_share = a.cpu_wait / a.bpt;
     if (a.samples > 0) {
       o.sample_seconds = a.bpt / a.samples;
       scores.role_sample_seconds[a.role].push_back(o.sample_seconds);
@@ -229,129 +232,13 @@ void Record(const MonitorConfig& config, const Observation& o, const MemberScore
   m.has_split = o.has_own;
   m.data_wait_share = o.data_wait_share;
   m.communication_share = o.communication_share;
+  m.cpu_wait_share = o.cpu_wait_share;
   m.has_latency = o.has_latency;
   m.latency = o.latency;
   m.latency_median = o.latency_median;
   m.latency_score = o.latency_score;
   m.history.push_back(m.last);
   while (static_cast<int>(m.history.size()) > config.history_windows) m.history.pop_front();
-}
-
-// The causes a straggler's evidence points at; the strongest that fired wins.
-struct Signals {
-  bool hardware = false;
-  bool throttled = false;
-  bool gpu = false;
-  bool memory = false;
-  bool io = false;
-  bool network = false;
-  bool contention = false;
-  bool data = false;
-};
-
-// CPU_THROTTLING from the node's cgroups, GPU_THROTTLING from its GPUs.
-void ThrottlingSignals(const v1::NodeSample& sample, const CauseThresholds& th, Evidence& ev,
-                       Signals& s) {
-  if (sample.cgroups_size() > 0) {
-    double max_throttled = 0;
-    for (const auto& cg : sample.cgroups()) {
-      max_throttled = std::max(max_throttled, NonNegative(cg.throttled_fraction()));
-    }
-    ev["cgroup_throttled_fraction"] = max_throttled;
-    s.throttled = max_throttled > th.cgroup_throttled_fraction;
-  }
-  if (sample.gpus_size() > 0) {
-    bool thermal = false, power = false;
-    for (const auto& g : sample.gpus()) {
-      thermal = thermal || g.thermal_throttling();
-      power = power || g.power_throttling();
-    }
-    ev["gpu_thermal_throttling"] = thermal ? 1 : 0;
-    ev["gpu_power_throttling"] = power ? 1 : 0;
-    s.gpu = thermal || power;
-  }
-}
-
-// MEMORY_PRESSURE, IO_PRESSURE and CPU_CONTENTION from pressure stall
-// information, MEMORY_PRESSURE from available memory too.
-void PressureSignals(const v1::NodeSample& sample, const CauseThresholds& th, Evidence& ev,
-                     Signals& s) {
-  if (sample.has_pressure()) {
-    const v1::PressureSample& p = sample.pressure();
-    ev["memory_some_avg10"] = p.memory_some_avg10();
-    ev["io_some_avg10"] = p.io_some_avg10();
-    ev["cpu_some_avg10"] = p.cpu_some_avg10();
-    s.memory = p.memory_some_avg10() > th.memory_some_avg10;
-    s.io = p.io_some_avg10() > th.io_some_avg10;
-    s.contention = p.cpu_some_avg10() > th.cpu_some_avg10;
-  }
-  if (sample.has_memory() && sample.memory().total_bytes() > 0) {
-    const double available = static_cast<double>(sample.memory().available_bytes()) /
-                             static_cast<double>(sample.memory().total_bytes());
-    ev["memory_available_fraction"] = available;
-    s.memory = s.memory || available < th.memory_available_fraction;
-  }
-}
-
-// NETWORK from drops and errors on the node's interfaces other than "lo".
-void NetworkSignal(const v1::NodeSample& sample, Evidence& ev, Signals& s) {
-  if (sample.net_size() == 0) return;
-  double drops = 0, errors = 0;
-  for (const auto& n : sample.net()) {
-    if (n.name() == "lo") continue;
-    drops += NonNegative(n.rx_drops_per_second()) + NonNegative(n.tx_drops_per_second());
-    errors += NonNegative(n.errors_per_second());
-  }
-  ev["net_drops_per_second"] = drops;
-  ev["net_errors_per_second"] = errors;
-  s.network = drops > 0 || errors > 0;
-}
-
-// Every signal of a fresh node sample.
-void SampleSignals(const v1::NodeSample& sample, const CauseThresholds& th, Evidence& ev,
-                   Signals& s) {
-  ThrottlingSignals(sample, th, ev, s);
-  PressureSignals(sample, th, ev, s);
-  NetworkSignal(sample, ev, s);
-  if (sample.has_cpu()) {
-    ev["cpu_utilization"] = sample.cpu().utilization();
-    s.contention = s.contention || sample.cpu().utilization() > th.cpu_utilization;
-  }
-}
-
-// NETWORK and DATA_LOADING from the member's last step split; a parameter
-// server's latency as seen by the workers, as evidence only.
-void StepSignals(const internal::Member& member, const CauseThresholds& th, Evidence& ev,
-                 Signals& s) {
-  if (member.has_split) {
-    ev["communication_share"] = member.communication_share;
-    ev["data_wait_share"] = member.data_wait_share;
-    s.network = s.network || member.communication_share > th.step_share;
-    s.data = member.data_wait_share > th.step_share;
-  }
-  if (member.has_latency) {
-    ev["ps_latency_seconds"] = member.latency;
-    ev["ps_latency_median_seconds"] = member.latency_median;
-    ev["ps_latency_score"] = member.latency_score;
-  }
-}
-
-// Strongest first; see the file comment for why this order.
-v1::Cause StrongestCause(const Signals& s) {
-  const std::pair<bool, v1::Cause> order[] = {
-      {s.hardware, v1::HARDWARE},
-      {s.throttled, v1::CPU_THROTTLING},
-      {s.gpu, v1::GPU_THROTTLING},
-      {s.memory, v1::MEMORY_PRESSURE},
-      {s.io, v1::IO_PRESSURE},
-      {s.network, v1::NETWORK},
-      {s.contention, v1::CPU_CONTENTION},
-      {s.data, v1::DATA_LOADING},
-  };
-  for (const auto& [fired, cause] : order) {
-    if (fired) return cause;
-  }
-  return v1::CAUSE_UNKNOWN;
 }
 
 }  // namespace
@@ -384,6 +271,10 @@ absl::Status MonitorConfig::Validate() const {
     return Bad("allowed_lateness", "must be <= (max_open_windows - 2) x window");
   }
   if (!(node_sample_max_age_ms > 0)) return Bad("node_sample_max_age", "must be > 0");
+  if (max_records < 1) return Bad("max_records", "must be >= 1");
+  if (!(causes.peer_ratio >= 1 && causes.peer_ratio <= 100)) {
+    return Bad("causes.peer_ratio", "must be in [1, 100]");
+  }
   const CauseThresholds& c = causes;
   for (const auto& [value, hi, field] : {
            std::tuple<double, double, const char*>{c.cgroup_throttled_fraction, 1,
@@ -394,6 +285,8 @@ absl::Status MonitorConfig::Validate() const {
            {c.memory_available_fraction, 1, "causes.memory_available_fraction"},
            {c.io_some_avg10, 100, "causes.io_some_avg10"},
            {c.step_share, 1, "causes.step_share"},
+           {c.cpu_wait_share, 1, "causes.cpu_wait_share"},
+           {c.neighbour_cpu_cores, 4096, "causes.neighbour_cpu_cores"},
        }) {
     absl::Status status = InRange(value, 0, hi, field);
     if (!status.ok()) return status;
@@ -444,6 +337,7 @@ void Monitor::Ingest(const v1::StepReport& report) {
   a.samples += static_cast<double>(std::max<int64_t>(report.samples(), 0));
   a.data_wait += NonNegative(report.data_wait_seconds());
   a.communication += NonNegative(report.communication_seconds());
+  a.cpu_wait += NonNegative(report.cpu_wait_seconds());
   for (const auto& [server, latency] : report.ps_latency_seconds()) {
     if (server.empty() || !std::isfinite(latency) || latency < 0) continue;
     auto& sum = a.ps_latency[server];
@@ -478,7 +372,7 @@ void Monitor::CloseWindows(int64_t now_ms) {
     // Bounded: once every member is forgotten and nothing is pending, the job ends.
     while ((job.next_window + 1) * config_.window_ms + config_.allowed_lateness_ms <= now_ms &&
            !(job.members.empty() && job.pending.empty())) {
-      CloseWindow(job, job.next_window);
+      CloseWindow(job, job.next_window, now_ms);
       ++job.next_window;
       job.closed_any = true;
       ++job.windows_closed;
@@ -503,17 +397,19 @@ void Monitor::CloseWindows(int64_t now_ms) {
 
 // Score every member that reported in the window, classify each scored one,
 // record its window; forget the members silent for too long.
-void Monitor::CloseWindow(Job& job, int64_t window) {
+void Monitor::CloseWindow(Job& job, int64_t window, int64_t now_ms) {
   WindowScores scores = ScoreOwnReports(config_, TakeWindow(job, window), job.members);
   ScoreServerLatency(config_, job.members, scores);
   UpdateJobSlowdown(config_, scores.role_median, job);
   const Majorities majorities = HardwareMajorities(job);
   const int64_t start_ms = window * config_.window_ms;
+  std::map<std::string, bool> observed;  // members scored in this window
   for (auto it = job.members.begin(); it != job.members.end();) {
     Member& m = it->second;
     auto oit = scores.observations.find(it->first);
     if (oit == scores.observations.end()) {
       if (++m.windows_missing >= config_.forget_after_windows) {
+        EndRecord(job, m);
         it = job.members.erase(it);
         ++stats_.members_forgotten;
       } else {
@@ -527,8 +423,10 @@ void Monitor::CloseWindow(Job& job, int64_t window) {
     const StragglerClass cls = Classify(m, s.score, s.classify, majorities);
     ClassifySpeed(m, oit->second.sample_score, oit->second.sample_classify, majorities);
     Record(config_, oit->second, s, cls, start_ms, m);
+    observed[it->first] = oit->second.has_own || oit->second.has_latency;
     ++it;
   }
+  UpdateRecords(job, observed, start_ms, now_ms, majorities);
 }
 
 namespace {
@@ -642,22 +540,135 @@ bool Monitor::LabelDeterministic(const Member& member, const Majorities& majorit
   return slower;
 }
 
-void Monitor::Attribute(const Member& member, const Majorities& majorities, int64_t now_ms,
-                        v1::WorkerHealth& health) const {
-  Evidence& ev = *health.mutable_evidence();
-  Signals signals;
-  signals.hardware = LabelDeterministic(member, majorities, &ev) &&
-                     (member.cls == v1::DETERMINISTIC || member.speed_cls == v1::DETERMINISTIC);
+std::map<std::string, double> Monitor::MemberSignals(const Member& member, int64_t now_ms) const {
+  std::map<std::string, double> values;
   if (auto nit = nodes_.find(member.node);
       !member.node.empty() && nit != nodes_.end() && nit->second.sample.time_unix_ms() > 0) {
     const int64_t age_ms = now_ms - nit->second.sample.time_unix_ms();
-    ev["node_sample_age_seconds"] = static_cast<double>(age_ms) / 1000;
-    if (age_ms <= config_.node_sample_max_age_ms) {
-      SampleSignals(nit->second.sample, config_.causes, ev, signals);
+    if (age_ms <= config_.node_sample_max_age_ms) values = NodeSignalValues(nit->second.sample);
+  }
+  if (member.has_split) {
+    values["communication_share"] = member.communication_share;
+    values["data_wait_share"] = member.data_wait_share;
+    values["cpu_wait_share"] = member.cpu_wait_share;
+  }
+  return values;
+}
+
+namespace {
+
+// The cause named in most windows of the record (the first named wins a tie).
+v1::Cause RecordCause(const internal::RecordState& r) {
+  v1::Cause best = v1::CAUSE_UNKNOWN;
+  int count = 0;
+  for (const auto& [cause, n] : r.named) {
+    if (n > count) {
+      best = cause;
+      count = n;
     }
   }
-  StepSignals(member, config_.causes, ev, signals);
-  health.set_cause(StrongestCause(signals));
+  return best;
+}
+
+// The record `id` of the job; nullptr when dropped or none (-1).
+template <typename JobT>
+auto FindRecord(JobT& job, int64_t id) -> decltype(&job.records.front()) {
+  if (id < 0 || job.records.empty() || id < job.records.front().id) return nullptr;
+  const auto offset = static_cast<size_t>(id - job.records.front().id);
+  return offset < job.records.size() ? &job.records[offset] : nullptr;
+}
+
+// One more slow window of the member in its record, with this window's cause.
+void AddWindow(internal::RecordState& r, const internal::Member& m, v1::Cause cause,
+               std::map<std::string, double> evidence, int64_t end_ms) {
+  v1::StragglerRecord& rec = r.record;
+  const bool compensated = IsStraggler(m.speed_cls) && !IsStraggler(m.cls);
+  rec.set_class_(compensated ? m.speed_cls : m.cls);
+  rec.set_compensated(compensated);
+  rec.set_last_seen_unix_ms(end_ms);
+  rec.set_active(true);
+  rec.set_windows(rec.windows() + 1);
+  rec.set_max_score(std::max(rec.max_score(), m.last.score));
+  rec.set_max_sample_score(std::max(rec.max_sample_score(), m.last.sample_score));
+  ++(*rec.mutable_cause_windows())[vocab::CauseLabel(cause)];
+  if (cause != v1::CAUSE_UNKNOWN) {
+    auto it = std::find_if(r.named.begin(), r.named.end(),
+                           [cause](const auto& p) { return p.first == cause; });
+    if (it == r.named.end()) {
+      r.named.emplace_back(cause, 1);
+    } else {
+      ++it->second;
+    }
+    r.evidence[cause] = evidence;
+  }
+  r.latest_evidence = std::move(evidence);
+  const v1::Cause named = RecordCause(r);
+  rec.set_cause(named);
+  const auto& shown = named == v1::CAUSE_UNKNOWN ? r.latest_evidence : r.evidence[named];
+  rec.mutable_evidence()->clear();
+  rec.mutable_evidence()->insert(shown.begin(), shown.end());
+}
+
+}  // namespace
+
+void Monitor::EndRecord(Job& job, Member& member) {
+  if (internal::RecordState* r = FindRecord(job, member.record_id)) r->record.set_active(false);
+  member.record_id = -1;
+}
+
+void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observed, int64_t start_ms,
+                            int64_t now_ms, const Majorities& majorities) {
+  std::map<std::string, std::map<std::string, double>> signals;  // observed members'
+  for (const auto& [id, seen] : observed) {
+    auto mit = job.members.find(id);
+    if (seen && mit != job.members.end()) signals[id] = MemberSignals(mit->second, now_ms);
+  }
+  for (const auto& [id, values] : signals) {
+    Member& m = job.members.at(id);
+    if (!IsStraggler(m.cls) && !IsStraggler(m.speed_cls)) {
+      EndRecord(job, m);
+      continue;
+    }
+    std::vector<const std::map<std::string, double>*> peers;
+    for (const auto& [peer, peer_values] : signals) {
+      if (peer != id && job.members.at(peer).role == m.role) peers.push_back(&peer_values);
+    }
+    google::protobuf::Map<std::string, double> labels;
+    const bool hardware = LabelDeterministic(m, majorities, &labels) &&
+                          (m.cls == v1::DETERMINISTIC || m.speed_cls == v1::DETERMINISTIC);
+    Attribution a = AttributeCause(values, peers, hardware, config_.causes);
+    a.evidence.insert(labels.begin(), labels.end());
+    if (auto nit = nodes_.find(m.node); nit != nodes_.end() && nit->second.sample.time_unix_ms()) {
+      a.evidence["node_sample_age_seconds"] =
+          static_cast<double>(now_ms - nit->second.sample.time_unix_ms()) / 1000;
+    }
+    if (m.has_latency) {
+      a.evidence["ps_latency_seconds"] = m.latency;
+      a.evidence["ps_latency_median_seconds"] = m.latency_median;
+      a.evidence["ps_latency_score"] = m.latency_score;
+    }
+    internal::RecordState* r = FindRecord(job, m.record_id);
+    if (r != nullptr && r->record.node() != m.node) {
+      EndRecord(job, m);  // moved to another node: a new episode
+      r = nullptr;
+    }
+    if (r == nullptr) {
+      while (static_cast<int>(job.records.size()) >= config_.max_records) job.records.pop_front();
+      internal::RecordState& fresh = job.records.emplace_back();
+      fresh.id = job.next_record_id++;
+      v1::StragglerRecord& rec = fresh.record;
+      rec.set_job(job.name);
+      rec.set_namespace_(job.ns);
+      rec.set_worker_id(id);
+      rec.set_node(m.node);
+      rec.set_role(m.role);
+      rec.set_first_seen_unix_ms(start_ms);
+      rec.set_detected_unix_ms(now_ms);
+      m.record_id = fresh.id;
+      r = &fresh;
+    }
+    AddWindow(*r, m, a.cause, std::move(a.evidence), start_ms + config_.window_ms);
+  }
 }
 
 int64_t Monitor::WindowsClosed(const std::string& job) const {
@@ -674,7 +685,7 @@ v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t no
   const Job& job = jit->second;
   response.set_window(job.windows_closed);
   response.set_job_slowdown(job.job_slowdown);
-  const Majorities majorities = HardwareMajorities(job);
+  for (const internal::RecordState& r : job.records) *response.add_stragglers() = r.record;
   for (const auto& [id, m] : job.members) {  // std::map: sorted by id
     if (!m.closed) continue;
     v1::WorkerHealth& h = *response.add_workers();
@@ -695,7 +706,11 @@ v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t no
     h.set_speed_class(m.speed_cls);
     h.set_speed_windows_slow(m.speed_windows_slow);
     h.set_compensated(IsStraggler(m.speed_cls) && !IsStraggler(m.cls));
-    if (IsStraggler(m.cls) || h.compensated()) Attribute(m, majorities, now_ms, h);
+    if (IsStraggler(m.cls) || h.compensated()) {
+      const internal::RecordState* r = FindRecord(job, m.record_id);
+      h.set_cause(r != nullptr ? r->record.cause() : v1::CAUSE_UNKNOWN);
+      if (r != nullptr) *h.mutable_evidence() = r->record.evidence();
+    }
     if (m.windows_missing > 0) (*h.mutable_evidence())["windows_missing"] = m.windows_missing;
   }
   return response;

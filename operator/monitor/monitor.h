@@ -58,28 +58,22 @@
 // (scores near 1) flags nobody; a worker slow relative to its slowed peers is
 // still a straggler.
 //
-// Cause attribution (Health(), for TRANSIENT, PERSISTENT and DETERMINISTIC
-// members), from the latest NodeSample of the member's node (ignored when older
-// than node_sample_max_age_ms) and the member's last window step split. The
-// first signal that fires, in this order, wins (most specific first; generic
-// saturation signals last, as a busy training node is normally near 100% CPU):
-//   1 HARDWARE         deterministic by label (device_speed, hardware_minority)
-//   2 CPU_THROTTLING   max cgroup throttled_fraction > 0.2 (cgroup_throttled_fraction)
-//   3 GPU_THROTTLING   any GPU thermal or power throttling (gpu_thermal_throttling,
-//                      gpu_power_throttling)
-//   4 MEMORY_PRESSURE  memory some avg10 > 10, or available < 5% of total
-//                      (memory_some_avg10, memory_available_fraction)
-//   5 IO_PRESSURE      io some avg10 > 20 (io_some_avg10)
-//   6 NETWORK          drops or errors per second > 0 on a non-"lo" interface, or
-//                      communication > 50% of BPT (net_drops_per_second,
-//                      net_errors_per_second, communication_share)
-//   7 CPU_CONTENTION   cpu some avg10 > 20 or cpu utilization > 0.95
-//                      (cpu_some_avg10, cpu_utilization)
-//   8 DATA_LOADING     data wait > 50% of BPT (data_wait_share)
-//   9 CAUSE_UNKNOWN
-// Every value checked is in WorkerHealth.evidence, whichever fired, plus
-// node_sample_age_seconds, and for parameter servers ps_latency_seconds,
-// ps_latency_median_seconds and ps_latency_score when workers reported them.
+// Cause attribution, when a window closes, for each member slow in it (by
+// BPT or per sample): its signals (its node's latest NodeSample, ignored when
+// older than node_sample_max_age_ms, and its own step split in the window)
+// against its peers' in the same window; see causes.h for the signals, their
+// order and the peer rule. Each signal's value is in the evidence, whichever
+// fired, with its peers' median, plus node_sample_age_seconds, and for
+// parameter servers ps_latency_seconds, ps_latency_median_seconds and
+// ps_latency_score when workers reported them.
+//
+// Straggler records (GetJobHealthResponse.stragglers): one per episode of a
+// member, from the first window it is slow (by BPT, or per sample while
+// compensated) to the last; a window in which it is neither ends it, and so
+// does a move to another node (a restarted worker starts a new one). Its cause
+// is the one named in most of its slow windows (the first named wins a tie),
+// CAUSE_UNKNOWN while none was; WorkerHealth's cause and evidence are its open
+// record's. At most max_records per job are kept, the oldest dropped first.
 //
 // Memory is bounded: history_windows points per member, members forgotten as
 // above, max_open_windows pending windows per job, one sample per node (dropped
@@ -109,8 +103,13 @@ struct CauseThresholds {
   double cpu_utilization = 0.95;
   double memory_some_avg10 = 10;  // percent
   double memory_available_fraction = 0.05;
-  double io_some_avg10 = 20;  // percent
-  double step_share = 0.5;    // communication or data wait share of BPT that dominates
+  double io_some_avg10 = 20;          // percent
+  double step_share = 0.5;            // communication or data wait share of BPT that dominates
+  double cpu_wait_share = 0.2;        // run-queue wait share of the training thread's step time
+  double neighbour_cpu_cores = 0.25;  // cores the node's processes outside the job used
+  // A signal names its cause only when it is also this many times its
+  // peers' median (causes.h).
+  double peer_ratio = 1.5;
 };
 
 // Defaults, and why:
@@ -147,6 +146,7 @@ struct MonitorConfig {
   int forget_after_windows = 30;   // consecutive windows without a report
   int max_open_windows = 8;        // pending windows per job
   int64_t node_sample_max_age_ms = 60'000;
+  int max_records = 256;  // straggler records kept per job
   CauseThresholds causes;
 
   // Names the bad field: "monitor.window: must be > 0".
@@ -188,6 +188,7 @@ struct Accum {
   double samples = 0;
   double data_wait = 0;
   double communication = 0;
+  double cpu_wait = 0;
   std::map<std::string, std::pair<double, int64_t>> ps_latency;  // server -> (sum, count)
 };
 
@@ -198,6 +199,7 @@ struct Member {
   WindowPoint last;
   double data_wait_share = 0;
   double communication_share = 0;
+  double cpu_wait_share = 0;
   bool has_split = false;    // the last window had its own reports (step split known)
   bool has_latency = false;  // parameter server seen through workers' latency
   double latency = 0;
@@ -216,6 +218,16 @@ struct Member {
   double baseline_bpt = 0;
   bool profile_deterministic = false;
   std::deque<WindowPoint> history;
+  int64_t record_id = -1;  // its open straggler record; -1 when none
+};
+
+// A straggler record and how often each cause was named in it.
+struct RecordState {
+  int64_t id = 0;
+  v1::StragglerRecord record;
+  std::vector<std::pair<v1::Cause, int>> named;                 // in the order first named
+  std::map<v1::Cause, std::map<std::string, double>> evidence;  // latest per cause
+  std::map<std::string, double> latest_evidence;
 };
 
 struct Job {
@@ -228,6 +240,8 @@ struct Job {
   std::vector<double> warmup_medians;
   double baseline_median = 0;
   bool job_slowdown = false;
+  std::deque<RecordState> records;  // oldest first, ids consecutive
+  int64_t next_record_id = 0;
 };
 
 }  // namespace internal
@@ -269,7 +283,15 @@ class Monitor {
   explicit Monitor(MonitorConfig config) : config_(std::move(config)) {}
   using Majorities = std::map<std::string, std::string>;  // role -> most common hardware
 
-  void CloseWindow(Job& job, int64_t window);
+  void CloseWindow(Job& job, int64_t window, int64_t now_ms);
+  // Names the cause of every member slow in the window just closed and
+  // updates its straggler record; ends the records of members no longer slow.
+  void UpdateRecords(Job& job, const std::map<std::string, bool>& observed, int64_t start_ms,
+                     int64_t now_ms, const Majorities& majorities);
+  // Marks the member's open record ended.
+  static void EndRecord(Job& job, Member& member);
+  // The member's signal values in the window just closed.
+  std::map<std::string, double> MemberSignals(const Member& member, int64_t now_ms) const;
   // The member's class for a window with `score` (`classify` false: too few
   // peers, so neither slow nor a leader); counts its consecutive slow windows.
   v1::StragglerClass Classify(Member& member, double score, bool classify,
@@ -283,9 +305,6 @@ class Monitor {
   // label values checked in `evidence` when given.
   bool LabelDeterministic(const Member& member, const Majorities& majorities,
                           google::protobuf::Map<std::string, double>* evidence) const;
-  // Sets cause and evidence of a straggler.
-  void Attribute(const Member& member, const Majorities& majorities, int64_t now_ms,
-                 v1::WorkerHealth& health) const;
 
   struct NodeState {
     v1::NodeSample sample;  // newest; time_unix_ms == 0 when none yet

@@ -880,19 +880,21 @@ TEST(MonitorCauseTest, EachCauseWithItsEvidence) {
       r.set_communication_seconds(r.bpt_seconds() * c.communication_share);
       r.set_compute_seconds(r.bpt_seconds() - r.data_wait_seconds() - r.communication_seconds());
     };
-    for (int n = 0; n < 5; ++n) sim.Step(factor, split);
+    // The cause is named when a window closes, from the sample seen by then:
+    // this one, from before the first window on.
     const int64_t now = sim.CloseTime(4);
     v1::NodeSample sample = CleanSample(now - c.sample_age_ms);
     c.edit(sample);
     sim.monitor().Ingest(sample);
-    const v1::GetJobHealthResponse health = sim.monitor().Health(kJob, now);
+    v1::GetJobHealthResponse health;
+    for (int n = 0; n < 5; ++n) health = sim.Step(factor, split);
     const v1::WorkerHealth& w = *Find(health, WorkerId(0));
     ASSERT_TRUE(IsStraggler(w.class_())) << Name(w.class_());
     EXPECT_EQ(v1::Cause_Name(w.cause()), v1::Cause_Name(c.want));
     ASSERT_EQ(w.evidence().count(c.key), 1u) << c.key;
     EXPECT_NEAR(w.evidence().at(c.key), c.value, 1e-3) << c.key;
     // Every value checked is there, whichever cause fired.
-    std::vector<std::string> keys = {"communication_share", "data_wait_share",
+    std::vector<std::string> keys = {"communication_share", "data_wait_share", "cpu_wait_share",
                                      "node_sample_age_seconds"};
     if (c.sample_age_ms < 60'000) {
       for (const char* k : {"cgroup_throttled_fraction", "cpu_some_avg10", "cpu_utilization",
@@ -904,7 +906,97 @@ TEST(MonitorCauseTest, EachCauseWithItsEvidence) {
     for (const std::string& k : keys) EXPECT_EQ(w.evidence().count(k), 1u) << k;
     const bool hardware_label = c.labels.count("antdt.io/hardware") > 0;
     EXPECT_EQ(w.evidence().count("hardware_minority"), hardware_label ? 1u : 0u);
+    // The one record of the straggler says the same.
+    ASSERT_EQ(health.stragglers_size(), 1);
+    const v1::StragglerRecord& rec = health.stragglers(0);
+    EXPECT_EQ(rec.worker_id(), WorkerId(0));
+    EXPECT_EQ(rec.node(), NodeName(0));
+    EXPECT_TRUE(rec.active());
+    EXPECT_EQ(rec.cause(), w.cause());
+    EXPECT_EQ(rec.evidence().size(), w.evidence().size());
   }
+}
+
+// A signal every node shows explains nobody's slowness: node-0's CPU pressure
+// names CPU_CONTENTION only while its peers' nodes are calm.
+TEST(MonitorCauseTest, ASignalEveryPeerShowsNamesNothing) {
+  for (const double peer_pressure : {35.0, 2.0}) {
+    SCOPED_TRACE(peer_pressure);
+    Sim::Options options;
+    options.workers = 8;
+    Sim sim(options);
+    const Factor factor = Only(0, [](double t) { return t >= 1 ? 2.0 : 1.0; });
+    for (int n = 0; n < 4; ++n) sim.Step(factor);
+    const int64_t now = sim.CloseTime(4);
+    for (int i = 0; i < 8; ++i) {
+      v1::NodeSample sample = CleanSample(now - 1'000);
+      sample.set_node(NodeName(i));
+      sample.mutable_pressure()->set_cpu_some_avg10(i == 0 ? 35 : peer_pressure);
+      sim.monitor().Ingest(sample);
+    }
+    const v1::GetJobHealthResponse health = sim.Step(factor);
+    const v1::WorkerHealth& w = *Find(health, WorkerId(0));
+    ASSERT_TRUE(IsStraggler(w.class_()));
+    EXPECT_EQ(v1::Cause_Name(w.cause()), peer_pressure > 20 ? "CAUSE_UNKNOWN" : "CPU_CONTENTION");
+    EXPECT_NEAR(w.evidence().at("cpu_some_avg10_peer_median"), peer_pressure, 1e-9);
+  }
+}
+
+// The training thread's wait for a CPU, from its own step reports, names CPU
+// contention when it stands out from its peers'.
+TEST(MonitorCauseTest, CpuWaitShareNamesContention) {
+  Sim::Options options;
+  options.workers = 8;
+  Sim sim(options);
+  const Factor factor = Only(0, [](double t) { return t >= 1 ? 2.0 : 1.0; });
+  const Customize wait = [](int worker, double, v1::StepReport& r) {
+    r.set_compute_seconds(r.bpt_seconds());
+    r.set_cpu_wait_seconds(r.bpt_seconds() * (worker == 0 ? 0.55 : 0.1));
+  };
+  v1::GetJobHealthResponse health;
+  for (int n = 0; n < 5; ++n) health = sim.Step(factor, wait);
+  const v1::WorkerHealth& w = *Find(health, WorkerId(0));
+  EXPECT_EQ(v1::Cause_Name(w.cause()), "CPU_CONTENTION");
+  EXPECT_NEAR(w.evidence().at("cpu_wait_share"), 0.55, 1e-6);
+  EXPECT_NEAR(w.evidence().at("cpu_wait_share_peer_median"), 0.1, 1e-6);
+}
+
+// One record per episode: first seen, detected, last seen, the cause named
+// in most windows; it ends when the member recovers, and a later slowdown
+// opens a new one.
+TEST(MonitorRecordTest, OneRecordPerEpisode) {
+  Sim::Options options;
+  options.workers = 8;
+  Sim sim(options);
+  const Factor slow = Only(2, [](double t) { return t >= 2 && t < 6 ? 3.0 : 1.0; });
+  const Customize data = [](int worker, double t, v1::StepReport& r) {
+    if (worker == 2 && t >= 3) r.set_data_wait_seconds(r.bpt_seconds() * 0.8);
+  };
+  v1::GetJobHealthResponse health;
+  for (int n = 0; n < 8; ++n) health = sim.Step(slow, data);
+  ASSERT_EQ(health.stragglers_size(), 1);
+  const v1::StragglerRecord& rec = health.stragglers(0);
+  EXPECT_EQ(rec.worker_id(), WorkerId(2));
+  EXPECT_FALSE(rec.active());
+  EXPECT_EQ(rec.windows(), 4);
+  EXPECT_EQ(rec.first_seen_unix_ms(), Sim::WindowStart(2));
+  EXPECT_EQ(rec.detected_unix_ms(), sim.CloseTime(2));
+  EXPECT_EQ(rec.last_seen_unix_ms(), Sim::WindowStart(6));
+  // Data wait in 3 of its 4 slow windows: DATA_LOADING, with its evidence.
+  EXPECT_EQ(v1::Cause_Name(rec.cause()), "DATA_LOADING");
+  EXPECT_EQ(rec.cause_windows().at("data_loading"), 3);
+  EXPECT_EQ(rec.cause_windows().at("unknown"), 1);
+  EXPECT_NEAR(rec.evidence().at("data_wait_share"), 0.8, 1e-6);
+  EXPECT_NEAR(rec.max_score(), 3.0, 0.3);
+  // The worker is healthy now and has no cause.
+  EXPECT_EQ(Find(health, WorkerId(2))->cause(), v1::CAUSE_UNSPECIFIED);
+  // Slow again: a second record.
+  const Factor again = Only(2, [](double) { return 3.0; });
+  health = sim.Step(again);
+  ASSERT_EQ(health.stragglers_size(), 2);
+  EXPECT_TRUE(health.stragglers(1).active());
+  EXPECT_EQ(health.stragglers(1).windows(), 1);
+  EXPECT_EQ(v1::Cause_Name(health.stragglers(1).cause()), "CAUSE_UNKNOWN");
 }
 
 TEST(MonitorCauseTest, DeterministicByProfileHasNoHardwareCause) {
@@ -1106,14 +1198,14 @@ TEST(MonitorNodeTest, NewestSampleWinsAndLabelsFromSamples) {
   options.workers = 8;
   Sim sim(options);
   const Factor factor = Only(0, [](double) { return 2.0; });
-  for (int n = 0; n < 4; ++n) sim.Step(factor);
   const int64_t now = sim.CloseTime(3);
   v1::NodeSample newer = CleanSample(now - 1'000);
   newer.mutable_cgroups(0)->set_throttled_fraction(0.5);
   v1::NodeSample older = CleanSample(now - 5'000);
   sim.monitor().Ingest(newer);
   sim.monitor().Ingest(older);  // ignored
-  v1::GetJobHealthResponse health = sim.monitor().Health(kJob, now);
+  v1::GetJobHealthResponse health;
+  for (int n = 0; n < 4; ++n) health = sim.Step(factor);
   EXPECT_EQ(v1::Cause_Name(Find(health, WorkerId(0))->cause()), "CPU_THROTTLING");
 
   v1::NodeSample labelled = CleanSample(now);
@@ -1121,7 +1213,12 @@ TEST(MonitorNodeTest, NewestSampleWinsAndLabelsFromSamples) {
   sim.monitor().Ingest(labelled);
   health = sim.Step(factor);
   EXPECT_EQ(Name(Find(health, WorkerId(0))->class_()), "DETERMINISTIC");
+  // The record's cause is the one named in most of its windows: still
+  // CPU_THROTTLING (4 windows to 1), HARDWARE once it is named more often.
+  EXPECT_EQ(v1::Cause_Name(Find(health, WorkerId(0))->cause()), "CPU_THROTTLING");
+  for (int n = 0; n < 4; ++n) health = sim.Step(factor);
   EXPECT_EQ(v1::Cause_Name(Find(health, WorkerId(0))->cause()), "HARDWARE");
+  EXPECT_EQ(Find(health, WorkerId(0))->evidence().at("device_speed"), 0.5);
 
   v1::NodeSample nameless = CleanSample(now);
   nameless.clear_node();

@@ -369,36 +369,48 @@ MetricFamily AgentDroppedFamily(const std::map<std::string, v1::AgentDropped>& d
   return family;
 }
 
-// Score, class and cause of every member of every job.
+// The class a member straggles as now: its batch-time class when that is a
+// straggler's, else its per-sample class when that is (a straggler a smaller
+// batch compensates for is still one); nullopt when it is not a straggler.
+std::optional<v1::StragglerClass> StragglingAs(const v1::WorkerHealth& w) {
+  if (vocab::IsStraggler(w.class_())) return w.class_();
+  if (vocab::IsStraggler(w.speed_class())) return w.speed_class();
+  return std::nullopt;
+}
+
+MetricFamily Gauge(const std::string& name, const std::string& help) {
+  return MetricFamily{name, help, MetricType::Gauge, {}};
+}
+
+}  // namespace
+
 std::vector<MetricFamily> HealthFamilies(const std::vector<v1::GetJobHealthResponse>& jobs) {
-  MetricFamily score{"antdt_monitor_straggler_score",
-                     "Window batch time over the role's median (1 = median).",
-                     MetricType::Gauge,
-                     {}};
-  MetricFamily cls{"antdt_monitor_straggler_class",
-                   "1 healthy, 2 leader, 3 deterministic, 4 transient, 5 persistent.",
-                   MetricType::Gauge,
-                   {}};
-  MetricFamily cause{"antdt_monitor_straggler_cause",
-                     "Likely cause (antdt.v1.Cause); 0 when not a straggler.",
-                     MetricType::Gauge,
-                     {}};
-  MetricFamily info{"antdt_monitor_straggler_info",
-                    "1 for each member, with its class, its class by per-sample speed and likely "
-                    "cause by name (cause NONE when not a straggler) and whether a smaller batch "
-                    "compensates for it.",
-                    MetricType::Gauge,
-                    {}};
-  MetricFamily sample_score{"antdt_monitor_straggler_sample_score",
-                            "Window seconds per sample over the role's median (1 = median, 3 = "
-                            "three times slower per sample); 0 when it reported no samples.",
-                            MetricType::Gauge,
-                            {}};
-  MetricFamily compensated{"antdt_monitor_straggler_compensated",
-                           "1 when the member is slower per sample but not by batch time: its "
-                           "smaller batch compensates for it.",
-                           MetricType::Gauge,
-                           {}};
+  MetricFamily score = Gauge("antdt_monitor_straggler_score",
+                             "Window batch time over the role's median (1 = median).");
+  MetricFamily cls = Gauge("antdt_monitor_straggler_class",
+                           "The class by batch time, which the policies act on: 1 healthy, 2 "
+                           "leader, 3 deterministic, 4 transient, 5 persistent.");
+  MetricFamily speed_cls = Gauge("antdt_monitor_straggler_speed_class",
+                                 "The class by per-sample speed, numbered as "
+                                 "antdt_monitor_straggler_class.");
+  MetricFamily info =
+      Gauge("antdt_monitor_straggler_info",
+            "1 for each member, with its class, its class by per-sample speed, its likely cause by "
+            "name (none when not a straggler) and whether a smaller batch compensates for it.");
+  MetricFamily sample_score = Gauge("antdt_monitor_straggler_sample_score",
+                                    "Window seconds per sample over the role's median (1 = "
+                                    "median, 3 = three times slower per sample); 0 when it "
+                                    "reported no samples.");
+  MetricFamily compensated = Gauge("antdt_monitor_straggler_compensated",
+                                   "1 when the member is slower per sample but not by batch "
+                                   "time: its smaller batch compensates for it.");
+  MetricFamily stragglers = Gauge(
+      "antdt_monitor_stragglers",
+      "Members straggling now, compensated ones included, by class (the per-sample class of a "
+      "compensated one), likely cause and whether a smaller batch compensates for them; only "
+      "the combinations with a straggler.");
+  // (namespace, job, class, cause, compensated) -> members.
+  std::map<std::vector<std::string>, int> counts;
   for (const v1::GetJobHealthResponse& job : jobs) {
     for (const v1::WorkerHealth& w : job.workers()) {
       Labels labels = {
@@ -406,20 +418,31 @@ std::vector<MetricFamily> HealthFamilies(const std::vector<v1::GetJobHealthRespo
       if (!w.namespace_().empty()) labels.push_back({"namespace", w.namespace_()});
       Add(score, labels, w.score());
       Add(cls, labels, static_cast<double>(w.class_()));
-      Add(cause, labels, static_cast<double>(w.cause()));
+      Add(speed_cls, labels, static_cast<double>(w.speed_class()));
       Add(sample_score, labels, w.sample_score());
       Add(compensated, labels, w.compensated() ? 1 : 0);
+      const std::optional<v1::StragglerClass> as = StragglingAs(w);
+      const std::string cause = as ? vocab::CauseLabel(w.cause()) : vocab::kNoCauseLabel;
+      const std::string comp = w.compensated() ? "true" : "false";
       Labels named = labels;
       named.push_back({"class", vocab::Name(w.class_())});
-      named.push_back({"cause", w.cause() == v1::CAUSE_UNSPECIFIED ? std::string("NONE")
-                                                                   : vocab::CauseName(w.cause())});
+      named.push_back({"cause", cause});
       named.push_back({"speed_class", vocab::Name(w.speed_class())});
-      named.push_back({"compensated", w.compensated() ? "true" : "false"});
+      named.push_back({"compensated", comp});
       Add(info, named, 1);
+      if (as) ++counts[{w.namespace_(), w.job(), vocab::Name(*as), cause, comp}];
     }
   }
-  return {score, cls, cause, info, sample_score, compensated};
+  for (const auto& [key, members] : counts) {
+    Labels labels = {
+        {"job", key[1]}, {"class", key[2]}, {"cause", key[3]}, {"compensated", key[4]}};
+    if (!key[0].empty()) labels.push_back({"namespace", key[0]});
+    Add(stragglers, labels, members);
+  }
+  return {score, cls, speed_cls, info, sample_score, compensated, stragglers};
 }
+
+namespace {
 
 class MonitorCollector final : public prometheus::Collectable {
  public:

@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "operator/monitor/monitor.h"
 #include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
 
 namespace antdt::monitor {
 
@@ -135,5 +136,14 @@ class MonitorHub {
   bool stopping_ ABSL_GUARDED_BY(tick_mu_) = false;
   std::thread ticker_;
 };
+
+// The Monitor's series of every member of `jobs` (what Collector() serves
+// beside its ingest counters): per member antdt_monitor_straggler_score,
+// _class, _speed_class, _sample_score, _compensated and _info (class, speed
+// class, cause by name, "none" when not a straggler); per job
+// antdt_monitor_stragglers, the members straggling now (by batch time, or per
+// sample while a smaller batch compensates) by class, cause and compensated.
+std::vector<prometheus::MetricFamily> HealthFamilies(
+    const std::vector<v1::GetJobHealthResponse>& jobs);
 
 }  // namespace antdt::monitor

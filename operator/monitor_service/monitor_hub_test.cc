@@ -8,6 +8,7 @@
 
 #include "common/credential.h"
 #include "common/process.h"
+#include "operator/vocab/vocab.h"
 #include "prometheus/text_serializer.h"
 
 namespace antdt::monitor {
@@ -219,6 +220,65 @@ TEST_F(MonitorHubTest, MetricsCountStreamsDropsAndHealth) {
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
   }
+}
+
+v1::WorkerHealth Member(const std::string& id, v1::StragglerClass cls, v1::StragglerClass speed,
+                        v1::Cause cause) {
+  v1::WorkerHealth w;
+  w.set_job("paper-mix");
+  w.set_namespace_("default");
+  w.set_worker_id(id);
+  w.set_role("worker");
+  w.set_node("node-" + id);
+  w.set_class_(cls);
+  w.set_speed_class(speed);
+  w.set_compensated(!vocab::IsStraggler(cls) && vocab::IsStraggler(speed));
+  w.set_cause(cause);
+  return w;
+}
+
+// A compensated straggler (healthy by batch time, persistent per sample) is
+// counted as a persistent straggler with its cause by name; a member that is
+// no straggler has cause "none" whatever the Monitor left in its cause; no
+// numeric cause series.
+TEST(HealthFamiliesTest, CountEveryStragglerNowCompensatedIncluded) {
+  v1::GetJobHealthResponse job;
+  *job.add_workers() = Member("w-0", v1::HEALTHY, v1::PERSISTENT, v1::CPU_CONTENTION);
+  *job.add_workers() = Member("w-1", v1::PERSISTENT, v1::PERSISTENT, v1::CPU_CONTENTION);
+  *job.add_workers() = Member("w-2", v1::TRANSIENT, v1::HEALTHY, v1::CAUSE_UNSPECIFIED);
+  *job.add_workers() = Member("w-3", v1::HEALTHY, v1::HEALTHY, v1::CPU_THROTTLING);
+  *job.add_workers() = Member("w-4", v1::LEADER, v1::LEADER, v1::CAUSE_UNSPECIFIED);
+  const std::string text = prometheus::TextSerializer().Serialize(HealthFamilies({job}));
+  for (const char* line : {
+           "antdt_monitor_stragglers{job=\"paper-mix\",class=\"persistent\",cause=\"cpu_"
+           "contention\",compensated=\"true\",namespace=\"default\"} 1",
+           "antdt_monitor_stragglers{job=\"paper-mix\",class=\"persistent\",cause=\"cpu_"
+           "contention\",compensated=\"false\",namespace=\"default\"} 1",
+           "antdt_monitor_stragglers{job=\"paper-mix\",class=\"transient\",cause=\"unknown\","
+           "compensated=\"false\",namespace=\"default\"} 1",
+           "antdt_monitor_straggler_info{job=\"paper-mix\",worker=\"w-0\",role=\"worker\","
+           "node=\"node-w-0\",namespace=\"default\",class=\"healthy\",cause=\"cpu_contention\","
+           "speed_class=\"persistent\",compensated=\"true\"} 1",
+           "antdt_monitor_straggler_info{job=\"paper-mix\",worker=\"w-3\",role=\"worker\","
+           "node=\"node-w-3\",namespace=\"default\",class=\"healthy\",cause=\"none\"",
+           "antdt_monitor_straggler_speed_class{job=\"paper-mix\",worker=\"w-0\",role=\"worker\","
+           "node=\"node-w-0\",namespace=\"default\"} 5",
+           "antdt_monitor_straggler_class{job=\"paper-mix\",worker=\"w-0\",role=\"worker\","
+           "node=\"node-w-0\",namespace=\"default\"} 1",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
+  }
+  // Three stragglers now: the compensated one, the persistent and the transient.
+  int stragglers = 0;
+  for (const prometheus::MetricFamily& f : HealthFamilies({job})) {
+    if (f.name != "antdt_monitor_stragglers") continue;
+    for (const prometheus::ClientMetric& m : f.metric)
+      stragglers += static_cast<int>(m.gauge.value);
+  }
+  EXPECT_EQ(stragglers, 3);
+  EXPECT_EQ(text.find("antdt_monitor_straggler_cause"), std::string::npos) << text;
+  EXPECT_EQ(text.find("stragglers{job=\"paper-mix\",class=\"leader"), std::string::npos) << text;
+  EXPECT_EQ(text.find("stragglers{job=\"paper-mix\",class=\"healthy"), std::string::npos) << text;
 }
 
 // With a step gate (the job's credential), a report without the job's digest

@@ -1735,6 +1735,7 @@ StragglerReport ReportStragglers(const Observed& o, bool finished) {
                            {"node", st.node},
                            {"pod", st.pod},
                            {"class", vocab::KubernetesName(st.klass)},
+                           {"compensated", st.compensated},
                            {"cause", st.cause},
                            {"score", Round2(st.score)},
                            {"since", kube::FormatTime(st.since_ms)}});

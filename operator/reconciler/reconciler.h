@@ -125,9 +125,10 @@ inline constexpr char kTlsMountPath[] = "/etc/antdt/tls";
 struct Straggler {
   std::string worker, node, pod;
   v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
-  std::string cause;  // as status.stragglers shows it (vocab::CauseName)
+  std::string cause;  // as status.stragglers shows it (vocab::CauseLabel)
   double score = 0;
   int64_t since_ms = 0;
+  bool compensated = false;  // slower per sample, its smaller batch hides it
 };
 
 // The sharding service's view of the dataset.

@@ -1194,7 +1194,8 @@ TEST(ReconcileTest, StragglersInStatusAndCondition) {
   ASSERT_EQ(st["stragglers"].size(), 2u);
   EXPECT_EQ(st["stragglers"][0],
             Json::parse(R"({"worker":"worker-2","node":"node-2","pod":"quickstart-k8s-worker-2",
-                            "class":"Persistent","cause":"cpu contention from co-located pods",
+                            "class":"Persistent","compensated":false,
+                            "cause":"cpu contention from co-located pods",
                             "score":2.35,"since":"2026-11-29T21:00:12Z"})"));
   const Json& cond = Condition(st, "StragglersDetected");
   EXPECT_EQ(cond["status"], "True");

@@ -3,10 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/spelling.h"
 #include "common/status.h"
 #include "operator/sim/simulator.h"
 
@@ -18,7 +21,9 @@ absl::Status Unknown(const YAML::Node& map, const std::string& where,
   for (const auto& kv : map) {
     const std::string key = kv.first.as<std::string>();
     if (!known.count(key)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, key, ": unknown field"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, key, ": unknown field",
+                       DidYouMean(key, std::vector<std::string>(known.begin(), known.end()))));
     }
   }
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 #include "operator/vocab/vocab.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 namespace antdt::vocab {
@@ -147,6 +148,21 @@ bool IsStraggler(v1::StragglerClass cls) {
 std::string CauseName(v1::Cause cause) {
   const std::string& name = v1::Cause_Name(cause);
   return name.empty() || cause == v1::CAUSE_UNSPECIFIED ? "UNKNOWN" : name;
+}
+
+const std::string& CauseLabel(v1::Cause cause) {
+  static const auto* const kLabels =
+      new std::map<v1::Cause, std::string>{{v1::CPU_CONTENTION, "cpu_contention"},
+                                           {v1::CPU_THROTTLING, "cpu_throttling"},
+                                           {v1::MEMORY_PRESSURE, "memory_pressure"},
+                                           {v1::NETWORK, "network"},
+                                           {v1::GPU_THROTTLING, "gpu_throttling"},
+                                           {v1::IO_PRESSURE, "io_pressure"},
+                                           {v1::HARDWARE, "hardware"},
+                                           {v1::DATA_LOADING, "data_loading"}};
+  static const auto* const kUnknown = new std::string("unknown");
+  auto it = kLabels->find(cause);
+  return it == kLabels->end() ? *kUnknown : it->second;
 }
 
 double Median(std::vector<double> values) {

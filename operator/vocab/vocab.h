@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "antdt/v1/monitor.pb.h"
+#include "common/spelling.h"
 
 namespace antdt::vocab {
 
@@ -71,15 +72,18 @@ std::string Names(const std::vector<E>& values) {
 
 // The value of `allowed` whose Name is `text`; otherwise InvalidArgument
 // `<field>: must be one of <Names(allowed)>, got "<text>"`, the message of
-// every edge.
+// every edge, with `; did you mean "<name>"?` when a name is near
+// (common/spelling.h).
 template <typename E>
 absl::StatusOr<E> ParseOneOf(absl::string_view field, absl::string_view text,
                              const std::vector<E>& allowed) {
+  std::vector<std::string> names;
   for (E value : allowed) {
     if (Name(value) == text) return value;
+    names.push_back(Name(value));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": must be one of ", Names(allowed), ", got \"", text, "\""));
+  return absl::InvalidArgumentError(absl::StrCat(field, ": must be one of ", Names(allowed),
+                                                 ", got \"", text, "\"", DidYouMean(text, names)));
 }
 
 // A straggler class as Kubernetes objects show it (status.stragglers, Events,
@@ -93,6 +97,13 @@ bool IsStraggler(v1::StragglerClass cls);
 // A cause as status.stragglers shows it: its proto name (CPU_CONTENTION, ...),
 // "UNKNOWN" when unspecified.
 std::string CauseName(v1::Cause cause);
+// A cause as metric labels show it: the proto name in lower case without a
+// prefix (cpu_contention, cpu_throttling, memory_pressure, network,
+// gpu_throttling, io_pressure, hardware, data_loading), "unknown" for
+// CAUSE_UNKNOWN and unspecified. A member that is not a straggler has the
+// label "none" (kNoCauseLabel) whatever its cause.
+const std::string& CauseLabel(v1::Cause cause);
+inline constexpr char kNoCauseLabel[] = "none";
 
 // The median of `values`: the middle one, or the mean of the middle two; 0
 // for none.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 namespace antdt::vocab {
@@ -46,6 +47,27 @@ TEST(VocabTest, TheNamesUsersSee) {
   EXPECT_EQ(CauseName(static_cast<v1::Cause>(999)), "UNKNOWN");
 }
 
+TEST(VocabTest, CauseLabelsAreLowerCaseNames) {
+  // Every cause the Monitor names, as metric labels carry it.
+  const std::map<v1::Cause, std::string> want = {{v1::CPU_CONTENTION, "cpu_contention"},
+                                                 {v1::CPU_THROTTLING, "cpu_throttling"},
+                                                 {v1::MEMORY_PRESSURE, "memory_pressure"},
+                                                 {v1::NETWORK, "network"},
+                                                 {v1::GPU_THROTTLING, "gpu_throttling"},
+                                                 {v1::IO_PRESSURE, "io_pressure"},
+                                                 {v1::HARDWARE, "hardware"},
+                                                 {v1::DATA_LOADING, "data_loading"},
+                                                 {v1::CAUSE_UNKNOWN, "unknown"},
+                                                 {v1::CAUSE_UNSPECIFIED, "unknown"}};
+  for (int i = v1::Cause_MIN; i <= v1::Cause_MAX; ++i) {
+    const auto cause = static_cast<v1::Cause>(i);
+    ASSERT_TRUE(want.count(cause)) << v1::Cause_Name(cause) << " has no label in this test";
+    EXPECT_EQ(CauseLabel(cause), want.at(cause)) << v1::Cause_Name(cause);
+  }
+  EXPECT_EQ(CauseLabel(static_cast<v1::Cause>(999)), "unknown");
+  EXPECT_STREQ(kNoCauseLabel, "none");
+}
+
 TEST(VocabTest, UnknownNamesAreRejected) {
   // Exact names only: other cases, spaces and neighbours are typos.
   for (const char* name : {"", "antdt_nd", "ANTDT-ND", "antdt-nd ", "fast", "backup"}) {
@@ -74,6 +96,18 @@ TEST(VocabTest, ParseOneOfNamesTheFieldAndTheChoices) {
                                                 ActionKind::kKillRestart};
   EXPECT_EQ(ParseOneOf("a", "BACKUP_WORKERS", rule_actions).status().message(),
             "a: must be one of ADJUST_BS, KILL_RESTART, got \"BACKUP_WORKERS\"");
+}
+
+TEST(VocabTest, ParseOneOfSuggestsANearName) {
+  EXPECT_EQ(ParseOneOf("--policy", "antdt-ndd", AllPolicies()).status().message(),
+            "--policy: must be one of antdt-nd, antdt-dd, custom, none, backup-workers, lb-bsp, "
+            "got \"antdt-ndd\"; did you mean \"antdt-nd\"?");
+  EXPECT_EQ(ParseOneOf("r", "adjust_bs", AllActionKinds()).status().message(),
+            "r: must be one of ADJUST_BS, KILL_RESTART, BACKUP_WORKERS, got \"adjust_bs\"; did you "
+            "mean \"ADJUST_BS\"?");
+  // Only the allowed names are suggested.
+  EXPECT_EQ(ParseOneOf("a", "BACKUP_WORKER", RuleActionKinds()).status().message(),
+            "a: must be one of ADJUST_BS, KILL_RESTART, got \"BACKUP_WORKER\"");
 }
 
 TEST(VocabTest, IsStraggler) {

@@ -96,10 +96,17 @@ class AntdtRunPytorchTest(unittest.TestCase):
         slow = [p for p in r["timeline"] if p["worker"] == "worker-1"
                 and p["class"] in ("transient", "persistent")]
         self.assertTrue(slow, "worker-1 named a straggler")
-        self.assertIn("CPU_THROTTLING", {p["cause"] for p in slow},
+        self.assertIn("cpu_throttling", {p["cause"] for p in slow},
                       "the cause, from the agent's cgroup samples")
         others = [p for p in r["timeline"] if p["worker"] != "worker-1"]
-        self.assertNotIn("CPU_THROTTLING", {p["cause"] for p in others})
+        self.assertNotIn("cpu_throttling", {p["cause"] for p in others})
+        # The Monitor's record of it says the same, with the value behind it.
+        records = [s for s in r["stragglers"] if s["worker"] == "worker-1"]
+        self.assertIn("cpu_throttling", {s["cause"] for s in records}, r["stragglers"])
+        self.assertTrue(all(s["worker"] == "worker-1" or s["cause"] != "cpu_throttling"
+                            for s in r["stragglers"]), r["stragglers"])
+        named = [s for s in records if s["cause"] == "cpu_throttling"]
+        self.assertGreater(named[0]["evidence"]["cgroup_throttled_fraction"], 0.2)
         def batches(action):  # "local batch 128 -> 70 (...)" in the reason
             text = action["reason"].split("local batch ")[1].split(" (")[0]
             return tuple(int(x) for x in text.split(" -> "))

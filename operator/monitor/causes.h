@@ -1,0 +1,56 @@
+// Cause attribution for the Monitor: a straggler's signals against its peers'.
+//
+// A signal names its cause only when the straggler's value passes the
+// signal's threshold AND stands out from its peers' (the other members of its
+// role that reported in the same window): above peer_ratio x their median, or
+// for memory_available_fraction below their median / peer_ratio. A pressure
+// every node shows (one busy host, a shared disk) explains nobody's slowness,
+// so it names nothing; a signal no peer reports is judged by its threshold
+// alone. The first signal that fires, in this order, wins (most specific
+// first; generic saturation last, as a busy training node is normally near
+// 100% CPU):
+//   1 HARDWARE         deterministic by label (device_speed, hardware_minority)
+//   2 CPU_THROTTLING   cgroup_throttled_fraction (max over the node's cgroups)
+//   3 GPU_THROTTLING   gpu_thermal_throttling, gpu_power_throttling (0 or 1)
+//   4 MEMORY_PRESSURE  memory_some_avg10, memory_available_fraction
+//   5 IO_PRESSURE      io_some_avg10
+//   6 NETWORK          net_drops_per_second, net_errors_per_second (not "lo"),
+//                      communication_share of the step
+//   7 CPU_CONTENTION   neighbour_cpu_cores (CPU the node's other processes
+//                      used), cpu_wait_share (the training thread's run-queue
+//                      wait over its step time), cpu_some_avg10, cpu_utilization
+//   8 DATA_LOADING     data_wait_share of the step
+//   9 CAUSE_UNKNOWN
+// Pure functions; no state.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "antdt/v1/monitor.pb.h"
+
+namespace antdt::monitor {
+
+struct CauseThresholds;
+
+// One member's signal values in one window, by evidence key.
+using SignalValues = std::map<std::string, double>;
+
+// The values a node sample gives (cgroups, GPUs, pressure, memory, network,
+// CPU), each only when the sample has that part.
+SignalValues NodeSignalValues(const v1::NodeSample& sample);
+
+struct Attribution {
+  v1::Cause cause = v1::CAUSE_UNKNOWN;
+  // Every value checked, whichever fired, and `KEY_peer_median` for each
+  // signal some peer reported.
+  std::map<std::string, double> evidence;
+};
+
+// The cause of a straggler with values `own` among peers with `peers`;
+// `hardware`: its node's labels mark it a slower device (HARDWARE wins).
+Attribution AttributeCause(const SignalValues& own, const std::vector<const SignalValues*>& peers,
+                           bool hardware, const CauseThresholds& thresholds);
+
+}  // namespace antdt::monitor
