@@ -64,6 +64,9 @@ std::string CauseEvidence(const v1::StragglerRecord& rec) {
     if (v == rec.evidence().end()) continue;
     std::string part = absl::StrFormat("%s %.2f", key, v->second);
     if (auto p = rec.evidence().find(key + "_peer_median"); p != rec.evidence().end()) {
+      // A value no worse than the peers' (one host's pressure) explains nothing.
+      const bool lower_is_worse = key == "memory_available_fraction";
+      if (lower_is_worse ? v->second >= p->second : v->second <= p->second) continue;
       absl::StrAppendFormat(&part, ", peers %.2f", p->second);
     }
     parts.push_back(part);

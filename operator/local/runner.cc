@@ -428,8 +428,22 @@ absl::Status Runner::PrepareWorkers() {
   site_ = SiteFor(job_, o_.bin_dir, dir_, o_.manifest_dir, o_.plain);
   RETURN_IF_ERROR(CheckWorkerCommand(job_, site_));
   ASSIGN_OR_RETURN(site_.master_port, PickFreePort());
-  ASSIGN_OR_RETURN(cgroups_,
-                   NodeCgroups::Create(scenario_, cgroup_root_, absl::StrCat("antdt-", getpid())));
+  const std::string prefix = absl::StrCat("antdt-", getpid());
+  absl::StatusOr<NodeCgroups> groups = NodeCgroups::Create(scenario_, cgroup_root_, prefix);
+  if (!groups.ok() && geteuid() != 0) {
+    // Not root: the quota is emulated (the speed file) and said so; its
+    // cause, with no throttling to measure, reads unknown.
+    Event(absl::StrCat(groups.status().message(),
+                       "; not root, so emulated instead (the speed file): its cause will read "
+                       "unknown"));
+    for (manifest::Slowdown& slowdown : scenario_.slowdowns) {
+      if (slowdown.via == manifest::SlowdownVia::kCpuQuota) {
+        slowdown.via = manifest::SlowdownVia::kEmulated;
+      }
+    }
+    groups = NodeCgroups::Create(scenario_, cgroup_root_, prefix);
+  }
+  ASSIGN_OR_RETURN(cgroups_, std::move(groups));
   return absl::OkStatus();
 }
 

@@ -538,7 +538,7 @@ TEST(ParseJob, ExampleQuickstart) {
   absl::StatusOr<Job> job = ParseJob(Read(path));
   ASSERT_TRUE(job.ok()) << path << ": " << job.status();
   EXPECT_EQ(job->name, "quickstart");
-  EXPECT_EQ(job->dataset.records, 20'000);
+  EXPECT_EQ(job->dataset.records, 60'000);
   EXPECT_EQ(job->dataset.shard_size, 200);
   EXPECT_EQ(job->dataset.epochs, 2);
   EXPECT_EQ(job->workers.replicas, 4);
@@ -608,14 +608,14 @@ TEST(ParseScenario, ExampleQuickstart) {
   EXPECT_FALSE(s->nodes[3].spare);
   ASSERT_EQ(s->slowdowns.size(), 1u);
   EXPECT_EQ(s->slowdowns[0].kind, v1::PERSISTENT);
-  // A real slowdown (neighbours on its CPU), not the emulated speed.
-  EXPECT_EQ(s->slowdowns[0].via, SlowdownVia::kCpuContention);
+  // A real slowdown (a CPU quota), not the emulated speed.
+  EXPECT_EQ(s->slowdowns[0].via, SlowdownVia::kCpuQuota);
   EXPECT_DOUBLE_EQ(s->SpeedAt("node-2", 4'000), 1.0);
-  EXPECT_DOUBLE_EQ(s->FactorVia("node-2", SlowdownVia::kCpuContention, 3'999), 1.0);
-  EXPECT_DOUBLE_EQ(s->FactorVia("node-2", SlowdownVia::kCpuContention, 4'000), 3.0);
-  EXPECT_DOUBLE_EQ(s->FactorVia("node-1", SlowdownVia::kCpuContention, 4'000), 1.0);
-  EXPECT_TRUE(s->Uses("node-2", SlowdownVia::kCpuContention));
-  EXPECT_FALSE(s->Uses("node-2", SlowdownVia::kSlowData));
+  EXPECT_DOUBLE_EQ(s->CpuQuotaFactorAt("node-2", 3'999), 1.0);
+  EXPECT_DOUBLE_EQ(s->CpuQuotaFactorAt("node-2", 4'000), 3.0);
+  EXPECT_DOUBLE_EQ(s->FactorVia("node-1", SlowdownVia::kCpuQuota, 4'000), 1.0);
+  EXPECT_TRUE(s->Uses("node-2", SlowdownVia::kCpuQuota));
+  EXPECT_FALSE(s->Uses("node-2", SlowdownVia::kCpuContention));
 }
 
 TEST(ParseScenario, ExamplePaperMix) {

@@ -107,7 +107,7 @@ done
 grep -q '^quickstart ' "$WORK/watch.out" || fail "kubectl get -w printed no initial row"
 
 echo "== a field a running job cannot change is refused (CRD transition rule)"
-sed 's/records: 20000/records: 30000/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart-more.yaml"
+sed 's/records: 60000/records: 30000/' "$SRC/examples/jobs/quickstart.yaml" >"$WORK/quickstart-more.yaml"
 if ERR=$(k apply -f "$WORK/quickstart-more.yaml" 2>&1); then
   fail "changing spec.dataset was accepted"
 fi

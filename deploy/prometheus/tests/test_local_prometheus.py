@@ -10,8 +10,8 @@ runner's file-based discovery, evaluates antdt-rules.yaml, and
   label is the job's, not the scrape's), and no series the scrape's job;
 - a restarted worker's series on its old node end at the restart;
 - the terminal, report.json and Prometheus name the same stragglers with the
-  same class and cause (cpu_contention, measured, for the quickstart's
-  neighbours on node-2);
+  same class and cause (cpu_throttling, measured, for the quickstart's CPU
+  quota on node-2);
 - `promtool check metrics` is clean on every endpoint.
 """
 
@@ -147,16 +147,16 @@ class LocalPrometheusTest(unittest.TestCase):
 
     def check_one_account(self, seen: dict, terminal: str, report_json: str) -> None:
         """The terminal, report.json and Prometheus tell of the same
-        stragglers, each with the same class and cause; the quickstart's
-        neighbours on node-2 are measured as cpu_contention."""
+        stragglers, each with the same class and cause; the quickstart's CPU
+        quota on node-2 is measured as cpu_throttling."""
         with open(report_json) as f:
             records = json.load(f)["stragglers"]
         self.assertTrue(records, terminal)
         last = {r["worker"]: r for r in records}  # a worker's latest record
         self.assertIn("worker-2", last, terminal)
         self.assertEqual((last["worker-2"]["node"], last["worker-2"]["cause"]),
-                         ("node-2", "cpu_contention"), last["worker-2"])
-        self.assertGreater(last["worker-2"]["evidence"]["neighbour_cpu_cores"], 0.25)
+                         ("node-2", "cpu_throttling"), last["worker-2"])
+        self.assertGreater(last["worker-2"]["evidence"]["cgroup_throttled_fraction"], 0.2)
         for r in records:  # every record on the terminal, with its class and cause
             self.assertIn(f"\n  {r['worker']} on {r['node']} {r['class'].upper()}: slow from "
                           f"{r['first_seen_seconds']:.1f} s", terminal)
@@ -179,9 +179,7 @@ class LocalPrometheusTest(unittest.TestCase):
             "rules": [{"signal": "score", "threshold": 1.3, "windows": 1,
                        "action": "KILL_RESTART", "budget": 1}]}
         # An emulated slowdown (the speed file): what this test is about is
-        # the restart's series, not the cause (the quickstart's neighbours
-        # take a whole core of this host from every node now and then, and the
-        # Monitor calls that a job slowdown, on which no rule acts).
+        # the restart's series, not the cause.
         with open(os.path.join(REPO, "examples", "scenarios", "quickstart.yaml")) as f:
             scenario = yaml.safe_load(f)
         for slowdown in scenario["slowdowns"]:
