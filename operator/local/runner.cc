@@ -430,12 +430,12 @@ absl::Status Runner::PrepareWorkers() {
   ASSIGN_OR_RETURN(site_.master_port, PickFreePort());
   const std::string prefix = absl::StrCat("antdt-", getpid());
   absl::StatusOr<NodeCgroups> groups = NodeCgroups::Create(scenario_, cgroup_root_, prefix);
-  if (!groups.ok() && geteuid() != 0) {
-    // Not root: the quota is emulated (the speed file) and said so; its
-    // cause, with no throttling to measure, reads unknown.
+  if (!groups.ok()) {
+    // No cgroup to cap (not root, or no cpu controller here, as in a bare
+    // chroot): the quota is emulated (the speed file) and said so; its cause,
+    // with no throttling to measure, reads unknown.
     Event(absl::StrCat(groups.status().message(),
-                       "; not root, so emulated instead (the speed file): its cause will read "
-                       "unknown"));
+                       "; emulated instead (the speed file): its cause will read unknown"));
     for (manifest::Slowdown& slowdown : scenario_.slowdowns) {
       if (slowdown.via == manifest::SlowdownVia::kCpuQuota) {
         slowdown.via = manifest::SlowdownVia::kEmulated;

@@ -154,9 +154,13 @@ class LocalPrometheusTest(unittest.TestCase):
         self.assertTrue(records, terminal)
         last = {r["worker"]: r for r in records}  # a worker's latest record
         self.assertIn("worker-2", last, terminal)
-        self.assertEqual((last["worker-2"]["node"], last["worker-2"]["cause"]),
-                         ("node-2", "cpu_throttling"), last["worker-2"])
-        self.assertGreater(last["worker-2"]["evidence"]["cgroup_throttled_fraction"], 0.2)
+        if "emulated instead" in terminal:  # no cgroup to cap here: nothing to measure
+            self.assertEqual((last["worker-2"]["node"], last["worker-2"]["cause"]),
+                             ("node-2", "unknown"), last["worker-2"])
+        else:
+            self.assertEqual((last["worker-2"]["node"], last["worker-2"]["cause"]),
+                             ("node-2", "cpu_throttling"), last["worker-2"])
+            self.assertGreater(last["worker-2"]["evidence"]["cgroup_throttled_fraction"], 0.2)
         for r in records:  # every record on the terminal, with its class and cause
             self.assertIn(f"\n  {r['worker']} on {r['node']} {r['class'].upper()}: slow from "
                           f"{r['first_seen_seconds']:.1f} s", terminal)
