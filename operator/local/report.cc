@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "operator/local/runner.h"
 #include "operator/local/svg_chart.h"
+#include "operator/monitor/causes.h"
 
 namespace antdt::local {
 namespace {
@@ -45,21 +46,11 @@ std::string CauseName(v1::Cause cause) {
 // The values behind a named cause, beside its peers': "cpu_wait_share 0.55,
 // peers 0.10"; only the signals of that cause.
 std::string CauseEvidence(const v1::StragglerRecord& rec) {
-  static const auto* const kKeys = new std::map<v1::Cause, std::vector<std::string>>{
-      {v1::CPU_THROTTLING, {"cgroup_throttled_fraction"}},
-      {v1::GPU_THROTTLING, {"gpu_thermal_throttling", "gpu_power_throttling"}},
-      {v1::MEMORY_PRESSURE, {"memory_some_avg10", "memory_available_fraction"}},
-      {v1::IO_PRESSURE, {"io_some_avg10"}},
-      {v1::NETWORK, {"net_drops_per_second", "net_errors_per_second", "communication_share"}},
-      {v1::CPU_CONTENTION,
-       {"neighbour_cpu_cores", "cpu_wait_share", "cpu_some_avg10", "cpu_utilization"}},
-      {v1::DATA_LOADING, {"data_wait_share"}},
-      {v1::HARDWARE, {"device_speed", "hardware_minority"}},
-  };
-  auto it = kKeys->find(rec.cause());
-  if (it == kKeys->end()) return "";
+  // The Monitor's own list of each cause's signals; HARDWARE's are labels.
+  std::vector<std::string> keys = monitor::SignalKeys(rec.cause());
+  if (rec.cause() == v1::HARDWARE) keys = {"device_speed", "hardware_minority"};
   std::vector<std::string> parts;
-  for (const std::string& key : it->second) {
+  for (const std::string& key : keys) {
     auto v = rec.evidence().find(key);
     if (v == rec.evidence().end()) continue;
     std::string part = absl::StrFormat("%s %.2f", key, v->second);

@@ -51,6 +51,14 @@ bool Fires(const Signal& s, double value, const std::vector<double>& peers, doub
 
 }  // namespace
 
+std::vector<std::string> SignalKeys(v1::Cause cause) {
+  std::vector<std::string> keys;
+  for (const Signal& s : SignalsInOrder(CauseThresholds{})) {
+    if (s.cause == cause) keys.emplace_back(s.key);
+  }
+  return keys;
+}
+
 SignalValues NodeSignalValues(const v1::NodeSample& sample) {
   SignalValues v;
   if (sample.cgroups_size() > 0) {

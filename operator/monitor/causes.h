@@ -48,6 +48,10 @@ struct Attribution {
   std::map<std::string, double> evidence;
 };
 
+// The evidence keys of the signals that name `cause`, in the order tried
+// (none for HARDWARE, which labels name, and for CAUSE_UNKNOWN).
+std::vector<std::string> SignalKeys(v1::Cause cause);
+
 // The cause of a straggler with values `own` among peers with `peers`;
 // `hardware`: its node's labels mark it a slower device (HARDWARE wins).
 Attribution AttributeCause(const SignalValues& own, const std::vector<const SignalValues*>& peers,
