@@ -1,0 +1,190 @@
+// The simulator against the real thing, as figures: `antdt bench stragglers`
+// (real processes: sharding service, Monitor, agents, parameter servers and
+// demo trainers on 127.0.0.1) and `antdt sim --seeds 3` (the same Monitor,
+// control loop and ledger code in simulated time) on the same example jobs,
+// one after the other. For each policy it prints both job completion times,
+// their difference, and the same comparison of each policy's ratio to the
+// no-slowdown run of its own backend (which cancels how fast this machine
+// happens to be while the real run ran). A benchmark, not a test: the real
+// run's time moves several percent between runs on a shared machine
+// (docs/simulator.md has the figures of several runs).
+//
+// usage: antdt-bench-calibration [--out DIR] [--only paper-mix|heterogeneous]
+// Binaries from $ANTDT_BIN_DIR (default build/bin), examples from
+// $ANTDT_SOURCE_DIR (default .). Writes DIR/calibration.json; exit 1 when a
+// run failed or committed a record other than exactly once.
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/config.h"
+#include "common/process.h"
+#include "common/testing/testing.h"
+
+namespace antdt {
+namespace {
+
+using antdt::testing::BinPath;
+using antdt::testing::SourcePath;
+
+struct Case {
+  std::string name;          // examples/jobs/NAME.yaml
+  std::string records_line;  // replaced by `records`
+  int64_t records = 0;
+  std::string policies;
+};
+
+// At 200,000 records for paper-mix: at 100,000 the two restarts and three
+// re-sizings are a quarter of the job.
+const std::vector<Case> kCases = {
+    {"paper-mix", "records: 400000", 200'000, "antdt-nd,lb-bsp,none"},
+    {"heterogeneous", "records: 200000", 100'000, "antdt-dd"},
+};
+
+// examples/jobs/NAME.yaml with the case's record count and its scenario by
+// absolute path, written into `dir`; empty when the example changed.
+std::string WriteJob(const Case& c, const std::string& dir) {
+  const std::string job = ReadFile(SourcePath("examples/jobs/" + c.name + ".yaml")).value_or("");
+  const std::string scenario_line = "scenario: ../scenarios/" + c.name + ".yaml";
+  if (job.find(c.records_line) == std::string::npos ||
+      job.find(scenario_line) == std::string::npos) {
+    std::fprintf(stderr, "examples/jobs/%s.yaml: no \"%s\" or \"%s\" line\n", c.name.c_str(),
+                 c.records_line.c_str(), scenario_line.c_str());
+    return "";
+  }
+  const std::string path = dir + "/" + c.name + ".yaml";
+  const std::string text = absl::StrReplaceAll(
+      job, {{c.records_line, absl::StrCat("records: ", c.records)},
+            {scenario_line, "scenario: " + std::filesystem::absolute(
+                                               SourcePath("examples/scenarios/" + c.name + ".yaml"))
+                                               .string()}});
+  if (!WriteFileAtomically(path, text).ok()) return "";
+  return path;
+}
+
+// Runs `argv` and returns results.json's JCT by policy; empty on a failure
+// (said on stderr), also when a run was not exactly once.
+std::map<std::string, double> JctByPolicy(const std::vector<std::string>& argv,
+                                          const std::string& out) {
+  const std::string log = out + ".log";
+  Process p(argv, log);
+  const std::optional<int> status = p.Wait(std::chrono::seconds(900));
+  if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+    std::fprintf(stderr, "%s failed:\n%s\n", argv[1].c_str(), Tail(log, 4000).c_str());
+    return {};
+  }
+  const std::string text = ReadFile(out + "/results.json").value_or("");
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.contains("results")) {
+    std::fprintf(stderr, "%s/results.json: missing or not JSON\n", out.c_str());
+    return {};
+  }
+  std::map<std::string, double> jct;
+  for (const nlohmann::json& r : parsed["results"]) {
+    if (r.value("exactly_once", false) != true) {
+      std::fprintf(stderr, "%s: %s was not exactly once\n", out.c_str(),
+                   r.value("policy", "?").c_str());
+      return {};
+    }
+    jct[r["policy"].get<std::string>()] = r["jct_seconds"].get<double>();
+  }
+  return jct;
+}
+
+// One case: both backends, the table, its rows into `rows`. False on a failure.
+bool RunCase(const Case& c, const std::string& dir, nlohmann::json* rows) {
+  const std::string job = WriteJob(c, dir);
+  if (job.empty()) return false;
+  const std::string run_out = dir + "/" + c.name + "-run";
+  const std::string sim_out = dir + "/" + c.name + "-sim";
+  const auto run = JctByPolicy({BinPath("antdt"), "bench", "stragglers", "--job", job, "--policies",
+                                c.policies, "--out", run_out},
+                               run_out);
+  const auto sim = JctByPolicy({BinPath("antdt"), "sim", "--job", job, "--policies", c.policies,
+                                "--seeds", "3", "--out", sim_out},
+                               sim_out);
+  if (run.empty() || sim.empty() || !run.count("no-slowdown") || !sim.count("no-slowdown")) {
+    return false;
+  }
+  const double run_ideal = run.at("no-slowdown"), sim_ideal = sim.at("no-slowdown");
+  std::printf(
+      "| %s, %lld records | run (s) | sim (s) | difference | run ratio | sim ratio | "
+      "difference |\n|---|---|---|---|---|---|---|\n",
+      c.name.c_str(), static_cast<long long>(c.records));
+  for (const auto& [policy, real] : run) {
+    auto it = sim.find(policy);
+    if (it == sim.end()) {
+      std::fprintf(stderr, "%s: %s was not simulated\n", c.name.c_str(), policy.c_str());
+      return false;
+    }
+    const double diff = (it->second - real) / real;
+    const double run_ratio = real / run_ideal, sim_ratio = it->second / sim_ideal;
+    const double ratio_diff = (sim_ratio - run_ratio) / run_ratio;
+    std::printf("| %s | %.1f | %.1f | %+.1f%% | %.3f | %.3f | %+.1f%% |\n", policy.c_str(), real,
+                it->second, diff * 100, run_ratio, sim_ratio, ratio_diff * 100);
+    rows->push_back({{"job", c.name},
+                     {"records", c.records},
+                     {"policy", policy},
+                     {"run_jct_seconds", real},
+                     {"sim_jct_seconds", it->second},
+                     {"jct_difference", diff},
+                     {"run_ratio_to_no_slowdown", run_ratio},
+                     {"sim_ratio_to_no_slowdown", sim_ratio},
+                     {"ratio_difference", ratio_diff}});
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  return true;
+}
+
+}  // namespace
+}  // namespace antdt
+
+int main(int argc, char** argv) {
+  using namespace antdt;
+  std::string out, only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--out" || arg == "--only") && i + 1 < argc) {
+      (arg == "--out" ? out : only) = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "usage: antdt-bench-calibration [--out DIR] [--only paper-mix|heterogeneous]\n"
+                   "unknown argument: %s\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
+  std::optional<testing::TempDir> temp;
+  if (out.empty()) {
+    temp.emplace();
+    out = temp->path();
+  } else if (std::error_code ec; !std::filesystem::create_directories(out, ec) && ec) {
+    std::fprintf(stderr, "--out %s: cannot create it\n", out.c_str());
+    return 2;
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  bool ok = true, ran = false;
+  for (const Case& c : kCases) {
+    if (!only.empty() && c.name != only) continue;
+    ran = true;
+    ok = RunCase(c, out, &rows) && ok;
+  }
+  if (!ran) {
+    std::fprintf(stderr, "--only %s: no such case (paper-mix, heterogeneous)\n", only.c_str());
+    return 2;
+  }
+  const nlohmann::json doc = {{"benchmark", "calibration"}, {"seeds", 3}, {"rows", rows}};
+  if (!WriteFileAtomically(out + "/calibration.json", doc.dump(2) + "\n").ok()) ok = false;
+  std::printf("figures: %s/calibration.json\n", out.c_str());
+  return ok ? 0 : 1;
+}
