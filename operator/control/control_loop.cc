@@ -47,6 +47,39 @@ int64_t ControlLoop::NextDirectiveVersion() {
   return directive_version_;
 }
 
+v1::Directive ControlLoop::BatchDirective(const std::string& worker, int64_t local_batch_size,
+                                          int32_t accumulation_steps, const std::string& reason) {
+  v1::Directive d;
+  d.set_job(options_.job);
+  d.set_namespace_(options_.namespace_);
+  d.set_worker_id(worker);
+  d.set_version(NextDirectiveVersion());
+  d.mutable_adjust_batch()->set_local_batch_size(local_batch_size);
+  d.mutable_adjust_batch()->set_accumulation_steps(std::max<int32_t>(1, accumulation_steps));
+  d.set_reason(reason);
+  return d;
+}
+
+std::vector<Delivery> ControlLoop::ServerMoved(const std::string& ps_id, const std::string& address,
+                                               const std::vector<controller::WorkerState>& members,
+                                               const std::string& reason) {
+  std::vector<Delivery> out;
+  for (const controller::WorkerState& m : members) {
+    if (m.role != vocab::Role::kWorker || !m.alive || m.node.empty()) continue;
+    Delivery& delivery = out.emplace_back();
+    delivery.node = m.node;
+    v1::Directive& d = delivery.directive;
+    d.set_job(options_.job);
+    d.set_namespace_(options_.namespace_);
+    d.set_worker_id(m.id);
+    d.set_version(NextDirectiveVersion());
+    d.mutable_move_parameter_server()->set_ps_id(ps_id);
+    d.mutable_move_parameter_server()->set_address(address);
+    d.set_reason(reason);
+  }
+  return out;
+}
+
 void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& members) {
   const int64_t now = clock_->NowMillis();
   for (const controller::WorkerState& m : members) {
@@ -111,14 +144,8 @@ absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
   // A member not running now (being started) gets no directive; the decision
   // stands (committed, recorded) and it starts with the batch the next plan sees.
   if (a != nullptr && member != nullptr && !member->node.empty()) {
-    v1::Directive directive;
-    directive.set_job(options_.job);
-    directive.set_namespace_(options_.namespace_);
-    directive.set_worker_id(a->worker);
-    directive.set_version(NextDirectiveVersion());
-    directive.mutable_adjust_batch()->set_local_batch_size(a->local_batch_size);
-    directive.mutable_adjust_batch()->set_accumulation_steps(a->accumulation_steps);
-    directive.set_reason(d.reason);
+    const v1::Directive directive =
+        BatchDirective(a->worker, a->local_batch_size, a->accumulation_steps, d.reason);
     // Not delivered: the agent is reconnecting; the next plan sees the
     // member's batch and re-plans (the backend logs it).
     if (!backend_->SendDirective(member->node, directive)) outcome = Outcome::kNotDelivered;

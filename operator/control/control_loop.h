@@ -17,8 +17,11 @@
 //   their relaunch is a move (the state handed over at a step boundary, or a
 //   restore from the last checkpoint and the replay after it), measured on
 //   their own moves, with no regroup;
-// - directives: one ADJUST_BS directive per batch change, with the decision's
-//   accumulation steps, versions increasing across the loop's lifetime;
+// - directives, every one a backend delivers: one ADJUST_BS directive per
+//   batch change, with the decision's accumulation steps; the committed batch
+//   re-delivered (BatchDirective); every worker pointed at a parameter server
+//   that moved (ServerMoved). Versions increase across the loop's lifetime, so
+//   an SDK applies the newest; no backend builds a directive of its own;
 // - the order of a restart: the backend stops the member and starts it
 //   elsewhere (RestartElsewhere); parameter servers are told it left and its
 //   shards released by the backend's Retire (see below), before the new
@@ -103,6 +106,12 @@ class Backend {
   absl::Status Retire(const std::string& worker, int32_t incarnation);
 };
 
+// A directive and the node whose agent delivers it.
+struct Delivery {
+  std::string node;
+  v1::Directive directive;
+};
+
 struct LoopOptions {
   std::string job;
   std::string namespace_;         // the job's; directives carry it (jobs are namespace/name)
@@ -168,15 +177,26 @@ class ControlLoop {
   double RestartCostSeconds(vocab::Role role = vocab::Role::kWorker) const;
   // Restarts measured so far (workers and servers).
   int measured_restarts() const { return measured_[0].restarts + measured_[1].restarts; }
-  // The version for a directive the backend sends itself (a parameter server
-  // moved): above every version the loop has used, so an SDK applies it.
-  int64_t NextDirectiveVersion();
+  // An ADJUST_BS directive for `worker`: its committed local batch and
+  // accumulation steps again (a backend re-delivering what was decided but not
+  // delivered, or not seen by a worker's new incarnation), at a new version.
+  v1::Directive BatchDirective(const std::string& worker, int64_t local_batch_size,
+                               int32_t accumulation_steps, const std::string& reason);
+  // Parameter server `ps_id` serves from `address` now: a directive for each
+  // worker of `members` that runs on a node, pointing it there between two
+  // steps (one that pushes to the old server first is sent on by it).
+  std::vector<Delivery> ServerMoved(const std::string& ps_id, const std::string& address,
+                                    const std::vector<controller::WorkerState>& members,
+                                    const std::string& reason);
   // Time lost to stragglers and saved by the actions so far (time_ledger.h),
   // accrued at each Observe().
   const TimeLedger& ledger() const { return ledger_; }
 
  private:
   absl::Status ExecuteOne(const controller::Decision& decision);
+  // Above every version the loop has used, and not below the clock's now (a
+  // loop rebuilt after a restart of its backend still outranks its past).
+  int64_t NextDirectiveVersion();
   void MeasureRelaunches(const std::vector<controller::WorkerState>& members);
 
   const LoopOptions options_;

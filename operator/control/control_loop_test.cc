@@ -180,6 +180,53 @@ TEST(ControlLoop, TransientStragglerGetsSmallerBatchThroughItsAgent) {
   }
 }
 
+// Every directive a backend delivers is the loop's: a re-delivered batch
+// keeps its accumulation steps, and a moved server reaches every running
+// worker, each at a version above all the loop's decisions used.
+TEST(ControlLoop, ReDeliveriesAndServerMovesAreTheLoopsDirectives) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
+  LoopOptions o = Options(vocab::Policy::kAntdtNd);
+  o.namespace_ = "team";
+  ControlLoop loop(o, &b, &clock);
+  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_FALSE(b.directives.empty());
+  const int64_t last = b.directives.back().version();
+
+  const v1::Directive again = loop.BatchDirective("worker-1", 48, 3, "committed, not delivered");
+  EXPECT_EQ(again.job(), "team/ctr");
+  EXPECT_EQ(again.namespace_(), "team");
+  EXPECT_EQ(again.worker_id(), "worker-1");
+  EXPECT_EQ(again.adjust_batch().local_batch_size(), 48);
+  EXPECT_EQ(again.adjust_batch().accumulation_steps(), 3);
+  EXPECT_EQ(again.reason(), "committed, not delivered");
+  EXPECT_GT(again.version(), last);
+  EXPECT_EQ(loop.BatchDirective("worker-1", 48, 0, "").adjust_batch().accumulation_steps(), 1);
+
+  std::vector<controller::WorkerState> members = b.members;
+  for (controller::WorkerState& m : members) m.alive = true;
+  members[3].alive = false;  // being restarted: told when it starts
+  members[3].node.clear();
+  controller::WorkerState ps;
+  ps.id = "ps-0";
+  ps.role = vocab::Role::kParameterServer;
+  ps.node = "node-9";
+  ps.alive = true;
+  members.push_back(ps);
+  const std::vector<Delivery> moved = loop.ServerMoved("ps-0", "10.0.0.9:7000", members, "moved");
+  ASSERT_EQ(moved.size(), 3u);  // workers 0-2: not the one restarting, not the server
+  int64_t previous = again.version();
+  for (size_t i = 0; i < moved.size(); ++i) {
+    EXPECT_EQ(moved[i].node, absl::StrCat("node-", i));
+    EXPECT_EQ(moved[i].directive.worker_id(), absl::StrCat("worker-", i));
+    EXPECT_EQ(moved[i].directive.move_parameter_server().ps_id(), "ps-0");
+    EXPECT_EQ(moved[i].directive.move_parameter_server().address(), "10.0.0.9:7000");
+    EXPECT_GT(moved[i].directive.version(), previous);
+    previous = moved[i].directive.version();
+  }
+}
+
 TEST(ControlLoop, DecidesOnlyWhenDueAndOnlyWithAView) {
   FakeClock clock(kStart);
   FakeBackend b;

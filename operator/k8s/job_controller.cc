@@ -107,7 +107,7 @@ struct JobController::JobRuntime {
   std::string token;               // the job's credential ("" without)
   bool token_secret_created = false;
   bool sharding_claim_created = false;
-  // Per worker, the "incarnation/batch" a directive of this process delivered
+  // Per worker, the DeliveredKey of the last ADJUST_BS this process delivered
   // (ResyncBatches sends what is committed and not delivered yet).
   std::map<std::string, std::string> delivered;
   // Per moved parameter server, the incarnation the workers were told of.
@@ -115,6 +115,11 @@ struct JobController::JobRuntime {
 };
 
 namespace {
+
+// "incarnation/batch/accumulation steps": what a worker's incarnation was sent.
+std::string DeliveredKey(int64_t incarnation, int64_t batch, int32_t accumulation_steps) {
+  return absl::StrCat(incarnation, "/", batch, "/", std::max(1, accumulation_steps));
+}
 
 std::string PolicySpecOf(const Json& job) {
   return kube::At(job, {"spec", "stragglerPolicy"}).dump() +
@@ -153,6 +158,7 @@ class JobController::LoopBackend final : public control::Backend {
       ws.id = kube::StringAt(inst, {"id"});
       ws.role = vocab::Role::kWorker;
       ws.local_batch_size = inst.value("localBatchSize", int64_t{0});
+      ws.accumulation_steps = std::max(1, inst.value("accumulationSteps", 1));
       ws.incarnation = inst.value("incarnation", 0);
       ws.alive = false;
       const std::string desired = kube::StringAt(inst, {"pod"});
@@ -238,7 +244,8 @@ class JobController::LoopBackend final : public control::Backend {
       for (const controller::WorkerState& m : Members()) {
         if (m.id == directive.worker_id()) {
           rt_->delivered[m.id] =
-              absl::StrCat(m.incarnation, "/", directive.adjust_batch().local_batch_size());
+              DeliveredKey(m.incarnation, directive.adjust_batch().local_batch_size(),
+                           directive.adjust_batch().accumulation_steps());
         }
       }
       return true;
@@ -342,6 +349,7 @@ std::optional<reconciler::Action> ToReconcilerAction(const controller::Decision&
     a.kind = vocab::ActionKind::kAdjustBatchSize;
     a.worker = b->worker;
     a.local_batch_size = static_cast<int32_t>(b->local_batch_size);
+    a.accumulation_steps = b->accumulation_steps;
     if (d.subject.empty()) a.evidence.clear();  // only keeps the global batch
   } else {
     return std::nullopt;
@@ -700,18 +708,18 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
     if (rt.moves_announced[id] != incarnation) {
       // Each running worker is pointed at it between two steps (one that
       // pushes to the old server first is sent on by it).
+      std::vector<controller::WorkerState> running;
       for (const Json& p : pods) {
         const std::string worker = kube::Label(p, "antdt.io/worker-id");
         if (worker.empty() || kube::Terminating(p) || kube::PodPhase(p) != "Running") continue;
-        v1::Directive d;
-        d.set_job(spec.name);
-        d.set_namespace_(spec.namespace_);
-        d.set_worker_id(worker);
-        d.set_version(rt.loop->NextDirectiveVersion());
-        d.mutable_move_parameter_server()->set_ps_id(id);
-        d.mutable_move_parameter_server()->set_address(address);
-        d.set_reason(absl::StrCat(id, " moved to pod ", desired));
-        if (monitor_ != nullptr) (void)monitor_->hub().SendDirective(NodeOf(p), d);
+        controller::WorkerState& w = running.emplace_back();
+        w.id = worker;
+        w.node = NodeOf(p);
+        w.alive = true;
+      }
+      for (const control::Delivery& d : rt.loop->ServerMoved(
+               id, address, running, absl::StrCat(id, " moved to pod ", desired))) {
+        if (monitor_ != nullptr) (void)monitor_->hub().SendDirective(d.node, d.directive);
       }
       rt.moves_announced[id] = incarnation;
       LogEvent("operator", {{"event", "parameter_server_took_over"},
@@ -800,8 +808,8 @@ void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w
           incarnation = kube::Label(p, "antdt.io/incarnation");
         }
       }
-      const bool sent =
-          SendBatch(job, w.worker, incarnation, w.node, w.local_batch_size, w.reason, rt);
+      const bool sent = SendBatch(w.worker, incarnation, w.node, w.local_batch_size,
+                                  w.accumulation_steps, w.reason, rt);
       LogEvent("operator", {{"event", sent ? "directive_sent" : "directive_not_delivered"},
                             {"job", key},
                             {"worker", w.worker},
@@ -928,8 +936,8 @@ void JobController::ReportOrphans(const Json& job, const std::vector<Json>& pods
                    "delete them when done with them"));
 }
 
-void JobController::ResyncBatches(const Json& job, const Json& status,
-                                  const std::vector<Json>& pods, JobRuntime& rt) {
+void JobController::ResyncBatches(const Json& status, const std::vector<Json>& pods,
+                                  JobRuntime& rt) {
   if (monitor_ == nullptr) return;
   const Json& instances = kube::At(status, {"workerInstances"});
   if (!instances.is_array()) return;
@@ -937,9 +945,11 @@ void JobController::ResyncBatches(const Json& job, const Json& status,
     const std::string id = kube::StringAt(inst, {"id"});
     const std::string incarnation = std::to_string(inst.value("incarnation", int64_t{0}));
     const int64_t batch = inst.value("localBatchSize", int64_t{0});
+    const int32_t accumulation = std::max(1, inst.value("accumulationSteps", 1));
     if (batch <= 0) continue;
-    const std::string want = absl::StrCat(incarnation, "/", batch);
-    if (rt.delivered[id] == want) continue;
+    if (rt.delivered[id] ==
+        DeliveredKey(inst.value("incarnation", int64_t{0}), batch, accumulation))
+      continue;
     std::string node;
     for (const Json& p : pods) {
       if (NameOf(p) == kube::StringAt(inst, {"pod"}) && !kube::Terminating(p) &&
@@ -948,26 +958,20 @@ void JobController::ResyncBatches(const Json& job, const Json& status,
       }
     }
     if (node.empty()) continue;
-    SendBatch(job, id, incarnation, node, batch,
+    SendBatch(id, incarnation, node, batch, accumulation,
               "the committed local batch (status.workerInstances), not delivered before", &rt);
   }
 }
 
-bool JobController::SendBatch(const Json& job, const std::string& worker,
-                              const std::string& incarnation, const std::string& node,
-                              int64_t batch, const std::string& reason, JobRuntime* rt) {
-  if (monitor_ == nullptr) return false;
-  v1::Directive d;
-  d.set_job(kube::StringAt(job, {"metadata", "name"}));
-  d.set_namespace_(kube::StringAt(job, {"metadata", "namespace"}));
-  d.set_worker_id(worker);
-  d.set_version(RealClock::Get().NowMillis());
-  d.mutable_adjust_batch()->set_local_batch_size(batch);
-  d.mutable_adjust_batch()->set_accumulation_steps(1);
-  d.set_reason(reason);
+bool JobController::SendBatch(const std::string& worker, const std::string& incarnation,
+                              const std::string& node, int64_t batch, int32_t accumulation_steps,
+                              const std::string& reason, JobRuntime* rt) {
+  if (monitor_ == nullptr || rt == nullptr) return false;
+  const v1::Directive d = rt->loop->BatchDirective(worker, batch, accumulation_steps, reason);
   if (!monitor_->hub().SendDirective(node, d)) return false;
-  if (rt != nullptr && !incarnation.empty()) {
-    rt->delivered[worker] = absl::StrCat(incarnation, "/", batch);
+  int64_t inc = 0;
+  if (absl::SimpleAtoi(incarnation, &inc)) {
+    rt->delivered[worker] = DeliveredKey(inc, batch, d.adjust_batch().accumulation_steps());
   }
   return true;
 }
@@ -1129,7 +1133,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     RETURN_IF_ERROR(rt->loop->Execute(*decided));
   }
   if (rt != nullptr)
-    ResyncBatches(job, plan.status ? *plan.status : kube::At(job, {"status"}), obs.pods, *rt);
+    ResyncBatches(plan.status ? *plan.status : kube::At(job, {"status"}), obs.pods, *rt);
   *requeue_after_ms = plan.requeue_after_ms;
   if (obs.spec.ok() && plan.requeue_after_ms > 0) {
     *requeue_after_ms =

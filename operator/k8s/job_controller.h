@@ -109,12 +109,13 @@ class JobController {
   // workerInstances) once per incarnation and batch in this process: an
   // ADJUST_BS lost while its agent was away, or committed by a leader that
   // died before delivering it, reaches the worker all the same.
-  void ResyncBatches(const kube::Json& job, const kube::Json& status,
-                     const std::vector<kube::Json>& pods, JobRuntime& rt);
-  // An ADJUST_BS directive of `batch` to `worker` through the agent of
-  // `node`; once delivered, recorded in rt->delivered for `incarnation`.
-  bool SendBatch(const kube::Json& job, const std::string& worker, const std::string& incarnation,
-                 const std::string& node, int64_t batch, const std::string& reason, JobRuntime* rt);
+  void ResyncBatches(const kube::Json& status, const std::vector<kube::Json>& pods, JobRuntime& rt);
+  // The loop's ADJUST_BS directive of `batch` and `accumulation_steps` to
+  // `worker` through the agent of `node`; once delivered, recorded in
+  // rt->delivered for `incarnation`. False without a runtime or agent.
+  bool SendBatch(const std::string& worker, const std::string& incarnation, const std::string& node,
+                 int64_t batch, int32_t accumulation_steps, const std::string& reason,
+                 JobRuntime* rt);
   // A write to AntDT's own servers (parameter servers, sharding service, an
   // agent), best effort: logged when it fails (a lease expires by itself).
   void ApplyServerWrite(const kube::Json& job, const reconciler::Write& w,

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <optional>
 
 #include "operator/bridge/bridge.h"
 #include "operator/manifest/manifest.h"
@@ -231,6 +233,78 @@ TEST(JobControllerTest, EventsAStoppedOperatorCommittedAreWrittenAndCleared) {
     EXPECT_EQ(e["involvedObject"]["name"], "refused");
   }
   EXPECT_EQ(restarted, 1);
+}
+
+// An AntDT-DD job whose committed batch (status.workerInstances, as a leader
+// that died before delivering it left it) is delivered by this operator with
+// its accumulation steps, not with one micro-batch.
+TEST(JobControllerTest, ABatchReDeliveredKeepsItsAccumulationSteps) {
+  kube::FakeApi api;
+  Json job = Json::parse(R"({
+    "apiVersion": "antdt.io/v1alpha1", "kind": "AntDTJob",
+    "metadata": {"name": "dd", "namespace": "team-a"},
+    "spec": {"dataset": {"records": 1000, "shardSize": 100},
+             "model": {"globalBatchSize": 64},
+             "workers": {"replicas": 1},
+             "stragglerPolicy": {"name": "antdt-dd"}}})");
+  auto created = api.Create(kube::AntDTJobsResource(), "team-a", job);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Json stored = *created;
+  stored["status"] = Json::parse(R"({
+    "conditions": [{"type": "Running", "status": "True", "reason": "Running"}],
+    "workerInstances": [{"id": "worker-0", "incarnation": 0, "node": "node-a",
+                         "pod": "dd-worker-0", "localBatchSize": 16,
+                         "accumulationSteps": 4, "excludedNodes": []}]})");
+  ASSERT_TRUE(api.UpdateStatus(kube::AntDTJobsResource(), "team-a", stored).ok());
+  Json pod = Json::parse(R"({"apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": "dd-worker-0", "namespace": "team-a",
+                 "labels": {"antdt.io/job": "dd", "antdt.io/role": "worker",
+                            "antdt.io/worker-id": "worker-0", "antdt.io/incarnation": "0"}},
+    "spec": {"nodeName": "node-a", "containers": [{"name": "worker", "image": "antdt"}]}})");
+  pod["metadata"]["ownerReferences"] = Json::array({{{"apiVersion", "antdt.io/v1alpha1"},
+                                                     {"kind", "AntDTJob"},
+                                                     {"name", "dd"},
+                                                     {"uid", (*created)["metadata"]["uid"]},
+                                                     {"controller", true}}});
+  auto made = api.Create(kube::PodsResource(), "team-a", pod);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Json running = *made;
+  running["status"] = {{"phase", "Running"}, {"podIP", "127.0.0.1"}};
+  ASSERT_TRUE(api.UpdateStatus(kube::PodsResource(), "team-a", running).ok());
+
+  monitor::MonitorServiceImpl monitor_service(
+      *monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{})),
+      &RealClock::Get());
+  std::mutex mu;
+  std::vector<v1::Directive> directives;
+  auto stream = monitor_service.hub().OpenStream("test", [&](const v1::MonitorMessage& m) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (m.has_directive()) directives.push_back(m.directive());
+    return true;
+  });
+  v1::AgentMessage hello;
+  hello.mutable_hello()->set_node("node-a");
+  ASSERT_TRUE(monitor_service.hub().Receive(*stream, hello));
+
+  prometheus::Registry registry;
+  JobControllerOptions options;
+  options.identity = "test";
+  options.rpc_timeout_ms = 100;
+  JobController controller(&api, &monitor_service, options, &registry);
+  ASSERT_TRUE(controller.Start(5000));
+  auto adjust = [&]() -> std::optional<v1::AdjustBatch> {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const v1::Directive& d : directives) {
+      if (d.worker_id() == "worker-0" && d.has_adjust_batch()) return d.adjust_batch();
+    }
+    return std::nullopt;
+  };
+  const bool delivered = Eventually([&] { return adjust().has_value(); });
+  controller.Stop();
+  monitor_service.hub().CloseStream(*stream);
+  ASSERT_TRUE(delivered) << "no ADJUST_BS reached node-a's agent";
+  EXPECT_EQ(adjust()->local_batch_size(), 16);
+  EXPECT_EQ(adjust()->accumulation_steps(), 4);
 }
 
 }  // namespace

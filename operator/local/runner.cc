@@ -343,6 +343,8 @@ absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes
   so.bin_dir = o_.bin_dir;
   so.dir = dir_;
   so.workers = job_.workers.replicas;
+  // Backup workers (a baseline) are set on the servers as they start; the
+  // policy's decision (backup-workers:start, in its budget) records it.
   so.backup = policy_ == vocab::Policy::kBackupWorkers ? job_.straggler_policy.backup_workers : 0;
   so.learning_rate = job_.model.learning_rate;
   for (int32_t k = 0; k < static_cast<int32_t>(nodes.size()); ++k) {
@@ -387,17 +389,10 @@ absl::Status Runner::MoveParameterServer(const std::string& id, const std::strin
 
 void Runner::PointWorkersAt(const std::string& ps_id, const std::string& address,
                             const std::string& reason) {
-  for (const controller::WorkerState& w : workers_->Members()) {
-    if (!w.alive || w.node.empty()) continue;
-    v1::Directive d;
-    d.set_job(job_.name);
-    d.set_namespace_(job_.namespace_);
-    d.set_worker_id(w.id);
-    d.set_version(loop_->NextDirectiveVersion());
-    d.mutable_move_parameter_server()->set_ps_id(ps_id);
-    d.mutable_move_parameter_server()->set_address(address);
-    d.set_reason(reason);
-    (void)monitor_->hub().SendDirective(w.node, d);  // not delivered: the old server sends it on
+  for (const control::Delivery& d :
+       loop_->ServerMoved(ps_id, address, workers_->Members(), reason)) {
+    (void)monitor_->hub().SendDirective(d.node,
+                                        d.directive);  // not delivered: the old server sends it on
   }
 }
 
@@ -544,7 +539,10 @@ std::vector<controller::NodeState> Runner::Nodes() {
 bool Runner::SendDirective(const std::string& node, const v1::Directive& directive) {
   WorkerSlot* w = workers_->Find(directive.worker_id());
   if (w == nullptr || w->done) return false;
-  w->local_batch = directive.adjust_batch().local_batch_size();
+  if (directive.has_adjust_batch()) {
+    w->local_batch = directive.adjust_batch().local_batch_size();
+    w->accumulation_steps = std::max(1, directive.adjust_batch().accumulation_steps());
+  }
   // The worker's node now: a plan that restarts a worker elsewhere and then
   // sizes it names the node it was observed on, which it has just left.
   const std::string& at = w->node.empty() ? node : w->node;
@@ -720,16 +718,6 @@ absl::Status Runner::StartJob() {
                         bridge::HasWorkerCommand(job_) ? "worker command" : "demo trainer",
                         static_cast<int>(servers_->size()),
                         static_cast<int>(scenario_.nodes.size()), result_.policy));
-
-  if (policy_ == vocab::Policy::kBackupWorkers) {
-    controller::Plan plan;
-    controller::Decision& d = plan.decisions.emplace_back();
-    d.action = controller::UseBackupWorkers{job_.straggler_policy.backup_workers};
-    d.policy = policy_;
-    d.rule = "backup-workers";
-    d.reason = "baseline: each step takes the first N-b gradients";
-    RETURN_IF_ERROR(loop_->Execute(plan));
-  }
   return absl::OkStatus();
 }
 

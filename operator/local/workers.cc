@@ -128,7 +128,7 @@ std::vector<controller::WorkerState> WorkerSet::Members() const {
     ws.role = vocab::Role::kWorker;
     ws.node = w->node;
     ws.local_batch_size = w->local_batch;
-    ws.accumulation_steps = 1;
+    ws.accumulation_steps = w->accumulation_steps;
     ws.incarnation = w->incarnation;
     ws.alive = !w->done;
     ws.last_restart_ms = w->last_restart_ms;

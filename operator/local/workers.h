@@ -61,7 +61,8 @@ struct WorkerSlot {
   std::string node;
   int32_t incarnation = 0;
   int64_t local_batch = 0;
-  int64_t last_restart_ms = -1;  // -1 never
+  int32_t accumulation_steps = 1;  // of the last ADJUST_BS sent
+  int64_t last_restart_ms = -1;    // -1 never
   int failures = 0;
   bool done = false;
   std::unique_ptr<Child> child;

@@ -518,6 +518,7 @@ Json ToJson(const WorkerInstance& w) {
   Json j = {
       {"id", w.id},   {"incarnation", w.incarnation},         {"node", w.node},
       {"pod", w.pod}, {"localBatchSize", w.local_batch_size}, {"excludedNodes", w.excluded_nodes}};
+  if (w.accumulation_steps > 1) j["accumulationSteps"] = w.accumulation_steps;
   if (w.resumes > 0) {
     j["resumes"] = w.resumes;
     j["resumed"] = w.resumed;
@@ -560,6 +561,8 @@ WorkerInstance WorkerInstanceFromJson(const Json& j) {
   w.node = GetString(j, "node");
   w.pod = GetString(j, "pod");
   w.local_batch_size = static_cast<int32_t>(GetInt(j, "localBatchSize", 0));
+  w.accumulation_steps =
+      std::max<int32_t>(1, static_cast<int32_t>(GetInt(j, "accumulationSteps", 1)));
   w.resumes = GetInt(j, "resumes", 0);
   w.resumed = Get(j, "resumed") == true;
   w.retired = Get(j, "retired") == true;
@@ -1143,7 +1146,10 @@ Event KillRestart(const Action& a, WorkerInstance& w) {
 // ADJUST_BS: the worker's new local batch, and an Event when about a straggler.
 void AdjustBatch(const Action& a, const std::vector<Straggler>& stragglers, WorkerInstance& w,
                  std::vector<Event>& events) {
-  if (a.local_batch_size > 0) w.local_batch_size = a.local_batch_size;
+  if (a.local_batch_size > 0) {
+    w.local_batch_size = a.local_batch_size;
+    w.accumulation_steps = std::max(1, a.accumulation_steps);
+  }
   if (!NamesStraggler(a, stragglers)) return;
   events.push_back({"Normal", "BatchSizeAdjusted",
                     absl::StrCat(w.id, " local batch set to ", a.local_batch_size, ": rule ",
@@ -1390,6 +1396,7 @@ void Rescale(const Pass& pass, Records& r, Plan& plan) {
       adjust.worker = w.id;
       adjust.node = GetString(Get(*pod, "spec"), "nodeName");
       adjust.local_batch_size = batch;
+      adjust.accumulation_steps = w.accumulation_steps;
       adjust.reason = absl::StrCat("scaled to ", pass.n, " workers: the global batch ",
                                    pass.spec.model.global_batch_size, " split evenly");
       AddWrite(plan, std::move(adjust));

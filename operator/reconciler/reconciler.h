@@ -144,7 +144,8 @@ struct Action {
   vocab::ActionKind kind = vocab::ActionKind::kAdjustBatchSize;  // or kKillRestart
   std::string worker;                                            // "worker-3"
   std::string from_node, to_node;
-  int32_t local_batch_size = 0;  // ADJUST_BS
+  int32_t local_batch_size = 0;    // ADJUST_BS
+  int32_t accumulation_steps = 1;  // ADJUST_BS: micro-batches per step
   std::string rule, reason, evidence;
   int64_t at_ms = 0;  // 0: now
 };
@@ -196,9 +197,10 @@ struct Write {
   // kResizeParameterServers: the world size, the workers gone, the workers new.
   int32_t workers = 0;
   std::vector<std::string> removed, added;
-  std::string node;              // kAdjustBatch: where the worker runs (its agent)
-  int64_t local_batch_size = 0;  // kAdjustBatch
-  int64_t incarnation = 0;       // kReleaseShards: this one and older are fenced
+  std::string node;                // kAdjustBatch: where the worker runs (its agent)
+  int64_t local_batch_size = 0;    // kAdjustBatch
+  int32_t accumulation_steps = 1;  // kAdjustBatch
+  int64_t incarnation = 0;         // kReleaseShards: this one and older are fenced
 };
 
 struct Event {
@@ -229,6 +231,9 @@ struct WorkerInstance {
   std::string pod;          // the desired pod's name
   int32_t local_batch_size = 0;
   std::vector<std::string> excluded_nodes;  // never scheduled there again
+  // Micro-batches per step (AntDT-DD's gradient accumulation); written to the
+  // status only when above 1.
+  int32_t accumulation_steps = 1;
   // Incarnations begun because the job resumed or was scaled (not restarts).
   int64_t resumes = 0;
   bool resumed = false;  // the current incarnation is one of those

@@ -49,6 +49,8 @@ struct SimWorker {
   const manifest::NodeSpec* node_spec = nullptr;
   int64_t batch = 0;
   int64_t pending_batch = 0;  // an ADJUST_BS not yet applied
+  // Of the last ADJUST_BS: micro-batches, which cost no time in the model.
+  int32_t accumulation_steps = 1;
   int32_t incarnation = 0;
   bool alive = true;
   double back_at = 0;  // while !alive: when the new incarnation starts
@@ -355,6 +357,7 @@ std::vector<controller::WorkerState> Sim::Members() {
     s.id = w.id;
     s.node = w.node;
     s.local_batch_size = w.pending_batch > 0 ? w.pending_batch : w.batch;
+    s.accumulation_steps = w.accumulation_steps;
     s.incarnation = w.incarnation;
     s.alive = w.alive;
     s.last_restart_ms = w.last_restart_ms;
@@ -412,6 +415,7 @@ bool Sim::SendDirective(const std::string& node, const v1::Directive& directive)
   // starts with it.
   if (directive.has_adjust_batch() && directive.adjust_batch().local_batch_size() > 0) {
     w->pending_batch = directive.adjust_batch().local_batch_size();
+    w->accumulation_steps = std::max(1, directive.adjust_batch().accumulation_steps());
   }
   return w->alive;
 }

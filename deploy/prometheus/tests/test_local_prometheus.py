@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -131,6 +132,15 @@ class LocalPrometheusTest(unittest.TestCase):
         self.assertIn("RESULT: every record committed exactly once", "".join(lines))
         self.check_one_account(seen, "".join(lines), os.path.join(report, "report.json"))
 
+    @staticmethod
+    def stopping(prometheus: str) -> bool:
+        """Whether the Prometheus of the job no longer serves (shutting down)."""
+        try:
+            get(f"{prometheus}/-/ready", timeout=2)
+            return False
+        except (urllib.error.URLError, ConnectionError):
+            return True
+
     def watch_stragglers(self, proc: subprocess.Popen, prometheus: str) -> dict:
         """worker -> (node, class, cause) of its last straggling scrape, as
         antdt_monitor_straggler_info says (the per-sample class while
@@ -138,7 +148,17 @@ class LocalPrometheusTest(unittest.TestCase):
         seen: dict = {}
         ours = 'namespace="default",job="quickstart"'
         while proc.poll() is None:
-            for s in query(prometheus, f'antdt_monitor_straggler_info{{{ours},cause!="none"}}'):
+            try:
+                series = query(prometheus, f'antdt_monitor_straggler_info{{{ours},cause!="none"}}')
+            except (urllib.error.URLError, ConnectionError):
+                # The job's end stops its Prometheus (503 while it shuts down,
+                # then refused) a moment before `antdt run` exits.
+                if proc.poll() is None:
+                    time.sleep(0.5)
+                    if proc.poll() is None and not self.stopping(prometheus):
+                        raise
+                break
+            for s in series:
                 m = s["metric"]
                 cls = m["speed_class"] if m["compensated"] == "true" else m["class"]
                 seen[m["worker"]] = (m["node"], cls, m["cause"])
