@@ -35,16 +35,16 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "agent/core/agent.h"
 #include "antdt/v1/monitor.grpc.pb.h"
 #include "client/step_reporter.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/credential.h"
 #include "common/process.h"
-#include "operator/monitor/monitor.h"
-#include "operator/monitor_service/monitor_hub.h"
+#include "core/monitor/monitor.h"
 #include "prometheus/text_serializer.h"
+#include "services/agent/core/agent.h"
+#include "services/monitor/monitor_hub.h"
 
 namespace {
 

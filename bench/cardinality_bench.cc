@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "agent/core/agent.h"
-#include "agent/core/outbox.h"
-#include "operator/control/job_metrics.h"
-#include "operator/monitor/monitor.h"
+#include "core/loop/job_metrics.h"
+#include "core/monitor/monitor.h"
 #include "prometheus/registry.h"
+#include "services/agent/core/agent.h"
+#include "services/agent/core/outbox.h"
 
 namespace {
 

@@ -30,7 +30,7 @@
 #include "common/config.h"
 #include "common/process.h"
 #include "health_probe.grpc.pb.h"
-#include "sharding-service/sqlite_store.h"
+#include "services/sharding/sqlite_store.h"
 
 namespace {
 

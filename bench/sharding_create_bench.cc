@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "sharding-service/ledger.h"
+#include "services/sharding/ledger.h"
 
 namespace {
 

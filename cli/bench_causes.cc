@@ -22,13 +22,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/vocab/vocab.h"
+#include "backends/local/cgroup.h"
+#include "backends/local/runner.h"
 #include "cli/local_job.h"
 #include "common/config.h"
 #include "common/server.h"
 #include "common/spelling.h"
-#include "operator/local/cgroup.h"
-#include "operator/local/runner.h"
-#include "operator/vocab/vocab.h"
 
 namespace antdt::cli {
 namespace {

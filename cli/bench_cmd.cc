@@ -15,6 +15,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/vocab/vocab.h"
+#include "backends/local/runner.h"
+#include "backends/local/svg_chart.h"
 #include "cli/bench_causes.h"
 #include "cli/commands.h"
 #include "cli/local_job.h"
@@ -22,9 +25,6 @@
 #include "common/server.h"
 #include "common/spelling.h"
 #include "common/status.h"
-#include "operator/local/runner.h"
-#include "operator/local/svg_chart.h"
-#include "operator/vocab/vocab.h"
 
 namespace antdt::cli {
 namespace {

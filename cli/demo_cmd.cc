@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/local_job.h"
-#include "examples/demo/demo_run.h"
+#include "workload/demo/demo_run.h"
 
 namespace antdt::cli {
 namespace {

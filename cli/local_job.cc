@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "backends/local/progress.h"
 #include "common/config.h"
 #include "common/server.h"
-#include "operator/local/progress.h"
 
 namespace antdt::cli {
 namespace {

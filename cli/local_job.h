@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "operator/local/runner.h"
-#include "operator/manifest/manifest.h"
+#include "api/manifest/manifest.h"
+#include "backends/local/runner.h"
 
 namespace antdt::cli {
 

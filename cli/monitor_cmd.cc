@@ -13,7 +13,7 @@
 #include "common/serve.h"
 #include "common/server.h"
 #include "common/tls.h"
-#include "operator/monitor_service/monitor_service.h"
+#include "services/monitor/monitor_service.h"
 
 namespace antdt::cli {
 namespace {

@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "api/vocab/vocab.h"
+#include "backends/local/runner.h"
 #include "cli/commands.h"
 #include "cli/local_job.h"
 #include "common/server.h"
 #include "common/spelling.h"
-#include "operator/local/runner.h"
-#include "operator/vocab/vocab.h"
 
 namespace antdt::cli {
 namespace {

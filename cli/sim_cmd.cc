@@ -1,6 +1,6 @@
 // `antdt sim`: the job simulated under each policy (and once with no
 // slowdown) over several seeds, through the real Monitor, control loop and
-// sharding ledger (operator/sim): job completion time per policy with a 95%
+// sharding ledger (backends/sim): job completion time per policy with a 95%
 // confidence interval, the actions taken, and what the control plane had to
 // sustain. results.json has the shape of `antdt bench stragglers`'s.
 #include <CLI/CLI.hpp>
@@ -16,15 +16,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/manifest/manifest.h"
+#include "api/vocab/vocab.h"
+#include "backends/local/svg_chart.h"
+#include "backends/sim/scenario_file.h"
+#include "backends/sim/simulator.h"
 #include "cli/commands.h"
 #include "common/config.h"
 #include "common/spelling.h"
 #include "common/status.h"
-#include "operator/local/svg_chart.h"
-#include "operator/manifest/manifest.h"
-#include "operator/sim/scenario_file.h"
-#include "operator/sim/simulator.h"
-#include "operator/vocab/vocab.h"
 
 namespace antdt::cli {
 namespace {

@@ -12,7 +12,7 @@ build=${1:-build}
 limit=${2:-120}
 config="{CheckOptions: [{key: readability-function-size.LineThreshold, value: $limit}]}"
 
-long=$(git ls-files '*.cc' ':!:*_test.cc' ':!:tests/' ':!:common/testing/' |
+long=$(git ls-files '*.cc' ':!:*_test.cc' ':!:tests/' ':!:testing/' ':!:common/testing/' |
   xargs -P"$(nproc)" -I{} sh -c 'out=$(clang-tidy "$@" 2>/dev/null); echo "$out"' _ \
     --quiet -p "$build" --checks='-*,readability-function-size' --config="$config" \
     --header-filter="^$PWD/" {} |

@@ -49,7 +49,7 @@ fi
 # the npm registry cannot be reached, helm_chart_test checks each kind with the
 # Kubernetes Python client's models alone and says so.
 if [ "${1:-}" = "--image" ]; then exit 0; fi
-validate=tests/helm/validate
+validate=testing/helm/validate
 if ! cmp -s "$validate/package-lock.json" "$validate/node_modules/.antdt-installed-lock" 2>/dev/null; then
   echo "installing: npm packages of $validate"
   if (cd "$validate" && npm ci --no-audit --no-fund --loglevel=error --fetch-retries=1 --fetch-timeout=60000); then

@@ -20,7 +20,7 @@ dir=build-$kind
 jobs=${JOBS:-$(nproc)}
 
 # -O1 -g1 (line tables, no local variables): the reports keep their file:line
-# stacks, and the build takes under half the time of -O2 -g (operator/local's
+# stacks, and the build takes under half the time of -O2 -g (backends/local's
 # runner.cc under ASan+UBSan, compiled beside another build: 26 s against 64 s).
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DANTDT_SANITIZE=$sanitize >/dev/null
@@ -39,7 +39,7 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$PWD/script
 # gRPC, protobuf and abseil from Debian are not instrumented: TSan would take
 # their libc calls (epoll_wait, close on a socket) for races with our threads.
 # ignore_noninstrumented_modules ignores the memory accesses of such calls; their
-# pthread locking is still seen (abseil's Mutex is not: operator/runtime/CMakeLists.txt).
+# pthread locking is still seen (abseil's Mutex is not: backends/kubernetes/runtime/CMakeLists.txt).
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/scripts/tsan.supp
 
 status=0

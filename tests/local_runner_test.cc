@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/testing/testing.h"
-#include "examples/trainer/ps_checkpoint.h"
+#include "workload/trainer/ps_checkpoint.h"
 
 namespace antdt {
 namespace {

@@ -35,14 +35,14 @@
 #include "antdt/v1/monitor.grpc.pb.h"
 #include "antdt/v1/sharding.grpc.pb.h"
 #include "antdt/v1/trainer.grpc.pb.h"
+#include "backends/kubernetes/client/client.h"
+#include "backends/kubernetes/client/config.h"
+#include "backends/kubernetes/reconciler/reconciler.h"
 #include "common/config.h"
 #include "common/testing/testing.h"
-#include "examples/demo/journal.h"
 #include "gtest/gtest.h"
-#include "operator/kube/client.h"
-#include "operator/kube/config.h"
-#include "operator/reconciler/reconciler.h"
-#include "tests/kube-emulator/rbac.h"
+#include "testing/kube-emulator/rbac.h"
+#include "workload/demo/journal.h"
 
 namespace antdt {
 namespace {
@@ -282,7 +282,7 @@ class Cluster {
     }
     nodes.close();
     std::vector<std::string> argv = {
-        "/usr/bin/python3", SourcePath("tests/kubelet/antdt_test_kubelet.py"),
+        "/usr/bin/python3", SourcePath("testing/kubelet/antdt_test_kubelet.py"),
         "--kubeconfig",     dir_.File("kubeconfig"),
         "--nodes",          dir_.File("nodes.yaml"),
         "--bin-dir",        std::string(std::getenv("ANTDT_BIN_DIR")),

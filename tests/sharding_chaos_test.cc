@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "common/testing/testing.h"
-#include "examples/demo/demo_run.h"
+#include "workload/demo/demo_run.h"
 
 namespace antdt {
 namespace {

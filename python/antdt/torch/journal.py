@@ -1,6 +1,6 @@
 """A worker's journal of the records the sharding service acknowledged.
 
-The same format as the C++ demo trainer's (``examples/demo/journal.h``), so the
+The same format as the C++ demo trainer's (``workload/demo/journal.h``), so the
 local runner and the end-to-end tests check exactly-once for PyTorch workers
 from their own journals, never from the service's counters:
 

@@ -15,7 +15,7 @@ Each dashboard must
 4. have every PromQL query parse: with the variables substituted, every query
    becomes a recording rule of a temporary rule file for `promtool check rules`;
 5. use only metric names AntDT exports: the string literals "antdt_..." of the
-   C++ sources of agent/, sharding-service/ and operator/ (histograms with
+   C++ sources of services/, core/ and backends/ (histograms with
    their _bucket, _sum and _count), the recording rules of
    deploy/prometheus/antdt-rules.yaml, and the series Prometheus adds to every
    scrape (up, scrape_*). Read at run time, so a new metric needs no edit here.
@@ -55,7 +55,7 @@ GRAFANA_BUILTIN_DATASOURCE_UIDS = {"-- Grafana --", "grafana"}
 # Series Prometheus itself adds to every scrape of an AntDT endpoint.
 SCRAPE_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped",
                  "scrape_samples_post_metric_relabeling", "scrape_series_added"}
-METRIC_SOURCES = ("agent", "sharding-service", "operator")
+METRIC_SOURCES = ("services", "core", "backends")
 # Values of the dashboards' own variables when a query is checked.
 CHECK_NAMESPACE, CHECK_JOB = "default", "quickstart"
 
@@ -387,8 +387,8 @@ def metric_names(expr: str) -> set[str]:
 
 def check_metrics(dashboard: dict, known: set[str]) -> list[Problem]:
     return [Problem("metric", query.where,
-                    f"{name} is exported by no AntDT process (agent/, sharding-service/, "
-                    f"operator/) nor recorded by deploy/prometheus/antdt-rules.yaml")
+                    f"{name} is exported by no AntDT process (services/, core/, "
+                    f"backends/) nor recorded by deploy/prometheus/antdt-rules.yaml")
             for query, expr in checked_queries(dashboard)
             for name in sorted(metric_names(expr) - known)]
 

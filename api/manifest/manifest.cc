@@ -1,0 +1,896 @@
+#include "api/manifest/manifest.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <limits>
+#include <regex>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/config.h"
+#include "common/spelling.h"
+#include "common/status.h"
+
+namespace antdt::manifest {
+namespace {
+
+constexpr char kApiVersion[] = "antdt.io/v1alpha1";
+constexpr char kKind[] = "AntDTJob";
+
+absl::Status Invalid(const std::string& path, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+}
+
+std::string Join(const std::string& path, absl::string_view key) {
+  return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+}
+
+std::string Index(const std::string& path, size_t i) { return absl::StrCat(path, "[", i, "]"); }
+
+// How a node looks in an error message: the scalar quoted, or its shape.
+std::string Describe(const YAML::Node& node) {
+  if (node.IsScalar()) return absl::StrCat("\"", node.Scalar(), "\"");
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  return "null";
+}
+
+// Present means given and not null: `key:` and `key: ~` read as absent.
+bool Present(const YAML::Node& node) { return node.IsDefined() && !node.IsNull(); }
+
+// The field `key` of the mapping `map` (undefined when absent).
+YAML::Node Get(const YAML::Node& map, const char* key) {
+  return Present(map) && map.IsMap() ? map[key] : YAML::Node(YAML::NodeType::Undefined);
+}
+
+// `node` must be a mapping whose keys are all in `known` (each at most once).
+// An absent or null node reads as an empty mapping.
+absl::Status CheckMapping(const YAML::Node& node, const std::string& path,
+                          std::initializer_list<absl::string_view> known) {
+  if (!Present(node)) return absl::OkStatus();
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) return Invalid(path, "keys must be strings");
+    const std::string key = kv.first.Scalar();
+    bool ok = false;
+    for (absl::string_view k : known) ok = ok || k == key;
+    if (!ok) {
+      return Invalid(
+          Join(path, key),
+          absl::StrCat("unknown field",
+                       DidYouMean(key, std::vector<std::string>(known.begin(), known.end()))));
+    }
+    if (!seen.insert(key).second) return Invalid(Join(path, key), "duplicate field");
+  }
+  return absl::OkStatus();
+}
+
+// A number or boolean must be a plain scalar: `"3"` is a string, as in a CRD.
+absl::Status PlainScalar(const YAML::Node& node, const std::string& path, absl::string_view what) {
+  if (!node.IsScalar())
+    return Invalid(path, absl::StrCat("must be ", what, ", got ", Describe(node)));
+  if (node.Tag() == "!") {
+    return Invalid(path, absl::StrCat("must be ", what, ", got ", Describe(node), " (quoted)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> AsInt(const YAML::Node& node, const std::string& path) {
+  RETURN_IF_ERROR(PlainScalar(node, path, "an integer"));
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(node.Scalar(), &v)) {
+    return Invalid(path, absl::StrCat("must be an integer, got ", Describe(node)));
+  }
+  return v;
+}
+
+absl::StatusOr<double> AsDouble(const YAML::Node& node, const std::string& path) {
+  RETURN_IF_ERROR(PlainScalar(node, path, "a number"));
+  double v = 0;
+  if (!absl::SimpleAtod(node.Scalar(), &v) || !std::isfinite(v)) {
+    return Invalid(path, absl::StrCat("must be a number, got ", Describe(node)));
+  }
+  return v;
+}
+
+// The optional field `key` of `map`, under `path`; `*out` keeps its default
+// when the field is absent.
+absl::Status ReadInt64(const YAML::Node& map, const std::string& path, const char* key,
+                       int64_t* out) {
+  const YAML::Node node = Get(map, key);
+  if (!Present(node)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(*out, AsInt(node, Join(path, key)));
+  return absl::OkStatus();
+}
+
+absl::Status ReadInt32(const YAML::Node& map, const std::string& path, const char* key,
+                       int32_t* out) {
+  int64_t v = *out;
+  RETURN_IF_ERROR(ReadInt64(map, path, key, &v));
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+    return Invalid(Join(path, key), absl::StrCat("must be <= 2147483647, got ", v));
+  }
+  *out = static_cast<int32_t>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ReadUint64(const YAML::Node& map, const std::string& path, const char* key,
+                        uint64_t* out) {
+  const YAML::Node node = Get(map, key);
+  if (!Present(node)) return absl::OkStatus();
+  const std::string field = Join(path, key);
+  RETURN_IF_ERROR(PlainScalar(node, field, "an integer"));
+  if (!absl::SimpleAtoi(node.Scalar(), out)) {
+    int64_t negative = 0;
+    if (absl::SimpleAtoi(node.Scalar(), &negative)) {
+      return Invalid(field, absl::StrCat("must be >= 0, got ", negative));
+    }
+    return Invalid(field, absl::StrCat("must be an integer, got ", Describe(node)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadDouble(const YAML::Node& map, const std::string& path, const char* key,
+                        double* out) {
+  const YAML::Node node = Get(map, key);
+  if (!Present(node)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(*out, AsDouble(node, Join(path, key)));
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const YAML::Node& map, const std::string& path, const char* key, bool* out) {
+  const YAML::Node node = Get(map, key);
+  if (!Present(node)) return absl::OkStatus();
+  const std::string field = Join(path, key);
+  RETURN_IF_ERROR(PlainScalar(node, field, "true or false"));
+  const std::string& s = node.Scalar();
+  if (s == "true" || s == "True" || s == "TRUE") {
+    *out = true;
+  } else if (s == "false" || s == "False" || s == "FALSE") {
+    *out = false;
+  } else {
+    return Invalid(field, absl::StrCat("must be true or false, got ", Describe(node)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadString(const YAML::Node& map, const std::string& path, const char* key,
+                        std::string* out) {
+  const YAML::Node node = Get(map, key);
+  if (!Present(node)) return absl::OkStatus();
+  if (!node.IsScalar()) {
+    return Invalid(Join(path, key), absl::StrCat("must be a string, got ", Describe(node)));
+  }
+  *out = node.Scalar();
+  return absl::OkStatus();
+}
+
+// A duration string ("30s", "500ms", "2m"; "0" as in Go) in milliseconds.
+absl::Status ReadDurationMs(const YAML::Node& map, const std::string& path, const char* key,
+                            int64_t* out) {
+  const YAML::Node node = Get(map, key);
+  if (!Present(node)) return absl::OkStatus();
+  const std::string field = Join(path, key);
+  if (!node.IsScalar()) {
+    return Invalid(field, absl::StrCat("must be a duration like \"30s\", \"500ms\" or \"2m\", got ",
+                                       Describe(node)));
+  }
+  if (node.Scalar() == "0") {
+    *out = 0;
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(*out, ParseDurationMs(node.Scalar(), field));
+  return absl::OkStatus();
+}
+
+// Like ReadDurationMs in microseconds: "200us", "1.5ms", "1s".
+absl::Status ReadDurationUs(const YAML::Node& map, const std::string& path, const char* key,
+                            int64_t* out) {
+  const YAML::Node node = Get(map, key);
+  if (!Present(node)) return absl::OkStatus();
+  const std::string field = Join(path, key);
+  const std::string text = node.IsScalar() ? node.Scalar() : "";
+  const size_t unit_pos = text.find_first_not_of("0123456789.");
+  double value = 0;
+  double scale = 0;
+  if (node.IsScalar() && unit_pos != 0 && unit_pos != std::string::npos &&
+      absl::SimpleAtod(text.substr(0, unit_pos), &value)) {
+    const std::string unit = text.substr(unit_pos);
+    if (unit == "us") scale = 1;
+    if (unit == "ms") scale = 1e3;
+    if (unit == "s") scale = 1e6;
+  }
+  if (scale == 0 && text != "0") {
+    return Invalid(
+        field, absl::StrCat("must be a duration like \"200us\" or \"1ms\", got ", Describe(node)));
+  }
+  *out = static_cast<int64_t>(value * scale + 0.5);
+  return absl::OkStatus();
+}
+
+// The optional field `key` of `map`, one of `allowed` by its vocab::Name;
+// `*out` keeps its default when the field is absent.
+template <typename E>
+absl::Status ReadOneOf(const YAML::Node& map, const std::string& path, const char* key,
+                       const std::vector<E>& allowed, E* out) {
+  if (!Present(Get(map, key))) return absl::OkStatus();
+  std::string text;
+  RETURN_IF_ERROR(ReadString(map, path, key, &text));
+  ASSIGN_OR_RETURN(*out, vocab::ParseOneOf(Join(path, key), text, allowed));
+  return absl::OkStatus();
+}
+
+absl::Status ReadStringMap(const YAML::Node& node, const std::string& path,
+                           std::map<std::string, std::string>* out) {
+  if (!Present(node)) return absl::OkStatus();
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) return Invalid(path, "keys must be strings");
+    const std::string field = Join(path, kv.first.Scalar());
+    if (!kv.second.IsScalar()) {
+      return Invalid(field, absl::StrCat("must be a string, got ", Describe(kv.second)));
+    }
+    if (!out->emplace(kv.first.Scalar(), kv.second.Scalar()).second) {
+      return Invalid(field, "duplicate field");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Required(const YAML::Node& map, const std::string& path, const char* key) {
+  if (!Present(Get(map, key))) return Invalid(Join(path, key), "required");
+  return absl::OkStatus();
+}
+
+absl::Status AtLeast(const std::string& path, int64_t v, int64_t min) {
+  if (v < min) return Invalid(path, absl::StrCat("must be >= ", min, ", got ", v));
+  return absl::OkStatus();
+}
+
+absl::Status Positive(const std::string& path, double v) {
+  if (!(v > 0)) return Invalid(path, absl::StrCat("must be > 0, got ", v));
+  return absl::OkStatus();
+}
+
+absl::Status CheckDns1123Label(const std::string& path, const std::string& s) {
+  if (IsDns1123Label(s)) return absl::OkStatus();
+  return Invalid(path, absl::StrCat("must be a DNS-1123 label (lowercase letters, digits and "
+                                    "'-', at most 63 characters, starting and ending with a "
+                                    "letter or digit), got \"",
+                                    s, "\""));
+}
+
+// ---- AntDTJob ----
+
+absl::Status ParseMetadata(const YAML::Node& node, Job* job) {
+  const std::string path = "metadata";
+  if (!Present(node)) return Invalid(path, "required");
+  // Fields the API server sets are accepted and ignored, so the operator can
+  // parse a custom resource as read back from the cluster.
+  RETURN_IF_ERROR(CheckMapping(
+      node, path,
+      {"name", "namespace", "labels", "annotations", "uid", "resourceVersion", "generation",
+       "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
+       "finalizers", "ownerReferences", "selfLink"}));
+  RETURN_IF_ERROR(Required(node, path, "name"));
+  RETURN_IF_ERROR(ReadString(node, path, "name", &job->name));
+  RETURN_IF_ERROR(CheckDns1123Label("metadata.name", job->name));
+  RETURN_IF_ERROR(ReadString(node, path, "namespace", &job->namespace_));
+  RETURN_IF_ERROR(CheckDns1123Label("metadata.namespace", job->namespace_));
+  RETURN_IF_ERROR(ReadStringMap(Get(node, "labels"), "metadata.labels", &job->labels));
+  RETURN_IF_ERROR(ReadString(node, path, "uid", &job->uid));
+  return absl::OkStatus();
+}
+
+absl::Status ParseDataset(const YAML::Node& node, DatasetSpec* d) {
+  const std::string path = "spec.dataset";
+  if (!Present(node)) return Invalid(path, "required");
+  RETURN_IF_ERROR(CheckMapping(node, path, {"records", "shardSize", "epochs", "shuffle", "seed"}));
+  RETURN_IF_ERROR(Required(node, path, "records"));
+  RETURN_IF_ERROR(ReadInt64(node, path, "records", &d->records));
+  RETURN_IF_ERROR(AtLeast(Join(path, "records"), d->records, 1));
+  RETURN_IF_ERROR(Required(node, path, "shardSize"));
+  RETURN_IF_ERROR(ReadInt64(node, path, "shardSize", &d->shard_size));
+  RETURN_IF_ERROR(AtLeast(Join(path, "shardSize"), d->shard_size, 1));
+  RETURN_IF_ERROR(ReadInt32(node, path, "epochs", &d->epochs));
+  RETURN_IF_ERROR(AtLeast(Join(path, "epochs"), d->epochs, 1));
+  RETURN_IF_ERROR(ReadBool(node, path, "shuffle", &d->shuffle));
+  RETURN_IF_ERROR(ReadUint64(node, path, "seed", &d->seed));
+  return absl::OkStatus();
+}
+
+absl::Status ParseModel(const YAML::Node& node, ModelSpec* m) {
+  const std::string path = "spec.model";
+  RETURN_IF_ERROR(CheckMapping(node, path, {"features", "learningRate", "globalBatchSize"}));
+  RETURN_IF_ERROR(ReadInt32(node, path, "features", &m->features));
+  if (m->features < 1 || m->features > 4096) {
+    return Invalid(Join(path, "features"),
+                   absl::StrCat("must be between 1 and 4096, got ", m->features));
+  }
+  RETURN_IF_ERROR(ReadDouble(node, path, "learningRate", &m->learning_rate));
+  RETURN_IF_ERROR(Positive(Join(path, "learningRate"), m->learning_rate));
+  RETURN_IF_ERROR(ReadInt64(node, path, "globalBatchSize", &m->global_batch_size));
+  return AtLeast(Join(path, "globalBatchSize"), m->global_batch_size, 1);
+}
+
+// A list of strings (`command`, `args`); absent reads as empty.
+absl::Status ReadStringList(const YAML::Node& map, const std::string& path, const char* key,
+                            std::vector<std::string>* out) {
+  const YAML::Node node = Get(map, key);
+  if (!Present(node)) return absl::OkStatus();
+  const std::string field = Join(path, key);
+  if (!node.IsSequence()) {
+    return Invalid(field, absl::StrCat("must be a list of strings, got ", Describe(node)));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    if (!node[i].IsScalar()) {
+      return Invalid(Index(field, i), absl::StrCat("must be a string, got ", Describe(node[i])));
+    }
+    out->push_back(node[i].Scalar());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseEnvVar(const YAML::Node& node, const std::string& path, EnvVar* var) {
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  RETURN_IF_ERROR(CheckMapping(node, path, {"name", "value", "valueFrom"}));
+  RETURN_IF_ERROR(Required(node, path, "name"));
+  RETURN_IF_ERROR(ReadString(node, path, "name", &var->name));
+  if (var->name.empty()) return Invalid(Join(path, "name"), "must not be empty");
+  RETURN_IF_ERROR(ReadString(node, path, "value", &var->value));
+  var->value_from = Present(Get(node, "valueFrom"));
+  if (var->value_from && Present(Get(node, "value"))) {
+    return Invalid(Join(path, "valueFrom"), "not allowed together with value");
+  }
+  return absl::OkStatus();
+}
+
+// containers[0]'s command, args and env (the rest of the container is the
+// pod's business, kept in template_yaml).
+absl::Status ParseContainer(const YAML::Node& node, const std::string& path, ReplicaSpec* r) {
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  const YAML::Node image = Get(node, "image");
+  if (Present(image) && image.IsScalar()) r->image = image.Scalar();
+  RETURN_IF_ERROR(ReadStringList(node, path, "command", &r->container.command));
+  RETURN_IF_ERROR(ReadStringList(node, path, "args", &r->container.args));
+  const YAML::Node env = Get(node, "env");
+  if (!Present(env)) return absl::OkStatus();
+  const std::string env_path = Join(path, "env");
+  if (!env.IsSequence()) {
+    return Invalid(env_path, absl::StrCat("must be a list, got ", Describe(env)));
+  }
+  for (size_t i = 0; i < env.size(); ++i) {
+    EnvVar var;
+    RETURN_IF_ERROR(ParseEnvVar(env[i], Index(env_path, i), &var));
+    r->container.env.push_back(std::move(var));
+  }
+  return absl::OkStatus();
+}
+
+// `template` is free-form: kept as YAML text, with containers[0]'s image,
+// command, args and env taken out.
+absl::Status ParseReplicas(const YAML::Node& node, const std::string& path, int32_t min_replicas,
+                           ReplicaSpec* r) {
+  if (!Present(node) && min_replicas > 0) return Invalid(path, "required");
+  RETURN_IF_ERROR(CheckMapping(node, path, {"replicas", "template"}));
+  if (min_replicas > 0) RETURN_IF_ERROR(Required(node, path, "replicas"));
+  RETURN_IF_ERROR(ReadInt32(node, path, "replicas", &r->replicas));
+  RETURN_IF_ERROR(AtLeast(Join(path, "replicas"), r->replicas, min_replicas));
+  const YAML::Node tmpl = Get(node, "template");
+  if (!Present(tmpl)) return absl::OkStatus();
+  if (!tmpl.IsMap()) {
+    return Invalid(Join(path, "template"), absl::StrCat("must be a mapping, got ", Describe(tmpl)));
+  }
+  r->template_yaml = YAML::Dump(tmpl);
+  const YAML::Node spec = Get(tmpl, "spec");
+  const YAML::Node containers = Get(spec, "containers");
+  if (Present(containers) && containers.IsSequence() && containers.size() > 0) {
+    RETURN_IF_ERROR(ParseContainer(containers[0], Join(path, "template.spec.containers[0]"), r));
+  }
+  return absl::OkStatus();
+}
+
+// The operator restarts a failed worker itself, as a new incarnation counted
+// against spec.runPolicy.backoffLimit: a kubelet restarting it in place
+// (OnFailure, Always) would do so behind the failure count and the sharding
+// service's leases, so only Never (or nothing) is accepted.
+absl::Status CheckWorkerRestartPolicy(const YAML::Node& workers) {
+  const YAML::Node policy = Get(Get(Get(workers, "template"), "spec"), "restartPolicy");
+  if (!Present(policy)) return absl::OkStatus();
+  const std::string path = "spec.workers.template.spec.restartPolicy";
+  if (!policy.IsScalar()) {
+    return Invalid(path, absl::StrCat("must be a string, got ", Describe(policy)));
+  }
+  if (policy.Scalar() == "Never") return absl::OkStatus();
+  return Invalid(path, absl::StrCat("must be Never or absent, got \"", policy.Scalar(),
+                                    "\": AntDT restarts a failed worker itself, as a new pod "
+                                    "counted against spec.runPolicy.backoffLimit"));
+}
+
+// A DNS-1123 subdomain (a StorageClass name): dot-separated labels, at most
+// 253 characters.
+bool IsDnsSubdomain(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (absl::string_view label : absl::StrSplit(s, '.')) {
+    if (!IsDns1123Label(std::string(label))) return false;
+  }
+  return true;
+}
+
+// A Kubernetes quantity as storage sizes are written: 512Mi, 1Gi, 10G, 1e9.
+bool IsStorageQuantity(const std::string& s) {
+  static const std::regex kQuantity(R"(^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P|e[0-9]+)?$)");
+  return std::regex_match(s, kQuantity);
+}
+
+absl::Status ParseShardingStorage(const YAML::Node& node, ShardingStorageSpec* st) {
+  const std::string path = "spec.shardingService.storage";
+  if (!Present(node)) return absl::OkStatus();
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  RETURN_IF_ERROR(CheckMapping(node, path, {"size", "storageClassName", "ephemeral"}));
+  RETURN_IF_ERROR(ReadString(node, path, "size", &st->size));
+  if (!IsStorageQuantity(st->size) || std::strtod(st->size.c_str(), nullptr) <= 0) {
+    return Invalid(Join(path, "size"),
+                   absl::StrCat("must be a positive quantity such as 1Gi, got \"", st->size, "\""));
+  }
+  RETURN_IF_ERROR(ReadString(node, path, "storageClassName", &st->storage_class));
+  if (!st->storage_class.empty() && !IsDnsSubdomain(st->storage_class)) {
+    return Invalid(Join(path, "storageClassName"),
+                   absl::StrCat("must be a StorageClass name, got \"", st->storage_class, "\""));
+  }
+  return ReadBool(node, path, "ephemeral", &st->ephemeral);
+}
+
+// spec.shardingService: a pod template (free-form, as the workers') and
+// where its state is kept.
+absl::Status ParseShardingService(const YAML::Node& node, std::string* template_yaml,
+                                  ShardingStorageSpec* storage) {
+  const std::string path = "spec.shardingService";
+  if (!Present(node)) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckMapping(node, path, {"template", "storage"}));
+  RETURN_IF_ERROR(ParseShardingStorage(Get(node, "storage"), storage));
+  const YAML::Node tmpl = Get(node, "template");
+  if (!Present(tmpl)) return absl::OkStatus();
+  if (!tmpl.IsMap()) {
+    return Invalid(Join(path, "template"), absl::StrCat("must be a mapping, got ", Describe(tmpl)));
+  }
+  *template_yaml = YAML::Dump(tmpl);
+  return absl::OkStatus();
+}
+
+absl::Status ParseRule(const YAML::Node& node, const std::string& path, Rule* rule) {
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  RETURN_IF_ERROR(CheckMapping(
+      node, path, {"signal", "threshold", "class", "windows", "action", "cooldown", "budget"}));
+  RETURN_IF_ERROR(Required(node, path, "signal"));
+  RETURN_IF_ERROR(ReadOneOf(node, path, "signal", vocab::AllSignals(), &rule->signal));
+  if (rule->signal == vocab::Signal::kClass) {
+    if (Present(Get(node, "threshold"))) {
+      return Invalid(Join(path, "threshold"), "only allowed with signal score or self_score");
+    }
+    RETURN_IF_ERROR(Required(node, path, "class"));
+    RETURN_IF_ERROR(ReadOneOf(node, path, "class",
+                              {v1::TRANSIENT, v1::PERSISTENT, v1::DETERMINISTIC}, &rule->klass));
+  } else {
+    if (Present(Get(node, "class"))) {
+      return Invalid(Join(path, "class"), "only allowed with signal class");
+    }
+    RETURN_IF_ERROR(Required(node, path, "threshold"));
+    RETURN_IF_ERROR(ReadDouble(node, path, "threshold", &rule->threshold));
+    RETURN_IF_ERROR(Positive(Join(path, "threshold"), rule->threshold));
+  }
+  RETURN_IF_ERROR(ReadInt32(node, path, "windows", &rule->windows));
+  RETURN_IF_ERROR(AtLeast(Join(path, "windows"), rule->windows, 1));
+  RETURN_IF_ERROR(Required(node, path, "action"));
+  RETURN_IF_ERROR(ReadOneOf(node, path, "action", vocab::RuleActionKinds(), &rule->action));
+  RETURN_IF_ERROR(ReadDurationMs(node, path, "cooldown", &rule->cooldown_ms));
+  RETURN_IF_ERROR(ReadInt32(node, path, "budget", &rule->budget));
+  return AtLeast(Join(path, "budget"), rule->budget, 0);
+}
+
+absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, StragglerPolicySpec* p) {
+  const std::string path = "spec.stragglerPolicy";
+  RETURN_IF_ERROR(CheckMapping(
+      node, path, {"name", "cooldown", "maxActions", "minSavingRatio", "backupWorkers", "rules"}));
+  RETURN_IF_ERROR(ReadOneOf(node, path, "name", vocab::AllPolicies(), &p->name));
+  RETURN_IF_ERROR(ReadDurationMs(node, path, "cooldown", &p->cooldown_ms));
+  RETURN_IF_ERROR(ReadInt32(node, path, "maxActions", &p->max_actions));
+  RETURN_IF_ERROR(AtLeast(Join(path, "maxActions"), p->max_actions, 0));
+  RETURN_IF_ERROR(ReadDouble(node, path, "minSavingRatio", &p->min_saving_ratio));
+  if (p->min_saving_ratio < 0) {
+    return Invalid(Join(path, "minSavingRatio"),
+                   absl::StrCat("must be >= 0, got ", p->min_saving_ratio));
+  }
+  RETURN_IF_ERROR(ReadInt32(node, path, "backupWorkers", &p->backup_workers));
+  RETURN_IF_ERROR(AtLeast(Join(path, "backupWorkers"), p->backup_workers, 0));
+  if (p->name == vocab::Policy::kBackupWorkers &&
+      (p->backup_workers < 1 || p->backup_workers >= workers)) {
+    return Invalid(Join(path, "backupWorkers"),
+                   absl::StrCat("must be between 1 and spec.workers.replicas - 1 (", workers - 1,
+                                ") with backup-workers, got ", p->backup_workers));
+  }
+  const std::string rules_path = Join(path, "rules");
+  const YAML::Node rules = Get(node, "rules");
+  if (p->name != vocab::Policy::kCustom) {
+    if (Present(rules)) {
+      return Invalid(rules_path, absl::StrCat("only allowed with name custom, got name \"",
+                                              vocab::Name(p->name), "\""));
+    }
+    return absl::OkStatus();
+  }
+  if (!Present(rules)) return Invalid(rules_path, "required with name custom");
+  if (!rules.IsSequence()) {
+    return Invalid(rules_path, absl::StrCat("must be a list, got ", Describe(rules)));
+  }
+  if (rules.size() == 0) return Invalid(rules_path, "must list at least one rule with name custom");
+  for (size_t i = 0; i < rules.size(); ++i) {
+    Rule rule;
+    RETURN_IF_ERROR(ParseRule(rules[i], Index(rules_path, i), &rule));
+    p->rules.push_back(std::move(rule));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMonitor(const YAML::Node& node, MonitorSpec* m) {
+  const std::string path = "spec.monitor";
+  RETURN_IF_ERROR(CheckMapping(node, path,
+                               {"window", "allowedLateness", "stragglerThreshold",
+                                "recoverThreshold", "persistentWindows", "warmupWindows"}));
+  RETURN_IF_ERROR(ReadDurationMs(node, path, "window", &m->window_ms));
+  if (m->window_ms <= 0) {
+    return Invalid(Join(path, "window"), absl::StrCat("must be > 0, got ", m->window_ms, "ms"));
+  }
+  RETURN_IF_ERROR(ReadDurationMs(node, path, "allowedLateness", &m->allowed_lateness_ms));
+  RETURN_IF_ERROR(ReadDouble(node, path, "stragglerThreshold", &m->straggler_threshold));
+  if (!(m->straggler_threshold > 1)) {
+    return Invalid(Join(path, "stragglerThreshold"),
+                   absl::StrCat("must be > 1, got ", m->straggler_threshold));
+  }
+  RETURN_IF_ERROR(ReadDouble(node, path, "recoverThreshold", &m->recover_threshold));
+  RETURN_IF_ERROR(Positive(Join(path, "recoverThreshold"), m->recover_threshold));
+  if (m->recover_threshold >= m->straggler_threshold) {
+    return Invalid(Join(path, "recoverThreshold"),
+                   absl::StrCat("must be < spec.monitor.stragglerThreshold (",
+                                m->straggler_threshold, "), got ", m->recover_threshold));
+  }
+  RETURN_IF_ERROR(ReadInt32(node, path, "persistentWindows", &m->persistent_windows));
+  RETURN_IF_ERROR(AtLeast(Join(path, "persistentWindows"), m->persistent_windows, 1));
+  RETURN_IF_ERROR(ReadInt32(node, path, "warmupWindows", &m->warmup_windows));
+  return AtLeast(Join(path, "warmupWindows"), m->warmup_windows, 0);
+}
+
+absl::Status ParseCheckpoint(const YAML::Node& node, CheckpointSpec* c) {
+  const std::string path = "spec.checkpoint";
+  RETURN_IF_ERROR(CheckMapping(node, path, {"path", "everySteps"}));
+  RETURN_IF_ERROR(ReadString(node, path, "path", &c->path));
+  RETURN_IF_ERROR(ReadInt64(node, path, "everySteps", &c->every_steps));
+  RETURN_IF_ERROR(AtLeast(Join(path, "everySteps"), c->every_steps, 0));
+  if (c->every_steps > 0 && c->path.empty()) {
+    return Invalid(Join(path, "path"), "required when everySteps > 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSchedulingPolicy(const YAML::Node& node, RunPolicySpec* r) {
+  const std::string path = "spec.runPolicy.schedulingPolicy";
+  RETURN_IF_ERROR(CheckMapping(node, path, {"minAvailable", "queue", "scheduleTimeoutSeconds"}));
+  if (Present(Get(node, "minAvailable"))) {
+    RETURN_IF_ERROR(ReadInt32(node, path, "minAvailable", &r->min_available));
+    RETURN_IF_ERROR(AtLeast(Join(path, "minAvailable"), r->min_available, 1));
+  }
+  RETURN_IF_ERROR(ReadString(node, path, "queue", &r->queue));
+  if (!Present(Get(node, "scheduleTimeoutSeconds"))) return absl::OkStatus();
+  RETURN_IF_ERROR(ReadInt64(node, path, "scheduleTimeoutSeconds", &r->schedule_timeout_seconds));
+  return AtLeast(Join(path, "scheduleTimeoutSeconds"), r->schedule_timeout_seconds, 1);
+}
+
+absl::Status ParseRunPolicy(const YAML::Node& node, RunPolicySpec* r) {
+  const std::string path = "spec.runPolicy";
+  RETURN_IF_ERROR(CheckMapping(
+      node, path,
+      {"backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "schedulingPolicy"}));
+  RETURN_IF_ERROR(ParseSchedulingPolicy(Get(node, "schedulingPolicy"), r));
+  RETURN_IF_ERROR(ReadInt32(node, path, "backoffLimit", &r->backoff_limit));
+  RETURN_IF_ERROR(AtLeast(Join(path, "backoffLimit"), r->backoff_limit, 0));
+  if (Present(Get(node, "activeDeadlineSeconds"))) {
+    RETURN_IF_ERROR(ReadInt64(node, path, "activeDeadlineSeconds", &r->active_deadline_seconds));
+    RETURN_IF_ERROR(AtLeast(Join(path, "activeDeadlineSeconds"), r->active_deadline_seconds, 1));
+  }
+  if (!Present(Get(node, "ttlSecondsAfterFinished"))) return absl::OkStatus();
+  RETURN_IF_ERROR(ReadInt64(node, path, "ttlSecondsAfterFinished", &r->ttl_seconds_after_finished));
+  return AtLeast(Join(path, "ttlSecondsAfterFinished"), r->ttl_seconds_after_finished, 0);
+}
+
+absl::Status ParseLocal(const YAML::Node& node, LocalSpec* l) {
+  const std::string path = "spec.local";
+  RETURN_IF_ERROR(CheckMapping(
+      node, path, {"scenario", "deviceTimePerSample", "serverTimePerStep", "deviceWork"}));
+  std::string work = "sleep";
+  RETURN_IF_ERROR(ReadString(node, path, "deviceWork", &work));
+  if (work != "sleep" && work != "cpu") {
+    return Invalid(Join(path, "deviceWork"),
+                   absl::StrCat("must be sleep or cpu, got \"", work, "\"",
+                                DidYouMean(work, {"sleep", "cpu"})));
+  }
+  l->device_work_cpu = work == "cpu";
+  RETURN_IF_ERROR(ReadString(node, path, "scenario", &l->scenario));
+  RETURN_IF_ERROR(ReadDurationUs(node, path, "deviceTimePerSample", &l->device_time_per_sample_us));
+  RETURN_IF_ERROR(AtLeast(Join(path, "deviceTimePerSample"), l->device_time_per_sample_us, 0));
+  RETURN_IF_ERROR(ReadDurationUs(node, path, "serverTimePerStep", &l->server_time_per_step_us));
+  return AtLeast(Join(path, "serverTimePerStep"), l->server_time_per_step_us, 0);
+}
+
+// The job's name makes its children's on a cluster (the CRD's rules, the same
+// words): Services <name>-sharding, <name>-ps, <name>-workers (DNS-1035 labels)
+// and the workers' host names <name>-worker-<index>, 63 characters at most.
+absl::Status CheckChildNames(const Job& job) {
+  if (job.name.front() < 'a' || job.name.front() > 'z') {
+    return Invalid("metadata.name",
+                   "must start with a letter: the job's Services (<name>-sharding, "
+                   "<name>-workers) are named after it (DNS-1035)");
+  }
+  if (job.name.size() > 54) {
+    return Invalid("metadata.name",
+                   "must be at most 54 characters: the job's Service <name>-sharding must fit "
+                   "in 63");
+  }
+  if (job.name.size() + std::to_string(job.workers.replicas - 1).size() > 55) {
+    return Invalid("metadata.name",
+                   "is too long for spec.workers.replicas: the workers' host names "
+                   "<name>-worker-<index> must fit in 63 characters");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseJobRoot(const YAML::Node& root, Job* job) {
+  if (!root.IsMap())
+    return Invalid("manifest", absl::StrCat("must be a mapping, got ", Describe(root)));
+  // `status` is written by the operator; it is accepted and ignored.
+  RETURN_IF_ERROR(CheckMapping(root, "", {"apiVersion", "kind", "metadata", "spec", "status"}));
+  std::string api_version;
+  std::string kind;
+  RETURN_IF_ERROR(Required(root, "", "apiVersion"));
+  RETURN_IF_ERROR(ReadString(root, "", "apiVersion", &api_version));
+  if (api_version != kApiVersion) {
+    return Invalid("apiVersion",
+                   absl::StrCat("must be \"", kApiVersion, "\", got \"", api_version, "\""));
+  }
+  RETURN_IF_ERROR(Required(root, "", "kind"));
+  RETURN_IF_ERROR(ReadString(root, "", "kind", &kind));
+  if (kind != kKind) {
+    return Invalid("kind", absl::StrCat("must be \"", kKind, "\", got \"", kind, "\""));
+  }
+  RETURN_IF_ERROR(ParseMetadata(Get(root, "metadata"), job));
+
+  const YAML::Node spec = Get(root, "spec");
+  if (!Present(spec)) return Invalid("spec", "required");
+  RETURN_IF_ERROR(
+      CheckMapping(spec, "spec",
+                   {"dataset", "model", "workers", "parameterServers", "shardingService",
+                    "stragglerPolicy", "monitor", "checkpoint", "runPolicy", "local", "suspend"}));
+  RETURN_IF_ERROR(ReadBool(spec, "spec", "suspend", &job->suspend));
+  RETURN_IF_ERROR(ParseDataset(Get(spec, "dataset"), &job->dataset));
+  RETURN_IF_ERROR(ParseReplicas(Get(spec, "workers"), "spec.workers", 1, &job->workers));
+  RETURN_IF_ERROR(CheckWorkerRestartPolicy(Get(spec, "workers")));
+  RETURN_IF_ERROR(CheckChildNames(*job));
+  RETURN_IF_ERROR(ParseReplicas(Get(spec, "parameterServers"), "spec.parameterServers", 0,
+                                &job->parameter_servers));
+  RETURN_IF_ERROR(ParseShardingService(
+      Get(spec, "shardingService"), &job->sharding_service_template_yaml, &job->sharding_storage));
+  RETURN_IF_ERROR(ParseModel(Get(spec, "model"), &job->model));
+  if (job->model.global_batch_size < job->workers.replicas) {
+    return Invalid("spec.model.globalBatchSize",
+                   absl::StrCat("must be >= spec.workers.replicas (", job->workers.replicas,
+                                "), got ", job->model.global_batch_size));
+  }
+  RETURN_IF_ERROR(ParseStragglerPolicy(Get(spec, "stragglerPolicy"), job->workers.replicas,
+                                       &job->straggler_policy));
+  RETURN_IF_ERROR(ParseMonitor(Get(spec, "monitor"), &job->monitor));
+  RETURN_IF_ERROR(ParseCheckpoint(Get(spec, "checkpoint"), &job->checkpoint));
+  RETURN_IF_ERROR(ParseRunPolicy(Get(spec, "runPolicy"), &job->run_policy));
+  return ParseLocal(Get(spec, "local"), &job->local);
+}
+
+// ---- Scenario ----
+
+absl::Status ParseNode(const YAML::Node& node, const std::string& path, NodeSpec* n) {
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  RETURN_IF_ERROR(CheckMapping(node, path, {"name", "speed", "spare", "role", "labels"}));
+  RETURN_IF_ERROR(Required(node, path, "name"));
+  RETURN_IF_ERROR(ReadString(node, path, "name", &n->name));
+  RETURN_IF_ERROR(ReadDouble(node, path, "speed", &n->speed));
+  RETURN_IF_ERROR(Positive(Join(path, "speed"), n->speed));
+  RETURN_IF_ERROR(ReadBool(node, path, "spare", &n->spare));
+  RETURN_IF_ERROR(ReadOneOf(node, path, "role", vocab::AllRoles(), &n->role));
+  return ReadStringMap(Get(node, "labels"), Join(path, "labels"), &n->labels);
+}
+
+absl::Status ParseSlowdown(const YAML::Node& node, const std::string& path,
+                           const std::set<std::string>& nodes, Slowdown* s) {
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("must be a mapping, got ", Describe(node)));
+  RETURN_IF_ERROR(CheckMapping(node, path, {"node", "kind", "factor", "start", "duration", "via"}));
+  RETURN_IF_ERROR(Required(node, path, "node"));
+  RETURN_IF_ERROR(ReadString(node, path, "node", &s->node));
+  if (nodes.count(s->node) == 0) {
+    return Invalid(Join(path, "node"), absl::StrCat("no node \"", s->node, "\""));
+  }
+  RETURN_IF_ERROR(Required(node, path, "kind"));
+  RETURN_IF_ERROR(
+      ReadOneOf(node, path, "kind", {v1::DETERMINISTIC, v1::TRANSIENT, v1::PERSISTENT}, &s->kind));
+  RETURN_IF_ERROR(Required(node, path, "factor"));
+  RETURN_IF_ERROR(ReadDouble(node, path, "factor", &s->factor));
+  if (!(s->factor > 1)) {
+    return Invalid(Join(path, "factor"), absl::StrCat("must be > 1, got ", s->factor));
+  }
+  std::string via = "emulated";
+  RETURN_IF_ERROR(ReadString(node, path, "via", &via));
+  static const auto* const kVia =
+      new std::map<std::string, SlowdownVia>{{"emulated", SlowdownVia::kEmulated},
+                                             {"cpu-quota", SlowdownVia::kCpuQuota},
+                                             {"cpu-contention", SlowdownVia::kCpuContention},
+                                             {"slow-data", SlowdownVia::kSlowData},
+                                             {"gpu-throttle", SlowdownVia::kGpuThrottle}};
+  if (auto it = kVia->find(via); it != kVia->end()) {
+    s->via = it->second;
+  } else {
+    return Invalid(Join(path, "via"),
+                   absl::StrCat("must be emulated, cpu-quota, cpu-contention, slow-data or "
+                                "gpu-throttle, got \"",
+                                via, "\"",
+                                DidYouMean(via, {"emulated", "cpu-quota", "cpu-contention",
+                                                 "slow-data", "gpu-throttle"})));
+  }
+  RETURN_IF_ERROR(ReadDurationMs(node, path, "start", &s->start_ms));
+  if (s->kind == v1::DETERMINISTIC && s->start_ms != 0) {
+    return Invalid(Join(path, "start"), absl::StrCat("must be 0 for a deterministic slowdown, got ",
+                                                     Describe(Get(node, "start"))));
+  }
+  const bool has_duration = Present(Get(node, "duration"));
+  if (s->kind != v1::TRANSIENT) {
+    if (has_duration) {
+      return Invalid(Join(path, "duration"),
+                     absl::StrCat("only allowed for a transient slowdown (a ", vocab::Name(s->kind),
+                                  " one lasts until the end)"));
+    }
+    return absl::OkStatus();
+  }
+  if (!has_duration) return Invalid(Join(path, "duration"), "required for a transient slowdown");
+  RETURN_IF_ERROR(ReadDurationMs(node, path, "duration", &s->duration_ms));
+  if (s->duration_ms <= 0) {
+    return Invalid(Join(path, "duration"),
+                   absl::StrCat("must be > 0, got ", Describe(Get(node, "duration"))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseScenarioRoot(const YAML::Node& root, Scenario* s) {
+  if (!root.IsMap()) {
+    return Invalid("scenario", absl::StrCat("must be a mapping, got ", Describe(root)));
+  }
+  RETURN_IF_ERROR(CheckMapping(root, "", {"name", "nodes", "slowdowns"}));
+  RETURN_IF_ERROR(ReadString(root, "", "name", &s->name));
+  const YAML::Node nodes = Get(root, "nodes");
+  if (!Present(nodes)) return Invalid("nodes", "required");
+  if (!nodes.IsSequence())
+    return Invalid("nodes", absl::StrCat("must be a list, got ", Describe(nodes)));
+  if (nodes.size() == 0) return Invalid("nodes", "must list at least one node");
+  std::set<std::string> names;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    NodeSpec n;
+    const std::string path = Index("nodes", i);
+    RETURN_IF_ERROR(ParseNode(nodes[i], path, &n));
+    if (!names.insert(n.name).second) {
+      return Invalid(Join(path, "name"), absl::StrCat("duplicate node \"", n.name, "\""));
+    }
+    s->nodes.push_back(std::move(n));
+  }
+  const YAML::Node slowdowns = Get(root, "slowdowns");
+  if (!Present(slowdowns)) return absl::OkStatus();
+  if (!slowdowns.IsSequence()) {
+    return Invalid("slowdowns", absl::StrCat("must be a list, got ", Describe(slowdowns)));
+  }
+  for (size_t i = 0; i < slowdowns.size(); ++i) {
+    Slowdown slowdown;
+    RETURN_IF_ERROR(ParseSlowdown(slowdowns[i], Index("slowdowns", i), names, &slowdown));
+    s->slowdowns.push_back(std::move(slowdown));
+  }
+  return absl::OkStatus();
+}
+
+// Loads exactly one YAML document; `what` prefixes the errors.
+absl::StatusOr<YAML::Node> LoadOne(const std::string& yaml, const std::string& what) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(yaml);
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) return Invalid(what, absl::StrCat("not valid YAML: ", e.msg));
+    return Invalid(what, absl::StrCat("not valid YAML: line ", e.mark.line + 1, ", column ",
+                                      e.mark.column + 1, ": ", e.msg));
+  }
+  if (docs.empty() || docs[0].IsNull()) return Invalid(what, "empty document");
+  if (docs.size() > 1) {
+    return Invalid(what, absl::StrCat("must hold one YAML document, got ", docs.size()));
+  }
+  return docs[0];
+}
+
+}  // namespace
+
+absl::StatusOr<Job> ParseJob(const std::string& yaml) {
+  ASSIGN_OR_RETURN(const YAML::Node root, LoadOne(yaml, "manifest"));
+  Job job;
+  try {
+    RETURN_IF_ERROR(ParseJobRoot(root, &job));
+  } catch (const YAML::Exception& e) {  // a shape the walk above did not expect
+    return Invalid("manifest", e.what());
+  }
+  return job;
+}
+
+absl::StatusOr<Scenario> ParseScenario(const std::string& yaml) {
+  ASSIGN_OR_RETURN(const YAML::Node root, LoadOne(yaml, "scenario"));
+  Scenario scenario;
+  try {
+    RETURN_IF_ERROR(ParseScenarioRoot(root, &scenario));
+  } catch (const YAML::Exception& e) {
+    return Invalid("scenario", e.what());
+  }
+  return scenario;
+}
+
+bool Slowdown::ActiveAt(int64_t t_ms) const {
+  if (kind == v1::DETERMINISTIC) return true;
+  if (kind == v1::PERSISTENT) return t_ms >= start_ms;
+  if (kind == v1::TRANSIENT) return t_ms >= start_ms && t_ms < start_ms + duration_ms;
+  return false;
+}
+
+double Scenario::SpeedAt(const std::string& node, int64_t t_ms) const {
+  double speed = 1.0;  // a node the scenario does not list runs at nominal speed
+  for (const NodeSpec& n : nodes) {
+    if (n.name == node) speed = n.speed;
+  }
+  for (const Slowdown& s : slowdowns) {
+    if (s.node == node && s.ActiveAt(t_ms) &&
+        (s.via == SlowdownVia::kEmulated || s.via == SlowdownVia::kGpuThrottle)) {
+      speed /= s.factor;
+    }
+  }
+  return speed;
+}
+
+double Scenario::CpuQuotaFactorAt(const std::string& node, int64_t t_ms) const {
+  return FactorVia(node, SlowdownVia::kCpuQuota, t_ms);
+}
+
+double Scenario::FactorVia(const std::string& node, SlowdownVia via, int64_t t_ms) const {
+  double factor = 1.0;
+  for (const Slowdown& s : slowdowns) {
+    if (s.node == node && s.via == via && s.ActiveAt(t_ms)) factor *= s.factor;
+  }
+  return factor;
+}
+
+bool Scenario::Uses(const std::string& node, SlowdownVia via) const {
+  return std::any_of(slowdowns.begin(), slowdowns.end(),
+                     [&](const Slowdown& s) { return s.node == node && s.via == via; });
+}
+
+bool Scenario::UsesCpuQuota(const std::string& node, size_t* index) const {
+  for (size_t i = 0; i < slowdowns.size(); ++i) {
+    if (slowdowns[i].node != node || slowdowns[i].via != SlowdownVia::kCpuQuota) continue;
+    if (index != nullptr) *index = i;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace antdt::manifest

@@ -1,0 +1,164 @@
+// The AntDTJob controller of `antdt-operator`: informers on AntDTJobs, their
+// pods and services, and the cluster's nodes feed a rate-limited work queue of
+// job keys; one worker syncs a key at a time. A sync gathers what the
+// reconciler cannot see in the API (the sharding service's progress, the
+// Monitor's view, the Controller's decisions), asks the pure reconciler for a
+// plan, and carries it out: the status first (the commit point of every
+// decision), then the children, then the directives to agents and the Events.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "antdt/v1/trainer.grpc.pb.h"
+#include "backends/kubernetes/client/api.h"
+#include "backends/kubernetes/reconciler/reconciler.h"
+#include "backends/kubernetes/runtime/event_recorder.h"
+#include "backends/kubernetes/runtime/informer.h"
+#include "backends/kubernetes/runtime/workqueue.h"
+#include "common/clock.h"
+#include "core/policy/policy.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "services/monitor/monitor_service.h"
+
+namespace antdt::k8s {
+
+struct JobControllerOptions {
+  std::string watch_namespace;  // "" all namespaces
+  reconciler::Settings settings;
+  std::string identity;           // this replica, for Events
+  int64_t rpc_timeout_ms = 2000;  // calls to the job's sharding service and servers
+  // settings.job_credentials: the key each job's token is derived from.
+  std::string token_key;
+};
+
+class JobController {
+ public:
+  JobController(kube::Api* api, monitor::MonitorServiceImpl* monitor, JobControllerOptions options,
+                prometheus::Registry* registry);
+  ~JobController();
+
+  // Starts the informers and the worker; returns once the caches synced or
+  // `sync_timeout_ms` passed (false).
+  bool Start(int64_t sync_timeout_ms);
+  void Stop();
+  // Whether every informer has listed once (false before Start).
+  bool HasSynced() const;
+
+  // Runs one sync of `key` ("ns/name") now, on the calling thread (tests).
+  absl::Status SyncForTest(const std::string& key);
+
+  // The namespace of the one job named `name` this controller runs; nullopt
+  // when none, or when jobs of that name run in several namespaces (the
+  // Monitor keys jobs by name and cannot tell them apart). Thread-safe.
+  std::optional<std::string> NamespaceOf(const std::string& name);
+
+ private:
+  struct JobRuntime;
+  class LoopBackend;
+  absl::Status Sync(const std::string& key, int64_t* requeue_after_ms);
+  void Worker();
+  void EnqueueOwner(const kube::Json& child);
+  JobRuntime& RuntimeFor(const kube::Json& job, const manifest::Job& spec);
+  void Observe(const kube::Json& job, const manifest::Job& spec,
+               const std::vector<kube::Json>& pods, const v1::GetJobHealthResponse* health,
+               JobRuntime& rt, reconciler::Observed* obs);
+  // Parameter servers being moved (status.serverInstances): once the new pod
+  // has the state, the workers are told (a MoveParameterServer directive);
+  // once it has completed a step, obs->servers_followed names it.
+  void ObserveMovedServers(const kube::Json& job, const manifest::Job& spec,
+                           const std::vector<kube::Json>& pods, JobRuntime& rt,
+                           reconciler::Observed* obs);
+  // The control loop's plan for this pass when a decision is due and the job
+  // runs; what the operator does not carry out (backup workers) left out.
+  std::optional<controller::Plan> PlanIfDue(const kube::Json& job, JobRuntime& rt);
+  // A create the API server refused (admission, quota, permissions): a Warning
+  // Event FailedCreate on the job, as the ReplicaSet controller reports one,
+  // and its condition ReplicaFailure True (the reconciler sets it False once
+  // a pass needs no create).
+  void ReportFailedCreate(const kube::Json& job, const reconciler::Write& w,
+                          const absl::Status& error);
+  absl::Status SetReplicaFailure(const kube::Json& job, const std::string& reason,
+                                 const std::string& message);
+  // Writes the Events the status committed, then clears status.pendingEvents
+  // (`current` is the job as last written, or as this pass found it when it
+  // wrote no status; updated).
+  void RecordCommittedEvents(const reconciler::Plan& plan, bool status_written,
+                             kube::Json* current);
+  // `foreign`: names of objects with the job's labels that it does not
+  // control (orphans, or an earlier job's being collected).
+  // `rt`: the job's runtime, null for a job with an invalid spec.
+  absl::Status Apply(const kube::Json& job, const reconciler::Plan& plan,
+                     const std::vector<kube::Json>& pods, const std::set<std::string>& foreign,
+                     JobRuntime* rt);
+  // Sends each running worker its committed local batch (`status`'s
+  // workerInstances) once per incarnation and batch in this process: an
+  // ADJUST_BS lost while its agent was away, or committed by a leader that
+  // died before delivering it, reaches the worker all the same.
+  void ResyncBatches(const kube::Json& status, const std::vector<kube::Json>& pods, JobRuntime& rt);
+  // The loop's ADJUST_BS directive of `batch` and `accumulation_steps` to
+  // `worker` through the agent of `node`; once delivered, recorded in
+  // rt->delivered for `incarnation`. False without a runtime or agent.
+  bool SendBatch(const std::string& worker, const std::string& incarnation, const std::string& node,
+                 int64_t batch, int32_t accumulation_steps, const std::string& reason,
+                 JobRuntime* rt);
+  // A write to AntDT's own servers (parameter servers, sharding service, an
+  // agent), best effort: logged when it fails (a lease expires by itself).
+  void ApplyServerWrite(const kube::Json& job, const reconciler::Write& w,
+                        const std::vector<kube::Json>& pods, JobRuntime* rt);
+  // Calls each running parameter server of `pods` (a deadline set, the job's
+  // credential `token` added); logs failures.
+  void ForEachParameterServer(
+      const std::vector<kube::Json>& pods, const std::string& token,
+      const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call);
+  // A Warning Event naming the pods and Services with the job's labels and no
+  // controller, each time that set changes.
+  void ReportOrphans(const kube::Json& job, const std::vector<kube::Json>& pods,
+                     const std::vector<kube::Json>& services, JobRuntime* rt);
+  void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods,
+                             const std::string& token);
+
+  kube::Api* const api_;
+  monitor::MonitorServiceImpl* const monitor_;
+  const JobControllerOptions options_;
+
+  std::unique_ptr<kube::Informer> jobs_;
+  std::unique_ptr<kube::Informer> pods_;
+  std::unique_ptr<kube::Informer> services_;
+  std::unique_ptr<kube::Informer> nodes_;
+  std::unique_ptr<kube::WorkQueue> queue_;
+  std::unique_ptr<kube::EventRecorder> recorder_;
+  std::thread worker_;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<JobRuntime>> runtimes_;  // by job uid
+  // The Monitor's step gate (settings.job_credentials): each job's credential
+  // digest by namespace/name. Its own mutex: the gate runs under the hub's
+  // lock, and mu_ is held while calling the hub.
+  std::mutex cred_mu_;
+  std::map<std::string, std::string> digests_;
+
+  prometheus::Family<prometheus::Counter>* reconcile_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* reconcile_errors_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* reconcile_time_ = nullptr;
+  prometheus::Family<prometheus::Counter>* actions_total_ = nullptr;
+  prometheus::Registry* registry_ = nullptr;  // each job's series (control::JobMetrics)
+  prometheus::Family<prometheus::Gauge>* jobs_gauge_ = nullptr;
+};
+
+}  // namespace antdt::k8s

@@ -1,0 +1,836 @@
+#include "backends/local/runner.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "antdt/v1/trainer.grpc.pb.h"
+#include "backends/local/cgroup.h"
+#include "backends/local/interference.h"
+#include "backends/local/loss_log.h"
+#include "backends/local/progress.h"
+#include "backends/local/prometheus.h"
+#include "backends/local/servers.h"
+#include "backends/local/worker_command.h"
+#include "backends/local/workers.h"
+#include "client/sharding_client.h"
+#include "common/config.h"
+#include "common/credential.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "common/serve.h"
+#include "common/status.h"
+#include "common/tls.h"
+#include "core/bridge/bridge.h"
+#include "core/loop/control_loop.h"
+#include "core/loop/job_metrics.h"
+#include "core/policy/policy.h"
+#include "services/monitor/monitor_service.h"
+
+namespace antdt::local {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// How long an agent keeps the series of a worker that stopped reporting: three
+// Monitor windows (at least 5 s), so a worker restarted elsewhere soon shows
+// on its new node only.
+int64_t WorkerIdleAfterMs(const manifest::Job& job) {
+  return std::max<int64_t>(3 * job.monitor.window_ms, 5'000);
+}
+
+// Milliseconds since the job started: the runner's time for the policy, the
+// scenario and the report.
+class JobClock final : public Clock {
+ public:
+  JobClock()
+      : start_(SteadyClock::now()),
+        start_unix_(
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                .count()) {}
+  int64_t NowMillis() const override {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start_)
+        .count();
+  }
+  // The start in seconds since the Unix epoch (for the workers' loss logs).
+  double start_unix() const { return start_unix_; }
+  // The job's time starts again at 0 (before its workers start).
+  void Restart() { *this = JobClock(); }
+
+ private:
+  SteadyClock::time_point start_;
+  double start_unix_;
+};
+
+// The local backend of the control loop: the job's processes on this machine.
+class Runner final : public control::Backend {
+ public:
+  Runner(const manifest::Job& job, const manifest::Scenario& scenario, const RunOptions& o)
+      : job_(job), scenario_(scenario), o_(o) {}
+
+  absl::StatusOr<RunResult> Run();
+
+  // ---- control::Backend
+  std::optional<v1::GetJobHealthResponse> Health() override;
+  int64_t WindowsClosed() override {
+    if (monitor_ == nullptr) return -1;  // the loop starts before the Monitor
+    return monitor_->hub().WindowsClosed(job_.namespace_, job_.name);
+  }
+  std::vector<controller::WorkerState> Members() override {
+    std::vector<controller::WorkerState> members = workers_->Members();
+    for (controller::WorkerState& m : servers_->Members()) members.push_back(std::move(m));
+    return members;
+  }
+  std::vector<controller::NodeState> Nodes() override;
+  double RemainingSeconds() override {
+    auto progress = driver_->Progress();
+    return progress.ok() ? progress->eta_seconds() : -1;
+  }
+  absl::Status RestartElsewhere(const controller::WorkerState& member,
+                                const controller::KillRestart& restart) override {
+    // The source node's exclusion is the decision's (exclude_node_until_ms),
+    // which the policy reads from the loop's history.
+    if (member.role == vocab::Role::kParameterServer) {
+      return MoveParameterServer(member.id, restart.to_node);
+    }
+    return workers_->RestartElsewhere(member.id, restart.to_node);
+  }
+  bool SendDirective(const std::string& node, const v1::Directive& directive) override;
+  void LeaveParameterServers(const std::string& worker) override;
+  absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override {
+    client::ShardingClientOptions copts = driver_->options();
+    copts.worker_id = worker;
+    copts.incarnation = incarnation;
+    return client::ReleaseWorker(sharding_.address, copts);
+  }
+  void RecordAction(const controller::Decision& d, control::Outcome outcome) override;
+  void RecordTime(const control::TimeDelta& delta) override { metrics_.Time(delta); }
+  void RecordSkipped(const std::string& line, controller::SkipReason reason) override {
+    metrics_.Skipped(controller::SkipReasonName(reason));
+    // Why nothing was done, in the run's log (not on the terminal: a skip
+    // repeats every window while it holds).
+    LogEvent("skipped", {{"job", job_.name},
+                         {"t", static_cast<double>(clock_.NowMillis()) / 1000.0},
+                         {"reason", controller::SkipReasonName(reason)},
+                         {"message", line}});
+  }
+  void RecordBudgetUsed(int used) override { metrics_.BudgetUsed(used); }
+
+ private:
+  void Event(const std::string& line) {
+    LogEvent("runner", {{"job", job_.name},
+                        {"t", static_cast<double>(clock_.NowMillis()) / 1000.0},
+                        {"message", line}});
+    if (o_.on_event) o_.on_event(line);
+  }
+  // Run, in three steps.
+  absl::Status StartJob();
+  absl::Status Loop();
+  absl::Status Collect();
+
+  void StartLoop();
+  absl::StatusOr<std::vector<const manifest::NodeSpec*>> Placement() const;
+  absl::StatusOr<std::vector<std::string>> ServerPlacement() const;
+  absl::Status PrepareWorkers();
+  absl::Status StartShardingService();
+  absl::Status StartMonitor();
+  absl::Status StartAgents();
+  absl::Status StartPrometheus();
+  absl::Status StartParameterServers(const std::vector<std::string>& nodes);
+  absl::Status MoveParameterServer(const std::string& id, const std::string& to_node);
+  void PointWorkersAt(const std::string& ps_id, const std::string& address,
+                      const std::string& reason);
+  absl::Status PollParameterServers();
+  absl::Status StartWorkers(const std::vector<const manifest::NodeSpec*>& placement);
+  absl::Status ApplyScenario();
+  void CollectLoss();
+  absl::Status Control();
+  void ShowProgress();
+  void Teardown();
+
+  const manifest::Job& job_;
+  manifest::Scenario scenario_;
+  const RunOptions& o_;
+  std::string dir_;
+  vocab::Policy policy_ = vocab::Policy::kNone;
+  JobClock clock_;
+
+  Server sharding_;
+  std::string token_;  // the run's credential (WORK_DIR/token)
+  std::unique_ptr<client::ShardingClient> driver_;
+  std::unique_ptr<monitor::MonitorServiceImpl> monitor_;
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  control::JobMetrics metrics_{*registry_, job_.namespace_, job_.name,
+                               job_.straggler_policy.max_actions};
+  std::shared_ptr<prometheus::Collectable> monitor_collector_;  // the exposer holds it weakly
+  std::unique_ptr<Serving> monitor_server_;  // the Monitor's gRPC, the runner's /metrics
+  std::string monitor_address_;
+  std::unique_ptr<Process> prometheus_;   // with RunOptions::prometheus
+  std::map<std::string, Server> agents_;  // by node
+  std::unique_ptr<ServerSet> servers_;
+  std::unique_ptr<Launcher> launcher_ = NewProcessLauncher();
+  std::unique_ptr<WorkerSet> workers_;
+  std::unique_ptr<control::ControlLoop> loop_;
+  WorkerSite site_;
+  std::optional<NodeCgroups> cgroups_;               // nodes with a cpu-quota slowdown
+  std::unique_ptr<Interference> interference_;       // the other real slowdowns
+  const std::string cgroup_root_ = CpuCgroupRoot();  // v1 cpu controller, or v2
+  std::map<std::string, std::string> speeds_written_;
+  std::vector<std::string> rebalanced_;      // batch changes of the current plan
+  std::vector<std::string> rebalanced_for_;  // its other actions: "worker-2's ADJUST_BS"
+  RunResult result_;
+};
+
+namespace {
+
+// The run's credential: a random token in a file only this user reads, given
+// to the sharding service and (as ANTDT_TOKEN_FILE) to every worker.
+absl::StatusOr<std::string> WriteRunToken(const std::string& dir) {
+  const std::string path = dir + "/token";
+  const std::string token = RandomToken();
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", path));
+  const bool written = write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size());
+  close(fd);
+  if (!written) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return token;
+}
+
+}  // namespace
+
+absl::Status Runner::StartShardingService() {
+  ASSIGN_OR_RETURN(token_, WriteRunToken(dir_));
+  site_.token_file = dir_ + "/token";
+  ASSIGN_OR_RETURN(
+      sharding_,
+      StartServer({o_.bin_dir + "/antdt-sharding-service", "--listen", "127.0.0.1:0", "--state-dir",
+                   dir_ + "/sharding", "--lease-ttl", "10s", "--sync", "normal", "--metrics-listen",
+                   "127.0.0.1:0", "--namespace", job_.namespace_, "--token-file", site_.token_file,
+                   "--job", job_.name},
+                  dir_, "sharding-service"));
+  client::ShardingClientOptions copts;
+  copts.token = token_;
+  copts.job = job_.name;
+  copts.dataset = "train";
+  copts.worker_id = "antdt-run";
+  driver_ = std::make_unique<client::ShardingClient>(
+      client::CreateShardingChannel(sharding_.address), copts);
+  return driver_->CreateDataset(bridge::DatasetSpecFor(job_)).status();
+}
+
+absl::Status Runner::StartMonitor() {
+  const monitor::MonitorConfig mc = bridge::MonitorConfigFor(job_.monitor);
+  ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(mc));
+  monitor_ = std::make_unique<monitor::MonitorServiceImpl>(std::move(m), &RealClock::Get());
+  // Only the run's workers' reports count (they carry its credential).
+  monitor_->hub().SetStepGate([digest = TokenDigest(token_)](const v1::StepReport& step) {
+    return DigestsMatch(step.credential_digest(), digest);
+  });
+  // The agents refuse the job's reports without it.
+  monitor_->hub().SetJobCredential(job_.namespace_, job_.name, TokenDigest(token_));
+  // The runner's /metrics: the Monitor's series and the job's own.
+  ASSIGN_OR_RETURN(monitor_server_,
+                   Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", registry_, {monitor_.get()}}));
+  monitor_address_ = monitor_server_->address();
+  monitor_collector_ = control::WithNamespace(monitor_->Collector(), job_.namespace_);
+  if (auto* exposer = monitor_server_->exposer()) {
+    exposer->RegisterCollectable(monitor_collector_, "/metrics");
+  }
+  monitor_->Start(100);
+  return absl::OkStatus();
+}
+
+absl::Status Runner::StartAgents() {
+  for (const manifest::NodeSpec& n : scenario_.nodes) {
+    std::vector<std::string> argv = {
+        o_.bin_dir + "/antdt-agent", "--node", n.name, "--listen", "127.0.0.1:0", "--monitor",
+        monitor_address_, "--interval", "1s", "--metrics-listen", "127.0.0.1:0",
+        // A worker restarted elsewhere leaves no
+        // series behind for long.
+        "--worker-idle-after", absl::StrCat(WorkerIdleAfterMs(job_), "ms")};
+    std::vector<std::string> labels;
+    for (const auto& [k, v] : n.labels) labels.push_back(k + "=" + v);
+    labels.push_back(absl::StrCat("antdt.io/device-speed=", n.speed < 1 ? n.speed : 1.0));
+    argv.insert(argv.end(), {"--labels", absl::StrJoin(labels, ",")});
+    if (const CpuCgroup* group = cgroups_ ? cgroups_->Of(n.name) : nullptr) {
+      argv.insert(argv.end(), {"--cgroup-root", cgroup_root_, "--cgroups", group->name()});
+    }
+    // Its processes, as Interference lists them (every node shares this host).
+    argv.insert(argv.end(), {"--node-pids-file", dir_ + "/nodes/" + n.name + ".pids"});
+    std::map<std::string, std::string> env;
+    if (scenario_.Uses(n.name, manifest::SlowdownVia::kGpuThrottle)) {
+      // The test NVML library reports its GPU throttled while this file says so.
+      argv.insert(argv.end(), {"--nvml-library", o_.bin_dir + "/libantdt-test-nvml.so"});
+      env["ANTDT_TEST_NVML_STATE"] = dir_ + "/nodes/" + n.name + ".nvml";
+    }
+    ASSIGN_OR_RETURN(agents_[n.name], StartServer(argv, dir_, "agent-" + n.name, env));
+  }
+  return absl::OkStatus();
+}
+
+// Every /metrics of the job listed for Prometheus's file-based discovery and,
+// with RunOptions::prometheus, Debian's prometheus scraping them.
+absl::Status Runner::StartPrometheus() {
+  std::vector<ScrapeTarget> targets;
+  targets.push_back({monitor_server_->metrics_address(), {{"component", "runner"}}});
+  targets.push_back({sharding_.metrics, {{"component", "sharding-service"}}});
+  for (const auto& [node, a] : agents_) {
+    targets.push_back({a.metrics, {{"component", "agent"}, {"node", node}}});
+  }
+  const std::string dir = dir_ + "/prometheus";
+  fs::create_directories(dir);
+  RETURN_IF_ERROR(WriteScrapeTargets(dir + "/targets.json", targets));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      dir + "/prometheus.yml",
+      LocalPrometheusConfig(dir + "/targets.json", ShippedRulesFile(o_.bin_dir))));
+  if (!o_.prometheus) return absl::OkStatus();
+  const char* path = std::getenv("PATH");
+  const std::optional<std::string> binary =
+      FindExecutable("prometheus", "/nonexistent", dir, path == nullptr ? "" : path);
+  if (!binary) {
+    return absl::FailedPreconditionError(
+        "--prometheus: no prometheus on the PATH (Debian's package prometheus)");
+  }
+  ASSIGN_OR_RETURN(const int port, PickFreePort());
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  prometheus_ = std::make_unique<Process>(
+      std::vector<std::string>{*binary, "--config.file=" + dir + "/prometheus.yml",
+                               "--storage.tsdb.path=" + dir + "/data",
+                               "--web.listen-address=" + address, "--log.level=warn"},
+      dir_ + "/prometheus.log");
+  const bool ready = WaitFor(
+      [&] {
+        std::optional<std::string> body = HttpGet(address, "/-/ready");
+        return body && body->find("Ready") != std::string::npos;
+      },
+      std::chrono::seconds(30));
+  if (!ready) {
+    return absl::UnavailableError("prometheus did not start: " +
+                                  Tail(dir_ + "/prometheus.log", 1500));
+  }
+  // Every target scraped once before the workers start (Prometheus hands new
+  // targets to its scrapers every 5 s): nothing of the job goes unseen.
+  const bool scraped = WaitFor(
+      [&] {
+        std::optional<std::string> body = HttpGet(address, ScrapedTargetsPath());
+        return body && ScrapedTargets(*body) >= static_cast<int>(targets.size());
+      },
+      std::chrono::seconds(20));
+  if (!scraped) Event("prometheus has not scraped every target yet: the job starts anyway");
+  Event(absl::StrCat("prometheus on http://", address, " scraping ", targets.size(), " targets (",
+                     dir, "/prometheus.yml)"));
+  return absl::OkStatus();
+}
+
+absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes) {
+  ServerSetOptions so;
+  so.bin_dir = o_.bin_dir;
+  so.dir = dir_;
+  so.workers = job_.workers.replicas;
+  // Backup workers (a baseline) are set on the servers as they start; the
+  // policy's decision (backup-workers:start, in its budget) records it.
+  so.backup = policy_ == vocab::Policy::kBackupWorkers ? job_.straggler_policy.backup_workers : 0;
+  so.learning_rate = job_.model.learning_rate;
+  for (int32_t k = 0; k < static_cast<int32_t>(nodes.size()); ++k) {
+    so.features.push_back(bridge::ParameterServerFeatures(job_, k));
+  }
+  so.server_time_us = job_.local.server_time_per_step_us;
+  if (job_.checkpoint.every_steps > 0) {
+    // In the run's own directory, not spec.checkpoint.path (a cluster's
+    // volume): a run never restores another run's servers.
+    so.checkpoint_dir = dir_ + "/checkpoint/ps";
+    so.checkpoint_every_steps = job_.checkpoint.every_steps;
+  }
+  so.sharding = sharding_.address;
+  so.job = job_.name;
+  so.dataset = "train";
+  so.token_file = site_.token_file;
+  so.token = token_;
+  so.speed_file = [this](const std::string& node) { return dir_ + "/nodes/" + node + ".speed"; };
+  so.agent_address = [this](const std::string& node) {
+    auto it = agents_.find(node);
+    return it == agents_.end() ? std::string() : it->second.address;
+  };
+  so.namespace_ = job_.namespace_;
+  so.on_event = [this](const std::string& line) { Event(line); };
+  servers_ = std::make_unique<ServerSet>(std::move(so));
+  return servers_->Start(nodes);
+}
+
+// KILL_RESTART of a parameter server: moved to `to_node` (servers.h), then
+// every worker is pointed at it between two steps (those that pushed to the
+// old one in between were sent on by it).
+absl::Status Runner::MoveParameterServer(const std::string& id, const std::string& to_node) {
+  ASSIGN_OR_RETURN(ServerSet::MoveResult r, servers_->Move(id, to_node, clock_.NowMillis()));
+  const size_t k = static_cast<size_t>(std::stoi(id.substr(3)));
+  site_.ps_addrs[k] = r.address;  // restarted workers start with it
+  Event(absl::StrFormat("%s moved to %s (%s) %s step %d in %.2f s", id, to_node, r.address,
+                        r.live ? "live, handed over at" : "restored from the checkpoint of", r.step,
+                        r.seconds));
+  PointWorkersAt(id, r.address, absl::StrCat(id, " moved to ", to_node));
+  return absl::OkStatus();
+}
+
+void Runner::PointWorkersAt(const std::string& ps_id, const std::string& address,
+                            const std::string& reason) {
+  for (const control::Delivery& d :
+       loop_->ServerMoved(ps_id, address, workers_->Members(), reason)) {
+    (void)monitor_->hub().SendDirective(d.node,
+                                        d.directive);  // not delivered: the old server sends it on
+  }
+}
+
+// Old servers stopped once followed; a server that died restored from the
+// last checkpoint (an action in the report).
+absl::Status Runner::PollParameterServers() {
+  ASSIGN_OR_RETURN(std::vector<ServerSet::MoveResult> restored, servers_->Poll(clock_.NowMillis()));
+  for (const ServerSet::MoveResult& r : restored) {
+    ActionRecord rec;
+    rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
+    rec.action = vocab::ActionKind::kKillRestart;
+    rec.worker = r.id;
+    rec.rule = "ps-restore";
+    rec.description = absl::StrFormat("restored_step=%d seconds=%.2f", r.step, r.seconds);
+    rec.reason = absl::StrFormat(
+        "%s exited: restored from the checkpoint of step %d, every server and the data "
+        "position back to it",
+        r.id, r.step);
+    Event(ActionLine(rec));
+    result_.actions.push_back(rec);
+  }
+  return absl::OkStatus();
+}
+
+// The worker command checked, the port of PyTorch's rendezvous picked, the
+// cgroups of the cpu-quota slowdowns created: before anything starts.
+absl::Status Runner::PrepareWorkers() {
+  site_ = SiteFor(job_, o_.bin_dir, dir_, o_.manifest_dir, o_.plain);
+  RETURN_IF_ERROR(CheckWorkerCommand(job_, site_));
+  ASSIGN_OR_RETURN(site_.master_port, PickFreePort());
+  const std::string prefix = absl::StrCat("antdt-", getpid());
+  absl::StatusOr<NodeCgroups> groups = NodeCgroups::Create(scenario_, cgroup_root_, prefix);
+  if (!groups.ok()) {
+    // No cgroup to cap (not root, or no cpu controller here, as in a bare
+    // chroot): the quota is emulated (the speed file) and said so; its cause,
+    // with no throttling to measure, reads unknown.
+    Event(absl::StrCat(groups.status().message(),
+                       "; emulated instead (the speed file): its cause will read unknown"));
+    for (manifest::Slowdown& slowdown : scenario_.slowdowns) {
+      if (slowdown.via == manifest::SlowdownVia::kCpuQuota) {
+        slowdown.via = manifest::SlowdownVia::kEmulated;
+      }
+    }
+    groups = NodeCgroups::Create(scenario_, cgroup_root_, prefix);
+  }
+  ASSIGN_OR_RETURN(cgroups_, std::move(groups));
+  return absl::OkStatus();
+}
+
+absl::Status Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& placement) {
+  site_.sharding_addr = sharding_.address;
+  site_.ps_addrs = servers_->addresses();
+  InterferenceOptions io;
+  io.work_dir = dir_;
+  io.sharding_address = sharding_.address;
+  io.step_device_us = job_.local.device_time_per_sample_us * job_.model.global_batch_size /
+                      std::max(job_.workers.replicas, 1);
+  ASSIGN_OR_RETURN(interference_, Interference::Create(scenario_, io));
+  WorkerSetOptions wo;
+  wo.log_dir = dir_;
+  wo.backoff_limit = job_.run_policy.backoff_limit;
+  wo.launch = [this](const WorkerSlot& w) {
+    WorkerSite site = site_;
+    if (std::string relay = interference_->ShardingAddressFor(w.node); !relay.empty()) {
+      site.sharding_addr = relay;  // a slow-data node reads through its relay
+    }
+    return LaunchFor(job_, site, w, agents_[w.node].address);
+  };
+  wo.on_spawn = [this](const WorkerSlot& w, int pid) {
+    interference_->OnSpawn(w.node, pid);
+    CpuCgroup* group = cgroups_->Of(w.node);
+    return group == nullptr ? absl::OkStatus() : group->AddProcess(pid);
+  };
+  wo.retire = [this](const std::string& worker, int32_t incarnation) {
+    return Retire(worker, incarnation);
+  };
+  wo.on_event = [this](const std::string& line) { Event(line); };
+  workers_ = std::make_unique<WorkerSet>(std::move(wo), launcher_.get(), &clock_);
+  for (int32_t i = 0; i < job_.workers.replicas; ++i) {
+    RETURN_IF_ERROR(workers_->Start(absl::StrCat("worker-", i), placement[i]->name,
+                                    bridge::InitialLocalBatch(job_, i)));
+  }
+  return absl::OkStatus();
+}
+
+void Runner::LeaveParameterServers(const std::string& worker) {
+  for (const std::string& address : servers_->addresses()) {
+    auto stub = v1::ParameterServer::NewStub(antdt::CreateChannel(address));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    AddCredential(ctx, token_);
+    v1::LeaveRequest req;
+    req.set_worker_id(worker);
+    v1::LeaveResponse resp;
+    (void)stub->Leave(&ctx, req, &resp);
+  }
+}
+
+// The scenario now: each node's speed file and its cgroup's CPU quota.
+absl::Status Runner::ApplyScenario() {
+  const int64_t now = clock_.NowMillis();
+  for (const manifest::NodeSpec& n : scenario_.nodes) {
+    const std::string speed = absl::StrFormat("%.4f", scenario_.SpeedAt(n.name, now));
+    if (speeds_written_[n.name] == speed) continue;
+    if (WriteFileAtomically(dir_ + "/nodes/" + n.name + ".speed", speed + "\n").ok()) {
+      speeds_written_[n.name] = speed;
+    }
+  }
+  if (interference_) RETURN_IF_ERROR(interference_->Apply(scenario_, now));
+  return cgroups_ ? cgroups_->Apply(scenario_, now) : absl::OkStatus();
+}
+
+std::optional<v1::GetJobHealthResponse> Runner::Health() {
+  absl::StatusOr<v1::GetJobHealthResponse> health =
+      monitor_->hub().Health(job_.namespace_, job_.name);
+  if (!health.ok()) return std::nullopt;  // NOT_FOUND: no reports yet
+  const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
+  // A Monitor that forgot the job (every member silent) answers no records:
+  // keep the last ones.
+  if (health->workers_size() > 0 || health->stragglers_size() > 0) {
+    result_.stragglers.assign(health->stragglers().begin(), health->stragglers().end());
+  }
+  for (const v1::WorkerHealth& h : health->workers()) {
+    result_.timeline.push_back({t, h.worker_id(), h.samples_per_second(), h.score(), h.class_(),
+                                h.cause(), h.role(), h.sample_score(), h.speed_class(),
+                                h.compensated()});
+  }
+  return *std::move(health);
+}
+
+std::vector<controller::NodeState> Runner::Nodes() {
+  std::map<std::string, bool> busy = workers_->BusyNodes();
+  for (const auto& [node, b] : servers_->BusyNodes()) busy[node] = b;
+  std::vector<controller::NodeState> nodes;
+  for (const manifest::NodeSpec& n : scenario_.nodes) {
+    controller::NodeState ns;
+    ns.name = n.name;
+    ns.spare = n.spare && !busy.count(n.name);
+    nodes.push_back(ns);
+  }
+  return nodes;
+}
+
+bool Runner::SendDirective(const std::string& node, const v1::Directive& directive) {
+  WorkerSlot* w = workers_->Find(directive.worker_id());
+  if (w == nullptr || w->done) return false;
+  if (directive.has_adjust_batch()) {
+    w->local_batch = directive.adjust_batch().local_batch_size();
+    w->accumulation_steps = std::max(1, directive.adjust_batch().accumulation_steps());
+  }
+  // The worker's node now: a plan that restarts a worker elsewhere and then
+  // sizes it names the node it was observed on, which it has just left.
+  const std::string& at = w->node.empty() ? node : w->node;
+  if (monitor_->hub().SendDirective(at, directive)) return true;
+  Event("directive for " + w->id + " not delivered: agent of " + at + " not connected");
+  return false;
+}
+
+void Runner::RecordAction(const controller::Decision& d, control::Outcome outcome) {
+  ActionRecord rec;
+  rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
+  rec.action = controller::KindOf(d.action);
+  rec.worker = controller::ActionTarget(d.action);
+  rec.description = controller::Describe(d);
+  rec.rule = d.rule;
+  rec.reason = d.reason;
+  rec.subject = d.subject;
+  rec.evidence = d.evidence;
+  // The Monitor's cause for the subject, from its last view.
+  for (auto p = result_.timeline.rbegin(); !d.subject.empty() && p != result_.timeline.rend();
+       ++p) {
+    if (p->worker != d.subject) continue;
+    rec.cause = p->cause;
+    break;
+  }
+  metrics_.Decided(d, control::OutcomeName(outcome));
+  if (outcome != control::Outcome::kDone) {
+    rec.reason = absl::StrCat("(", control::OutcomeName(outcome), ") ", rec.reason);
+  }
+  if (const auto* b = std::get_if<controller::UseBackupWorkers>(&d.action)) {
+    rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
+  }
+  if (rec.rebalance()) {
+    // Batch changes that only keep the global batch constant are summed up in
+    // one line per plan by Control().
+    const auto& a = std::get<controller::AdjustBatchSize>(d.action);
+    rebalanced_.push_back(absl::StrCat(a.worker, "->", a.local_batch_size));
+  } else {
+    rebalanced_for_.push_back(absl::StrCat(rec.worker, "'s ", vocab::Name(rec.action)));
+    Event(ActionLine(rec));
+    if (const std::string evidence = EvidenceText(rec); !evidence.empty()) {
+      Event("    " + evidence);
+    }
+  }
+  result_.actions.push_back(rec);
+}
+
+absl::Status Runner::Control() {
+  rebalanced_.clear();
+  rebalanced_for_.clear();
+  RETURN_IF_ERROR(loop_->RunOnce().status());
+  if (!rebalanced_.empty()) {
+    Event(RebalanceLine(static_cast<double>(clock_.NowMillis()) / 1000.0, rebalanced_for_,
+                        rebalanced_));
+  }
+  return absl::OkStatus();
+}
+
+void Runner::ShowProgress() {
+  auto p = driver_->Progress();
+  if (!p.ok()) return;
+  const int64_t total = job_.dataset.records * job_.dataset.epochs;
+  metrics_.Progress(p->records_committed_total(), total, p->records_per_second(), p->eta_seconds());
+  if (!o_.on_status) return;
+  ProgressFigures f;
+  if (!result_.timeline.empty()) {
+    const double last = result_.timeline.back().at_seconds;
+    for (auto it = result_.timeline.rbegin();
+         it != result_.timeline.rend() && it->at_seconds == last; ++it) {
+      if (vocab::IsStraggler(it->klass) || it->compensated) ++f.stragglers;
+      if (it->compensated) ++f.compensated;
+    }
+  }
+  for (const ActionRecord& a : result_.actions) ++(a.rebalance() ? f.rebalances : f.actions);
+  f.committed = p->records_committed_total();
+  f.total = total;
+  f.epoch = std::min(p->epoch() + 1, p->epochs());
+  f.epochs = p->epochs();
+  f.records_per_second = p->records_per_second();
+  f.eta_seconds = p->eta_seconds();
+  // One column short of the width: a full line would wrap in some terminals.
+  o_.on_status(ProgressLine(f, TerminalColumns(STDOUT_FILENO) - 1));
+}
+
+void Runner::Teardown() {
+  if (workers_) workers_->KillAll();
+  interference_.reset();  // spinners killed, relays closed
+  if (servers_) servers_->StopAll();
+  for (auto& [node, a] : agents_) Stop(a);
+  if (monitor_) monitor_->Stop();
+  if (monitor_server_) monitor_server_->Shutdown(std::chrono::seconds(1));
+  Stop(sharding_);
+  if (prometheus_) {
+    prometheus_->Signal(SIGTERM);
+    if (!prometheus_->Wait(std::chrono::seconds(10))) prometheus_->Signal(SIGKILL);
+    prometheus_.reset();
+  }
+  if (cgroups_) {
+    if (absl::Status s = cgroups_->RemoveAll(); !s.ok()) Event("cgroups: " + s.ToString());
+    cgroups_.reset();
+  }
+}
+
+void Runner::StartLoop() {
+  control::LoopOptions lo;
+  lo.job = job_.name;
+  lo.namespace_ = job_.namespace_;
+  lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
+  lo.policy = bridge::PolicySpecFor(job_, policy_, lo.interval_ms);
+  lo.global_batch_size = job_.model.global_batch_size;
+  lo.window_ms = job_.monitor.window_ms;
+  lo.regroup_seconds = bridge::RegroupSeconds(job_);
+  loop_ = std::make_unique<control::ControlLoop>(lo, this, &clock_);
+  // The first decision one interval after the job started (its clock), when
+  // the Monitor has a window.
+  (void)loop_->TakeTurn();
+}
+
+// Worker i on the i-th worker node that is not a spare.
+absl::StatusOr<std::vector<const manifest::NodeSpec*>> Runner::Placement() const {
+  std::vector<const manifest::NodeSpec*> placement;
+  for (const manifest::NodeSpec& n : scenario_.nodes) {
+    if (!n.spare && n.role == vocab::Role::kWorker) placement.push_back(&n);
+  }
+  if (static_cast<int32_t>(placement.size()) < job_.workers.replicas) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.workers.replicas: ", job_.workers.replicas,
+                                                   " workers but the scenario has ",
+                                                   placement.size(), " non-spare nodes"));
+  }
+  return placement;
+}
+
+// Server k on the k-th ps node that is not a spare; on no node (never slowed,
+// never moved) when the scenario has no ps nodes.
+absl::StatusOr<std::vector<std::string>> Runner::ServerPlacement() const {
+  const int32_t count = bridge::ParameterServerCount(job_);
+  std::vector<std::string> nodes;
+  for (const manifest::NodeSpec& n : scenario_.nodes) {
+    if (!n.spare && n.role == vocab::Role::kParameterServer) nodes.push_back(n.name);
+  }
+  if (nodes.empty()) return std::vector<std::string>(static_cast<size_t>(count));
+  if (static_cast<int32_t>(nodes.size()) < count) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.parameterServers.replicas: ", count,
+                                                   " servers but the scenario has ", nodes.size(),
+                                                   " non-spare ps nodes"));
+  }
+  nodes.resize(static_cast<size_t>(count));
+  return nodes;
+}
+
+// Start: the sharding service and its dataset, the Monitor, agents, parameter
+// servers and workers, and the control loop over them.
+absl::Status Runner::StartJob() {
+  ASSIGN_OR_RETURN(const std::vector<const manifest::NodeSpec*> placement, Placement());
+  RETURN_IF_ERROR(PrepareWorkers());
+  RETURN_IF_ERROR(StartShardingService());
+  RETURN_IF_ERROR(StartMonitor());
+  Event("sharding service on " + sharding_.address + ", monitor on " + monitor_address_);
+  RETURN_IF_ERROR(ApplyScenario());
+  RETURN_IF_ERROR(StartAgents());
+  RETURN_IF_ERROR(StartPrometheus());
+  // With --prometheus, the job's time starts once Prometheus has scraped every
+  // process (its discovery alone takes 5-10 s): its first samples are the
+  // job's first second, and the scenario's times are the workers'.
+  if (prometheus_) clock_.Restart();
+  StartLoop();
+  RETURN_IF_ERROR(ApplyScenario());
+  ASSIGN_OR_RETURN(const std::vector<std::string> server_nodes, ServerPlacement());
+  RETURN_IF_ERROR(StartParameterServers(server_nodes));
+  RETURN_IF_ERROR(StartWorkers(placement));
+  Event(absl::StrFormat("%d workers (%s), %d parameter servers, %d nodes; policy %s",
+                        job_.workers.replicas,
+                        bridge::HasWorkerCommand(job_) ? "worker command" : "demo trainer",
+                        static_cast<int>(servers_->size()),
+                        static_cast<int>(scenario_.nodes.size()), result_.policy));
+  return absl::OkStatus();
+}
+
+// Loop: until every worker is done, the scenario's speeds, the workers'
+// exits and failures, the control loop, the progress bar.
+absl::Status Runner::Loop() {
+  for (;;) {
+    if (o_.interrupted != nullptr && o_.interrupted->load()) {
+      return absl::CancelledError("interrupted: every process stopped");
+    }
+    if (clock_.NowMillis() > o_.timeout_ms) {
+      return absl::DeadlineExceededError("the job did not finish in time");
+    }
+    RETURN_IF_ERROR(ApplyScenario());
+    ASSIGN_OR_RETURN(const bool all_done, workers_->Poll());
+    if (all_done) return absl::OkStatus();
+    RETURN_IF_ERROR(PollParameterServers());
+    RETURN_IF_ERROR(Control());
+    ShowProgress();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+// The loss: from the first parameter server, else from worker-0's loss log;
+// the held-out evaluation from worker-0's `<loss log>.eval.json` either way.
+void Runner::CollectLoss() {
+  const std::string log = LossLogPath(dir_, "worker-0");
+  if (std::optional<HeldOut> h = ReadHeldOut(log + ".eval.json")) {
+    result_.held_out_log_loss = h->log_loss;
+    result_.held_out_accuracy = h->accuracy;
+  }
+  if (servers_->size() > 0) {
+    auto stub = v1::ParameterServer::NewStub(antdt::CreateChannel(servers_->address(0)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    AddCredential(ctx, token_);
+    v1::StatsRequest req;
+    v1::ParameterServerStats stats;
+    if (stub->Stats(&ctx, req, &stats).ok()) {
+      result_.first_loss = stats.first_mean_loss();
+      result_.final_loss = stats.mean_loss();
+      result_.steps = stats.step();
+    }
+    return;
+  }
+  std::optional<LossCurve> curve = ReadLossLog(log, clock_.start_unix());
+  if (!curve) return;
+  result_.first_loss = curve->first_loss;
+  result_.final_loss = curve->final_loss;
+  result_.steps = curve->steps;
+  result_.loss_curve = std::move(curve->points);
+}
+
+// Collect: the job's figures, then every process stopped and the journals
+// checked for exactly-once (not in plain mode, which writes none).
+absl::Status Runner::Collect() {
+  result_.jct_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
+  if (loop_) {
+    result_.estimated_saved_seconds = loop_->ledger().saved_seconds();
+    result_.estimated_lost_seconds = loop_->ledger().lost_seconds();
+  }
+  if (auto p = driver_->Progress(); p.ok()) {
+    result_.records_committed = p->records_committed_total();
+  }
+  CollectLoss();
+  Teardown();
+  result_.journals_checked = !o_.plain;
+  if (o_.plain) return absl::OkStatus();
+  std::vector<std::string> journals;
+  for (const auto& w : workers_->slots()) journals.push_back(JournalPath(dir_, w->id));
+  if (fs::exists(servers_->restores_journal())) journals.push_back(servers_->restores_journal());
+  ASSIGN_OR_RETURN(result_.verification,
+                   demo::VerifyJournals(journals, job_.dataset.records, job_.dataset.epochs));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunResult> Runner::Run() {
+  if (o_.plain) RETURN_IF_ERROR(PlainAllowed(job_));
+  policy_ =
+      o_.plain ? vocab::Policy::kNone : o_.policy_override.value_or(job_.straggler_policy.name);
+  if (o_.no_slowdown) scenario_.slowdowns.clear();
+  // Absolute: a worker command runs in the manifest's directory, and its
+  // journal, loss log and checkpoint paths point here.
+  dir_ = fs::absolute(o_.work_dir).lexically_normal().string();
+  fs::remove_all(dir_);
+  fs::create_directories(dir_ + "/nodes");
+  SetLogFile(dir_ + "/antdt-run.log");  // the terminal is the progress bar's
+  result_.job = job_.name;
+  result_.start_unix_ms = static_cast<int64_t>(clock_.start_unix() * 1000);
+  result_.policy = o_.no_slowdown ? "no-slowdown" : o_.plain ? "plain" : vocab::Name(policy_);
+  absl::Status s = StartJob();
+  if (s.ok()) s = Loop();
+  if (!s.ok()) {
+    Teardown();
+    return s;
+  }
+  RETURN_IF_ERROR(Collect());
+  return result_;
+}
+
+}  // namespace
+
+absl::Status PlainAllowed(const manifest::Job& job) {
+  if (!bridge::RunsDemoTrainer(job)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "plain needs a worker command (spec.workers.template.spec.containers[0].command) whose "
+      "trainer reads ANTDT_MODE; the demo trainer has no plain mode");
+}
+
+absl::StatusOr<RunResult> RunJob(const manifest::Job& job, const manifest::Scenario& scenario,
+                                 const RunOptions& options) {
+  Runner runner(job, scenario, options);
+  return runner.Run();
+}
+
+}  // namespace antdt::local

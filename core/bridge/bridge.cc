@@ -1,0 +1,95 @@
+#include "core/bridge/bridge.h"
+
+#include <algorithm>
+
+#include "core/loop/control_loop.h"
+
+namespace antdt::bridge {
+
+controller::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
+                                     int64_t interval_ms) {
+  controller::PolicySpec spec;
+  spec.name = policy;
+  spec.cooldown_ms = job.straggler_policy.cooldown_ms;
+  spec.max_actions = job.straggler_policy.max_actions;
+  spec.min_saving_ratio = job.straggler_policy.min_saving_ratio;
+  spec.backup_workers = job.straggler_policy.backup_workers;
+  spec.interval_ms = interval_ms;
+  const monitor::MonitorConfig mc = MonitorConfigFor(job.monitor);
+  spec.settle_ms = 2 * mc.window_ms + mc.allowed_lateness_ms;
+  for (const manifest::Rule& r : job.straggler_policy.rules) {
+    controller::Rule cr;
+    cr.signal = r.signal;
+    cr.threshold = r.threshold;
+    cr.straggler_class = r.klass;
+    cr.windows = r.windows;
+    cr.action = r.action;
+    if (r.cooldown_ms > 0) cr.cooldown_ms = r.cooldown_ms;
+    if (r.budget > 0) cr.budget = r.budget;
+    spec.rules.push_back(cr);
+  }
+  return spec;
+}
+
+monitor::MonitorConfig MonitorConfigFor(const manifest::MonitorSpec& spec) {
+  monitor::MonitorConfig mc;
+  mc.window_ms = spec.window_ms;
+  mc.allowed_lateness_ms = spec.allowed_lateness_ms >= 0
+                               ? spec.allowed_lateness_ms
+                               : std::max<int64_t>(500, spec.window_ms / 4);
+  mc.straggler_threshold = spec.straggler_threshold;
+  mc.recover_threshold = spec.recover_threshold;
+  mc.persistent_windows = spec.persistent_windows;
+  mc.warmup_windows = spec.warmup_windows;
+  return mc;
+}
+
+v1::DatasetSpec DatasetSpecFor(const manifest::Job& job) {
+  v1::DatasetSpec ds;
+  ds.set_job(job.name);
+  ds.set_name("train");
+  ds.set_record_count(job.dataset.records);
+  ds.set_shard_size(job.dataset.shard_size);
+  ds.set_epochs(job.dataset.epochs);
+  ds.set_shuffle(job.dataset.shuffle);
+  ds.set_seed(job.dataset.seed);
+  return ds;
+}
+
+int64_t ControlIntervalMs(const manifest::MonitorSpec& spec) {
+  return std::max<int64_t>(spec.window_ms / 2, 500);
+}
+
+int64_t InitialLocalBatch(const manifest::Job& job, int32_t i) {
+  const int64_t n = job.workers.replicas;
+  const int64_t g = job.model.global_batch_size;
+  if (n <= 0) return 0;
+  return g / n + (i < g % n ? 1 : 0);
+}
+
+bool HasWorkerCommand(const manifest::Job& job) { return !job.workers.container.command.empty(); }
+
+bool RunsDemoTrainer(const manifest::Job& job) {
+  if (!HasWorkerCommand(job)) return true;
+  const std::string& first = job.workers.container.command[0];
+  const size_t slash = first.rfind('/');
+  return (slash == std::string::npos ? first : first.substr(slash + 1)) == kDemoTrainer;
+}
+
+int32_t ParameterServerCount(const manifest::Job& job) {
+  if (!RunsDemoTrainer(job)) return job.parameter_servers.replicas;
+  return std::max(1, job.parameter_servers.replicas);
+}
+
+int32_t ParameterServerFeatures(const manifest::Job& job, int32_t k) {
+  const int32_t p = ParameterServerCount(job);
+  if (p <= 0) return 0;
+  const int32_t f = job.model.features;
+  return f / p + (k < f % p ? 1 : 0);
+}
+
+double RegroupSeconds(const manifest::Job& job) {
+  return ParameterServerCount(job) == 0 ? control::kDefaultRegroupSeconds : 0;
+}
+
+}  // namespace antdt::bridge

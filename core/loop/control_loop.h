@@ -1,0 +1,222 @@
+// The control loop of the paper's control plane, written once: observe (the
+// Monitor's view, the job's members and nodes, its ETA) -> decide (the
+// Controller's policy, run from here and nowhere else) -> execute (each
+// decision through a backend). `antdt run` (processes on one machine) and
+// `antdt-operator` (pods) are backends of it; a simulator can be a third.
+//
+// What the loop owns, so that no backend has its own copy:
+// - the policy's input (controller::Observed) and the one call of
+//   controller::Decide;
+// - the history of decisions taken (cool-downs, budgets, exclusions), seeded
+//   by a backend that rebuilds it after a restart of its own;
+// - the restart-cost model: the mean relaunch time measured on this job's
+//   restarts so far (a decision until the member is alive again at its new
+//   incarnation), never less than kMinRelaunchSeconds, plus one Monitor window
+//   to see the member again, plus LoopOptions::regroup_seconds (a collective
+//   job's group re-forming, when every rank waits); parameter servers apart:
+//   their relaunch is a move (the state handed over at a step boundary, or a
+//   restore from the last checkpoint and the replay after it), measured on
+//   their own moves, with no regroup;
+// - directives, every one a backend delivers: one ADJUST_BS directive per
+//   batch change, with the decision's accumulation steps; the committed batch
+//   re-delivered (BatchDirective); every worker pointed at a parameter server
+//   that moved (ServerMoved). Versions increase across the loop's lifetime, so
+//   an SDK applies the newest; no backend builds a directive of its own;
+// - the order of a restart: the backend stops the member and starts it
+//   elsewhere (RestartElsewhere); parameter servers are told it left and its
+//   shards released by the backend's Retire (see below), before the new
+//   incarnation starts where the backend does it at once.
+//
+// Thread-safety: none; one thread drives a loop and its backend.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "antdt/v1/agent.pb.h"
+#include "antdt/v1/monitor.pb.h"
+#include "common/clock.h"
+#include "core/loop/time_ledger.h"
+#include "core/policy/policy.h"
+
+namespace antdt::control {
+
+// How a decision's execution went (a label of antdt_controller_actions_total).
+enum class Outcome {
+  kDone,          // carried out
+  kNotDelivered,  // an ADJUST_BS directive whose agent was not connected: re-planned next turn
+  kFailed,        // the backend could not carry it out (the loop stops there)
+};
+const char* OutcomeName(Outcome outcome);  // "done", "not_delivered", "failed"
+
+// What the loop asks of the place a job runs in. Every call comes from the
+// loop's thread.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- Observe
+  // The Monitor's view of the job; nullopt while nothing has been reported.
+  virtual std::optional<v1::GetJobHealthResponse> Health() = 0;
+  // Windows the Monitor has closed for the job so far; -1 when not known. A
+  // new one is a turn of the loop at once (its news is freshest then).
+  virtual int64_t WindowsClosed() { return -1; }
+  // The job's workers and parameter servers as they are now (alive: running as
+  // desired; node: where).
+  virtual std::vector<controller::WorkerState> Members() = 0;
+  // Every node the job may use (spare: free to take a restarted member).
+  virtual std::vector<controller::NodeState> Nodes() = 0;
+  // The job's ETA at its current throughput; -1 unknown.
+  virtual double RemainingSeconds() = 0;
+
+  // ---- Execute
+  // Stops `member` and starts it again as incarnation member.incarnation + 1
+  // on restart.to_node: at once (processes: the backend calls Retire between
+  // the two), or by committing the new incarnation (pods: the reconciler's
+  // writes delete the old pod, retire it once gone, and create the new one).
+  virtual absl::Status RestartElsewhere(const controller::WorkerState& member,
+                                        const controller::KillRestart& restart) = 0;
+  // Delivers `directive` to the agent of `node`; false when it is not connected.
+  virtual bool SendDirective(const std::string& node, const v1::Directive& directive) = 0;
+  // Tells the parameter servers that `worker` left (a step no longer waits for it).
+  virtual void LeaveParameterServers(const std::string& worker) = 0;
+  // Returns the shards `worker` holds under `incarnation` to the queue now,
+  // rather than at lease expiry.
+  virtual absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) = 0;
+  // A decision was carried out (or tried, `outcome`): logs, Events, reports,
+  // metrics.
+  virtual void RecordAction(const controller::Decision& decision, Outcome outcome) = 0;
+  // The time ledger's increments for the view just observed (metrics).
+  virtual void RecordTime(const TimeDelta& /*delta*/) {}
+  // An action the plan passed over (its line in Plan::skipped), and why.
+  virtual void RecordSkipped(const std::string& /*line*/, controller::SkipReason /*reason*/) {}
+  // The job's action budget used so far, as the policy counts it against
+  // maxActions (controller::BudgetUsed of the history): after the first
+  // Execute, and after each that carried out a decision.
+  virtual void RecordBudgetUsed(int /*used*/) {}
+
+  // A member that stopped for good under `incarnation`: the parameter servers
+  // stop waiting for it and its shards go back to the queue.
+  absl::Status Retire(const std::string& worker, int32_t incarnation);
+};
+
+// A directive and the node whose agent delivers it.
+struct Delivery {
+  std::string node;
+  v1::Directive directive;
+};
+
+struct LoopOptions {
+  std::string job;
+  std::string namespace_;         // the job's; directives carry it (jobs are namespace/name)
+  controller::PolicySpec policy;  // valid (controller::Validate)
+  int64_t global_batch_size = 0;  // <= 0: the sum of the current local batches
+  int64_t window_ms = 10'000;     // the Monitor's window: a restarted member is seen after it
+  int64_t interval_ms = 10'000;   // how often RunOnce decides
+  // Added to every restart's cost: in a job without parameter servers (an
+  // AllReduce group) a restarted rank stalls every rank until the group has
+  // re-formed around it; kDefaultRegroupSeconds there, 0 for a job with
+  // parameter servers (a restarted worker only leaves and rejoins the barrier).
+  double regroup_seconds = 0;
+};
+
+// The regroup cost of a job without parameter servers: a torch.distributed
+// group re-forming after one rank restarted (the survivors see the rank gone,
+// tear down and rendezvous again, the restarted rank imports torch and joins)
+// takes a few seconds on one machine; 5 s is a round figure above that, to be
+// measured per job (bridge::RegroupSeconds).
+inline constexpr double kDefaultRegroupSeconds = 5.0;
+
+// The least a relaunch costs, and what is assumed before one was measured:
+// after it is alive again a member still pulls the parameters and rejoins the
+// step barrier, which no backend observes; about a second for the demo
+// trainer on the local runner (docs/straggler-benchmark.md). A pod that takes
+// longer to be scheduled and started is measured.
+inline constexpr double kMinRelaunchSeconds = 1.0;
+
+class ControlLoop {
+ public:
+  // `backend` and `clock` are borrowed and must outlive the loop.
+  ControlLoop(LoopOptions options, Backend* backend, const Clock* clock);
+
+  // Decisions already taken for this job (a backend rebuilding them after its
+  // own restart); appended to the history.
+  void Seed(std::vector<controller::Decision> decisions);
+  const std::vector<controller::Decision>& history() const { return history_; }
+
+  // True when a decision is due now (every interval_ms, or at once when the
+  // Monitor closed a window since the last turn), and the next one is then
+  // scheduled. RunOnce takes its turn itself; a backend that commits
+  // between deciding and executing (the operator) calls this, Observe, Decide
+  // and Execute in turn.
+  bool TakeTurn();
+  // The policy's input now; nullopt while the Monitor has nothing on the job.
+  // `with_history`: a copy of the history in it (RunOnce lends its own).
+  std::optional<controller::Observed> Observe(bool with_history = true);
+  // The one call of the policy: controller::Decide over `observed`.
+  controller::Plan Decide(const controller::Observed& observed) const;
+  // Reports the plan's skipped actions to the backend, then carries out each
+  // decision through the backend in order and adds it to the history (so it
+  // counts for cool-downs and budgets). Members are found in
+  // the last Observe(), the one the plan was made from. Stops at the first
+  // error: the decisions before it are in the history, the rest are not.
+  absl::Status Execute(const controller::Plan& plan);
+
+  // Observe -> decide -> execute, when due (every interval_ms). The plan
+  // executed; an empty plan when not due or nothing was observed.
+  absl::StatusOr<controller::Plan> RunOnce();
+
+  // Seconds a restart costs under the model above (of a worker, or of a
+  // parameter server).
+  double RestartCostSeconds(vocab::Role role = vocab::Role::kWorker) const;
+  // Restarts measured so far (workers and servers).
+  int measured_restarts() const { return measured_[0].restarts + measured_[1].restarts; }
+  // An ADJUST_BS directive for `worker`: its committed local batch and
+  // accumulation steps again (a backend re-delivering what was decided but not
+  // delivered, or not seen by a worker's new incarnation), at a new version.
+  v1::Directive BatchDirective(const std::string& worker, int64_t local_batch_size,
+                               int32_t accumulation_steps, const std::string& reason);
+  // Parameter server `ps_id` serves from `address` now: a directive for each
+  // worker of `members` that runs on a node, pointing it there between two
+  // steps (one that pushes to the old server first is sent on by it).
+  std::vector<Delivery> ServerMoved(const std::string& ps_id, const std::string& address,
+                                    const std::vector<controller::WorkerState>& members,
+                                    const std::string& reason);
+  // Time lost to stragglers and saved by the actions so far (time_ledger.h),
+  // accrued at each Observe().
+  const TimeLedger& ledger() const { return ledger_; }
+
+ private:
+  absl::Status ExecuteOne(const controller::Decision& decision);
+  // Above every version the loop has used, and not below the clock's now (a
+  // loop rebuilt after a restart of its backend still outranks its past).
+  int64_t NextDirectiveVersion();
+  void MeasureRelaunches(const std::vector<controller::WorkerState>& members);
+
+  const LoopOptions options_;
+  Backend* const backend_;
+  const Clock* const clock_;
+  std::vector<controller::Decision> history_;
+  std::vector<controller::WorkerState> observed_members_;   // of the last Observe()
+  std::unordered_map<std::string, size_t> observed_index_;  // id -> index in it
+  int64_t next_run_ms_ = 0;
+  int64_t windows_seen_ = -1;  // Backend::WindowsClosed() at the last turn
+  int64_t directive_version_ = 0;
+  bool budget_reported_ = false;  // RecordBudgetUsed since the last Seed
+  // Restarts in flight: member id -> (incarnation it restarts from, when).
+  std::map<std::string, std::pair<int32_t, int64_t>> relaunching_;
+  struct Measured {
+    int restarts = 0;
+    double seconds = 0;
+  };
+  Measured measured_[2];  // [0] workers, [1] parameter servers
+  TimeLedger ledger_;
+};
+
+}  // namespace antdt::control

@@ -1,0 +1,128 @@
+#include "core/monitor/causes.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "api/vocab/vocab.h"
+#include "core/monitor/monitor.h"
+
+namespace antdt::monitor {
+namespace {
+
+double NonNegative(double v) { return std::isfinite(v) && v > 0 ? v : 0; }
+
+struct Signal {
+  const char* key;
+  v1::Cause cause;
+  double threshold;
+  bool lower_is_worse = false;
+};
+
+// In the order they are tried (see causes.h).
+std::vector<Signal> SignalsInOrder(const CauseThresholds& th) {
+  return {
+      {"cgroup_throttled_fraction", v1::CPU_THROTTLING, th.cgroup_throttled_fraction},
+      {"gpu_thermal_throttling", v1::GPU_THROTTLING, 0.5},
+      {"gpu_power_throttling", v1::GPU_THROTTLING, 0.5},
+      {"memory_some_avg10", v1::MEMORY_PRESSURE, th.memory_some_avg10},
+      {"memory_available_fraction", v1::MEMORY_PRESSURE, th.memory_available_fraction, true},
+      {"io_some_avg10", v1::IO_PRESSURE, th.io_some_avg10},
+      {"net_drops_per_second", v1::NETWORK, 0},
+      {"net_errors_per_second", v1::NETWORK, 0},
+      {"communication_share", v1::NETWORK, th.step_share},
+      {"neighbour_cpu_cores", v1::CPU_CONTENTION, th.neighbour_cpu_cores},
+      {"cpu_wait_share", v1::CPU_CONTENTION, th.cpu_wait_share},
+      {"cpu_some_avg10", v1::CPU_CONTENTION, th.cpu_some_avg10},
+      {"cpu_utilization", v1::CPU_CONTENTION, th.cpu_utilization},
+      {"data_wait_share", v1::DATA_LOADING, th.step_share},
+  };
+}
+
+// Whether `value` passes the signal's threshold and stands out from `peers`
+// (a signal no peer reports: the threshold alone).
+bool Fires(const Signal& s, double value, const std::vector<double>& peers, double ratio) {
+  if (s.lower_is_worse) {
+    if (!(value < s.threshold)) return false;
+    return peers.empty() || value * ratio < vocab::Median(peers);
+  }
+  if (!(value > s.threshold)) return false;
+  return peers.empty() || value > ratio * vocab::Median(peers);
+}
+
+}  // namespace
+
+std::vector<std::string> SignalKeys(v1::Cause cause) {
+  std::vector<std::string> keys;
+  for (const Signal& s : SignalsInOrder(CauseThresholds{})) {
+    if (s.cause == cause) keys.emplace_back(s.key);
+  }
+  return keys;
+}
+
+SignalValues NodeSignalValues(const v1::NodeSample& sample) {
+  SignalValues v;
+  if (sample.cgroups_size() > 0) {
+    double max_throttled = 0;
+    for (const auto& cg : sample.cgroups()) {
+      max_throttled = std::max(max_throttled, NonNegative(cg.throttled_fraction()));
+    }
+    v["cgroup_throttled_fraction"] = max_throttled;
+  }
+  if (sample.gpus_size() > 0) {
+    bool thermal = false, power = false;
+    for (const auto& g : sample.gpus()) {
+      thermal = thermal || g.thermal_throttling();
+      power = power || g.power_throttling();
+    }
+    v["gpu_thermal_throttling"] = thermal ? 1 : 0;
+    v["gpu_power_throttling"] = power ? 1 : 0;
+  }
+  if (sample.has_pressure()) {
+    v["memory_some_avg10"] = NonNegative(sample.pressure().memory_some_avg10());
+    v["io_some_avg10"] = NonNegative(sample.pressure().io_some_avg10());
+    v["cpu_some_avg10"] = NonNegative(sample.pressure().cpu_some_avg10());
+  }
+  if (sample.has_memory() && sample.memory().total_bytes() > 0) {
+    v["memory_available_fraction"] = static_cast<double>(sample.memory().available_bytes()) /
+                                     static_cast<double>(sample.memory().total_bytes());
+  }
+  if (sample.net_size() > 0) {
+    double drops = 0, errors = 0;
+    for (const auto& n : sample.net()) {
+      if (n.name() == "lo") continue;
+      drops += NonNegative(n.rx_drops_per_second()) + NonNegative(n.tx_drops_per_second());
+      errors += NonNegative(n.errors_per_second());
+    }
+    v["net_drops_per_second"] = drops;
+    v["net_errors_per_second"] = errors;
+  }
+  if (sample.has_cpu()) v["cpu_utilization"] = NonNegative(sample.cpu().utilization());
+  if (sample.has_neighbour_cpu_cores()) {
+    v["neighbour_cpu_cores"] = NonNegative(sample.neighbour_cpu_cores());
+  }
+  return v;
+}
+
+Attribution AttributeCause(const SignalValues& own, const std::vector<const SignalValues*>& peers,
+                           bool hardware, const CauseThresholds& thresholds) {
+  Attribution out;
+  out.evidence.insert(own.begin(), own.end());
+  if (hardware) out.cause = v1::HARDWARE;
+  for (const Signal& s : SignalsInOrder(thresholds)) {
+    auto it = own.find(s.key);
+    if (it == own.end()) continue;
+    std::vector<double> values;
+    for (const SignalValues* p : peers) {
+      if (auto pit = p->find(s.key); pit != p->end()) values.push_back(pit->second);
+    }
+    if (!values.empty()) {
+      out.evidence[std::string(s.key) + "_peer_median"] = vocab::Median(values);
+    }
+    if (out.cause == v1::CAUSE_UNKNOWN && Fires(s, it->second, values, thresholds.peer_ratio)) {
+      out.cause = s.cause;
+    }
+  }
+  return out;
+}
+
+}  // namespace antdt::monitor
