@@ -25,6 +25,7 @@
 #include "backends/local/loss_log.h"
 #include "backends/local/progress.h"
 #include "backends/local/prometheus.h"
+#include "backends/local/runner_internal.h"
 #include "backends/local/servers.h"
 #include "backends/local/worker_command.h"
 #include "backends/local/workers.h"
@@ -42,160 +43,7 @@
 #include "core/policy/policy.h"
 #include "services/monitor/monitor_service.h"
 
-namespace antdt::local {
-namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-namespace fs = std::filesystem;
-
-// How long an agent keeps the series of a worker that stopped reporting: three
-// Monitor windows (at least 5 s), so a worker restarted elsewhere soon shows
-// on its new node only.
-int64_t WorkerIdleAfterMs(const manifest::Job& job) {
-  return std::max<int64_t>(3 * job.monitor.window_ms, 5'000);
-}
-
-// Milliseconds since the job started: the runner's time for the policy, the
-// scenario and the report.
-class JobClock final : public Clock {
- public:
-  JobClock()
-      : start_(SteadyClock::now()),
-        start_unix_(
-            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-                .count()) {}
-  int64_t NowMillis() const override {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start_)
-        .count();
-  }
-  // The start in seconds since the Unix epoch (for the workers' loss logs).
-  double start_unix() const { return start_unix_; }
-  // The job's time starts again at 0 (before its workers start).
-  void Restart() { *this = JobClock(); }
-
- private:
-  SteadyClock::time_point start_;
-  double start_unix_;
-};
-
-// The local backend of the control loop: the job's processes on this machine.
-class Runner final : public control::Backend {
- public:
-  Runner(const manifest::Job& job, const manifest::Scenario& scenario, const RunOptions& o)
-      : job_(job), scenario_(scenario), o_(o) {}
-
-  absl::StatusOr<RunResult> Run();
-
-  // ---- control::Backend
-  std::optional<v1::GetJobHealthResponse> Health() override;
-  int64_t WindowsClosed() override {
-    if (monitor_ == nullptr) return -1;  // the loop starts before the Monitor
-    return monitor_->hub().WindowsClosed(job_.namespace_, job_.name);
-  }
-  std::vector<controller::WorkerState> Members() override {
-    std::vector<controller::WorkerState> members = workers_->Members();
-    for (controller::WorkerState& m : servers_->Members()) members.push_back(std::move(m));
-    return members;
-  }
-  std::vector<controller::NodeState> Nodes() override;
-  double RemainingSeconds() override {
-    auto progress = driver_->Progress();
-    return progress.ok() ? progress->eta_seconds() : -1;
-  }
-  absl::Status RestartElsewhere(const controller::WorkerState& member,
-                                const controller::KillRestart& restart) override {
-    // The source node's exclusion is the decision's (exclude_node_until_ms),
-    // which the policy reads from the loop's history.
-    if (member.role == vocab::Role::kParameterServer) {
-      return MoveParameterServer(member.id, restart.to_node);
-    }
-    return workers_->RestartElsewhere(member.id, restart.to_node);
-  }
-  bool SendDirective(const std::string& node, const v1::Directive& directive) override;
-  void LeaveParameterServers(const std::string& worker) override;
-  absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override {
-    client::ShardingClientOptions copts = driver_->options();
-    copts.worker_id = worker;
-    copts.incarnation = incarnation;
-    return client::ReleaseWorker(sharding_.address, copts);
-  }
-  void RecordAction(const controller::Decision& d, control::Outcome outcome) override;
-  void RecordTime(const control::TimeDelta& delta) override { metrics_.Time(delta); }
-  void RecordSkipped(const std::string& line, controller::SkipReason reason) override {
-    metrics_.Skipped(controller::SkipReasonName(reason));
-    // Why nothing was done, in the run's log (not on the terminal: a skip
-    // repeats every window while it holds).
-    LogEvent("skipped", {{"job", job_.name},
-                         {"t", static_cast<double>(clock_.NowMillis()) / 1000.0},
-                         {"reason", controller::SkipReasonName(reason)},
-                         {"message", line}});
-  }
-  void RecordBudgetUsed(int used) override { metrics_.BudgetUsed(used); }
-
- private:
-  void Event(const std::string& line) {
-    LogEvent("runner", {{"job", job_.name},
-                        {"t", static_cast<double>(clock_.NowMillis()) / 1000.0},
-                        {"message", line}});
-    if (o_.on_event) o_.on_event(line);
-  }
-  // Run, in three steps.
-  absl::Status StartJob();
-  absl::Status Loop();
-  absl::Status Collect();
-
-  void StartLoop();
-  absl::StatusOr<std::vector<const manifest::NodeSpec*>> Placement() const;
-  absl::StatusOr<std::vector<std::string>> ServerPlacement() const;
-  absl::Status PrepareWorkers();
-  absl::Status StartShardingService();
-  absl::Status StartMonitor();
-  absl::Status StartAgents();
-  absl::Status StartPrometheus();
-  absl::Status StartParameterServers(const std::vector<std::string>& nodes);
-  absl::Status MoveParameterServer(const std::string& id, const std::string& to_node);
-  void PointWorkersAt(const std::string& ps_id, const std::string& address,
-                      const std::string& reason);
-  absl::Status PollParameterServers();
-  absl::Status StartWorkers(const std::vector<const manifest::NodeSpec*>& placement);
-  absl::Status ApplyScenario();
-  void CollectLoss();
-  absl::Status Control();
-  void ShowProgress();
-  void Teardown();
-
-  const manifest::Job& job_;
-  manifest::Scenario scenario_;
-  const RunOptions& o_;
-  std::string dir_;
-  vocab::Policy policy_ = vocab::Policy::kNone;
-  JobClock clock_;
-
-  Server sharding_;
-  std::string token_;  // the run's credential (WORK_DIR/token)
-  std::unique_ptr<client::ShardingClient> driver_;
-  std::unique_ptr<monitor::MonitorServiceImpl> monitor_;
-  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
-  control::JobMetrics metrics_{*registry_, job_.namespace_, job_.name,
-                               job_.straggler_policy.max_actions};
-  std::shared_ptr<prometheus::Collectable> monitor_collector_;  // the exposer holds it weakly
-  std::unique_ptr<Serving> monitor_server_;  // the Monitor's gRPC, the runner's /metrics
-  std::string monitor_address_;
-  std::unique_ptr<Process> prometheus_;   // with RunOptions::prometheus
-  std::map<std::string, Server> agents_;  // by node
-  std::unique_ptr<ServerSet> servers_;
-  std::unique_ptr<Launcher> launcher_ = NewProcessLauncher();
-  std::unique_ptr<WorkerSet> workers_;
-  std::unique_ptr<control::ControlLoop> loop_;
-  WorkerSite site_;
-  std::optional<NodeCgroups> cgroups_;               // nodes with a cpu-quota slowdown
-  std::unique_ptr<Interference> interference_;       // the other real slowdowns
-  const std::string cgroup_root_ = CpuCgroupRoot();  // v1 cpu controller, or v2
-  std::map<std::string, std::string> speeds_written_;
-  std::vector<std::string> rebalanced_;      // batch changes of the current plan
-  std::vector<std::string> rebalanced_for_;  // its other actions: "worker-2's ADJUST_BS"
-  RunResult result_;
-};
+namespace antdt::local::internal {
 
 namespace {
 
@@ -505,147 +353,6 @@ absl::Status Runner::ApplyScenario() {
   return cgroups_ ? cgroups_->Apply(scenario_, now) : absl::OkStatus();
 }
 
-std::optional<v1::GetJobHealthResponse> Runner::Health() {
-  absl::StatusOr<v1::GetJobHealthResponse> health =
-      monitor_->hub().Health(job_.namespace_, job_.name);
-  if (!health.ok()) return std::nullopt;  // NOT_FOUND: no reports yet
-  const double t = static_cast<double>(clock_.NowMillis()) / 1000.0;
-  // A Monitor that forgot the job (every member silent) answers no records:
-  // keep the last ones.
-  if (health->workers_size() > 0 || health->stragglers_size() > 0) {
-    result_.stragglers.assign(health->stragglers().begin(), health->stragglers().end());
-  }
-  for (const v1::WorkerHealth& h : health->workers()) {
-    result_.timeline.push_back({t, h.worker_id(), h.samples_per_second(), h.score(), h.class_(),
-                                h.cause(), h.role(), h.sample_score(), h.speed_class(),
-                                h.compensated()});
-  }
-  return *std::move(health);
-}
-
-std::vector<controller::NodeState> Runner::Nodes() {
-  std::map<std::string, bool> busy = workers_->BusyNodes();
-  for (const auto& [node, b] : servers_->BusyNodes()) busy[node] = b;
-  std::vector<controller::NodeState> nodes;
-  for (const manifest::NodeSpec& n : scenario_.nodes) {
-    controller::NodeState ns;
-    ns.name = n.name;
-    ns.spare = n.spare && !busy.count(n.name);
-    nodes.push_back(ns);
-  }
-  return nodes;
-}
-
-bool Runner::SendDirective(const std::string& node, const v1::Directive& directive) {
-  WorkerSlot* w = workers_->Find(directive.worker_id());
-  if (w == nullptr || w->done) return false;
-  if (directive.has_adjust_batch()) {
-    w->local_batch = directive.adjust_batch().local_batch_size();
-    w->accumulation_steps = std::max(1, directive.adjust_batch().accumulation_steps());
-  }
-  // The worker's node now: a plan that restarts a worker elsewhere and then
-  // sizes it names the node it was observed on, which it has just left.
-  const std::string& at = w->node.empty() ? node : w->node;
-  if (monitor_->hub().SendDirective(at, directive)) return true;
-  Event("directive for " + w->id + " not delivered: agent of " + at + " not connected");
-  return false;
-}
-
-void Runner::RecordAction(const controller::Decision& d, control::Outcome outcome) {
-  ActionRecord rec;
-  rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
-  rec.action = controller::KindOf(d.action);
-  rec.worker = controller::ActionTarget(d.action);
-  rec.description = controller::Describe(d);
-  rec.rule = d.rule;
-  rec.reason = d.reason;
-  rec.subject = d.subject;
-  rec.evidence = d.evidence;
-  // The Monitor's cause for the subject, from its last view.
-  for (auto p = result_.timeline.rbegin(); !d.subject.empty() && p != result_.timeline.rend();
-       ++p) {
-    if (p->worker != d.subject) continue;
-    rec.cause = p->cause;
-    break;
-  }
-  metrics_.Decided(d, control::OutcomeName(outcome));
-  if (outcome != control::Outcome::kDone) {
-    rec.reason = absl::StrCat("(", control::OutcomeName(outcome), ") ", rec.reason);
-  }
-  if (const auto* b = std::get_if<controller::UseBackupWorkers>(&d.action)) {
-    rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
-  }
-  if (rec.rebalance()) {
-    // Batch changes that only keep the global batch constant are summed up in
-    // one line per plan by Control().
-    const auto& a = std::get<controller::AdjustBatchSize>(d.action);
-    rebalanced_.push_back(absl::StrCat(a.worker, "->", a.local_batch_size));
-  } else {
-    rebalanced_for_.push_back(absl::StrCat(rec.worker, "'s ", vocab::Name(rec.action)));
-    Event(ActionLine(rec));
-    if (const std::string evidence = EvidenceText(rec); !evidence.empty()) {
-      Event("    " + evidence);
-    }
-  }
-  result_.actions.push_back(rec);
-}
-
-absl::Status Runner::Control() {
-  rebalanced_.clear();
-  rebalanced_for_.clear();
-  RETURN_IF_ERROR(loop_->RunOnce().status());
-  if (!rebalanced_.empty()) {
-    Event(RebalanceLine(static_cast<double>(clock_.NowMillis()) / 1000.0, rebalanced_for_,
-                        rebalanced_));
-  }
-  return absl::OkStatus();
-}
-
-void Runner::ShowProgress() {
-  auto p = driver_->Progress();
-  if (!p.ok()) return;
-  const int64_t total = job_.dataset.records * job_.dataset.epochs;
-  metrics_.Progress(p->records_committed_total(), total, p->records_per_second(), p->eta_seconds());
-  if (!o_.on_status) return;
-  ProgressFigures f;
-  if (!result_.timeline.empty()) {
-    const double last = result_.timeline.back().at_seconds;
-    for (auto it = result_.timeline.rbegin();
-         it != result_.timeline.rend() && it->at_seconds == last; ++it) {
-      if (vocab::IsStraggler(it->klass) || it->compensated) ++f.stragglers;
-      if (it->compensated) ++f.compensated;
-    }
-  }
-  for (const ActionRecord& a : result_.actions) ++(a.rebalance() ? f.rebalances : f.actions);
-  f.committed = p->records_committed_total();
-  f.total = total;
-  f.epoch = std::min(p->epoch() + 1, p->epochs());
-  f.epochs = p->epochs();
-  f.records_per_second = p->records_per_second();
-  f.eta_seconds = p->eta_seconds();
-  // One column short of the width: a full line would wrap in some terminals.
-  o_.on_status(ProgressLine(f, TerminalColumns(STDOUT_FILENO) - 1));
-}
-
-void Runner::Teardown() {
-  if (workers_) workers_->KillAll();
-  interference_.reset();  // spinners killed, relays closed
-  if (servers_) servers_->StopAll();
-  for (auto& [node, a] : agents_) Stop(a);
-  if (monitor_) monitor_->Stop();
-  if (monitor_server_) monitor_server_->Shutdown(std::chrono::seconds(1));
-  Stop(sharding_);
-  if (prometheus_) {
-    prometheus_->Signal(SIGTERM);
-    if (!prometheus_->Wait(std::chrono::seconds(10))) prometheus_->Signal(SIGKILL);
-    prometheus_.reset();
-  }
-  if (cgroups_) {
-    if (absl::Status s = cgroups_->RemoveAll(); !s.ok()) Event("cgroups: " + s.ToString());
-    cgroups_.reset();
-  }
-}
-
 void Runner::StartLoop() {
   control::LoopOptions lo;
   lo.job = job_.name;
@@ -818,7 +525,11 @@ absl::StatusOr<RunResult> Runner::Run() {
   return result_;
 }
 
-}  // namespace
+}  // namespace antdt::local::internal
+
+namespace antdt::local {
+
+using internal::Runner;
 
 absl::Status PlainAllowed(const manifest::Job& job) {
   if (!bridge::RunsDemoTrainer(job)) return absl::OkStatus();

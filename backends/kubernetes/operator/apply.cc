@@ -1,0 +1,330 @@
+// The job controller's writes: a pass's plan applied (status first, then
+// creates, deletes and the writes to AntDT's own servers), re-delivered
+// batches, and what the API server refused, as Events and a condition.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "antdt/v1/trainer.grpc.pb.h"
+#include "api/vocab/vocab.h"
+#include "backends/kubernetes/operator/job_controller.h"
+#include "backends/kubernetes/operator/job_controller_internal.h"
+#include "client/sharding_client.h"
+#include "common/credential.h"
+#include "common/job_key.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/tls.h"
+#include "core/bridge/bridge.h"
+#include "core/loop/control_loop.h"
+#include "core/loop/job_metrics.h"
+
+namespace antdt::k8s {
+
+void JobController::ForEachParameterServer(
+    const std::vector<Json>& pods, const std::string& token,
+    const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call) {
+  for (const Json& p : pods) {
+    if (kube::Label(p, "antdt.io/role") != "ps" || PodIp(p).empty() || kube::Terminating(p))
+      continue;
+    auto stub = v1::ParameterServer::NewStub(
+        antdt::CreateChannel(absl::StrCat(PodIp(p), ":", options_.settings.ps_port)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(options_.rpc_timeout_ms));
+    AddCredential(ctx, token);
+    const grpc::Status s = call(*stub, ctx);
+    if (!s.ok()) {
+      LogEvent("operator", {{"event", "parameter_server_call_failed"},
+                            {"pod", NameOf(p)},
+                            {"code", static_cast<int>(s.error_code())},
+                            {"error", s.error_message()}});
+    }
+  }
+}
+
+void JobController::LeaveParameterServers(const std::string& worker, const std::vector<Json>& pods,
+                                          const std::string& token) {
+  ForEachParameterServer(pods, token,
+                         [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
+                           v1::LeaveRequest req;
+                           req.set_worker_id(worker);
+                           v1::LeaveResponse resp;
+                           return stub.Leave(&ctx, req, &resp);
+                         });
+}
+
+void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w,
+                                     const std::vector<Json>& pods, JobRuntime* rt) {
+  const std::string key = kube::KeyOf(job);
+  switch (w.kind) {
+    case reconciler::Write::Kind::kLeaveParameterServers:
+      LeaveParameterServers(w.worker, pods, rt == nullptr ? "" : rt->token);
+      return;
+    case reconciler::Write::Kind::kResizeParameterServers:
+      ForEachParameterServer(pods, rt == nullptr ? "" : rt->token,
+                             [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
+                               v1::ResizeRequest req;
+                               req.set_workers(w.workers);
+                               for (const std::string& id : w.removed) req.add_removed(id);
+                               for (const std::string& id : w.added) req.add_added(id);
+                               v1::ResizeResponse resp;
+                               return stub.Resize(&ctx, req, &resp);
+                             });
+      break;
+    case reconciler::Write::Kind::kAdjustBatch: {
+      std::string incarnation;
+      for (const Json& p : pods) {
+        if (kube::Label(p, "antdt.io/worker-id") == w.worker && !kube::Terminating(p)) {
+          incarnation = kube::Label(p, "antdt.io/incarnation");
+        }
+      }
+      const bool sent = SendBatch(w.worker, incarnation, w.node, w.local_batch_size,
+                                  w.accumulation_steps, w.reason, rt);
+      LogEvent("operator", {{"event", sent ? "directive_sent" : "directive_not_delivered"},
+                            {"job", key},
+                            {"worker", w.worker},
+                            {"node", w.node},
+                            {"local_batch", w.local_batch_size}});
+      return;
+    }
+    case reconciler::Write::Kind::kReleaseShards: {
+      const absl::Status s =
+          rt == nullptr ? absl::FailedPreconditionError("no runtime")
+                        : rt->backend->ReleaseShards(w.worker, static_cast<int32_t>(w.incarnation));
+      // Not fatal: the leases expire by themselves.
+      LogEvent("operator", {{"event", s.ok() ? "shards_released" : "shards_not_released"},
+                            {"job", key},
+                            {"worker", w.worker},
+                            {"error", std::string(s.message())}});
+      return;
+    }
+    default:
+      return;
+  }
+  LogEvent("operator", {{"event", "parameter_servers_resized"},
+                        {"job", key},
+                        {"workers", w.workers},
+                        {"removed", absl::StrJoin(w.removed, ",")},
+                        {"added", absl::StrJoin(w.added, ",")}});
+}
+
+absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
+                                  const std::vector<Json>& pods,
+                                  const std::set<std::string>& foreign, JobRuntime* rt) {
+  const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
+  const std::string key = kube::KeyOf(job);
+  Json current = job;  // the job as last written, for ReplicaFailure
+  if (plan.status) {
+    Json updated = job;
+    updated["status"] = *plan.status;
+    auto r = api_->UpdateStatus(kube::AntDTJobsResource(), ns, updated);
+    if (!r.ok()) return r.status();  // a conflict: requeued, nothing else done
+    current = *r;
+  }
+  // The decisions are committed: their Events now, before any write can fail.
+  RecordCommittedEvents(plan, plan.status.has_value(), &current);
+
+  for (const reconciler::Write& w : plan.writes) {
+    const kube::ResourceRef ref = RefOf(w);
+    switch (w.kind) {
+      case reconciler::Write::Kind::kCreate: {
+        auto r = api_->Create(ref, ns, w.object);
+        if (!r.ok() && kube::IsAlreadyExists(r.status()) && foreign.count(NameOf(w.object)) > 0) {
+          // The name is taken by an object that is not this job's: said, not waited on silently.
+          const absl::Status taken = absl::AlreadyExistsError(absl::StrCat(
+              r.status().message(), ": it is not this job's (no controller: left by `kubectl ",
+              "delete --cascade=orphan`?, or an earlier job's being deleted); delete it so that "
+              "the job can create its own"));
+          ReportFailedCreate(current, w, taken);
+          return taken;
+        }
+        if (!r.ok() && !kube::IsAlreadyExists(r.status())) {
+          ReportFailedCreate(current, w, r.status());
+          return r.status();
+        }
+        if (r.ok()) {
+          LogEvent("operator", {{"event", "created"},
+                                {"job", key},
+                                {"resource", w.resource},
+                                {"name", NameOf(w.object)},
+                                {"reason", w.reason}});
+        }
+        break;
+      }
+      case reconciler::Write::Kind::kDelete: {
+        kube::DeleteOptions d;
+        d.precondition_uid = w.uid;
+        if (w.grace_period_seconds >= 0) d.grace_period_seconds = w.grace_period_seconds;
+        absl::Status s = api_->Delete(ref, ns, w.name, d);
+        if (!s.ok() && !kube::IsNotFound(s) && !kube::IsConflict(s)) return s;
+        LogEvent("operator", {{"event", "deleted"},
+                              {"job", key},
+                              {"resource", w.resource},
+                              {"name", w.name},
+                              {"reason", w.reason}});
+        break;
+      }
+      case reconciler::Write::Kind::kLeaveParameterServers:
+      case reconciler::Write::Kind::kResizeParameterServers:
+      case reconciler::Write::Kind::kAdjustBatch:
+      case reconciler::Write::Kind::kReleaseShards:
+        ApplyServerWrite(job, w, pods, rt);
+        break;
+      case reconciler::Write::Kind::kDeleteJob: {
+        kube::DeleteOptions d;
+        d.propagation_policy = "Background";
+        d.precondition_uid = kube::StringAt(job, {"metadata", "uid"});
+        absl::Status s = api_->Delete(kube::AntDTJobsResource(), ns, NameOf(job), d);
+        if (!s.ok() && !kube::IsNotFound(s)) return s;
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void JobController::ReportOrphans(const Json& job, const std::vector<Json>& pods,
+                                  const std::vector<Json>& services, JobRuntime* rt) {
+  std::vector<std::string> orphans;
+  for (const Json& p : pods) {
+    if (!HasController(p)) orphans.push_back("pod/" + NameOf(p));
+  }
+  for (const Json& s : services) {
+    if (!HasController(s)) orphans.push_back("service/" + NameOf(s));
+  }
+  std::sort(orphans.begin(), orphans.end());
+  const std::string names = absl::StrJoin(orphans, ", ");
+  if (names == rt->reported_orphans) return;
+  rt->reported_orphans = names;
+  if (orphans.empty()) return;
+  recorder_->Record(
+      job, "Warning", "OrphanedChildren",
+      absl::StrCat(orphans.size(), orphans.size() == 1 ? " object carries" : " objects carry",
+                   " this job's label antdt.io/job but no controller (left by `kubectl delete ",
+                   "--cascade=orphan` of an earlier job?): ", names,
+                   ". The job neither counts nor adopts them (they hold an earlier run's state); "
+                   "delete them when done with them"));
+}
+
+void JobController::ResyncBatches(const Json& status, const std::vector<Json>& pods,
+                                  JobRuntime& rt) {
+  if (monitor_ == nullptr) return;
+  const Json& instances = kube::At(status, {"workerInstances"});
+  if (!instances.is_array()) return;
+  for (const Json& inst : instances) {
+    const std::string id = kube::StringAt(inst, {"id"});
+    const std::string incarnation = std::to_string(inst.value("incarnation", int64_t{0}));
+    const int64_t batch = inst.value("localBatchSize", int64_t{0});
+    const int32_t accumulation = std::max(1, inst.value("accumulationSteps", 1));
+    if (batch <= 0) continue;
+    if (rt.delivered[id] ==
+        DeliveredKey(inst.value("incarnation", int64_t{0}), batch, accumulation))
+      continue;
+    std::string node;
+    for (const Json& p : pods) {
+      if (NameOf(p) == kube::StringAt(inst, {"pod"}) && !kube::Terminating(p) &&
+          kube::Label(p, "antdt.io/incarnation") == incarnation && kube::PodPhase(p) == "Running") {
+        node = NodeOf(p);
+      }
+    }
+    if (node.empty()) continue;
+    SendBatch(id, incarnation, node, batch, accumulation,
+              "the committed local batch (status.workerInstances), not delivered before", &rt);
+  }
+}
+
+bool JobController::SendBatch(const std::string& worker, const std::string& incarnation,
+                              const std::string& node, int64_t batch, int32_t accumulation_steps,
+                              const std::string& reason, JobRuntime* rt) {
+  if (monitor_ == nullptr || rt == nullptr) return false;
+  const v1::Directive d = rt->loop->BatchDirective(worker, batch, accumulation_steps, reason);
+  if (!monitor_->hub().SendDirective(node, d)) return false;
+  int64_t inc = 0;
+  if (absl::SimpleAtoi(incarnation, &inc)) {
+    rt->delivered[worker] = DeliveredKey(inc, batch, d.adjust_batch().accumulation_steps());
+  }
+  return true;
+}
+
+void JobController::RecordCommittedEvents(const reconciler::Plan& plan, bool status_written,
+                                          Json* current) {
+  if (plan.events.empty()) return;
+  if (!status_written) {
+    // The status is as this pass found it, pendingEvents and all: left by an
+    // operator that stopped before writing them, or written by this one a
+    // moment ago and cleared since, the cache not yet showing it. Only the job
+    // as stored now tells them apart (a cache behind: the next pass sees it).
+    auto stored = api_->Get(kube::AntDTJobsResource(),
+                            kube::StringAt(*current, {"metadata", "namespace"}), NameOf(*current));
+    if (!stored.ok() || kube::StringAt(*stored, {"metadata", "resourceVersion"}) !=
+                            kube::StringAt(*current, {"metadata", "resourceVersion"})) {
+      return;
+    }
+  }
+  for (const reconciler::Event& e : plan.events) {
+    recorder_->Record(*current, e.type, e.reason, e.message);
+  }
+  if (!kube::At(*current, {"status", "pendingEvents"}).is_array()) return;
+  Json cleared = *current;
+  cleared["status"].erase("pendingEvents");
+  auto r = api_->UpdateStatus(kube::AntDTJobsResource(),
+                              kube::StringAt(*current, {"metadata", "namespace"}), cleared);
+  if (!r.ok()) {
+    // Left pending: the next pass writes them again (counted on the same Events).
+    LogEvent("operator", {{"event", "pending_events_not_cleared"},
+                          {"job", kube::KeyOf(*current)},
+                          {"error", r.status().ToString()}});
+    return;
+  }
+  *current = *r;
+}
+
+void JobController::ReportFailedCreate(const Json& job, const reconciler::Write& w,
+                                       const absl::Status& error) {
+  // Not the API server refusing, but not reaching it: retried, not reported.
+  if (error.code() == absl::StatusCode::kUnavailable ||
+      error.code() == absl::StatusCode::kDeadlineExceeded) {
+    return;
+  }
+  const std::string message = absl::StrCat("Error creating ",
+                                           w.resource == "services"    ? "service "
+                                           : w.resource == "podgroups" ? "PodGroup "
+                                                                       : "pod ",
+                                           NameOf(w.object), ": ", error.message());
+  LogEvent("operator", {{"event", "create_failed"},
+                        {"job", kube::KeyOf(job)},
+                        {"resource", w.resource},
+                        {"name", NameOf(w.object)},
+                        {"error", error.ToString()}});
+  recorder_->Record(job, "Warning", "FailedCreate", message);
+  absl::Status s = SetReplicaFailure(job, "FailedCreate", message);
+  if (!s.ok() && !kube::IsConflict(s)) {
+    LogEvent(
+        "operator",
+        {{"event", "status_update_failed"}, {"job", kube::KeyOf(job)}, {"error", s.ToString()}});
+  }
+}
+
+absl::Status JobController::SetReplicaFailure(const Json& job, const std::string& reason,
+                                              const std::string& message) {
+  Json updated = job;
+  if (!reconciler::SetCondition(updated["status"]["conditions"], reconciler::kReplicaFailure,
+                                "True", reason, message,
+                                kube::At(job, {"metadata", "generation"}).is_number_integer()
+                                    ? kube::At(job, {"metadata", "generation"}).get<int64_t>()
+                                    : 0,
+                                RealClock::Get().NowMillis())) {
+    return absl::OkStatus();
+  }
+  return api_
+      ->UpdateStatus(kube::AntDTJobsResource(), kube::StringAt(job, {"metadata", "namespace"}),
+                     updated)
+      .status();
+}
+
+}  // namespace antdt::k8s

@@ -1,0 +1,300 @@
+// What the job controller's files share: the per-job runtime, the loop's
+// backend over one sync's observation, and small helpers over objects.
+// Internal: only backends/kubernetes/operator/*.cc include it.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "antdt/v1/trainer.grpc.pb.h"
+#include "api/vocab/vocab.h"
+#include "backends/kubernetes/operator/job_controller.h"
+#include "client/sharding_client.h"
+#include "common/credential.h"
+#include "common/job_key.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/tls.h"
+#include "core/bridge/bridge.h"
+#include "core/loop/control_loop.h"
+#include "core/loop/job_metrics.h"
+
+namespace antdt::k8s {
+
+using kube::Json;
+
+inline constexpr char kController[] = "antdtjob";
+
+// The node a pod was bound to, and its address.
+inline std::string NodeOf(const Json& pod) { return kube::StringAt(pod, {"spec", "nodeName"}); }
+inline std::string PodIp(const Json& pod) { return kube::StringAt(pod, {"status", "podIP"}); }
+inline std::string NameOf(const Json& object) {
+  return kube::StringAt(object, {"metadata", "name"});
+}
+
+// The objects whose controller ownerReference is `uid`.
+// The API resource a write is for: pods, Services, or the gang scheduler's
+// PodGroups (the group from the object's apiVersion).
+inline kube::ResourceRef RefOf(const reconciler::Write& w) {
+  if (w.resource == "services") return kube::ServicesResource();
+  if (w.resource == "secrets") return kube::SecretsResource();
+  if (w.resource == "persistentvolumeclaims") return kube::PersistentVolumeClaimsResource();
+  if (w.resource != "podgroups") return kube::PodsResource();
+  const std::string api_version = kube::StringAt(w.object, {"apiVersion"});
+  const size_t slash = api_version.find('/');
+  kube::ResourceRef ref;
+  ref.group = api_version.substr(0, slash);
+  ref.version = slash == std::string::npos ? "" : api_version.substr(slash + 1);
+  ref.plural = "podgroups";
+  ref.kind = "PodGroup";
+  return ref;
+}
+
+inline bool HasController(const Json& object) {
+  const Json& refs = kube::At(object, {"metadata", "ownerReferences"});
+  if (!refs.is_array()) return false;
+  return std::any_of(refs.begin(), refs.end(),
+                     [](const Json& ref) { return ref.value("controller", false); });
+}
+
+// Names of `objects` that `controlled` (the ones the job controls) leaves out.
+inline std::set<std::string> Foreign(const std::vector<Json>& objects,
+                                     const std::vector<Json>& controlled) {
+  std::set<std::string> names;
+  for (const Json& o : objects) names.insert(NameOf(o));
+  for (const Json& o : controlled) names.erase(NameOf(o));
+  return names;
+}
+
+inline std::vector<Json> ControlledBy(std::vector<Json> objects, const std::string& uid) {
+  std::vector<Json> out;
+  for (Json& o : objects) {
+    const Json& refs = kube::At(o, {"metadata", "ownerReferences"});
+    if (!refs.is_array()) continue;
+    for (const Json& ref : refs) {
+      if (ref.value("controller", false) && kube::StringAt(ref, {"uid"}) == uid) {
+        out.push_back(std::move(o));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+inline bool ConditionTrue(const Json& job, const std::string& type) {
+  const Json* c = reconciler::FindCondition(kube::At(job, {"status"}), type);
+  return c != nullptr && kube::StringAt(*c, {"status"}) == "True";
+}
+
+struct JobController::JobRuntime {
+  std::string uid;
+  std::string sharding_address;
+  std::unique_ptr<client::ShardingClient> driver;
+  bool dataset_ready = false;
+  std::optional<reconciler::Progress> progress;
+  // The control loop of this job and the operator's backend of it.
+  std::unique_ptr<LoopBackend> backend;
+  std::unique_ptr<control::ControlLoop> loop;
+  // Its series on the operator's /metrics; they go with the runtime.
+  std::unique_ptr<control::JobMetrics> metrics;
+  // spec.stragglerPolicy and spec.monitor as the loop was built from them: a
+  // change (they may change on a running job) builds the loop again.
+  std::string policy_spec;
+  std::string reported_orphans;    // the orphaned pods last reported
+  bool pod_group_created = false;  // gang scheduling: the job's PodGroup exists
+  std::string token;               // the job's credential ("" without)
+  bool token_secret_created = false;
+  bool sharding_claim_created = false;
+  // Per worker, the DeliveredKey of the last ADJUST_BS this process delivered
+  // (ResyncBatches sends what is committed and not delivered yet).
+  std::map<std::string, std::string> delivered;
+  // Per moved parameter server, the incarnation the workers were told of.
+  std::map<std::string, int64_t> moves_announced;
+};
+
+// "incarnation/batch/accumulation steps": what a worker's incarnation was sent.
+inline std::string DeliveredKey(int64_t incarnation, int64_t batch, int32_t accumulation_steps) {
+  return absl::StrCat(incarnation, "/", batch, "/", std::max(1, accumulation_steps));
+}
+
+inline std::string PolicySpecOf(const Json& job) {
+  return kube::At(job, {"spec", "stragglerPolicy"}).dump() +
+         kube::At(job, {"spec", "monitor"}).dump();
+}
+
+// The operator as a backend of the control loop, bound to what one sync
+// observed. A restart is committed by the reconciler in the same pass (the
+// new incarnation in status.workerInstances); its writes delete the old pod,
+// tell the parameter servers once it is gone, and create the new one.
+class JobController::LoopBackend final : public control::Backend {
+ public:
+  explicit LoopBackend(JobController* controller) : controller_(controller) {}
+
+  void Bind(const Json* job, const std::vector<Json>* pods, const v1::GetJobHealthResponse* health,
+            JobRuntime* rt) {
+    job_ = job;
+    pods_ = pods;
+    health_ = health;
+    rt_ = rt;
+  }
+
+  std::optional<v1::GetJobHealthResponse> Health() override {
+    if (health_ == nullptr) return std::nullopt;
+    return *health_;
+  }
+
+  std::vector<controller::WorkerState> Members() override {
+    std::vector<controller::WorkerState> members;
+    const Json& instances = kube::At(*job_, {"status", "workerInstances"});
+    if (!instances.is_array()) return members;
+    for (const Json& inst : instances) {
+      controller::WorkerState ws;
+      ws.id = kube::StringAt(inst, {"id"});
+      ws.role = vocab::Role::kWorker;
+      ws.local_batch_size = inst.value("localBatchSize", int64_t{0});
+      ws.accumulation_steps = std::max(1, inst.value("accumulationSteps", 1));
+      ws.incarnation = inst.value("incarnation", 0);
+      ws.alive = false;
+      const std::string desired = kube::StringAt(inst, {"pod"});
+      for (const Json& p : *pods_) {
+        if (kube::Label(p, "antdt.io/worker-id") == ws.id && !kube::Terminating(p) &&
+            NameOf(p) == desired &&
+            kube::Label(p, "antdt.io/incarnation") == std::to_string(ws.incarnation) &&
+            kube::PodPhase(p) == "Running") {
+          ws.alive = true;
+          ws.node = NodeOf(p);
+        }
+      }
+      members.push_back(ws);
+    }
+    for (controller::WorkerState& ps : ServerMembers()) members.push_back(std::move(ps));
+    return members;
+  }
+
+  // The parameter servers: each one's desired incarnation (status.serverInstances,
+  // else 0), alive while that pod runs.
+  std::vector<controller::WorkerState> ServerMembers() const {
+    std::map<int32_t, int64_t> desired;
+    const Json& moved = kube::At(*job_, {"status", "serverInstances"});
+    for (const Json& si : moved.is_array() ? moved : Json::array()) {
+      int32_t k = -1;
+      const std::string id = si.value("id", "");
+      if (absl::StartsWith(id, "ps-") && absl::SimpleAtoi(id.substr(3), &k)) {
+        desired[k] = si.value("incarnation", int64_t{0});
+      }
+    }
+    std::map<int32_t, controller::WorkerState> servers;
+    for (const Json& p : *pods_) {
+      int32_t k = -1;
+      if (kube::Label(p, "antdt.io/role") != "ps" || kube::Terminating(p) ||
+          !absl::SimpleAtoi(kube::Label(p, "antdt.io/replica-index"), &k)) {
+        continue;
+      }
+      controller::WorkerState& ws = servers[k];
+      ws.id = absl::StrCat("ps-", k);
+      ws.role = vocab::Role::kParameterServer;
+      ws.incarnation = static_cast<int32_t>(desired[k]);
+      const std::string incarnation = kube::Label(p, "antdt.io/incarnation");
+      if ((incarnation.empty() ? "0" : incarnation) == std::to_string(desired[k])) {
+        ws.alive = kube::PodPhase(p) == "Running";
+        ws.node = NodeOf(p);
+      }
+    }
+    std::vector<controller::WorkerState> out;
+    for (auto& [k, ws] : servers) out.push_back(std::move(ws));
+    return out;
+  }
+
+  std::vector<controller::NodeState> Nodes() override {
+    std::map<std::string, bool> busy;
+    for (const Json& p : *pods_) {
+      const bool member =
+          !kube::Label(p, "antdt.io/worker-id").empty() || kube::Label(p, "antdt.io/role") == "ps";
+      if (!member || kube::Terminating(p)) continue;
+      if (!NodeOf(p).empty() &&
+          (kube::PodPhase(p) == "Running" || kube::PodPhase(p) == "Pending")) {
+        busy[NodeOf(p)] = true;
+      }
+    }
+    std::vector<controller::NodeState> nodes;
+    for (const Json& n : controller_->nodes_->List()) {
+      controller::NodeState ns;
+      ns.name = NameOf(n);
+      ns.spare = !busy[ns.name] && kube::At(n, {"spec", "unschedulable"}) != Json(true);
+      nodes.push_back(ns);
+    }
+    return nodes;
+  }
+
+  double RemainingSeconds() override { return rt_->progress ? rt_->progress->eta_seconds : -1; }
+
+  absl::Status RestartElsewhere(const controller::WorkerState&,
+                                const controller::KillRestart&) override {
+    return absl::OkStatus();  // committed by this pass's reconciler (see above)
+  }
+
+  bool SendDirective(const std::string& node, const v1::Directive& directive) override {
+    if (controller_->monitor_->hub().SendDirective(node, directive)) {
+      for (const controller::WorkerState& m : Members()) {
+        if (m.id == directive.worker_id()) {
+          rt_->delivered[m.id] =
+              DeliveredKey(m.incarnation, directive.adjust_batch().local_batch_size(),
+                           directive.adjust_batch().accumulation_steps());
+        }
+      }
+      return true;
+    }
+    LogEvent("operator", {{"event", "directive_not_delivered"},
+                          {"job", kube::KeyOf(*job_)},
+                          {"worker", directive.worker_id()},
+                          {"node", node}});
+    return false;
+  }
+
+  void LeaveParameterServers(const std::string& worker) override {
+    controller_->LeaveParameterServers(worker, *pods_, rt_->token);
+  }
+
+  absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override {
+    if (rt_->sharding_address.empty()) return absl::UnavailableError("no sharding service yet");
+    client::ShardingClientOptions co = rt_->driver->options();
+    co.worker_id = worker;
+    co.incarnation = incarnation;
+    return client::ReleaseWorker(rt_->sharding_address, co);
+  }
+
+  void RecordAction(const controller::Decision& d, control::Outcome outcome) override {
+    if (controller_->actions_total_ != nullptr && outcome == control::Outcome::kDone) {
+      controller_->actions_total_->Add({{"action", controller::ActionName(d.action)}}).Increment();
+    }
+    if (rt_->metrics) {
+      rt_->metrics->Decided(d, control::OutcomeName(outcome));
+    }
+  }
+
+  void RecordTime(const control::TimeDelta& delta) override {
+    if (rt_->metrics) rt_->metrics->Time(delta);
+  }
+
+  void RecordSkipped(const std::string& /*line*/, controller::SkipReason reason) override {
+    if (rt_->metrics) rt_->metrics->Skipped(controller::SkipReasonName(reason));
+  }
+
+  void RecordBudgetUsed(int used) override {
+    if (rt_->metrics) rt_->metrics->BudgetUsed(used);
+  }
+
+ private:
+  JobController* const controller_;
+  const Json* job_ = nullptr;
+  const std::vector<Json>* pods_ = nullptr;
+  const v1::GetJobHealthResponse* health_ = nullptr;
+  JobRuntime* rt_ = nullptr;
+};
+
+}  // namespace antdt::k8s

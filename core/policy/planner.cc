@@ -1,0 +1,277 @@
+#include "core/policy/planner.h"
+
+namespace antdt::controller::internal {
+
+// ---- shared pieces ------------------------------------------------------------------
+
+const Decision* Planner::LastOwn(const std::string& id) const {
+  auto it = last_own_.find(id);
+  return it == last_own_.end() ? nullptr : it->second;
+}
+
+int64_t Planner::RuleCooldown(const std::string& rule) const {
+  auto it = rules_.find(rule);
+  if (it != rules_.end() && it->second->cooldown_ms) return *it->second->cooldown_ms;
+  return spec_.cooldown_ms;
+}
+
+bool Planner::OutOfCooldown(const Member& m, const std::string& what) {
+  const Decision* last = LastOwn(m.id());
+  if (last == nullptr) return true;
+  const int64_t until = CooldownEnd(*last);
+  if (until <= o_.now_ms) return true;
+  WaitUntil(until);
+  if (!what.empty()) {
+    Skip(m.id(), SkipReason::kCooldown,
+         absl::StrCat(what, ": in cool-down until ", Secs(until - o_.now_ms), " from now after ",
+                      ActionName(last->action), " (", last->rule, ") ",
+                      Secs(o_.now_ms - last->at_ms), " ago"));
+  }
+  return false;
+}
+
+std::string Planner::BudgetSpent() const {
+  return absl::StrCat("action budget spent (", used_, " of ", spec_.max_actions, " interventions)");
+}
+
+std::map<std::string, double> Planner::BaseEvidence(const Member& m) const {
+  std::map<std::string, double> e;
+  e["score"] = m.health != nullptr ? m.health->score() : 0;
+  e["windows_slow"] = m.windows_slow();
+  if (m.health != nullptr) {
+    e["self_score"] = m.health->self_score();
+    e["class"] = static_cast<double>(m.health->class_());
+    if (m.health->sample_score() > 0) e["sample_score"] = m.health->sample_score();
+    if (m.health->compensated()) e["compensated"] = 1;
+  }
+  return e;
+}
+
+std::map<std::string, double> Planner::RoundEvidence(const Member& m, int64_t target,
+                                                     int64_t total) const {
+  auto e = BaseEvidence(m);
+  e["batch_before"] = static_cast<double>(m.batch());
+  e["batch_after"] = static_cast<double>(target);
+  e["capacity"] = m.capacity();
+  e["global_batch"] = static_cast<double>(global_batch_);
+  e["round_batch"] = static_cast<double>(total);
+  return e;
+}
+
+double Planner::SavedSeconds(const Member& m, std::map<std::string, double>& e) const {
+  const double r = o_.remaining_seconds;
+  if (m.is_ps()) return r * (1 - 1 / m.score());
+  double sum_batch = 0, max_score = 0, keep = 0;
+  std::vector<double> others;
+  for (const Member& w : workers_) {
+    if (w.batch() <= 0) continue;
+    sum_batch += static_cast<double>(w.batch());
+    max_score = std::max(max_score, w.score());
+    keep += w.capacity();
+    if (w.id() != m.id()) others.push_back(w.capacity());
+  }
+  const double ref = others.empty() ? m.capacity() : Median(others);
+  const double restart = keep - std::max(0.0, m.capacity()) + ref;
+  const double now = max_score > 0 ? sum_batch / max_score : 0;
+  e["throughput_now"] = now;
+  e["throughput_keep"] = keep;
+  e["throughput_restart"] = restart;
+  if (!(keep > 0 && restart > 0)) return 0;
+  const double work = r * now;
+  return std::max(0.0, work / keep - work / restart);
+}
+
+const NodeState* Planner::PickNode(const std::string& from) const {
+  std::vector<const NodeState*> nodes;
+  for (const NodeState& n : o_.nodes) nodes.push_back(&n);
+  std::sort(nodes.begin(), nodes.end(),
+            [](const NodeState* a, const NodeState* b) { return a->name < b->name; });
+  for (const NodeState* n : nodes) {
+    if (!n->spare || n->excluded_until_ms > o_.now_ms || n->name == from ||
+        chosen_nodes_.count(n->name)) {
+      continue;
+    }
+    bool blocked = false;
+    for (const Decision& d : o_.history) {
+      const auto* k = std::get_if<KillRestart>(&d.action);
+      if (k == nullptr) continue;
+      blocked |= k->from_node == n->name && k->exclude_node_until_ms > o_.now_ms;
+      blocked |= k->to_node == n->name && d.at_ms + spec_.cooldown_ms > o_.now_ms;
+    }
+    if (!blocked) return n;
+  }
+  return nullptr;
+}
+
+bool Planner::TryRestart(const Member& m, const std::string& rule, const std::string& what,
+                         std::string* why, SkipReason* reason) {
+  const WorkerState& w = *m.state;
+  if (w.last_restart_ms >= 0 && w.last_restart_ms + spec_.cooldown_ms > o_.now_ms) {
+    WaitUntil(w.last_restart_ms + spec_.cooldown_ms);
+    *reason = SkipReason::kCooldown;
+    *why = absl::StrCat("restarted ", Secs(o_.now_ms - w.last_restart_ms),
+                        " ago, within the cool-down (", Secs(spec_.cooldown_ms), ")");
+    return false;
+  }
+  if (o_.remaining_seconds < 0) {
+    *reason = SkipReason::kRemainingUnknown;
+    *why = "the job's remaining time is unknown, so a restart cannot be weighed";
+    return false;
+  }
+  auto evidence = BaseEvidence(m);
+  const double saved = SavedSeconds(m, evidence);
+  const double cost =
+      std::max(0.0, m.is_ps() ? o_.ps_restart_cost_seconds : o_.restart_cost_seconds);
+  evidence["remaining_seconds"] = o_.remaining_seconds;
+  evidence["saved_seconds"] = saved;
+  evidence["cost_seconds"] = cost;
+  evidence["min_saving_ratio"] = spec_.min_saving_ratio;
+  if (!m.is_ps()) evidence["capacity_slowdown"] = CapacitySlowdown(m);
+  if (!(saved > spec_.min_saving_ratio * cost)) {
+    *reason = SkipReason::kCostAboveSaving;
+    *why = absl::StrCat("saves ", Num(saved), "s, not more than its cost ", Num(cost),
+                        "s x min_saving_ratio ", Num(spec_.min_saving_ratio));
+    return false;
+  }
+  auto budget = rules_.find(rule);
+  if (budget != rules_.end() && budget->second->budget &&
+      used_by_rule_[rule] + 1 > *budget->second->budget) {
+    *reason = SkipReason::kBudget;
+    *why = absl::StrCat("the rule's budget of ", *budget->second->budget, " is spent");
+    return false;
+  }
+  if (!JobBudgetLeft()) {
+    *reason = SkipReason::kBudget;
+    *why = BudgetSpent();
+    return false;
+  }
+  const NodeState* node = PickNode(w.node);
+  if (node == nullptr) {
+    *reason = SkipReason::kNoSpareNode;
+    *why = "no spare node (spare, not excluded, not just given a restarted member)";
+    return false;
+  }
+  chosen_nodes_.insert(node->name);
+  ++used_;
+  ++used_by_rule_[rule];
+  const int64_t exclude_until = o_.now_ms + spec_.cooldown_ms;
+  Emit(KillRestart{w.id, w.node, node->name, exclude_until}, rule, w.id,
+       absl::StrCat(what, ": restart on ", node->name, " saves ", Num(saved), "s of ",
+                    Num(o_.remaining_seconds), "s left, cost ", Num(cost), "s; ",
+                    w.node.empty() ? "source node" : w.node, " excluded until its cool-down ends (",
+                    Secs(spec_.cooldown_ms), ")"),
+       std::move(evidence));
+  return true;
+}
+
+void Planner::Round(const std::map<std::string, Subject>& subjects,
+                    const std::set<std::string>& frozen, const std::string& rebalance_rule,
+                    const std::set<std::string>& by_capacity, const std::string& why) {
+  if (subjects.empty() && by_capacity.empty()) return;
+  if (!JobBudgetLeft()) {
+    for (const auto& [id, s] : subjects) {
+      Skip(id, SkipReason::kBudget,
+           absl::StrCat("ADJUST_BS skipped (", s.rule, "): ", BudgetSpent()));
+    }
+    return;
+  }
+  std::vector<const Member*> parts;
+  for (const Member& m : workers_) {
+    if (m.batch() > 0 && !frozen.count(m.id())) parts.push_back(&m);
+  }
+  std::vector<int64_t> targets;
+  int64_t total = 0;
+  // A freshly restarted worker weighs as much as the median of the others.
+  std::vector<double> others;
+  for (const Member* m : parts) {
+    if (!subjects.count(m->id())) others.push_back(static_cast<double>(m->batch()));
+  }
+  const double median_batch = others.empty() ? 0 : Median(others);
+  const bool ok = Targets(
+      parts,
+      [&](const Member& m) {
+        if (fresh_.count(m.id()) && median_batch > 0) return median_batch;
+        return subjects.count(m.id()) || by_capacity.count(m.id()) ? m.capacity()
+                                                                   : static_cast<double>(m.batch());
+      },
+      &targets, &total);
+  if (!ok) return;
+  if (parts.size() == 1) {
+    for (const auto& [id, s] : subjects) {
+      Skip(id, SkipReason::kNotApplicable,
+           absl::StrCat("ADJUST_BS skipped (", s.rule,
+                        "): no other worker outside a cool-down to trade samples with"));
+    }
+    return;
+  }
+  bool subject_changes = false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    subject_changes |= (subjects.count(parts[i]->id()) || by_capacity.count(parts[i]->id())) &&
+                       targets[i] != parts[i]->batch();
+  }
+  if (!subject_changes) {
+    for (const auto& [id, s] : subjects) {
+      Skip(
+          id, SkipReason::kNotNeeded,
+          absl::StrCat("ADJUST_BS not needed (", s.rule, "): its batch already matches its speed"));
+    }
+    return;
+  }
+  if (!subjects.empty()) ++used_;  // a tidy round (no subject) is not an intervention
+  std::set<std::string> rules;
+  for (const auto& [id, s] : subjects) rules.insert(s.rule);
+  for (const std::string& r : rules) ++used_by_rule_[r];
+
+  std::vector<std::string> subject_ids;
+  for (const auto& [id, s] : subjects) subject_ids.push_back(id);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Member& m = *parts[i];
+    const int32_t acc = Accumulation(*m.state, targets[i]);
+    if (targets[i] == m.batch() && acc == m.state->accumulation_steps) continue;
+    auto it = subjects.find(m.id());
+    const std::string change = absl::StrCat("local batch ", m.batch(), " -> ", targets[i],
+                                            " (accumulation steps ", acc, ")");
+    if (it != subjects.end()) {
+      Emit(AdjustBatchSize{m.id(), targets[i], acc}, it->second.rule, m.id(),
+           absl::StrCat(it->second.what, ": ", change,
+                        targets[i] < m.batch()
+                            ? " in proportion to its speed, samples to faster workers"
+                            : ", takes samples from slower workers",
+                        "; global batch ", global_batch_, " kept"),
+           RoundEvidence(m, targets[i], total));
+    } else {
+      Emit(AdjustBatchSize{m.id(), targets[i], acc}, rebalance_rule, "",
+           subject_ids.empty()
+               ? absl::StrCat(why, ": ", change, "; global batch ", global_batch_, " kept")
+               : absl::StrCat("keeps the global batch ", global_batch_, " around ",
+                              absl::StrJoin(subject_ids, ","), ": ", change),
+           RoundEvidence(m, targets[i], total));
+    }
+  }
+}
+
+void Planner::Emit(Action action, const std::string& rule, const std::string& subject,
+                   std::string reason, std::map<std::string, double> evidence) {
+  Decision d;
+  d.action = std::move(action);
+  d.at_ms = o_.now_ms;
+  d.policy = spec_.name;
+  d.rule = rule;
+  d.subject = subject;
+  d.reason = std::move(reason);
+  d.evidence = std::move(evidence);
+  plan_.decisions.push_back(std::move(d));
+}
+
+void Planner::Skip(const std::string& who, SkipReason reason, const std::string& line) {
+  plan_.skipped.push_back(absl::StrCat(who, ": ", line));
+  plan_.skip_reasons.push_back(reason);
+}
+
+void Planner::WaitUntil(int64_t until_ms) {
+  if (until_ms > o_.now_ms) {
+    plan_.requeue_after_ms = std::min(plan_.requeue_after_ms, until_ms - o_.now_ms);
+  }
+}
+
+}  // namespace antdt::controller::internal

@@ -1,0 +1,426 @@
+// The Planner: one plan of one policy over one observation, shared by its
+// files: planner.cc (the pieces every policy uses), planner_nd.cc (antdt-nd),
+// planner_proportional.cc (antdt-dd and lb-bsp), planner_custom.cc (custom
+// rules and backup workers). Internal to core/policy/: policy.cc runs it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/policy/policy.h"
+
+namespace antdt::controller::internal {
+
+using vocab::ActionKind;
+using vocab::IsStraggler;
+using vocab::Median;
+using vocab::Policy;
+using vocab::Role;
+using vocab::Signal;
+
+inline constexpr char kNdPsRestart[] = "antdt-nd:ps-restart";
+inline constexpr char kNdPersistentRestart[] = "antdt-nd:persistent-restart";
+inline constexpr char kNdPersistentAdjust[] = "antdt-nd:persistent-adjust";
+inline constexpr char kNdCompensatedRestart[] = "antdt-nd:compensated-restart";
+inline constexpr char kNdTransientAdjust[] = "antdt-nd:transient-adjust";
+inline constexpr char kNdDeterministicAdjust[] = "antdt-nd:deterministic-adjust";
+inline constexpr char kNdLeaderAdjust[] = "antdt-nd:leader-adjust";
+inline constexpr char kNdRebalance[] = "antdt-nd:rebalance";
+inline constexpr char kNdRestartShare[] = "antdt-nd:restart-share";
+inline constexpr char kDdProportional[] = "antdt-dd:proportional";
+inline constexpr char kLbBspProportional[] = "lb-bsp:proportional";
+inline constexpr char kCustomRebalance[] = "custom:rebalance";
+inline constexpr char kBackupStart[] = "backup-workers:start";
+
+// Short numbers for reasons: at most three decimals.
+inline std::string Num(double v) { return absl::StrCat(std::round(v * 1000) / 1000); }
+
+// A duration in milliseconds as seconds for a sentence: "4 s", "12.3 s". The
+// policy's clock is the caller's (job-relative locally, Unix time on a
+// cluster), so sentences say "x s ago" or "for x s", never a clock reading.
+inline std::string Secs(int64_t ms) {
+  return absl::StrCat(std::round(static_cast<double>(ms) / 100) / 10, " s");
+}
+
+inline std::string RuleName(const Rule& rule, size_t index) {
+  return rule.name.empty() ? absl::StrCat("rules[", index, "]") : rule.name;
+}
+
+// Integers proportional to `weights` (each > 0), each >= `floor_value`, summing
+// exactly to `total` (the caller ensures total >= floor_value x size). Members
+// whose share falls below the floor get the floor, and the rest is shared again
+// among the others. The remainder goes to the largest fractional parts, ties to
+// the larger weight, then to the lower index.
+inline std::vector<int64_t> Apportion(const std::vector<double>& weights, int64_t total,
+                                      int64_t floor_value) {
+  const size_t n = weights.size();
+  std::vector<int64_t> out(n, 0);
+  std::vector<bool> pinned(n, false);
+  int64_t left = total;
+  for (bool changed = true; changed;) {
+    changed = false;
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!pinned[i]) sum += weights[i];
+    }
+    if (!(sum > 0)) break;
+    for (size_t i = 0; i < n; ++i) {
+      // Pinning a member gives it more than its share, which lowers the
+      // others' shares: every member below the floor at this sum stays below
+      // it, so they are all pinned at once.
+      if (!pinned[i] &&
+          static_cast<double>(left) * weights[i] / sum < static_cast<double>(floor_value)) {
+        pinned[i] = true;
+        out[i] = floor_value;
+        left -= floor_value;
+        changed = true;
+      }
+    }
+  }
+  std::vector<size_t> free_members;
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!pinned[i]) {
+      free_members.push_back(i);
+      sum += weights[i];
+    }
+  }
+  if (free_members.empty()) {
+    if (n > 0) out[0] += left;  // unreachable when total >= floor_value x n
+    return out;
+  }
+  std::vector<double> fraction(n, 0);
+  int64_t given = 0;
+  for (size_t i : free_members) {
+    const double share = static_cast<double>(left) * weights[i] / sum;
+    out[i] = std::max<int64_t>(floor_value, static_cast<int64_t>(std::floor(share)));
+    fraction[i] = share - std::floor(share);
+    given += out[i];
+  }
+  std::vector<size_t> order = free_members;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (fraction[a] != fraction[b]) return fraction[a] > fraction[b];
+    return weights[a] > weights[b];
+  });
+  // Rounding of doubles can leave the remainder off by one either way: loop.
+  for (size_t k = 0; given < left; k = (k + 1) % order.size()) {
+    ++out[order[k]];
+    ++given;
+  }
+  for (size_t k = order.size(); given > left;) {
+    k = (k == 0 ? order.size() : k) - 1;
+    if (out[order[k]] > floor_value) {
+      --out[order[k]];
+      --given;
+    }
+  }
+  return out;
+}
+
+// A worker or parameter server joined with its Monitor view.
+struct Member {
+  const WorkerState* state = nullptr;
+  const v1::WorkerHealth* health = nullptr;  // null when the Monitor has none
+
+  const std::string& id() const { return state->id; }
+  bool is_ps() const { return state->role == Role::kParameterServer; }
+  double score() const {
+    const double s = health != nullptr ? health->score() : 1;
+    return std::isfinite(s) && s > 0 ? s : 1;
+  }
+  v1::StragglerClass cls() const { return health != nullptr ? health->class_() : v1::HEALTHY; }
+  int windows_slow() const { return health != nullptr ? health->windows_slow() : 0; }
+  int64_t batch() const { return state->local_batch_size; }
+  // Samples per median step time at its current batch.
+  // Measured directly when the Monitor has the window's own throughput
+  // (samples over the worker's own processing time), so that a batch changed
+  // during or after the window does not skew it; else from batch and score.
+  double capacity() const {
+    if (health != nullptr && health->samples_per_second() > 0 && health->median_bpt_seconds() > 0) {
+      return health->samples_per_second() * health->median_bpt_seconds();
+    }
+    return static_cast<double>(batch()) / score();
+  }
+};
+
+inline int32_t Accumulation(const WorkerState& w, int64_t batch) {
+  if (w.max_micro_batch > 0) {
+    return static_cast<int32_t>(
+        std::max<int64_t>(1, (batch + w.max_micro_batch - 1) / w.max_micro_batch));
+  }
+  return static_cast<int32_t>(
+      std::clamp<int64_t>(w.accumulation_steps, 1, std::max<int64_t>(1, batch)));
+}
+
+// An ADJUST_BS subject of a round: the rule behind it and what it is.
+struct Subject {
+  std::string rule;
+  std::string what;  // e.g. "TRANSIENT straggler (score 1.6, 1 slow window)"
+};
+
+inline std::string Summary(const Member& m) {
+  if (m.health != nullptr && m.health->compensated()) {
+    const int slow = m.health->speed_windows_slow();
+    return absl::StrCat(v1::StragglerClass_Name(m.health->speed_class()),
+                        " worker compensated by its smaller batch (", Num(m.health->sample_score()),
+                        "x slower per sample, batch time score ", Num(m.score()), ", ", slow,
+                        " slow window", slow == 1 ? "" : "s", ")");
+  }
+  std::string out =
+      absl::StrCat(v1::StragglerClass_Name(m.cls()), " ", m.is_ps() ? "parameter server" : "worker",
+                   " (score ", Num(m.score()));
+  if (m.windows_slow() > 0) {
+    absl::StrAppend(&out, ", ", m.windows_slow(), " slow window", m.windows_slow() == 1 ? "" : "s");
+  }
+  return absl::StrCat(out, ")");
+}
+
+class Planner {
+ public:
+  Planner(const Observed& observed, const PolicySpec& spec) : o_(observed), spec_(spec) {
+    std::map<std::string, const v1::WorkerHealth*> health;
+    for (const v1::WorkerHealth& h : o_.health.workers()) health[h.worker_id()] = &h;
+    std::set<std::string> known;
+    for (const WorkerState& w : o_.workers) {
+      known.insert(w.id);
+      if (!w.alive) continue;
+      auto it = health.find(w.id);
+      Member m{&w, it == health.end() ? nullptr : it->second};
+      (w.role == Role::kParameterServer ? servers_ : workers_).push_back(m);
+    }
+    auto by_id = [](const Member& a, const Member& b) { return a.id() < b.id(); };
+    std::sort(workers_.begin(), workers_.end(), by_id);
+    std::sort(servers_.begin(), servers_.end(), by_id);
+    for (const auto& [id, h] : health) {
+      if (!known.count(id) && IsStraggler(h->class_())) {
+        Skip(id, SkipReason::kNotApplicable,
+             "in the Monitor's view but not among the job's members; ignored");
+      }
+    }
+
+    for (const Decision& d : o_.history) {
+      if (!d.subject.empty()) {
+        const Decision*& last = last_own_[d.subject];
+        if (last == nullptr || d.at_ms >= last->at_ms) last = &d;
+      }
+    }
+    // The history is in time order: each subject's trailing run of own
+    // straggler ADJUST_BS decisions, from its first.
+    for (const Decision& d : o_.history) {
+      if (d.subject.empty()) continue;
+      if (std::holds_alternative<AdjustBatchSize>(d.action) &&
+          (d.rule == kNdTransientAdjust || d.rule == kNdPersistentAdjust)) {
+        compensated_since_.try_emplace(d.subject, d.at_ms);
+      } else {
+        compensated_since_.erase(d.subject);
+      }
+    }
+    // Interventions so far: per job (BudgetUsed), and per rule the same way.
+    used_ = BudgetUsed(o_.history);
+    std::map<std::string, std::set<int64_t>> rule_rounds;
+    for (const Decision& d : o_.history) {
+      if (std::holds_alternative<AdjustBatchSize>(d.action)) {
+        last_round_ms_ = std::max(last_round_ms_, d.at_ms);
+        if (d.rule == kNdRebalance && d.subject.empty()) continue;  // a tidy round's, or shares one
+        rule_rounds[d.rule].insert(d.at_ms);
+      } else {
+        ++used_by_rule_[d.rule];
+      }
+    }
+    for (const auto& [rule, at] : rule_rounds) used_by_rule_[rule] += static_cast<int>(at.size());
+    for (size_t i = 0; i < spec_.rules.size(); ++i) {
+      rules_[RuleName(spec_.rules[i], i)] = &spec_.rules[i];
+    }
+
+    global_batch_ = o_.global_batch_size;
+    if (global_batch_ <= 0) {
+      global_batch_ = 0;
+      for (const WorkerState& w : o_.workers) {
+        if (w.role != Role::kParameterServer) {
+          global_batch_ += std::max<int64_t>(0, w.local_batch_size);
+        }
+      }
+    }
+    plan_.requeue_after_ms = spec_.interval_ms > 0 ? spec_.interval_ms : 10'000;
+  }
+
+  Plan Run() {
+    switch (spec_.name) {
+      case Policy::kAntdtNd:
+        Nd();
+        break;
+      case Policy::kAntdtDd:
+        Proportional(kDdProportional, spec_.hysteresis);
+        break;
+      case Policy::kLbBsp:
+        Proportional(kLbBspProportional, 0);
+        break;
+      case Policy::kCustom:
+        Custom();
+        break;
+      case Policy::kBackupWorkers:
+        BackupWorkers();
+        break;
+      case Policy::kNone:
+        break;
+    }
+    return std::move(plan_);
+  }
+
+ private:
+  // ---- antdt-nd ------------------------------------------------------------------
+  void Nd();
+
+  // A drift below the Monitor's straggler threshold still slows every step (a
+  // step waits for the slowest worker): a worker left 10% slow after a round
+  // (a restarted one sized before the others settled, a speed that moved a
+  // little) costs 10% of the rest of the job. When no member is a subject and
+  // the slowest worker outside a cool-down scores at least 1 + kTidyMargin, one
+  // round sizes every worker outside a cool-down by its measured capacity
+  // (antdt-nd:rebalance: no subject, so no cool-down of anyone's own), at most
+  // once per cooldown_ms. It moves no straggler, so it does not count against
+  // max_actions (but is not taken once they are spent).
+  void Tidy(const std::set<std::string>& frozen);
+
+  // When the cool-down of a member's own decision ends.
+  int64_t CooldownEnd(const Decision& own) const { return own.at_ms + RuleCooldown(own.rule); }
+  bool InCooldown(const Decision& own) const { return CooldownEnd(own) > o_.now_ms; }
+
+  // When the member's trailing run of own straggler ADJUST_BS decisions began.
+  int64_t CompensatedSince(const std::string& id) const;
+
+  // A straggler sized on a window that began before its slowdown was sized
+  // for part of it only: once a whole window at its new batch has been seen
+  // (settle_ms), a member still slower than its peers by the tidy margin is
+  // sized again, before its cool-down ends.
+  bool Resettled(const Member& m, const Decision& last) const;
+
+  // How many times slower than its peers' median capacity a worker is.
+  double CapacitySlowdown(const Member& m) const;
+
+  // ---- antdt-dd and lb-bsp ------------------------------------------------------
+  void Proportional(const std::string& rule, double hysteresis);
+
+  // ---- custom ---------------------------------------------------------------------
+  bool Matches(const Rule& rule, const Member& m) const;
+
+  void Custom();
+
+  // ---- backup-workers ---------------------------------------------------------------
+  void BackupWorkers();
+
+  // ---- shared pieces ------------------------------------------------------------------
+  const Decision* LastOwn(const std::string& id) const;
+
+  int64_t RuleCooldown(const std::string& rule) const;
+
+  // False (and a note in skipped when `what` is not empty) while the member's
+  // last own decision's cool-down runs.
+  bool OutOfCooldown(const Member& m, const std::string& what);
+
+  bool JobBudgetLeft() const { return used_ < spec_.max_actions; }
+  std::string BudgetSpent() const;
+
+  std::map<std::string, double> BaseEvidence(const Member& m) const;
+
+  std::map<std::string, double> RoundEvidence(const Member& m, int64_t target, int64_t total) const;
+
+  // The time saved by restarting `m` (see the header), with its figures in `e`.
+  double SavedSeconds(const Member& m, std::map<std::string, double>& e) const;
+
+  // The first spare node by name that can take a member from `from`.
+  const NodeState* PickNode(const std::string& from) const;
+
+  // Restarts `m` when every safeguard allows it; otherwise says why not.
+  bool TryRestart(const Member& m, const std::string& rule, const std::string& what,
+                  std::string* why, SkipReason* reason);
+
+  // Integer batches for `parts` proportional to `weight`, summing with the other
+  // workers' (fixed) batches to the global batch. False, with a note, when the
+  // global batch cannot give each part the minimum.
+  template <typename Weight>
+  bool Targets(const std::vector<const Member*>& parts, Weight weight,
+               std::vector<int64_t>* targets, int64_t* total) {
+    if (parts.empty()) return false;
+    std::set<std::string> in;
+    for (const Member* m : parts) in.insert(m->id());
+    int64_t fixed = 0;
+    for (const WorkerState& w : o_.workers) {
+      if (w.role != Role::kParameterServer && !in.count(w.id)) {
+        fixed += std::max<int64_t>(0, w.local_batch_size);
+      }
+    }
+    *total = global_batch_ - fixed;
+    const int64_t floor_value = std::max<int64_t>(1, spec_.min_local_batch);
+    if (*total < floor_value * static_cast<int64_t>(parts.size())) {
+      Skip("job", SkipReason::kNotApplicable,
+           absl::StrCat("ADJUST_BS skipped: ", *total, " samples left of the global batch ",
+                        global_batch_, " for ", parts.size(),
+                        " workers cannot give each the minimum ", floor_value));
+      return false;
+    }
+    std::vector<double> weights;
+    for (const Member* m : parts) {
+      const double v = weight(*m);
+      weights.push_back(std::isfinite(v) && v > 0 ? v : 1);
+    }
+    *targets = Apportion(weights, *total, floor_value);
+    return true;
+  }
+
+  // Sizes the ADJUST_BS subjects in one round over the workers neither frozen
+  // nor restarted: subjects by capacity, the others as if at the median.
+  // `by_capacity`: other workers sized by capacity too, without a subject's
+  // cool-down (Tidy), for `why`.
+  void Round(const std::map<std::string, Subject>& subjects, const std::set<std::string>& frozen,
+             const std::string& rebalance_rule, const std::set<std::string>& by_capacity = {},
+             const std::string& why = "");
+
+  void Emit(Action action, const std::string& rule, const std::string& subject, std::string reason,
+            std::map<std::string, double> evidence);
+
+  void Skip(const std::string& who, SkipReason reason, const std::string& line);
+
+  void WaitUntil(int64_t until_ms);
+
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
+  // A worker this much slower than the median slows every step by as much;
+  // a window's noise on a shared machine stays below it.
+  static constexpr double kTidyMargin = 0.08;
+
+  const Observed& o_;
+  const PolicySpec& spec_;
+  Plan plan_;
+  std::vector<Member> workers_;                      // alive workers, by id
+  std::vector<Member> servers_;                      // alive parameter servers, by id
+  std::map<std::string, const Decision*> last_own_;  // member id -> its last own decision
+  std::map<std::string, const Rule*> rules_;         // custom rules by name
+  std::set<std::string> chosen_nodes_;               // restart targets in this plan
+  std::set<std::string> fresh_;                      // workers restarted in this plan
+  int used_ = 0;                                     // job interventions, history + plan
+  std::map<std::string, int> used_by_rule_;
+  int64_t last_round_ms_ = kNever;                    // the last ADJUST_BS round in history
+  std::map<std::string, int64_t> compensated_since_;  // see CompensatedSince
+  int64_t global_batch_ = 0;
+};
+
+// key=value, the value quoted when it is empty or has spaces, quotes or '='.
+inline std::string Field(const std::string& key, const std::string& value) {
+  if (!value.empty() && value.find_first_of(" \"=\t\n") == std::string::npos) {
+    return absl::StrCat(key, "=", value);
+  }
+  std::string quoted;
+  for (char c : value) {
+    if (c == '"' || c == '\\') quoted.push_back('\\');
+    quoted.push_back(c == '\n' ? ' ' : c);
+  }
+  return absl::StrCat(key, "=\"", quoted, "\"");
+}
+
+}  // namespace antdt::controller::internal
