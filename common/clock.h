@@ -11,7 +11,11 @@ namespace antdt {
 class Clock {
  public:
   virtual ~Clock() = default;
-  // Milliseconds since the Unix epoch.
+  // Milliseconds on this clock's timeline: since the Unix epoch for
+  // RealClock (and the operator's control loop); since the job started for
+  // the local runner's and the simulator's job clocks. What reads one clock
+  // compares its readings with each other only (Decision::at_ms with
+  // Observed::now_ms), never with another clock's.
   virtual int64_t NowMillis() const = 0;
 };
 

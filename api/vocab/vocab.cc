@@ -4,6 +4,9 @@
 #include <map>
 #include <utility>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+
 namespace antdt::vocab {
 namespace {
 
@@ -124,6 +127,25 @@ const std::string& KubernetesName(v1::StragglerClass cls) {
 
 std::optional<Policy> ParsePolicy(absl::string_view name) { return ParseIn(Policies(), name); }
 std::optional<Role> ParseRole(absl::string_view name) { return ParseIn(Roles(), name); }
+
+std::string MemberName(Role role, int32_t index) {
+  return absl::StrCat(role == Role::kParameterServer ? "ps-" : "worker-", index);
+}
+
+std::optional<MemberId> ParseMemberId(absl::string_view id) {
+  for (const Role role : {Role::kWorker, Role::kParameterServer}) {
+    const absl::string_view prefix = role == Role::kParameterServer ? "ps-" : "worker-";
+    if (!absl::ConsumePrefix(&id, prefix)) continue;
+    int32_t index = -1;
+    const bool canonical =
+        !id.empty() && (id == "0" || id[0] != '0') &&
+        std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!canonical || !absl::SimpleAtoi(id, &index) || index < 0) return std::nullopt;
+    return MemberId{role, index};
+  }
+  return std::nullopt;
+}
+
 std::optional<ActionKind> ParseActionKind(absl::string_view name) {
   return ParseIn(ActionKinds(), name);
 }

@@ -53,6 +53,21 @@ const std::string& Name(Signal signal);
 // STRAGGLER_CLASS_UNSPECIFIED.
 const std::string& Name(v1::StragglerClass cls);
 
+// A member of a job, typed: its role and its index among that role's
+// members. Its id (MemberName) is "worker-<index>" or "ps-<index>", as the
+// SDKs, pods, metrics and status spell it; parse ids with ParseMemberId
+// rather than by their prefix.
+struct MemberId {
+  Role role = Role::kWorker;
+  int32_t index = 0;
+  bool operator==(const MemberId& o) const { return role == o.role && index == o.index; }
+};
+std::string MemberName(Role role, int32_t index);
+inline std::string MemberName(const MemberId& id) { return MemberName(id.role, id.index); }
+// The member "worker-<i>" or "ps-<i>" (i a decimal integer >= 0, no sign or
+// leading zeros); nullopt for anything else.
+std::optional<MemberId> ParseMemberId(absl::string_view id);
+
 // The value whose Name is exactly `name`; nullopt for anything else.
 std::optional<Policy> ParsePolicy(absl::string_view name);
 std::optional<Role> ParseRole(absl::string_view name);

@@ -127,5 +127,16 @@ TEST(VocabTest, Median) {
   EXPECT_EQ(Median({2, 2, 1, 9}), 2);
 }
 
+TEST(VocabTest, MemberIdsAreTypedAndParsedWhole) {
+  EXPECT_EQ(MemberName(Role::kWorker, 3), "worker-3");
+  EXPECT_EQ(MemberName(MemberId{Role::kParameterServer, 0}), "ps-0");
+  EXPECT_EQ(ParseMemberId("worker-12"), (MemberId{Role::kWorker, 12}));
+  EXPECT_EQ(ParseMemberId("ps-1"), (MemberId{Role::kParameterServer, 1}));
+  for (const char* bad : {"worker-", "ps-", "worker-01", "worker--1", "worker-+1", "ps-1x", "w-1",
+                          "worker-99999999999", "", "ps-1 ", "pod-1"}) {
+    EXPECT_FALSE(ParseMemberId(bad).has_value()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace antdt::vocab

@@ -226,7 +226,11 @@ absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes
 // old one in between were sent on by it).
 absl::Status Runner::MoveParameterServer(const std::string& id, const std::string& to_node) {
   ASSIGN_OR_RETURN(ServerSet::MoveResult r, servers_->Move(id, to_node, clock_.NowMillis()));
-  const size_t k = static_cast<size_t>(std::stoi(id.substr(3)));
+  const std::optional<vocab::MemberId> member = vocab::ParseMemberId(id);
+  if (!member || member->role != vocab::Role::kParameterServer) {
+    return absl::InvalidArgumentError("KILL_RESTART of " + id + ": not a parameter server");
+  }
+  const size_t k = static_cast<size_t>(member->index);
   site_.ps_addrs[k] = r.address;  // restarted workers start with it
   Event(absl::StrFormat("%s moved to %s (%s) %s step %d in %.2f s", id, to_node, r.address,
                         r.live ? "live, handed over at" : "restored from the checkpoint of", r.step,
@@ -320,7 +324,7 @@ absl::Status Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& 
   wo.on_event = [this](const std::string& line) { Event(line); };
   workers_ = std::make_unique<WorkerSet>(std::move(wo), launcher_.get(), &clock_);
   for (int32_t i = 0; i < job_.workers.replicas; ++i) {
-    RETURN_IF_ERROR(workers_->Start(absl::StrCat("worker-", i), placement[i]->name,
+    RETURN_IF_ERROR(workers_->Start(vocab::MemberName(vocab::Role::kWorker, i), placement[i]->name,
                                     bridge::InitialLocalBatch(job_, i)));
   }
   return absl::OkStatus();

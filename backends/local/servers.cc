@@ -74,7 +74,7 @@ std::vector<std::string> ServerSet::Argv(size_t k, const std::string& node) cons
                                    "--listen",
                                    "127.0.0.1:0",
                                    "--id",
-                                   absl::StrCat("ps-", k),
+                                   vocab::MemberName(vocab::Role::kParameterServer, static_cast<int32_t>(k)),
                                    "--features",
                                    std::to_string(o_.features[k]),
                                    "--workers",
@@ -113,7 +113,7 @@ std::vector<std::string> ServerSet::Argv(size_t k, const std::string& node) cons
 absl::Status ServerSet::Start(const std::vector<std::string>& nodes) {
   for (size_t k = 0; k < nodes.size(); ++k) {
     Slot& s = servers_.emplace_back();
-    s.id = absl::StrCat("ps-", k);
+    s.id = vocab::MemberName(vocab::Role::kParameterServer, static_cast<int32_t>(k));
     s.node = nodes[k];
     ASSIGN_OR_RETURN(s.server, StartServer(Argv(k, s.node), o_.dir, s.id));
   }

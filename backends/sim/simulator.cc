@@ -187,7 +187,7 @@ absl::Status Sim::Start() {
   }
   for (int32_t i = 0; i < job_.workers.replicas; ++i) {
     SimWorker w;
-    w.id = absl::StrCat("worker-", i);
+    w.id = vocab::MemberName(vocab::Role::kWorker, i);
     w.node = placement[static_cast<size_t>(i)]->name;
     w.batch = bridge::InitialLocalBatch(job_, i);
     by_id_[w.id] = workers_.size();

@@ -28,7 +28,7 @@ EnvList WorkerEnv(const manifest::Job& job, const WorkerPlacement& p) {
       {kEnvFeatures, absl::StrCat(job.model.features)},
       {kEnvLearningRate, absl::StrCat(job.model.learning_rate)},
       {kEnvCheckpointPath, p.checkpoint_path},
-      {kEnvWorkerId, absl::StrCat("worker-", p.rank)},
+      {kEnvWorkerId, vocab::MemberName(vocab::Role::kWorker, p.rank)},
       {kEnvIncarnation, absl::StrCat(p.incarnation)},
       {kEnvLocalBatch, absl::StrCat(p.local_batch)},
       {kEnvRecords, absl::StrCat(job.dataset.records)},

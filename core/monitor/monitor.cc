@@ -109,6 +109,14 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
   for (const auto& [id, a] : accums) {
     internal::Member& m = members[id];
     m.role = a.role;
+    if (!a.node.empty() && !m.node.empty() && a.node != m.node) {
+      // Restarted on another node (KILL_RESTART): what it was is of the node
+      // it left. It is judged afresh here; its open record ends there.
+      const int64_t record = m.record_id;
+      m = internal::Member{};
+      m.role = a.role;
+      m.record_id = record;
+    }
     if (!a.node.empty()) m.node = a.node;
     if (a.count < config.min_reports_per_window) continue;
     Observation& o = scores.observations[id];
@@ -636,7 +644,12 @@ void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observe
     google::protobuf::Map<std::string, double> labels;
     const bool hardware = LabelDeterministic(m, majorities, &labels) &&
                           (m.cls == v1::DETERMINISTIC || m.speed_cls == v1::DETERMINISTIC);
-    Attribution a = AttributeCause(values, peers, hardware, config_.causes);
+    // A compensated straggler's smaller batch leaves it waiting at every
+    // barrier, which its step's communication time includes: a share of it
+    // that stands out says it was compensated, not that its network is slow.
+    std::map<std::string, double> own = values;
+    if (IsStraggler(m.speed_cls) && !IsStraggler(m.cls)) own.erase("communication_share");
+    Attribution a = AttributeCause(own, peers, hardware, config_.causes);
     a.evidence.insert(labels.begin(), labels.end());
     if (auto nit = nodes_.find(m.node); nit != nodes_.end() && nit->second.sample.time_unix_ms()) {
       a.evidence["node_sample_age_seconds"] =

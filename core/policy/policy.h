@@ -183,7 +183,7 @@ const std::string& ActionTarget(const Action& action);
 
 struct Decision {
   Action action;
-  int64_t at_ms = 0;
+  int64_t at_ms = 0;  // Observed::now_ms of the plan: on the control loop's clock (clock.h)
   vocab::Policy policy = vocab::Policy::kNone;  // PolicySpec::name
   std::string rule;  // e.g. "antdt-nd:transient-adjust", a custom rule's name
   // The member whose own signal led to this decision, and whose cool-down it

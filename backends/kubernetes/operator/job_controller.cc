@@ -405,8 +405,9 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
   for (const Json& si : moved) {
     const std::string id = si.value("id", "");
     const int64_t incarnation = si.value("incarnation", int64_t{0});
-    int32_t k = -1;
-    if (!absl::StartsWith(id, "ps-") || !absl::SimpleAtoi(id.substr(3), &k)) continue;
+    const std::optional<vocab::MemberId> member = vocab::ParseMemberId(id);
+    if (!member || member->role != vocab::Role::kParameterServer) continue;
+    const int32_t k = member->index;
     const std::string desired = reconciler::PsPodName(spec.name, k, incarnation);
     const Json* pod = nullptr;
     bool older = false;

@@ -182,10 +182,9 @@ class JobController::LoopBackend final : public control::Backend {
     std::map<int32_t, int64_t> desired;
     const Json& moved = kube::At(*job_, {"status", "serverInstances"});
     for (const Json& si : moved.is_array() ? moved : Json::array()) {
-      int32_t k = -1;
-      const std::string id = si.value("id", "");
-      if (absl::StartsWith(id, "ps-") && absl::SimpleAtoi(id.substr(3), &k)) {
-        desired[k] = si.value("incarnation", int64_t{0});
+      const std::optional<vocab::MemberId> id = vocab::ParseMemberId(si.value("id", ""));
+      if (id && id->role == vocab::Role::kParameterServer) {
+        desired[id->index] = si.value("incarnation", int64_t{0});
       }
     }
     std::map<int32_t, controller::WorkerState> servers;
@@ -196,7 +195,7 @@ class JobController::LoopBackend final : public control::Backend {
         continue;
       }
       controller::WorkerState& ws = servers[k];
-      ws.id = absl::StrCat("ps-", k);
+      ws.id = vocab::MemberName(vocab::Role::kParameterServer, k);
       ws.role = vocab::Role::kParameterServer;
       ws.incarnation = static_cast<int32_t>(desired[k]);
       const std::string incarnation = kube::Label(p, "antdt.io/incarnation");

@@ -66,8 +66,8 @@ Json ToJson(const ServerInstance& s) {
 ServerInstance ServerInstanceFromJson(const Json& j) {
   ServerInstance s;
   s.id = GetString(j, "id");
-  int32_t index = -1;
-  if (absl::StartsWith(s.id, "ps-") && absl::SimpleAtoi(s.id.substr(3), &index)) s.index = index;
+  const std::optional<vocab::MemberId> id = vocab::ParseMemberId(s.id);
+  if (id && id->role == vocab::Role::kParameterServer) s.index = id->index;
   s.incarnation = GetInt(j, "incarnation", 0);
   s.node = GetString(j, "node");
   const Json& excluded = Get(j, "excludedNodes");
@@ -82,10 +82,8 @@ ServerInstance ServerInstanceFromJson(const Json& j) {
 WorkerInstance WorkerInstanceFromJson(const Json& j) {
   WorkerInstance w;
   w.id = GetString(j, "id");
-  int32_t index = 0;
-  if (absl::StartsWith(w.id, "worker-") && absl::SimpleAtoi(w.id.substr(7), &index)) {
-    w.index = index;
-  }
+  const std::optional<vocab::MemberId> id = vocab::ParseMemberId(w.id);
+  if (id && id->role == vocab::Role::kWorker) w.index = id->index;
   w.incarnation = GetInt(j, "incarnation", 0);
   w.node = GetString(j, "node");
   w.pod = GetString(j, "pod");
@@ -145,7 +143,7 @@ void LoadInstances(const Pass& pass, Records& r) {
       w.retired = false;
       r.added.push_back(w.id);
     } else {
-      w.id = absl::StrCat("worker-", i);
+      w.id = vocab::MemberName(vocab::Role::kWorker, i);
       w.local_batch_size = static_cast<int32_t>(bridge::InitialLocalBatch(pass.spec, i));
       if (!recorded.empty()) r.added.push_back(w.id);
     }
@@ -187,7 +185,7 @@ Records LoadRecords(const Pass& pass) {
   LoadInstances(pass, r);
   for (int32_t k = 0; k < pass.p; ++k) {
     ServerInstance& si = r.servers.emplace_back();
-    si.id = absl::StrCat("ps-", k);
+    si.id = vocab::MemberName(vocab::Role::kParameterServer, k);
     si.index = k;
   }
   const Json& moved = Get(old, "serverInstances");
@@ -281,7 +279,9 @@ Event MoveServer(const Action& a, ServerInstance& si, const std::string& job) {
 
 void ApplyActions(const Pass& pass, Records& r, Plan& plan) {
   for (const Action& a : pass.o.actions) {
-    if (a.kind == vocab::ActionKind::kKillRestart && absl::StartsWith(a.worker, "ps-")) {
+    const std::optional<vocab::MemberId> target = vocab::ParseMemberId(a.worker);
+    if (a.kind == vocab::ActionKind::kKillRestart && target &&
+        target->role == vocab::Role::kParameterServer) {
       auto si = std::find_if(r.servers.begin(), r.servers.end(),
                              [&](const ServerInstance& x) { return x.id == a.worker; });
       if (si != r.servers.end()) {

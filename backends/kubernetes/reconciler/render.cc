@@ -461,12 +461,12 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
                              : 0;
   std::vector<Json> env = ParameterServerVariables(spec, s);
   env.push_back(EnvValue("ANTDT_PS_INDEX", std::to_string(k)));
-  env.push_back(EnvValue("ANTDT_PS_ID", absl::StrCat("ps-", k)));
+  env.push_back(EnvValue("ANTDT_PS_ID", vocab::MemberName(vocab::Role::kParameterServer, k)));
   env.push_back(EnvValue("ANTDT_PS_FEATURES", std::to_string(slice)));
   std::vector<std::string> args = {"--listen",
                                    absl::StrCat("$(POD_IP):", s.ps_port),
                                    "--id",
-                                   absl::StrCat("ps-", k),
+                                   vocab::MemberName(vocab::Role::kParameterServer, k),
                                    "--features",
                                    std::to_string(slice),
                                    "--workers",
