@@ -25,7 +25,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
 #include "common/config.h"
 #include "common/process.h"
 #include "common/testing/testing.h"
@@ -34,7 +33,6 @@ namespace antdt {
 namespace {
 
 using antdt::testing::BinPath;
-using antdt::testing::SourcePath;
 
 struct Case {
   std::string name;          // examples/jobs/NAME.yaml
@@ -49,27 +47,6 @@ const std::vector<Case> kCases = {
     {"paper-mix", "records: 400000", 200'000, "antdt-nd,lb-bsp,none"},
     {"heterogeneous", "records: 200000", 100'000, "antdt-dd"},
 };
-
-// examples/jobs/NAME.yaml with the case's record count and its scenario by
-// absolute path, written into `dir`; empty when the example changed.
-std::string WriteJob(const Case& c, const std::string& dir) {
-  const std::string job = ReadFile(SourcePath("examples/jobs/" + c.name + ".yaml")).value_or("");
-  const std::string scenario_line = "scenario: ../scenarios/" + c.name + ".yaml";
-  if (job.find(c.records_line) == std::string::npos ||
-      job.find(scenario_line) == std::string::npos) {
-    std::fprintf(stderr, "examples/jobs/%s.yaml: no \"%s\" or \"%s\" line\n", c.name.c_str(),
-                 c.records_line.c_str(), scenario_line.c_str());
-    return "";
-  }
-  const std::string path = dir + "/" + c.name + ".yaml";
-  const std::string text = absl::StrReplaceAll(
-      job, {{c.records_line, absl::StrCat("records: ", c.records)},
-            {scenario_line, "scenario: " + std::filesystem::absolute(
-                                               SourcePath("examples/scenarios/" + c.name + ".yaml"))
-                                               .string()}});
-  if (!WriteFileAtomically(path, text).ok()) return "";
-  return path;
-}
 
 // Runs `argv` and returns results.json's JCT by policy; empty on a failure
 // (said on stderr), also when a run was not exactly once.
@@ -102,8 +79,13 @@ std::map<std::string, double> JctByPolicy(const std::vector<std::string>& argv,
 
 // One case: both backends, the table, its rows into `rows`. False on a failure.
 bool RunCase(const Case& c, const std::string& dir, nlohmann::json* rows) {
-  const std::string job = WriteJob(c, dir);
-  if (job.empty()) return false;
+  const absl::StatusOr<std::string> written =
+      testing::WriteExampleJob(dir, c.name, c.records_line, c.records);
+  if (!written.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(written.status().message()).c_str());
+    return false;
+  }
+  const std::string& job = *written;
   const std::string run_out = dir + "/" + c.name + "-run";
   const std::string sim_out = dir + "/" + c.name + "-sim";
   const auto run = JctByPolicy({BinPath("antdt"), "bench", "stragglers", "--job", job, "--policies",

@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "common/config.h"
 #include "common/testing/testing.h"
 
@@ -22,16 +20,9 @@ inline std::string ReadText(const std::string& path) { return ReadFile(path).val
 // fails the test when the example no longer has the lines replaced.
 inline std::string SmallJob(const TempDir& dir, const std::string& name,
                             const std::string& records_line, int64_t records) {
-  const std::string job = ReadText(SourcePath("examples/jobs/" + name + ".yaml"));
-  const std::string scenario_line = "scenario: ../scenarios/" + name + ".yaml";
-  EXPECT_NE(job.find(records_line), std::string::npos) << job;
-  EXPECT_NE(job.find(scenario_line), std::string::npos) << job;
-  const std::string small = absl::StrReplaceAll(
-      job, {{records_line, absl::StrCat("records: ", records)},
-            {scenario_line, "scenario: " + SourcePath("examples/scenarios/" + name + ".yaml")}});
-  const std::string path = dir.File(name + ".yaml");
-  EXPECT_TRUE(WriteFileAtomically(path, small).ok()) << path;
-  return path;
+  const absl::StatusOr<std::string> path = WriteExampleJob(dir.path(), name, records_line, records);
+  EXPECT_TRUE(path.ok()) << path.status();
+  return path.value_or("");
 }
 
 }  // namespace antdt::testing

@@ -1,8 +1,10 @@
 // Test helpers: temporary directories and paths of the built binaries.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "common/process.h"
 
 namespace antdt::testing {
@@ -30,5 +32,11 @@ class TempDir {
 // The path of a built binary (tests get ANTDT_BIN_DIR from CTest).
 std::string BinPath(const std::string& name);
 std::string SourcePath(const std::string& relative);
+
+// examples/jobs/NAME.yaml with `records` records in place of its line
+// `records_line` and its scenario by absolute path, written as DIR/NAME.yaml:
+// the path. An error names the line the example no longer has.
+absl::StatusOr<std::string> WriteExampleJob(const std::string& dir, const std::string& name,
+                                            const std::string& records_line, int64_t records);
 
 }  // namespace antdt::testing

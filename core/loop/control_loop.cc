@@ -47,16 +47,21 @@ int64_t ControlLoop::NextDirectiveVersion() {
   return directive_version_;
 }
 
-v1::Directive ControlLoop::BatchDirective(const std::string& worker, int64_t local_batch_size,
-                                          int32_t accumulation_steps, const std::string& reason) {
+v1::Directive ControlLoop::NewDirective(const std::string& worker, const std::string& reason) {
   v1::Directive d;
   d.set_job(options_.job);
   d.set_namespace_(options_.namespace_);
   d.set_worker_id(worker);
   d.set_version(NextDirectiveVersion());
+  d.set_reason(reason);
+  return d;
+}
+
+v1::Directive ControlLoop::BatchDirective(const std::string& worker, int64_t local_batch_size,
+                                          int32_t accumulation_steps, const std::string& reason) {
+  v1::Directive d = NewDirective(worker, reason);
   d.mutable_adjust_batch()->set_local_batch_size(local_batch_size);
   d.mutable_adjust_batch()->set_accumulation_steps(std::max<int32_t>(1, accumulation_steps));
-  d.set_reason(reason);
   return d;
 }
 
@@ -66,16 +71,9 @@ std::vector<Delivery> ControlLoop::ServerMoved(const std::string& ps_id, const s
   std::vector<Delivery> out;
   for (const controller::WorkerState& m : members) {
     if (m.role != vocab::Role::kWorker || !m.alive || m.node.empty()) continue;
-    Delivery& delivery = out.emplace_back();
-    delivery.node = m.node;
-    v1::Directive& d = delivery.directive;
-    d.set_job(options_.job);
-    d.set_namespace_(options_.namespace_);
-    d.set_worker_id(m.id);
-    d.set_version(NextDirectiveVersion());
-    d.mutable_move_parameter_server()->set_ps_id(ps_id);
-    d.mutable_move_parameter_server()->set_address(address);
-    d.set_reason(reason);
+    Delivery& delivery = out.emplace_back(Delivery{m.node, NewDirective(m.id, reason)});
+    delivery.directive.mutable_move_parameter_server()->set_ps_id(ps_id);
+    delivery.directive.mutable_move_parameter_server()->set_address(address);
   }
   return out;
 }

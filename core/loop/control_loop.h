@@ -194,6 +194,8 @@ class ControlLoop {
 
  private:
   absl::Status ExecuteOne(const controller::Decision& decision);
+  // A directive to `worker` of this job, at the next version, with no action yet.
+  v1::Directive NewDirective(const std::string& worker, const std::string& reason);
   // Above every version the loop has used, and not below the clock's now (a
   // loop rebuilt after a restart of its backend still outranks its past).
   int64_t NextDirectiveVersion();

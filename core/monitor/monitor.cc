@@ -586,11 +586,17 @@ auto FindRecord(JobT& job, int64_t id) -> decltype(&job.records.front()) {
   return offset < job.records.size() ? &job.records[offset] : nullptr;
 }
 
+// Slower per sample than its peers while its smaller batch keeps its batch
+// time among theirs.
+bool Compensated(const internal::Member& m) {
+  return IsStraggler(m.speed_cls) && !IsStraggler(m.cls);
+}
+
 // One more slow window of the member in its record, with this window's cause.
 void AddWindow(internal::RecordState& r, const internal::Member& m, v1::Cause cause,
                std::map<std::string, double> evidence, int64_t end_ms) {
   v1::StragglerRecord& rec = r.record;
-  const bool compensated = IsStraggler(m.speed_cls) && !IsStraggler(m.cls);
+  const bool compensated = Compensated(m);
   rec.set_class_(compensated ? m.speed_cls : m.cls);
   rec.set_compensated(compensated);
   rec.set_last_seen_unix_ms(end_ms);
@@ -647,9 +653,14 @@ void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observe
     // A compensated straggler's smaller batch leaves it waiting at every
     // barrier, which its step's communication time includes: a share of it
     // that stands out says it was compensated, not that its network is slow.
-    std::map<std::string, double> own = values;
-    if (IsStraggler(m.speed_cls) && !IsStraggler(m.cls)) own.erase("communication_share");
-    Attribution a = AttributeCause(own, peers, hardware, config_.causes);
+    std::map<std::string, double> stripped;
+    const std::map<std::string, double>* own = &values;
+    if (Compensated(m) && values.count("communication_share") > 0) {
+      stripped = values;
+      stripped.erase("communication_share");
+      own = &stripped;
+    }
+    Attribution a = AttributeCause(*own, peers, hardware, config_.causes);
     a.evidence.insert(labels.begin(), labels.end());
     if (auto nit = nodes_.find(m.node); nit != nodes_.end() && nit->second.sample.time_unix_ms()) {
       a.evidence["node_sample_age_seconds"] =
@@ -718,7 +729,7 @@ v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t no
     h.set_sample_score(m.last.sample_score);
     h.set_speed_class(m.speed_cls);
     h.set_speed_windows_slow(m.speed_windows_slow);
-    h.set_compensated(IsStraggler(m.speed_cls) && !IsStraggler(m.cls));
+    h.set_compensated(Compensated(m));
     if (IsStraggler(m.cls) || h.compensated()) {
       const internal::RecordState* r = FindRecord(job, m.record_id);
       h.set_cause(r != nullptr ? r->record.cause() : v1::CAUSE_UNKNOWN);

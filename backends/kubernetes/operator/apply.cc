@@ -77,10 +77,12 @@ void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w
                              });
       break;
     case reconciler::Write::Kind::kAdjustBatch: {
-      std::string incarnation;
+      std::optional<int64_t> incarnation;
       for (const Json& p : pods) {
-        if (kube::Label(p, "antdt.io/worker-id") == w.worker && !kube::Terminating(p)) {
-          incarnation = kube::Label(p, "antdt.io/incarnation");
+        int64_t i = 0;
+        if (kube::Label(p, "antdt.io/worker-id") == w.worker && !kube::Terminating(p) &&
+            absl::SimpleAtoi(kube::Label(p, "antdt.io/incarnation"), &i)) {
+          incarnation = i;
         }
       }
       const bool sent = SendBatch(w.worker, incarnation, w.node, w.local_batch_size,
@@ -218,17 +220,16 @@ void JobController::ResyncBatches(const Json& status, const std::vector<Json>& p
   if (!instances.is_array()) return;
   for (const Json& inst : instances) {
     const std::string id = kube::StringAt(inst, {"id"});
-    const std::string incarnation = std::to_string(inst.value("incarnation", int64_t{0}));
+    const int64_t incarnation = inst.value("incarnation", int64_t{0});
     const int64_t batch = inst.value("localBatchSize", int64_t{0});
     const int32_t accumulation = std::max(1, inst.value("accumulationSteps", 1));
     if (batch <= 0) continue;
-    if (rt.delivered[id] ==
-        DeliveredKey(inst.value("incarnation", int64_t{0}), batch, accumulation))
-      continue;
+    if (rt.delivered[id] == DeliveredKey(incarnation, batch, accumulation)) continue;
     std::string node;
     for (const Json& p : pods) {
       if (NameOf(p) == kube::StringAt(inst, {"pod"}) && !kube::Terminating(p) &&
-          kube::Label(p, "antdt.io/incarnation") == incarnation && kube::PodPhase(p) == "Running") {
+          kube::Label(p, "antdt.io/incarnation") == std::to_string(incarnation) &&
+          kube::PodPhase(p) == "Running") {
         node = NodeOf(p);
       }
     }
@@ -238,15 +239,15 @@ void JobController::ResyncBatches(const Json& status, const std::vector<Json>& p
   }
 }
 
-bool JobController::SendBatch(const std::string& worker, const std::string& incarnation,
+bool JobController::SendBatch(const std::string& worker, std::optional<int64_t> incarnation,
                               const std::string& node, int64_t batch, int32_t accumulation_steps,
                               const std::string& reason, JobRuntime* rt) {
   if (monitor_ == nullptr || rt == nullptr) return false;
   const v1::Directive d = rt->loop->BatchDirective(worker, batch, accumulation_steps, reason);
   if (!monitor_->hub().SendDirective(node, d)) return false;
-  int64_t inc = 0;
-  if (absl::SimpleAtoi(incarnation, &inc)) {
-    rt->delivered[worker] = DeliveredKey(inc, batch, d.adjust_batch().accumulation_steps());
+  if (incarnation) {
+    rt->delivered[worker] =
+        DeliveredKey(*incarnation, batch, d.adjust_batch().accumulation_steps());
   }
   return true;
 }

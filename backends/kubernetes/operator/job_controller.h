@@ -113,9 +113,9 @@ class JobController {
   // The loop's ADJUST_BS directive of `batch` and `accumulation_steps` to
   // `worker` through the agent of `node`; once delivered, recorded in
   // rt->delivered for `incarnation`. False without a runtime or agent.
-  bool SendBatch(const std::string& worker, const std::string& incarnation, const std::string& node,
-                 int64_t batch, int32_t accumulation_steps, const std::string& reason,
-                 JobRuntime* rt);
+  bool SendBatch(const std::string& worker, std::optional<int64_t> incarnation,
+                 const std::string& node, int64_t batch, int32_t accumulation_steps,
+                 const std::string& reason, JobRuntime* rt);
   // A write to AntDT's own servers (parameter servers, sharding service, an
   // agent), best effort: logged when it fails (a lease expires by itself).
   void ApplyServerWrite(const kube::Json& job, const reconciler::Write& w,
