@@ -70,21 +70,22 @@ ServerSet::ServerSet(ServerSetOptions options) : o_(std::move(options)) {}
 ServerSet::~ServerSet() { StopAll(); }
 
 std::vector<std::string> ServerSet::Argv(size_t k, const std::string& node) const {
-  std::vector<std::string> argv = {o_.bin_dir + "/antdt-ps",
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--id",
-                                   vocab::MemberName(vocab::Role::kParameterServer, static_cast<int32_t>(k)),
-                                   "--features",
-                                   std::to_string(o_.features[k]),
-                                   "--workers",
-                                   std::to_string(o_.workers),
-                                   "--backup",
-                                   std::to_string(o_.backup),
-                                   "--learning-rate",
-                                   absl::StrCat(o_.learning_rate),
-                                   "--step-timeout",
-                                   "30s"};
+  std::vector<std::string> argv = {
+      o_.bin_dir + "/antdt-ps",
+      "--listen",
+      "127.0.0.1:0",
+      "--id",
+      vocab::MemberName(vocab::Role::kParameterServer, static_cast<int32_t>(k)),
+      "--features",
+      std::to_string(o_.features[k]),
+      "--workers",
+      std::to_string(o_.workers),
+      "--backup",
+      std::to_string(o_.backup),
+      "--learning-rate",
+      absl::StrCat(o_.learning_rate),
+      "--step-timeout",
+      "30s"};
   if (o_.server_time_us > 0) {
     argv.insert(argv.end(), {"--emulated-us-per-step", std::to_string(o_.server_time_us)});
   }
