@@ -221,31 +221,31 @@ absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes
   return servers_->Start(nodes);
 }
 
-// KILL_RESTART of a parameter server: moved to `to_node` (servers.h), then
-// every worker is pointed at it between two steps (those that pushed to the
+// KILL_RESTART of a parameter server: moved to `to_node` (servers.h); the loop
+// then points every worker at it between two steps (those that pushed to the
 // old one in between were sent on by it).
-absl::Status Runner::MoveParameterServer(const std::string& id, const std::string& to_node) {
-  ASSIGN_OR_RETURN(ServerSet::MoveResult r, servers_->Move(id, to_node, clock_.NowMillis()));
+absl::Status Runner::MoveParameterServer(const controller::WorkerState& server,
+                                         const std::string& to_node) {
+  const std::string& id = server.id;
   const std::optional<vocab::MemberId> member = vocab::ParseMemberId(id);
   if (!member || member->role != vocab::Role::kParameterServer) {
     return absl::InvalidArgumentError("KILL_RESTART of " + id + ": not a parameter server");
   }
+  ASSIGN_OR_RETURN(ServerSet::MoveResult r, servers_->Move(id, to_node, clock_.NowMillis()));
   const size_t k = static_cast<size_t>(member->index);
   site_.ps_addrs[k] = r.address;  // restarted workers start with it
   Event(absl::StrFormat("%s moved to %s (%s) %s step %d in %.2f s", id, to_node, r.address,
                         r.live ? "live, handed over at" : "restored from the checkpoint of", r.step,
                         r.seconds));
-  PointWorkersAt(id, r.address, absl::StrCat(id, " moved to ", to_node));
-  return absl::OkStatus();
-}
-
-void Runner::PointWorkersAt(const std::string& ps_id, const std::string& address,
-                            const std::string& reason) {
-  for (const control::Delivery& d :
-       loop_->ServerMoved(ps_id, address, workers_->Members(), reason)) {
-    (void)monitor_->hub().SendDirective(d.node,
-                                        d.directive);  // not delivered: the old server sends it on
+  const control::ServerServing serving{id, server.incarnation + 1, r.address, to_node};
+  auto it = std::find_if(moved_servers_.begin(), moved_servers_.end(),
+                         [&](const control::ServerServing& s) { return s.id == id; });
+  if (it == moved_servers_.end()) {
+    moved_servers_.push_back(serving);
+  } else {
+    *it = serving;
   }
+  return absl::OkStatus();
 }
 
 // Old servers stopped once followed; a server that died restored from the

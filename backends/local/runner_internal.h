@@ -105,12 +105,13 @@ class Runner final : public control::Backend {
     auto progress = driver_->Progress();
     return progress.ok() ? progress->eta_seconds() : -1;
   }
+  std::vector<control::ServerServing> ServersServing() override { return moved_servers_; }
   absl::Status RestartElsewhere(const controller::WorkerState& member,
                                 const controller::KillRestart& restart) override {
     // The source node's exclusion is the decision's (exclude_node_until_ms),
     // which the policy reads from the loop's history.
     if (member.role == vocab::Role::kParameterServer) {
-      return MoveParameterServer(member.id, restart.to_node);
+      return MoveParameterServer(member, restart.to_node);
     }
     return workers_->RestartElsewhere(member.id, restart.to_node);
   }
@@ -156,9 +157,8 @@ class Runner final : public control::Backend {
   absl::Status StartAgents();
   absl::Status StartPrometheus();
   absl::Status StartParameterServers(const std::vector<std::string>& nodes);
-  absl::Status MoveParameterServer(const std::string& id, const std::string& to_node);
-  void PointWorkersAt(const std::string& ps_id, const std::string& address,
-                      const std::string& reason);
+  absl::Status MoveParameterServer(const controller::WorkerState& server,
+                                   const std::string& to_node);
   absl::Status PollParameterServers();
   absl::Status StartWorkers(const std::vector<const manifest::NodeSpec*>& placement);
   absl::Status ApplyScenario();
@@ -195,6 +195,9 @@ class Runner final : public control::Backend {
   std::unique_ptr<Interference> interference_;       // the other real slowdowns
   const std::string cgroup_root_ = CpuCgroupRoot();  // v1 cpu controller, or v2
   std::map<std::string, std::string> speeds_written_;
+  // Each moved parameter server where it serves now (the loop points the
+  // workers there once per move).
+  std::vector<control::ServerServing> moved_servers_;
   std::vector<std::string> rebalanced_;      // batch changes of the current plan
   std::vector<std::string> rebalanced_for_;  // its other actions: "worker-2's ADJUST_BS"
   RunResult result_;

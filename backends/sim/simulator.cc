@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "api/vocab/labels.h"
 #include "common/clock.h"
 #include "common/job_key.h"
 #include "common/status.h"
@@ -469,7 +470,7 @@ manifest::Scenario GenerateScenario(const std::string& name, int32_t workers, in
     manifest::NodeSpec n;
     n.name = i < workers ? absl::StrCat("node-", i) : absl::StrCat("spare-", i - workers);
     n.spare = i >= workers;
-    n.labels["antdt.io/hardware"] = "h200";
+    n.labels[vocab::kLabelHardware] = "h200";
     s.nodes.push_back(std::move(n));
   }
   for (int32_t i = 0; i < workers; ++i) {
@@ -479,7 +480,7 @@ manifest::Scenario GenerateScenario(const std::string& name, int32_t workers, in
     manifest::Slowdown sd;
     sd.node = n.name;
     if (draw < edge) {
-      n.labels["antdt.io/hardware"] = "older-gpu";
+      n.labels[vocab::kLabelHardware] = "older-gpu";
       sd.kind = v1::DETERMINISTIC;
       sd.factor = mix.deterministic_factor;
       s.slowdowns.push_back(sd);

@@ -1,9 +1,11 @@
 #include "core/loop/control_loop.h"
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace antdt::control {
@@ -65,17 +67,59 @@ v1::Directive ControlLoop::BatchDirective(const std::string& worker, int64_t loc
   return d;
 }
 
-std::vector<Delivery> ControlLoop::ServerMoved(const std::string& ps_id, const std::string& address,
-                                               const std::vector<controller::WorkerState>& members,
-                                               const std::string& reason) {
-  std::vector<Delivery> out;
+void ControlLoop::Announce(const ServerServing& s,
+                           const std::vector<controller::WorkerState>& members,
+                           std::vector<Delivery>* out) {
   for (const controller::WorkerState& m : members) {
     if (m.role != vocab::Role::kWorker || !m.alive || m.node.empty()) continue;
-    Delivery& delivery = out.emplace_back(Delivery{m.node, NewDirective(m.id, reason)});
-    delivery.directive.mutable_move_parameter_server()->set_ps_id(ps_id);
-    delivery.directive.mutable_move_parameter_server()->set_address(address);
+    Delivery& delivery = out->emplace_back(Delivery{
+        m.node, NewDirective(m.id, absl::StrCat(s.id, " moved to ", s.where)), m.incarnation});
+    delivery.directive.mutable_move_parameter_server()->set_ps_id(s.id);
+    delivery.directive.mutable_move_parameter_server()->set_address(s.address);
   }
-  return out;
+}
+
+void ControlLoop::Redeliver(const std::vector<controller::WorkerState>& members, Ready* ready) {
+  std::set<std::string> sized;
+  for (const Effect& e : ready->effects) {
+    if (e.delivery) sized.insert(e.delivery->directive.worker_id());
+  }
+  for (const controller::WorkerState& m : members) {
+    if (m.role != vocab::Role::kWorker || !m.alive || m.node.empty() || m.local_batch_size <= 0 ||
+        sized.count(m.id) > 0) {
+      continue;
+    }
+    const int32_t steps = std::max<int32_t>(1, m.accumulation_steps);
+    const Sent& sent = sent_[m.id];
+    if (sent.incarnation == m.incarnation && sent.batch == m.local_batch_size &&
+        sent.steps == steps) {
+      continue;
+    }
+    Delivery& d = ready->deliveries.emplace_back(
+        Delivery{m.node,
+                 BatchDirective(m.id, m.local_batch_size, steps,
+                                "the committed local batch, not delivered to this incarnation"),
+                 m.incarnation});
+    d.redelivery = true;
+    d.sent_before = sent.count;
+  }
+}
+
+bool ControlLoop::Deliver(const Delivery& delivery) {
+  const std::string& worker = delivery.directive.worker_id();
+  if (delivery.redelivery) {
+    auto it = sent_.find(worker);
+    if (it != sent_.end() && it->second.count != delivery.sent_before) return true;  // superseded
+  }
+  if (!backend_->SendDirective(delivery.node, delivery.directive)) return false;
+  if (delivery.directive.has_adjust_batch()) {
+    Sent& sent = sent_[worker];
+    sent.incarnation = delivery.incarnation;
+    sent.batch = delivery.directive.adjust_batch().local_batch_size();
+    sent.steps = delivery.directive.adjust_batch().accumulation_steps();
+    ++sent.count;
+  }
+  return true;
 }
 
 void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& members) {
@@ -132,53 +176,98 @@ controller::Plan ControlLoop::Decide(const controller::Observed& observed) const
   return controller::Decide(observed, options_.policy);
 }
 
-absl::Status ControlLoop::ExecuteOne(const controller::Decision& d) {
-  const std::string& target = controller::ActionTarget(d.action);
-  auto found = observed_index_.find(target);
-  const controller::WorkerState* member =
-      found == observed_index_.end() ? nullptr : &observed_members_[found->second];
-  const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action);
+std::vector<Effect> ControlLoop::Effects(const controller::Plan& plan) {
+  std::vector<Effect> effects;
+  for (const controller::Decision& d : plan.decisions) {
+    Effect& e = effects.emplace_back(Effect{d, std::nullopt, std::nullopt});
+    auto found = observed_index_.find(controller::ActionTarget(d.action));
+    const controller::WorkerState* member =
+        found == observed_index_.end() ? nullptr : &observed_members_[found->second];
+    // A member not running now (being started) gets no directive; the decision
+    // stands (committed, recorded) and it starts with the batch the next plan sees.
+    if (const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action)) {
+      if (member != nullptr && !member->node.empty()) {
+        e.delivery = Delivery{
+            member->node,
+            BatchDirective(a->worker, a->local_batch_size, a->accumulation_steps, d.reason),
+            member->incarnation};
+      }
+    } else if (std::holds_alternative<controller::KillRestart>(d.action) && member != nullptr) {
+      e.restart = *member;
+    }
+    // UseBackupWorkers: set on the parameter servers when they start; recorded only.
+  }
+  return effects;
+}
+
+absl::Status ControlLoop::ApplyOne(const Effect& e) {
   Outcome outcome = Outcome::kDone;
-  // A member not running now (being started) gets no directive; the decision
-  // stands (committed, recorded) and it starts with the batch the next plan sees.
-  if (a != nullptr && member != nullptr && !member->node.empty()) {
-    const v1::Directive directive =
-        BatchDirective(a->worker, a->local_batch_size, a->accumulation_steps, d.reason);
-    // Not delivered: the agent is reconnecting; the next plan sees the
-    // member's batch and re-plans (the backend logs it).
-    if (!backend_->SendDirective(member->node, directive)) outcome = Outcome::kNotDelivered;
-  } else if (const auto* k = std::get_if<controller::KillRestart>(&d.action)) {
-    if (member == nullptr) {
+  // Not delivered: the agent is reconnecting; the next plan sees the member's
+  // batch and re-plans (the backend logs it).
+  if (e.delivery && !Deliver(*e.delivery)) outcome = Outcome::kNotDelivered;
+  if (const auto* k = std::get_if<controller::KillRestart>(&e.decision.action)) {
+    if (!e.restart) {
       return absl::FailedPreconditionError("KILL_RESTART of " + k->worker +
                                            ": not a member of job " + options_.job);
     }
-    relaunching_[member->id] = {member->incarnation, clock_->NowMillis()};
-    ledger_.Restarted(member->id);
-    if (absl::Status s = backend_->RestartElsewhere(*member, *k); !s.ok()) {
-      backend_->RecordAction(d, Outcome::kFailed);
+    relaunching_[e.restart->id] = {e.restart->incarnation, clock_->NowMillis()};
+    ledger_.Restarted(e.restart->id);
+    if (absl::Status s = backend_->RestartElsewhere(*e.restart, *k); !s.ok()) {
+      backend_->RecordAction(e.decision, Outcome::kFailed);
       return s;
     }
   }
-  // UseBackupWorkers: set on the parameter servers when they start; recorded only.
-  backend_->RecordAction(d, outcome);
+  backend_->RecordAction(e.decision, outcome);
   return absl::OkStatus();
 }
 
-absl::Status ControlLoop::Execute(const controller::Plan& plan) {
+Ready ControlLoop::Step(bool may_decide) {
+  Ready ready;
+  bool looked = false;
+  if (may_decide && TakeTurn()) {
+    looked = true;
+    std::optional<controller::Observed> observed = Observe(/*with_history=*/false);
+    if (observed) {
+      // The history is lent to the policy, not copied: thousands of decisions.
+      observed->history.swap(history_);
+      ready.plan = Decide(*observed);
+      ready.decided = true;
+      history_.swap(observed->history);
+      ready.effects = Effects(ready.plan);
+    }
+  }
+  const std::vector<controller::WorkerState> members =
+      looked ? observed_members_ : backend_->Members();
+  for (const ServerServing& s : backend_->ServersServing()) {
+    int32_t& announced = announced_.try_emplace(s.id, -1).first->second;
+    if (announced == s.incarnation) continue;
+    Announce(s, members, &ready.deliveries);
+    announced = s.incarnation;
+  }
+  if (options_.redeliver_batches) Redeliver(members, &ready);
+  return ready;
+}
+
+absl::Status ControlLoop::Apply(const Ready& ready) {
+  const controller::Plan& plan = ready.plan;
   for (size_t i = 0; i < plan.skipped.size() && i < plan.skip_reasons.size(); ++i) {
     backend_->RecordSkipped(plan.skipped[i], plan.skip_reasons[i]);
   }
   absl::Status status;
-  for (const controller::Decision& d : plan.decisions) {
-    status = ExecuteOne(d);
+  for (const Effect& e : ready.effects) {
+    status = ApplyOne(e);
     if (!status.ok()) break;
-    history_.push_back(d);
+    history_.push_back(e.decision);
   }
-  if (!plan.decisions.empty() || !budget_reported_) {
+  if (ready.decided && (!plan.decisions.empty() || !budget_reported_)) {
     backend_->RecordBudgetUsed(controller::BudgetUsed(history_));
     budget_reported_ = true;
   }
-  return status;
+  RETURN_IF_ERROR(status);
+  // Not delivered: a moved server's old incarnation sends its workers on; a
+  // re-delivery is tried again at the next step.
+  for (const Delivery& d : ready.deliveries) (void)Deliver(d);
+  return absl::OkStatus();
 }
 
 bool ControlLoop::TakeTurn() {
@@ -192,15 +281,9 @@ bool ControlLoop::TakeTurn() {
 }
 
 absl::StatusOr<controller::Plan> ControlLoop::RunOnce() {
-  if (!TakeTurn()) return controller::Plan{};
-  std::optional<controller::Observed> observed = Observe(/*with_history=*/false);
-  if (!observed) return controller::Plan{};
-  // The history is lent to the policy, not copied: thousands of decisions.
-  observed->history.swap(history_);
-  controller::Plan plan = Decide(*observed);
-  history_.swap(observed->history);
-  RETURN_IF_ERROR(Execute(plan));
-  return plan;
+  Ready ready = Step();
+  RETURN_IF_ERROR(Apply(ready));
+  return std::move(ready.plan);
 }
 
 }  // namespace antdt::control

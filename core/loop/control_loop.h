@@ -4,6 +4,13 @@
 // decision through a backend). `antdt run` (processes on one machine) and
 // `antdt-operator` (pods) are backends of it; a simulator can be a third.
 //
+// A turn is a step that returns its effects as data (raft's Ready): Step()
+// observes, decides, and says what to deliver and restart; the backend
+// persists the decisions where it keeps them (the operator: the job's status,
+// before anything is carried out), then hands the Ready to Apply(), which
+// carries out each effect through the backend and adds the decisions to the
+// history. RunOnce() is the two with nothing to persist between them.
+//
 // What the loop owns, so that no backend has its own copy:
 // - the policy's input (controller::Observed) and the one call of
 //   controller::Decide;
@@ -19,9 +26,11 @@
 //   their own moves, with no regroup;
 // - directives, every one a backend delivers: one ADJUST_BS directive per
 //   batch change, with the decision's accumulation steps; the committed batch
-//   re-delivered (BatchDirective); every worker pointed at a parameter server
-//   that moved (ServerMoved). Versions increase across the loop's lifetime, so
-//   an SDK applies the newest; no backend builds a directive of its own;
+//   re-delivered to a member's incarnation that has not had it
+//   (LoopOptions::redeliver_batches); every worker pointed at a parameter
+//   server that serves from a new place (Backend::ServersServing), once per
+//   move. Versions increase across the loop's lifetime, so an SDK applies the
+//   newest; no backend builds a directive of its own;
 // - the order of a restart: the backend stops the member and starts it
 //   elsewhere (RestartElsewhere); parameter servers are told it left and its
 //   shards released by the backend's Retire (see below), before the new
@@ -55,8 +64,17 @@ enum class Outcome {
 };
 const char* OutcomeName(Outcome outcome);  // "done", "not_delivered", "failed"
 
+// A parameter server that serves from a new place now, its state taken over
+// (its old incarnation may still be about): every worker is pointed there.
+struct ServerServing {
+  std::string id;  // "ps-K"
+  int32_t incarnation = 0;
+  std::string address;  // host:port
+  std::string where;    // for the directive's reason: "node-3", "pod job-ps-0-1"
+};
+
 // What the loop asks of the place a job runs in. Every call comes from the
-// loop's thread.
+// loop's thread; the Observe calls only read.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -74,6 +92,9 @@ class Backend {
   virtual std::vector<controller::NodeState> Nodes() = 0;
   // The job's ETA at its current throughput; -1 unknown.
   virtual double RemainingSeconds() = 0;
+  // Parameter servers that moved and serve from their new place (announced
+  // once per incarnation); a backend without moves has none.
+  virtual std::vector<ServerServing> ServersServing() { return {}; }
 
   // ---- Execute
   // Stops `member` and starts it again as incarnation member.incarnation + 1
@@ -110,6 +131,27 @@ class Backend {
 struct Delivery {
   std::string node;
   v1::Directive directive;
+  int32_t incarnation = 0;  // the member's, as observed: an ADJUST_BS delivered counts for it
+  // A committed batch re-delivered: passed over when the member was sent
+  // another batch between the Step that built it and its Apply.
+  bool redelivery = false;
+  uint64_t sent_before = 0;  // redelivery: the member's delivery count at the Step
+};
+
+// A decision and what carrying it out takes, as data.
+struct Effect {
+  controller::Decision decision;
+  std::optional<Delivery> delivery;  // ADJUST_BS to a member running on a node
+  // KILL_RESTART: the member as observed (nullopt: not a member; Apply fails).
+  std::optional<controller::WorkerState> restart;
+};
+
+// One step's output: what was decided and every effect of it.
+struct Ready {
+  bool decided = false;              // the policy ran (a turn was due, the Monitor had a view)
+  controller::Plan plan;             // what it decided and passed over
+  std::vector<Effect> effects;       // one per plan.decisions, in order
+  std::vector<Delivery> deliveries;  // of no decision: server moves, batches re-delivered
 };
 
 struct LoopOptions {
@@ -119,6 +161,11 @@ struct LoopOptions {
   int64_t global_batch_size = 0;  // <= 0: the sum of the current local batches
   int64_t window_ms = 10'000;     // the Monitor's window: a restarted member is seen after it
   int64_t interval_ms = 10'000;   // how often RunOnce decides
+  // Re-deliver each worker's committed batch to an incarnation that has not
+  // been sent it (a backend whose members start from the job's spec, or whose
+  // directives are lost with the process that sent them: the operator). The
+  // runner starts each incarnation with its batch and needs none.
+  bool redeliver_batches = false;
   // Added to every restart's cost: in a job without parameter servers (an
   // AllReduce group) a restarted rank stalls every rank until the group has
   // re-formed around it; kDefaultRegroupSeconds there, 0 for a job with
@@ -152,25 +199,33 @@ class ControlLoop {
 
   // True when a decision is due now (every interval_ms, or at once when the
   // Monitor closed a window since the last turn), and the next one is then
-  // scheduled. RunOnce takes its turn itself; a backend that commits
-  // between deciding and executing (the operator) calls this, Observe, Decide
-  // and Execute in turn.
+  // scheduled. Step takes its turn itself; a backend calls it once at the
+  // start to place the first decision one interval in.
   bool TakeTurn();
   // The policy's input now; nullopt while the Monitor has nothing on the job.
-  // `with_history`: a copy of the history in it (RunOnce lends its own).
+  // `with_history`: a copy of the history in it (Step lends its own).
   std::optional<controller::Observed> Observe(bool with_history = true);
   // The one call of the policy: controller::Decide over `observed`.
   controller::Plan Decide(const controller::Observed& observed) const;
-  // Reports the plan's skipped actions to the backend, then carries out each
-  // decision through the backend in order and adds it to the history (so it
-  // counts for cool-downs and budgets). Members are found in
-  // the last Observe(), the one the plan was made from. Stops at the first
-  // error: the decisions before it are in the history, the rest are not.
-  absl::Status Execute(const controller::Plan& plan);
 
-  // Observe -> decide -> execute, when due (every interval_ms). The plan
-  // executed; an empty plan when not due or nothing was observed.
+  // Observe -> decide when due, and the effects of what was decided, with the
+  // deliveries due whether or not a decision was (server moves, re-deliveries).
+  // `may_decide` false: the backend holds decisions back (a job not running
+  // yet, suspended or finished); the deliveries are still due. Changes
+  // nothing outside the loop but directive versions.
+  Ready Step(bool may_decide = true);
+  // Carries out `ready` (from the last Step, its decisions persisted where the
+  // backend keeps them): reports the plan's skipped actions, carries out each
+  // effect in order and adds its decision to the history (so it counts for
+  // cool-downs and budgets), then sends the other deliveries. Stops at the
+  // first error: the decisions before it are in the history, the rest are not.
+  absl::Status Apply(const Ready& ready);
+  // Step, then Apply: the plan carried out (empty when none was due).
   absl::StatusOr<controller::Plan> RunOnce();
+  // Sends `delivery` through the backend, counting an ADJUST_BS delivered
+  // for the member's incarnation (it is not re-delivered); false when its
+  // agent is not connected.
+  bool Deliver(const Delivery& delivery);
 
   // Seconds a restart costs under the model above (of a worker, or of a
   // parameter server).
@@ -182,18 +237,21 @@ class ControlLoop {
   // delivered, or not seen by a worker's new incarnation), at a new version.
   v1::Directive BatchDirective(const std::string& worker, int64_t local_batch_size,
                                int32_t accumulation_steps, const std::string& reason);
-  // Parameter server `ps_id` serves from `address` now: a directive for each
-  // worker of `members` that runs on a node, pointing it there between two
-  // steps (one that pushes to the old server first is sent on by it).
-  std::vector<Delivery> ServerMoved(const std::string& ps_id, const std::string& address,
-                                    const std::vector<controller::WorkerState>& members,
-                                    const std::string& reason);
   // Time lost to stragglers and saved by the actions so far (time_ledger.h),
   // accrued at each Observe().
   const TimeLedger& ledger() const { return ledger_; }
 
  private:
-  absl::Status ExecuteOne(const controller::Decision& decision);
+  absl::Status ApplyOne(const Effect& effect);
+  std::vector<Effect> Effects(const controller::Plan& plan);
+  // Parameter server `s` serves from its new place: a directive for each
+  // worker of `members` that runs on a node, pointing it there between two
+  // steps (one that pushes to the old server first is sent on by it).
+  void Announce(const ServerServing& s, const std::vector<controller::WorkerState>& members,
+                std::vector<Delivery>* out);
+  // Each running worker's committed batch, to an incarnation not sent it, but
+  // for the workers `ready` already sizes.
+  void Redeliver(const std::vector<controller::WorkerState>& members, Ready* ready);
   // A directive to `worker` of this job, at the next version, with no action yet.
   v1::Directive NewDirective(const std::string& worker, const std::string& reason);
   // Above every version the loop has used, and not below the clock's now (a
@@ -210,7 +268,17 @@ class ControlLoop {
   int64_t next_run_ms_ = 0;
   int64_t windows_seen_ = -1;  // Backend::WindowsClosed() at the last turn
   int64_t directive_version_ = 0;
-  bool budget_reported_ = false;  // RecordBudgetUsed since the last Seed
+  // Per worker: the last ADJUST_BS delivered (incarnation, batch, steps) and
+  // how many were.
+  struct Sent {
+    int32_t incarnation = -1;
+    int64_t batch = 0;
+    int32_t steps = 0;
+    uint64_t count = 0;
+  };
+  std::unordered_map<std::string, Sent> sent_;
+  std::map<std::string, int32_t> announced_;  // per moved server, the incarnation announced
+  bool budget_reported_ = false;              // RecordBudgetUsed since the last Seed
   // Restarts in flight: member id -> (incarnation it restarts from, when).
   std::map<std::string, std::pair<int32_t, int64_t>> relaunching_;
   struct Measured {

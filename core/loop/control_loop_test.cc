@@ -20,6 +20,8 @@ class FakeBackend : public Backend {
   std::vector<std::string> calls;  // in order, one line each
   std::vector<v1::Directive> directives;
   bool deliver = true;
+  std::vector<ServerServing> serving;
+  std::vector<ServerServing> ServersServing() override { return serving; }
 
   std::optional<v1::GetJobHealthResponse> Health() override { return health; }
   int64_t WindowsClosed() override { return windows; }
@@ -204,17 +206,21 @@ TEST(ControlLoop, ReDeliveriesAndServerMovesAreTheLoopsDirectives) {
   EXPECT_GT(again.version(), last);
   EXPECT_EQ(loop.BatchDirective("worker-1", 48, 0, "").adjust_batch().accumulation_steps(), 1);
 
-  std::vector<controller::WorkerState> members = b.members;
-  for (controller::WorkerState& m : members) m.alive = true;
-  members[3].alive = false;  // being restarted: told when it starts
-  members[3].node.clear();
+  // ps-0 moved and serves from node-9: every running worker is pointed
+  // there once, by the step's deliveries, and only when Apply sends them.
+  b.members[3].alive = false;  // being restarted: told when it starts
+  b.members[3].node.clear();
   controller::WorkerState ps;
   ps.id = "ps-0";
   ps.role = vocab::Role::kParameterServer;
   ps.node = "node-9";
-  ps.alive = true;
-  members.push_back(ps);
-  const std::vector<Delivery> moved = loop.ServerMoved("ps-0", "10.0.0.9:7000", members, "moved");
+  b.members.push_back(ps);
+  b.serving = {{"ps-0", 1, "10.0.0.9:7000", "node-9"}};
+  b.calls.clear();
+  const Ready ready = loop.Step();
+  EXPECT_FALSE(ready.decided) << "not due: the interval is 5 s";
+  EXPECT_TRUE(b.calls.empty()) << "a step sends nothing";
+  const std::vector<Delivery>& moved = ready.deliveries;
   ASSERT_EQ(moved.size(), 3u);  // workers 0-2: not the one restarting, not the server
   int64_t previous = again.version();
   for (size_t i = 0; i < moved.size(); ++i) {
@@ -222,9 +228,58 @@ TEST(ControlLoop, ReDeliveriesAndServerMovesAreTheLoopsDirectives) {
     EXPECT_EQ(moved[i].directive.worker_id(), absl::StrCat("worker-", i));
     EXPECT_EQ(moved[i].directive.move_parameter_server().ps_id(), "ps-0");
     EXPECT_EQ(moved[i].directive.move_parameter_server().address(), "10.0.0.9:7000");
+    EXPECT_EQ(moved[i].directive.reason(), "ps-0 moved to node-9");
     EXPECT_GT(moved[i].directive.version(), previous);
     previous = moved[i].directive.version();
   }
+  ASSERT_TRUE(loop.Apply(ready).ok());
+  EXPECT_EQ(b.calls.size(), 3u);
+  EXPECT_TRUE(loop.Step().deliveries.empty()) << "announced once per move";
+  b.serving[0].incarnation = 2;
+  EXPECT_EQ(loop.Step().deliveries.size(), 3u) << "moved again";
+}
+
+// A backend whose members may run without their committed batch (the
+// operator's pods) has it re-delivered once to each incarnation; a worker the
+// same step sizes is not sent its old batch, and a re-delivery overtaken by
+// another delivery before it is applied is passed over.
+TEST(ControlLoop, CommittedBatchesAreReDeliveredOncePerIncarnation) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "", v1::HEALTHY, 1.0, 0);
+  b.members[1].accumulation_steps = 4;
+  LoopOptions o = Options(vocab::Policy::kAntdtNd);
+  o.redeliver_batches = true;
+  ControlLoop loop(o, &b, &clock);
+  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_EQ(b.directives.size(), 4u);
+  EXPECT_EQ(b.directives[1].worker_id(), "worker-1");
+  EXPECT_EQ(b.directives[1].adjust_batch().local_batch_size(), 64);
+  EXPECT_EQ(b.directives[1].adjust_batch().accumulation_steps(), 4);
+  ASSERT_TRUE(loop.RunOnce().ok());
+  EXPECT_EQ(b.directives.size(), 4u) << "delivered: not again";
+
+  b.members[2].incarnation = 1;  // restarted: its new incarnation gets it
+  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_EQ(b.directives.size(), 5u);
+  EXPECT_EQ(b.directives[4].worker_id(), "worker-2");
+
+  b.deliver = false;  // an agent away: tried again at the next step
+  b.members[0].local_batch_size = 80;
+  ASSERT_TRUE(loop.RunOnce().ok());
+  b.deliver = true;
+  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_EQ(b.directives.size(), 7u);
+  EXPECT_EQ(b.directives[6].adjust_batch().local_batch_size(), 80);
+
+  b.members[3].local_batch_size = 32;
+  const Ready ready = loop.Step();
+  ASSERT_EQ(ready.deliveries.size(), 1u);
+  // Another batch sent in between (a rescale's): the old one is not sent after it.
+  ASSERT_TRUE(loop.Deliver({"node-3", loop.BatchDirective("worker-3", 40, 1, "rescale"), 0}));
+  ASSERT_TRUE(loop.Apply(ready).ok());
+  ASSERT_EQ(b.directives.size(), 8u);
+  EXPECT_EQ(b.directives.back().adjust_batch().local_batch_size(), 40);
 }
 
 TEST(ControlLoop, DecidesOnlyWhenDueAndOnlyWithAView) {

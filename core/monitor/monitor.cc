@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "api/vocab/labels.h"
 #include "api/vocab/vocab.h"
 #include "common/job_key.h"
 #include "core/monitor/causes.h"
@@ -19,8 +20,6 @@ using vocab::Median;
 
 constexpr char kWorkerRole[] = "worker";
 constexpr char kPsRole[] = "ps";
-constexpr char kDeviceSpeedLabel[] = "antdt.io/device-speed";
-constexpr char kHardwareLabel[] = "antdt.io/hardware";
 
 absl::Status Bad(const std::string& field, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat("monitor.", field, ": ", message));
@@ -501,7 +500,7 @@ Monitor::Majorities Monitor::HardwareMajorities(const Job& job) const {
     if (m.node.empty()) continue;
     auto nit = nodes_.find(m.node);
     if (nit == nodes_.end()) continue;
-    auto lit = nit->second.labels.find(kHardwareLabel);
+    auto lit = nit->second.labels.find(vocab::kLabelHardware);
     if (lit != nit->second.labels.end()) hardware[m.role][m.node] = lit->second;
   }
   Majorities majorities;
@@ -532,14 +531,14 @@ bool Monitor::LabelDeterministic(const Member& member, const Majorities& majorit
   if (nit == nodes_.end()) return false;
   const std::map<std::string, std::string>& labels = nit->second.labels;
   bool slower = false;
-  if (auto it = labels.find(kDeviceSpeedLabel); it != labels.end()) {
+  if (auto it = labels.find(vocab::kLabelDeviceSpeed); it != labels.end()) {
     double speed = 0;
     if (absl::SimpleAtod(it->second, &speed) && std::isfinite(speed)) {
       if (evidence != nullptr) (*evidence)["device_speed"] = speed;
       slower = slower || speed < 1;
     }
   }
-  if (auto it = labels.find(kHardwareLabel); it != labels.end()) {
+  if (auto it = labels.find(vocab::kLabelHardware); it != labels.end()) {
     auto mit = majorities.find(member.role);
     const bool minority = mit != majorities.end() && it->second != mit->second;
     if (evidence != nullptr) (*evidence)["hardware_minority"] = minority ? 1 : 0;

@@ -1,6 +1,6 @@
 // The job controller's writes: a pass's plan applied (status first, then
-// creates, deletes and the writes to AntDT's own servers), re-delivered
-// batches, and what the API server refused, as Events and a condition.
+// creates, deletes and the writes to AntDT's own servers), and what the API
+// server refused, as Events and a condition.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "antdt/v1/trainer.grpc.pb.h"
+#include "api/vocab/labels.h"
 #include "api/vocab/vocab.h"
 #include "backends/kubernetes/operator/job_controller.h"
 #include "backends/kubernetes/operator/job_controller_internal.h"
@@ -29,7 +30,7 @@ void JobController::ForEachParameterServer(
     const std::vector<Json>& pods, const std::string& token,
     const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call) {
   for (const Json& p : pods) {
-    if (kube::Label(p, "antdt.io/role") != "ps" || PodIp(p).empty() || kube::Terminating(p))
+    if (kube::Label(p, vocab::kLabelRole) != "ps" || PodIp(p).empty() || kube::Terminating(p))
       continue;
     auto stub = v1::ParameterServer::NewStub(
         antdt::CreateChannel(absl::StrCat(PodIp(p), ":", options_.settings.ps_port)));
@@ -80,8 +81,8 @@ void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w
       std::optional<int64_t> incarnation;
       for (const Json& p : pods) {
         int64_t i = 0;
-        if (kube::Label(p, "antdt.io/worker-id") == w.worker && !kube::Terminating(p) &&
-            absl::SimpleAtoi(kube::Label(p, "antdt.io/incarnation"), &i)) {
+        if (kube::Label(p, vocab::kLabelWorkerId) == w.worker && !kube::Terminating(p) &&
+            absl::SimpleAtoi(kube::Label(p, vocab::kLabelIncarnation), &i)) {
           incarnation = i;
         }
       }
@@ -213,43 +214,14 @@ void JobController::ReportOrphans(const Json& job, const std::vector<Json>& pods
                    "delete them when done with them"));
 }
 
-void JobController::ResyncBatches(const Json& status, const std::vector<Json>& pods,
-                                  JobRuntime& rt) {
-  if (monitor_ == nullptr) return;
-  const Json& instances = kube::At(status, {"workerInstances"});
-  if (!instances.is_array()) return;
-  for (const Json& inst : instances) {
-    const std::string id = kube::StringAt(inst, {"id"});
-    const int64_t incarnation = inst.value("incarnation", int64_t{0});
-    const int64_t batch = inst.value("localBatchSize", int64_t{0});
-    const int32_t accumulation = std::max(1, inst.value("accumulationSteps", 1));
-    if (batch <= 0) continue;
-    if (rt.delivered[id] == DeliveredKey(incarnation, batch, accumulation)) continue;
-    std::string node;
-    for (const Json& p : pods) {
-      if (NameOf(p) == kube::StringAt(inst, {"pod"}) && !kube::Terminating(p) &&
-          kube::Label(p, "antdt.io/incarnation") == std::to_string(incarnation) &&
-          kube::PodPhase(p) == "Running") {
-        node = NodeOf(p);
-      }
-    }
-    if (node.empty()) continue;
-    SendBatch(id, incarnation, node, batch, accumulation,
-              "the committed local batch (status.workerInstances), not delivered before", &rt);
-  }
-}
-
 bool JobController::SendBatch(const std::string& worker, std::optional<int64_t> incarnation,
                               const std::string& node, int64_t batch, int32_t accumulation_steps,
                               const std::string& reason, JobRuntime* rt) {
   if (monitor_ == nullptr || rt == nullptr) return false;
-  const v1::Directive d = rt->loop->BatchDirective(worker, batch, accumulation_steps, reason);
-  if (!monitor_->hub().SendDirective(node, d)) return false;
-  if (incarnation) {
-    rt->delivered[worker] =
-        DeliveredKey(*incarnation, batch, d.adjust_batch().accumulation_steps());
-  }
-  return true;
+  control::Delivery delivery{node,
+                             rt->loop->BatchDirective(worker, batch, accumulation_steps, reason),
+                             static_cast<int32_t>(incarnation.value_or(-1))};
+  return rt->loop->Deliver(delivery);
 }
 
 void JobController::RecordCommittedEvents(const reconciler::Plan& plan, bool status_written,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "antdt/v1/trainer.grpc.pb.h"
+#include "api/vocab/labels.h"
 #include "api/vocab/vocab.h"
 #include "backends/kubernetes/operator/job_controller_internal.h"
 #include "client/sharding_client.h"
@@ -25,61 +26,65 @@ namespace antdt::k8s {
 
 namespace {
 
-// The decisions a previous operator committed to the job's status
-// (status.lastActions, the newest 20), so cool-downs, budgets and exclusions
-// hold across an operator restart. A batch change that only kept the global
-// batch around someone else's was written without evidence: it has no subject.
-std::vector<controller::Decision> HistoryFromStatus(const Json& job, const manifest::Job& spec) {
-  std::vector<controller::Decision> history;
-  const Json& last = kube::At(job, {"status", "lastActions"});
-  if (!last.is_array()) return history;
-  for (const Json& a : last) {
-    controller::Decision d;
-    d.at_ms = kube::ParseTime(kube::StringAt(a, {"time"})).value_or(0);
-    const std::string worker = kube::StringAt(a, {"worker"});
-    const std::optional<vocab::ActionKind> action =
-        vocab::ParseActionKind(kube::StringAt(a, {"action"}));
-    if (action == vocab::ActionKind::kKillRestart) {
-      d.action = controller::KillRestart{worker, kube::StringAt(a, {"fromNode"}),
-                                         kube::StringAt(a, {"toNode"}),
-                                         d.at_ms + spec.straggler_policy.cooldown_ms};
-      d.subject = worker;
-    } else if (action == vocab::ActionKind::kAdjustBatchSize) {
-      d.action = controller::AdjustBatchSize{worker, 0, 1};
-      if (!kube::StringAt(a, {"evidence"}).empty()) d.subject = worker;
-    } else {
-      continue;
-    }
-    d.rule = kube::StringAt(a, {"rule"});
-    d.policy = spec.straggler_policy.name;
-    history.push_back(std::move(d));
-  }
-  return history;
-}
-
-// A decision as the reconciler commits it; nullopt for what the operator does
-// not run (backup workers, a baseline).
-std::optional<reconciler::Action> ToReconcilerAction(const controller::Decision& d) {
+// A decision as the reconciler commits it (status.lastActions), and back: the
+// history's entry a committed action stands for. A batch change that only
+// kept the global batch around someone else's is committed without evidence,
+// and has no subject.
+reconciler::Action ToReconcilerAction(const controller::Decision& d) {
   reconciler::Action a;
+  a.kind = controller::KindOf(d.action);
+  a.worker = controller::ActionTarget(d.action);
   a.rule = d.rule;
   a.reason = d.reason;
   a.evidence = controller::Describe(d);
   a.at_ms = d.at_ms;
   if (const auto* k = std::get_if<controller::KillRestart>(&d.action)) {
-    a.kind = vocab::ActionKind::kKillRestart;
-    a.worker = k->worker;
     a.from_node = k->from_node;
     a.to_node = k->to_node;
   } else if (const auto* b = std::get_if<controller::AdjustBatchSize>(&d.action)) {
-    a.kind = vocab::ActionKind::kAdjustBatchSize;
-    a.worker = b->worker;
     a.local_batch_size = static_cast<int32_t>(b->local_batch_size);
     a.accumulation_steps = b->accumulation_steps;
     if (d.subject.empty()) a.evidence.clear();  // only keeps the global batch
-  } else {
-    return std::nullopt;
   }
   return a;
+}
+
+controller::Decision FromReconcilerAction(const reconciler::Action& a, const manifest::Job& spec) {
+  controller::Decision d;
+  d.at_ms = a.at_ms;
+  d.rule = a.rule;
+  d.reason = a.reason;
+  d.policy = spec.straggler_policy.name;
+  switch (a.kind) {
+    case vocab::ActionKind::kKillRestart:
+      d.action = controller::KillRestart{a.worker, a.from_node, a.to_node,
+                                         d.at_ms + spec.straggler_policy.cooldown_ms};
+      d.subject = a.worker;
+      break;
+    case vocab::ActionKind::kAdjustBatchSize:
+      d.action = controller::AdjustBatchSize{a.worker, a.local_batch_size, a.accumulation_steps};
+      if (!a.evidence.empty()) d.subject = a.worker;
+      break;
+    case vocab::ActionKind::kBackupWorkers:
+      d.action = controller::UseBackupWorkers{spec.straggler_policy.backup_workers};
+      break;
+  }
+  return d;
+}
+
+// The decisions a previous operator committed to the job's status
+// (status.lastActions, the newest 20), so cool-downs, budgets and exclusions
+// hold across an operator restart.
+std::vector<controller::Decision> HistoryFromStatus(const Json& job, const manifest::Job& spec) {
+  std::vector<controller::Decision> history;
+  const Json& last = kube::At(job, {"status", "lastActions"});
+  if (!last.is_array()) return history;
+  for (const Json& entry : last) {
+    if (std::optional<reconciler::Action> a = reconciler::ActionFromRecord(entry)) {
+      history.push_back(FromReconcilerAction(*a, spec));
+    }
+  }
+  return history;
 }
 
 }  // namespace
@@ -92,7 +97,7 @@ JobController::JobController(kube::Api* api, monitor::MonitorServiceImpl* monito
   jobs_ = std::make_unique<kube::Informer>(api_, kube::AntDTJobsResource(),
                                            options_.watch_namespace, kube::ListOptions{}, io);
   kube::ListOptions owned;
-  owned.label_selector = "antdt.io/job";
+  owned.label_selector = vocab::kLabelJob;
   io.name = "pods";
   pods_ = std::make_unique<kube::Informer>(api_, kube::PodsResource(), options_.watch_namespace,
                                            owned, io);
@@ -291,6 +296,9 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     lo.global_batch_size = spec.model.global_batch_size;
     lo.window_ms = spec.monitor.window_ms;
     lo.regroup_seconds = bridge::RegroupSeconds(spec);  // a collective job re-forms its group
+    // A pod starts from the spec's batch, and a directive is lost with the
+    // operator that sent it: the committed batch goes to each incarnation.
+    lo.redeliver_batches = true;
     rt->loop = std::make_unique<control::ControlLoop>(lo, rt->backend.get(), &RealClock::Get());
     // Decisions a previous operator committed to the status.
     rt->loop->Seed(HistoryFromStatus(job, spec));
@@ -303,14 +311,13 @@ absl::Status JobController::SyncForTest(const std::string& key) {
   return Sync(key, &requeue);
 }
 
-void JobController::Observe(const Json& job, const manifest::Job& spec,
-                            const std::vector<Json>& pods, const v1::GetJobHealthResponse* health,
-                            JobRuntime& rt, reconciler::Observed* obs) {
+void JobController::ConnectSharding(const Json& job, const manifest::Job& spec,
+                                    const std::vector<Json>& pods, JobRuntime& rt) {
   const auto& s = options_.settings;
   // The sharding service: its running pod's address.
   std::string address;
   for (const Json& p : pods) {
-    if (kube::Label(p, "antdt.io/role") == "sharding" && kube::PodPhase(p) == "Running" &&
+    if (kube::Label(p, vocab::kLabelRole) == "sharding" && kube::PodPhase(p) == "Running" &&
         !kube::Terminating(p) && !PodIp(p).empty()) {
       address = absl::StrCat(PodIp(p), ":", s.sharding_port);
     }
@@ -331,37 +338,39 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
     }
   }
   if (kube::At(job, {"status", "datasetCreated"}) == Json(true)) rt.dataset_ready = true;
-  if (rt.driver) {
-    if (!rt.dataset_ready) {
-      const v1::DatasetSpec ds = bridge::DatasetSpecFor(spec);
-      auto created = rt.driver->CreateDataset(ds);
-      if (created.ok()) {
-        rt.dataset_ready = true;
-      } else {
-        LogEvent("operator", {{"event", "create_dataset_failed"},
-                              {"job", kube::KeyOf(job)},
-                              {"error", created.status().ToString()}});
+  if (!rt.driver || rt.dataset_ready) return;
+  const v1::DatasetSpec ds = bridge::DatasetSpecFor(spec);
+  auto created = rt.driver->CreateDataset(ds);
+  if (created.ok()) {
+    rt.dataset_ready = true;
+  } else {
+    LogEvent("operator", {{"event", "create_dataset_failed"},
+                          {"job", kube::KeyOf(job)},
+                          {"error", created.status().ToString()}});
+  }
+}
+
+void JobController::Observe(const Json& job, const manifest::Job& spec,
+                            const std::vector<Json>& pods, const v1::GetJobHealthResponse* health,
+                            JobRuntime& rt, reconciler::Observed* obs) {
+  if (rt.driver && rt.dataset_ready) {
+    auto p = rt.driver->Progress();
+    if (p.ok()) {
+      reconciler::Progress pr;
+      pr.records_committed = p->records_committed_total();
+      pr.records_total = p->records_per_epoch() * p->epochs();
+      pr.epoch = p->epoch();
+      pr.epochs = p->epochs();
+      pr.eta_seconds = p->eta_seconds();
+      pr.done = p->finished();
+      rt.progress = pr;
+      if (rt.metrics) {
+        rt.metrics->Progress(pr.records_committed, pr.records_total, p->records_per_second(),
+                             p->eta_seconds());
       }
-    }
-    if (rt.dataset_ready) {
-      auto p = rt.driver->Progress();
-      if (p.ok()) {
-        reconciler::Progress pr;
-        pr.records_committed = p->records_committed_total();
-        pr.records_total = p->records_per_epoch() * p->epochs();
-        pr.epoch = p->epoch();
-        pr.epochs = p->epochs();
-        pr.eta_seconds = p->eta_seconds();
-        pr.done = p->finished();
-        rt.progress = pr;
-        if (rt.metrics) {
-          rt.metrics->Progress(pr.records_committed, pr.records_total, p->records_per_second(),
-                               p->eta_seconds());
-        }
-      } else if (p.status().code() == absl::StatusCode::kNotFound) {
-        // The service answers, without the dataset it was given: its state is gone.
-        obs->dataset_lost = true;
-      }
+    } else if (p.status().code() == absl::StatusCode::kNotFound) {
+      // The service answers, without the dataset it was given: its state is gone.
+      obs->dataset_lost = true;
     }
   }
   obs->progress = rt.progress;
@@ -382,7 +391,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
       st.worker = rec.worker_id();
       st.node = rec.node();
       for (const Json& p : pods) {
-        if (kube::Label(p, "antdt.io/worker-id") == rec.worker_id() && !kube::Terminating(p)) {
+        if (kube::Label(p, vocab::kLabelWorkerId) == rec.worker_id() && !kube::Terminating(p)) {
           st.pod = NameOf(p);
         }
       }
@@ -400,6 +409,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
 void JobController::ObserveMovedServers(const Json& job, const manifest::Job& spec,
                                         const std::vector<Json>& pods, JobRuntime& rt,
                                         reconciler::Observed* obs) {
+  rt.serving.clear();
   const Json& moved = kube::At(job, {"status", "serverInstances"});
   if (!moved.is_array()) return;
   for (const Json& si : moved) {
@@ -412,8 +422,8 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
     const Json* pod = nullptr;
     bool older = false;
     for (const Json& p : pods) {
-      if (kube::Label(p, "antdt.io/role") != "ps" ||
-          kube::Label(p, "antdt.io/replica-index") != std::to_string(k) || kube::Terminating(p)) {
+      if (kube::Label(p, vocab::kLabelRole) != "ps" ||
+          kube::Label(p, vocab::kLabelReplicaIndex) != std::to_string(k) || kube::Terminating(p)) {
         continue;
       }
       if (NameOf(p) == desired) {
@@ -431,49 +441,16 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
     AddCredential(ctx, rt.token);
     v1::ParameterServerStats stats;
     if (!stub->Stats(&ctx, v1::StatsRequest(), &stats).ok() || stats.generation() < 1) continue;
-    if (rt.moves_announced[id] != incarnation) {
-      // Each running worker is pointed at it between two steps (one that
-      // pushes to the old server first is sent on by it).
-      std::vector<controller::WorkerState> running;
-      for (const Json& p : pods) {
-        const std::string worker = kube::Label(p, "antdt.io/worker-id");
-        if (worker.empty() || kube::Terminating(p) || kube::PodPhase(p) != "Running") continue;
-        controller::WorkerState& w = running.emplace_back();
-        w.id = worker;
-        w.node = NodeOf(p);
-        w.alive = true;
-      }
-      for (const control::Delivery& d : rt.loop->ServerMoved(
-               id, address, running, absl::StrCat(id, " moved to pod ", desired))) {
-        if (monitor_ != nullptr) (void)monitor_->hub().SendDirective(d.node, d.directive);
-      }
-      rt.moves_announced[id] = incarnation;
-      LogEvent("operator", {{"event", "parameter_server_took_over"},
-                            {"job", kube::KeyOf(job)},
-                            {"ps", id},
-                            {"pod", desired},
-                            {"step", stats.loaded_step()}});
-    }
+    rt.serving.push_back({id, static_cast<int32_t>(incarnation), address, "pod " + desired});
     if (stats.step() > stats.loaded_step()) obs->servers_followed.insert(id);
   }
 }
 
-std::optional<controller::Plan> JobController::PlanIfDue(const Json& job, JobRuntime& rt) {
-  if (!rt.dataset_ready || kube::At(job, {"spec", "suspend"}) == true) return std::nullopt;
-  const bool running = ConditionTrue(job, "Running");
+control::Ready JobController::Step(const Json& job, JobRuntime& rt) {
   const bool finished = ConditionTrue(job, "Succeeded") || ConditionTrue(job, "Failed");
-  if (!running || finished || !rt.loop->TakeTurn()) return std::nullopt;
-  std::optional<controller::Observed> observed = rt.loop->Observe();
-  if (!observed) return std::nullopt;  // no reports yet
-  controller::Plan plan = rt.loop->Decide(*observed);
-  // The operator does not run backup workers (a baseline): left out.
-  plan.decisions.erase(
-      std::remove_if(plan.decisions.begin(), plan.decisions.end(),
-                     [](const controller::Decision& d) {
-                       return std::holds_alternative<controller::UseBackupWorkers>(d.action);
-                     }),
-      plan.decisions.end());
-  return plan;
+  const bool acting = rt.dataset_ready && kube::At(job, {"spec", "suspend"}) != true &&
+                      ConditionTrue(job, "Running") && !finished;
+  return rt.loop->Step(/*may_decide=*/acting);
 }
 
 absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_ms) {
@@ -514,18 +491,19 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   // (an earlier job of the same name, still being garbage-collected) or
   // none (left by `kubectl delete --cascade=orphan`) are not counted.
   const std::string uid = kube::StringAt(job, {"metadata", "uid"});
-  const std::vector<Json> labelled_pods = pods_->List(ns, {{"antdt.io/job", name}});
-  const std::vector<Json> labelled_services = services_->List(ns, {{"antdt.io/job", name}});
+  const std::vector<Json> labelled_pods = pods_->List(ns, {{vocab::kLabelJob, name}});
+  const std::vector<Json> labelled_services = services_->List(ns, {{vocab::kLabelJob, name}});
   obs.pods = ControlledBy(labelled_pods, uid);
   obs.services = ControlledBy(labelled_services, uid);
   std::set<std::string> foreign = Foreign(labelled_pods, obs.pods);
   foreign.merge(Foreign(labelled_services, obs.services));
-  std::optional<controller::Plan> decided;
+  std::optional<control::Ready> ready;
   JobRuntime* rt = nullptr;
   std::optional<v1::GetJobHealthResponse> health;
   if (obs.spec.ok()) {
     rt = &RuntimeFor(job, *obs.spec);
     ReportOrphans(job, labelled_pods, labelled_services, rt);
+    ConnectSharding(job, *obs.spec, obs.pods, *rt);
     // The Monitor's view, read once for the status and the policy.
     if (monitor_ != nullptr) {
       auto view = monitor_->hub().Health(ns, obs.spec->name);
@@ -534,11 +512,10 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     const v1::GetJobHealthResponse* h = health ? &*health : nullptr;
     Observe(job, *obs.spec, obs.pods, h, *rt, &obs);
     rt->backend->Bind(&job, &obs.pods, h, rt);
-    decided = PlanIfDue(job, *rt);
-    if (decided) {
-      for (const controller::Decision& d : decided->decisions) {
-        obs.actions.push_back(*ToReconcilerAction(d));
-      }
+    // The loop's step: its decisions go to the reconciler, which commits them.
+    ready = Step(job, *rt);
+    for (const controller::Decision& d : ready->plan.decisions) {
+      obs.actions.push_back(ToReconcilerAction(d));
     }
   }
   const reconciler::Plan plan = reconciler::Reconcile(obs, options_.settings);
@@ -551,13 +528,10 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
       if (w.resource == "persistentvolumeclaims") rt->sharding_claim_created = true;
     }
   }
-  if (decided) {
-    // Then the loop carries them out: directives to the agents (restarts were
-    // committed above), and the history (cool-downs, budgets).
-    RETURN_IF_ERROR(rt->loop->Execute(*decided));
-  }
-  if (rt != nullptr)
-    ResyncBatches(plan.status ? *plan.status : kube::At(job, {"status"}), obs.pods, *rt);
+  // Then the loop carries out its effects: directives to the agents (restarts
+  // were committed above), re-deliveries, server moves, and the history
+  // (cool-downs, budgets).
+  if (ready) RETURN_IF_ERROR(rt->loop->Apply(*ready));
   *requeue_after_ms = plan.requeue_after_ms;
   if (obs.spec.ok() && plan.requeue_after_ms > 0) {
     *requeue_after_ms =

@@ -28,6 +28,7 @@
 #include "backends/kubernetes/runtime/informer.h"
 #include "backends/kubernetes/runtime/workqueue.h"
 #include "common/clock.h"
+#include "core/loop/control_loop.h"
 #include "core/policy/policy.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -74,18 +75,25 @@ class JobController {
   void Worker();
   void EnqueueOwner(const kube::Json& child);
   JobRuntime& RuntimeFor(const kube::Json& job, const manifest::Job& spec);
+  // The sharding service's running pod, and a client of it (rt.driver) for
+  // its address; the dataset created on it once (status.datasetCreated, else
+  // a CreateDataset that an existing dataset answers as done).
+  void ConnectSharding(const kube::Json& job, const manifest::Job& spec,
+                       const std::vector<kube::Json>& pods, JobRuntime& rt);
+  // The gather: what this pass sees beyond the API objects (progress, the
+  // Monitor's stragglers, moved servers). Reads only.
   void Observe(const kube::Json& job, const manifest::Job& spec,
                const std::vector<kube::Json>& pods, const v1::GetJobHealthResponse* health,
                JobRuntime& rt, reconciler::Observed* obs);
   // Parameter servers being moved (status.serverInstances): once the new pod
-  // has the state, the workers are told (a MoveParameterServer directive);
-  // once it has completed a step, obs->servers_followed names it.
+  // has the state, rt.serving names it (the loop points the workers there);
+  // once it has completed a step, obs->servers_followed does.
   void ObserveMovedServers(const kube::Json& job, const manifest::Job& spec,
                            const std::vector<kube::Json>& pods, JobRuntime& rt,
                            reconciler::Observed* obs);
-  // The control loop's plan for this pass when a decision is due and the job
-  // runs; what the operator does not carry out (backup workers) left out.
-  std::optional<controller::Plan> PlanIfDue(const kube::Json& job, JobRuntime& rt);
+  // The control loop's step for this pass: a plan when a decision is due and
+  // the job runs, and the deliveries due (server moves, re-deliveries).
+  control::Ready Step(const kube::Json& job, JobRuntime& rt);
   // A create the API server refused (admission, quota, permissions): a Warning
   // Event FailedCreate on the job, as the ReplicaSet controller reports one,
   // and its condition ReplicaFailure True (the reconciler sets it False once
@@ -105,14 +113,9 @@ class JobController {
   absl::Status Apply(const kube::Json& job, const reconciler::Plan& plan,
                      const std::vector<kube::Json>& pods, const std::set<std::string>& foreign,
                      JobRuntime* rt);
-  // Sends each running worker its committed local batch (`status`'s
-  // workerInstances) once per incarnation and batch in this process: an
-  // ADJUST_BS lost while its agent was away, or committed by a leader that
-  // died before delivering it, reaches the worker all the same.
-  void ResyncBatches(const kube::Json& status, const std::vector<kube::Json>& pods, JobRuntime& rt);
   // The loop's ADJUST_BS directive of `batch` and `accumulation_steps` to
-  // `worker` through the agent of `node`; once delivered, recorded in
-  // rt->delivered for `incarnation`. False without a runtime or agent.
+  // `worker` through the agent of `node`, delivered by the loop (counted for
+  // `incarnation`: not re-delivered). False without a runtime or agent.
   bool SendBatch(const std::string& worker, std::optional<int64_t> incarnation,
                  const std::string& node, int64_t batch, int32_t accumulation_steps,
                  const std::string& reason, JobRuntime* rt);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "antdt/v1/trainer.grpc.pb.h"
+#include "api/vocab/labels.h"
 #include "api/vocab/vocab.h"
 #include "backends/kubernetes/operator/job_controller.h"
 #include "client/sharding_client.h"
@@ -110,17 +111,9 @@ struct JobController::JobRuntime {
   std::string token;               // the job's credential ("" without)
   bool token_secret_created = false;
   bool sharding_claim_created = false;
-  // Per worker, the DeliveredKey of the last ADJUST_BS this process delivered
-  // (ResyncBatches sends what is committed and not delivered yet).
-  std::map<std::string, std::string> delivered;
-  // Per moved parameter server, the incarnation the workers were told of.
-  std::map<std::string, int64_t> moves_announced;
+  // Moved parameter servers serving from their new pod (this pass's gather).
+  std::vector<control::ServerServing> serving;
 };
-
-// "incarnation/batch/accumulation steps": what a worker's incarnation was sent.
-inline std::string DeliveredKey(int64_t incarnation, int64_t batch, int32_t accumulation_steps) {
-  return absl::StrCat(incarnation, "/", batch, "/", std::max(1, accumulation_steps));
-}
 
 inline std::string PolicySpecOf(const Json& job) {
   return kube::At(job, {"spec", "stragglerPolicy"}).dump() +
@@ -162,9 +155,9 @@ class JobController::LoopBackend final : public control::Backend {
       ws.alive = false;
       const std::string desired = kube::StringAt(inst, {"pod"});
       for (const Json& p : *pods_) {
-        if (kube::Label(p, "antdt.io/worker-id") == ws.id && !kube::Terminating(p) &&
+        if (kube::Label(p, vocab::kLabelWorkerId) == ws.id && !kube::Terminating(p) &&
             NameOf(p) == desired &&
-            kube::Label(p, "antdt.io/incarnation") == std::to_string(ws.incarnation) &&
+            kube::Label(p, vocab::kLabelIncarnation) == std::to_string(ws.incarnation) &&
             kube::PodPhase(p) == "Running") {
           ws.alive = true;
           ws.node = NodeOf(p);
@@ -190,15 +183,15 @@ class JobController::LoopBackend final : public control::Backend {
     std::map<int32_t, controller::WorkerState> servers;
     for (const Json& p : *pods_) {
       int32_t k = -1;
-      if (kube::Label(p, "antdt.io/role") != "ps" || kube::Terminating(p) ||
-          !absl::SimpleAtoi(kube::Label(p, "antdt.io/replica-index"), &k)) {
+      if (kube::Label(p, vocab::kLabelRole) != "ps" || kube::Terminating(p) ||
+          !absl::SimpleAtoi(kube::Label(p, vocab::kLabelReplicaIndex), &k)) {
         continue;
       }
       controller::WorkerState& ws = servers[k];
       ws.id = vocab::MemberName(vocab::Role::kParameterServer, k);
       ws.role = vocab::Role::kParameterServer;
       ws.incarnation = static_cast<int32_t>(desired[k]);
-      const std::string incarnation = kube::Label(p, "antdt.io/incarnation");
+      const std::string incarnation = kube::Label(p, vocab::kLabelIncarnation);
       if ((incarnation.empty() ? "0" : incarnation) == std::to_string(desired[k])) {
         ws.alive = kube::PodPhase(p) == "Running";
         ws.node = NodeOf(p);
@@ -212,8 +205,8 @@ class JobController::LoopBackend final : public control::Backend {
   std::vector<controller::NodeState> Nodes() override {
     std::map<std::string, bool> busy;
     for (const Json& p : *pods_) {
-      const bool member =
-          !kube::Label(p, "antdt.io/worker-id").empty() || kube::Label(p, "antdt.io/role") == "ps";
+      const bool member = !kube::Label(p, vocab::kLabelWorkerId).empty() ||
+                          kube::Label(p, vocab::kLabelRole) == "ps";
       if (!member || kube::Terminating(p)) continue;
       if (!NodeOf(p).empty() &&
           (kube::PodPhase(p) == "Running" || kube::PodPhase(p) == "Pending")) {
@@ -237,17 +230,11 @@ class JobController::LoopBackend final : public control::Backend {
     return absl::OkStatus();  // committed by this pass's reconciler (see above)
   }
 
+  std::vector<control::ServerServing> ServersServing() override { return rt_->serving; }
+
   bool SendDirective(const std::string& node, const v1::Directive& directive) override {
-    if (controller_->monitor_->hub().SendDirective(node, directive)) {
-      for (const controller::WorkerState& m : Members()) {
-        if (m.id == directive.worker_id()) {
-          rt_->delivered[m.id] =
-              DeliveredKey(m.incarnation, directive.adjust_batch().local_batch_size(),
-                           directive.adjust_batch().accumulation_steps());
-        }
-      }
-      return true;
-    }
+    if (controller_->monitor_ == nullptr) return false;
+    if (controller_->monitor_->hub().SendDirective(node, directive)) return true;
     LogEvent("operator", {{"event", "directive_not_delivered"},
                           {"job", kube::KeyOf(*job_)},
                           {"worker", directive.worker_id()},

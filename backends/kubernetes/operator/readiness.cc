@@ -40,7 +40,7 @@ absl::Status MarkLeader(kube::Api* api, const std::string& ns, const std::string
                         bool leading) {
   if (pod.empty()) return absl::OkStatus();
   const kube::Json value = leading ? kube::Json("true") : kube::Json(nullptr);
-  const kube::Json patch = {{"metadata", {{"labels", {{kLeaderLabel, value}}}}}};
+  const kube::Json patch = {{"metadata", {{"labels", {{vocab::kLabelLeader, value}}}}}};
   absl::StatusOr<kube::Json> patched =
       api->Patch(kube::PodsResource(), ns, pod, patch, kube::PatchType::kMerge);
   return patched.status();

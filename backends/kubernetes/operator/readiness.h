@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "api/vocab/labels.h"
 #include "backends/kubernetes/client/api.h"
 #include "common/clock.h"
 
@@ -49,15 +50,13 @@ class Readiness {
   std::function<bool()> synced_;  // guarded by mu_
 };
 
-// The label the acting replica puts on its own pod, which the chart's Monitor
-// Service selects: agents reach the acting replica's Monitor only.
-inline constexpr char kLeaderLabel[] = "antdt.io/leader";
 // The gRPC health service whose status is the replica's readiness.
 inline constexpr char kReadinessService[] = "antdt.operator";
 
-// Marks the pod `ns`/`pod` as the acting replica's (kLeaderLabel "true") or
-// removes the mark, by a merge patch of its labels. A no-op without a pod name
-// (the operator run outside a pod).
+// Marks the pod `ns`/`pod` as the acting replica's (vocab::kLabelLeader
+// "true": the chart's Monitor Service selects it, so agents reach the acting
+// replica's Monitor only) or removes the mark, by a merge patch of its labels. A no-op without a
+// pod name (the operator run outside a pod).
 absl::Status MarkLeader(kube::Api* api, const std::string& ns, const std::string& pod,
                         bool leading);
 

@@ -60,11 +60,11 @@ TEST(MarkLeaderTest, LabelsThePodAndRemovesTheLabel) {
   ASSERT_TRUE(MarkLeader(&api, "antdt-system", "op-1", true).ok());
   auto got = api.Get(kube::PodsResource(), "antdt-system", "op-1");
   ASSERT_TRUE(got.ok());
-  EXPECT_EQ((*got)["metadata"]["labels"][kLeaderLabel], "true");
+  EXPECT_EQ((*got)["metadata"]["labels"][vocab::kLabelLeader], "true");
   EXPECT_EQ((*got)["metadata"]["labels"]["app"], "antdt");  // other labels kept
   ASSERT_TRUE(MarkLeader(&api, "antdt-system", "op-1", false).ok());
   got = api.Get(kube::PodsResource(), "antdt-system", "op-1");
-  EXPECT_FALSE((*got)["metadata"]["labels"].contains(kLeaderLabel));
+  EXPECT_FALSE((*got)["metadata"]["labels"].contains(vocab::kLabelLeader));
   EXPECT_EQ((*got)["metadata"]["labels"]["app"], "antdt");
   // A pod that is gone is an error; no pod name (outside a cluster) is a no-op.
   EXPECT_FALSE(MarkLeader(&api, "antdt-system", "op-2", true).ok());

@@ -56,6 +56,32 @@ Json ToJson(const WorkerInstance& w) {
   return j;
 }
 
+Json ActionRecord(const Action& a, int64_t now_ms) {
+  return {{"time", kube::FormatTime(a.at_ms != 0 ? a.at_ms : now_ms)},
+          {"action", vocab::Name(a.kind)},
+          {"worker", a.worker},
+          {"fromNode", a.from_node},
+          {"toNode", a.to_node},
+          {"rule", a.rule},
+          {"reason", a.reason},
+          {"evidence", a.evidence}};
+}
+
+std::optional<Action> ActionFromRecord(const Json& entry) {
+  const std::optional<vocab::ActionKind> kind = vocab::ParseActionKind(GetString(entry, "action"));
+  if (!kind) return std::nullopt;
+  Action a;
+  a.kind = *kind;
+  a.at_ms = kube::ParseTime(GetString(entry, "time")).value_or(0);
+  a.worker = GetString(entry, "worker");
+  a.from_node = GetString(entry, "fromNode");
+  a.to_node = GetString(entry, "toNode");
+  a.rule = GetString(entry, "rule");
+  a.reason = GetString(entry, "reason");
+  a.evidence = GetString(entry, "evidence");
+  return a;
+}
+
 Json ToJson(const ServerInstance& s) {
   return {{"id", s.id},
           {"incarnation", s.incarnation},
@@ -286,17 +312,27 @@ void ApplyActions(const Pass& pass, Records& r, Plan& plan) {
                              [&](const ServerInstance& x) { return x.id == a.worker; });
       if (si != r.servers.end()) {
         plan.events.push_back(MoveServer(a, *si, pass.job));
-        r.last_actions.push_back(LastAction(a, pass.now));
+        r.last_actions.push_back(ActionRecord(a, pass.now));
         continue;
       }
     }
+    if (a.kind == vocab::ActionKind::kBackupWorkers) {
+      // The parameter servers were started with the backups (spec): recorded.
+      plan.events.push_back({"Normal", "BackupWorkers",
+                             absl::StrCat("each step takes the first workers to push, ",
+                                          pass.spec.straggler_policy.backup_workers,
+                                          " of them backups (spec.stragglerPolicy.backupWorkers): "
+                                          "rule ",
+                                          a.rule, "; ", a.reason)});
+      r.last_actions.push_back(ActionRecord(a, pass.now));
+      continue;
+    }
     WorkerInstance* w = FindInstance(r.instances, a.worker);
-    if (w == nullptr || a.kind == vocab::ActionKind::kBackupWorkers) {
+    if (w == nullptr) {
       plan.events.push_back({"Warning", "ActionIgnored",
                              absl::StrCat(vocab::Name(a.kind), " for ", a.worker,
-                                          ": the operator carries out KILL_RESTART for the "
-                                          "job's workers and servers and ADJUST_BS for its "
-                                          "workers only")});
+                                          ": not a member of the job (status.workerInstances, "
+                                          "status.serverInstances)")});
       continue;
     }
     if (a.kind == vocab::ActionKind::kKillRestart) {
@@ -304,7 +340,7 @@ void ApplyActions(const Pass& pass, Records& r, Plan& plan) {
     } else {
       AdjustBatch(a, pass.o.stragglers, *w, plan.events);
     }
-    r.last_actions.push_back(LastAction(a, pass.now));
+    r.last_actions.push_back(ActionRecord(a, pass.now));
   }
   TrimLastActions(r.last_actions);
 }

@@ -139,9 +139,10 @@ struct Progress {
   bool done = false;
 };
 
-// A Controller decision to carry out in this pass.
+// A Controller decision to carry out in this pass, and its record in
+// status.lastActions (ActionRecord, ActionFromRecord: the one serializer).
 struct Action {
-  vocab::ActionKind kind = vocab::ActionKind::kAdjustBatchSize;  // or kKillRestart
+  vocab::ActionKind kind = vocab::ActionKind::kAdjustBatchSize;  // kKillRestart, kBackupWorkers
   std::string worker;                                            // "worker-3"
   std::string from_node, to_node;
   int32_t local_batch_size = 0;    // ADJUST_BS
@@ -252,6 +253,12 @@ struct ServerInstance {
   std::string node;         // the Controller's choice
   std::vector<std::string> excluded_nodes;
 };
+// An entry of status.lastActions: time, action, worker, fromNode, toNode,
+// rule, reason, evidence (`now_ms` when a.at_ms is 0); and back, nullopt for
+// an entry whose action is unknown.
+Json ActionRecord(const Action& a, int64_t now_ms);
+std::optional<Action> ActionFromRecord(const Json& entry);
+
 Json ToJson(const ServerInstance& s);
 ServerInstance ServerInstanceFromJson(const Json& j);
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "api/vocab/labels.h"
 #include "backends/kubernetes/client/object.h"
 #include "backends/kubernetes/reconciler/pod_defaults.h"
 #include "common/credential.h"
@@ -126,13 +127,13 @@ class Children {
   explicit Children(const Observed& o) {
     for (const Json& pod : o.pods) {
       pod_by_name_[Name(pod)] = &pod;
-      const std::string worker = kube::Label(pod, "antdt.io/worker-id");
-      if (kube::Label(pod, "antdt.io/role") == "worker" && !worker.empty()) {
+      const std::string worker = kube::Label(pod, vocab::kLabelWorkerId);
+      if (kube::Label(pod, vocab::kLabelRole) == "worker" && !worker.empty()) {
         pods_of_worker_[worker].push_back(&pod);
       }
       int32_t k = -1;
-      if (kube::Label(pod, "antdt.io/role") == "ps" &&
-          absl::SimpleAtoi(kube::Label(pod, "antdt.io/replica-index"), &k)) {
+      if (kube::Label(pod, vocab::kLabelRole) == "ps" &&
+          absl::SimpleAtoi(kube::Label(pod, vocab::kLabelReplicaIndex), &k)) {
         pods_of_server_[k].push_back(&pod);
       }
     }
@@ -162,8 +163,8 @@ class Children {
   const Json* Worker(const WorkerInstance& w) const {
     const Json* pod = Pod(w.pod);
     if (pod == nullptr) return nullptr;
-    return kube::Label(*pod, "antdt.io/incarnation") == std::to_string(w.incarnation) ? pod
-                                                                                      : nullptr;
+    return kube::Label(*pod, vocab::kLabelIncarnation) == std::to_string(w.incarnation) ? pod
+                                                                                        : nullptr;
   }
 
  private:
@@ -334,17 +335,6 @@ inline std::string JobStateDir(const manifest::Job& spec) {
 
 inline bool ShardingStateIsDurable(const Json& job, const manifest::Job& spec) {
   return !spec.sharding_storage.ephemeral || CheckpointVolume(job, spec).first != nullptr;
-}
-
-inline Json LastAction(const Action& a, int64_t now_ms) {
-  return {{"time", kube::FormatTime(a.at_ms != 0 ? a.at_ms : now_ms)},
-          {"action", vocab::Name(a.kind)},
-          {"worker", a.worker},
-          {"fromNode", a.from_node},
-          {"toNode", a.to_node},
-          {"rule", a.rule},
-          {"reason", a.reason},
-          {"evidence", a.evidence}};
 }
 
 inline bool ConditionTrue(const Json& status, const std::string& type) {

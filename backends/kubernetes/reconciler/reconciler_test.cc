@@ -1272,6 +1272,32 @@ TEST(ReconcileTest, LastActionsKeepsTheLatestTwenty) {
   EXPECT_EQ(c.Status()["workerInstances"][0]["localBatchSize"], 34);
 }
 
+// Backup workers are the policy's decision under the operator too: the
+// servers start with them (the spec), the decision is recorded, nothing is
+// ignored; and an entry of lastActions reads back as the action it records.
+TEST(ReconcileTest, BackupWorkersAreRecordedAndEveryRecordReadsBack) {
+  Cluster c;
+  c.Settle();
+  Action backups;
+  backups.kind = vocab::ActionKind::kBackupWorkers;
+  backups.rule = "backup-workers:start";
+  backups.reason = "baseline";
+  const Plan plan = c.Pass({backups, KillRestart("worker-2", "node-2", "node-9")});
+  EXPECT_THAT(EventReasons(plan), Contains("Normal BackupWorkers"));
+  EXPECT_THAT(EventReasons(plan), Not(Contains("Warning ActionIgnored")));
+  const Json& last = c.Status()["lastActions"];
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0]["action"], "BACKUP_WORKERS");
+  const std::optional<Action> read = ActionFromRecord(last[1]);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->kind, vocab::ActionKind::kKillRestart);
+  EXPECT_EQ(read->worker, "worker-2");
+  EXPECT_EQ(read->from_node, "node-2");
+  EXPECT_EQ(read->to_node, "node-9");
+  EXPECT_EQ(ActionRecord(*read, 0), last[1]) << "written and read by one pair";
+  EXPECT_FALSE(ActionFromRecord(Json{{"action", "RESTART_ALL"}}).has_value());
+}
+
 TEST(ReconcileTest, RestartedWorkerGetsItsAdjustedBatch) {
   Cluster c;
   c.Settle();

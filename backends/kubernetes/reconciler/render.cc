@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "api/vocab/labels.h"
 #include "backends/kubernetes/client/object.h"
 #include "backends/kubernetes/reconciler/pod_defaults.h"
 #include "backends/kubernetes/reconciler/reconciler_internal.h"
@@ -49,8 +50,8 @@ Json Labels(const manifest::Job& spec, const std::string& role, const Settings& 
   Json labels = {{"app.kubernetes.io/name", "antdt"},
                  {"app.kubernetes.io/managed-by", s.manager},
                  {"app.kubernetes.io/instance", spec.name},
-                 {"antdt.io/job", spec.name},
-                 {"antdt.io/role", role}};
+                 {vocab::kLabelJob, spec.name},
+                 {vocab::kLabelRole, role}};
   for (const auto& [key, value] : spec.labels) {
     if (absl::StartsWith(key, kQueueLabelPrefix)) labels[key] = value;
   }
@@ -266,7 +267,7 @@ std::vector<Json> RenderServices(const Json& job, const manifest::Job& spec, con
                  {{"clusterIP", "None"},
                   // Pods resolve each other while they start, before readiness.
                   {"publishNotReadyAddresses", true},
-                  {"selector", {{"antdt.io/job", spec.name}, {"antdt.io/role", role}}},
+                  {"selector", {{vocab::kLabelJob, spec.name}, {vocab::kLabelRole, role}}},
                   {"ports", Json::array({{{"name", port_name},
                                           {"port", port},
                                           {"targetPort", port},
@@ -453,8 +454,8 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
                               const std::string& take_over) {
   const std::string name = PsPodName(spec.name, k, inst.incarnation);
   Json labels = Labels(spec, "ps", s);
-  labels["antdt.io/replica-index"] = std::to_string(k);
-  labels["antdt.io/incarnation"] = std::to_string(inst.incarnation);
+  labels[vocab::kLabelReplicaIndex] = std::to_string(k);
+  labels[vocab::kLabelIncarnation] = std::to_string(inst.incarnation);
   const int32_t slice = bridge::ParameterServerFeatures(spec, k);
   const int32_t backup = spec.straggler_policy.name == vocab::Policy::kBackupWorkers
                              ? spec.straggler_policy.backup_workers
@@ -517,8 +518,8 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
 Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerInstance& instance,
                      const Settings& s) {
   Json labels = Labels(spec, "worker", s);
-  labels["antdt.io/worker-id"] = instance.id;
-  labels["antdt.io/incarnation"] = std::to_string(instance.incarnation);
+  labels[vocab::kLabelWorkerId] = instance.id;
+  labels[vocab::kLabelIncarnation] = std::to_string(instance.incarnation);
   Json pod = FromTemplate(job, spec, WorkerTemplate(job), WorkerPodName(spec.name, instance.index),
                           labels);
   Json& pod_spec = pod["spec"];
