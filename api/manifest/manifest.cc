@@ -232,7 +232,8 @@ absl::Status ParseRule(const YAML::Node& node, const std::string& path, Rule* ru
     }
     RETURN_IF_ERROR(Required(node, path, "class"));
     RETURN_IF_ERROR(ReadOneOf(node, path, "class",
-                              {v1::TRANSIENT, v1::PERSISTENT, v1::DETERMINISTIC}, &rule->klass));
+                              {v1::TRANSIENT, v1::PERSISTENT, v1::DETERMINISTIC},
+                              &rule->straggler_class));
   } else {
     if (Present(Get(node, "class"))) {
       return Invalid(Join(path, "class"), "only allowed with signal class");

@@ -54,7 +54,7 @@ struct Rule {  // spec.stragglerPolicy.rules[i]
   vocab::Signal signal = vocab::Signal::kScore;
   double threshold = 0;  // for score signals
   // For signal class: TRANSIENT, PERSISTENT or DETERMINISTIC (spelt in lower case).
-  v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
+  v1::StragglerClass straggler_class = v1::STRAGGLER_CLASS_UNSPECIFIED;
   int32_t windows = 1;  // persistence: consecutive windows
   // ADJUST_BS or KILL_RESTART (vocab::RuleActionKinds).
   vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;

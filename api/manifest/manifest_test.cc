@@ -166,7 +166,7 @@ spec:
   EXPECT_EQ(p.rules[0].cooldown_ms, 0);
   EXPECT_EQ(p.rules[0].budget, 0);
   EXPECT_EQ(p.rules[1].signal, vocab::Signal::kClass);
-  EXPECT_EQ(p.rules[1].klass, v1::PERSISTENT);
+  EXPECT_EQ(p.rules[1].straggler_class, v1::PERSISTENT);
   EXPECT_EQ(p.rules[1].windows, 1);
   EXPECT_EQ(p.rules[1].action, vocab::ActionKind::kKillRestart);
   EXPECT_EQ(p.rules[1].cooldown_ms, 120'000);

@@ -25,7 +25,7 @@ namespace antdt::vocab {
 enum class Policy { kAntdtNd, kAntdtDd, kCustom, kNone, kBackupWorkers, kLbBsp };
 // A member of a job: a worker, or a parameter server.
 enum class Role { kWorker, kParameterServer };
-// What the Controller decides (controller::Action); a custom rule takes the first two.
+// What the Controller decides (policy::Action); a custom rule takes the first two.
 enum class ActionKind { kAdjustBatchSize, kKillRestart, kBackupWorkers };
 // What a custom rule watches (spec.stragglerPolicy.rules[i].signal).
 enum class Signal { kScore, kSelfScore, kClass };

@@ -140,8 +140,8 @@ std::string ReportJson(const RunResult& r) {
                           "\"cause\": \"%s\", \"sample_score\": %.3f, \"speed_class\": \"%s\", "
                           "\"compensated\": %s}",
                           i ? "," : "", p.at_seconds, JsonEscape(p.worker), JsonEscape(p.role),
-                          p.samples_per_second, p.score, vocab::Name(p.klass), CauseName(p.cause),
-                          p.sample_score, vocab::Name(p.speed_class),
+                          p.samples_per_second, p.score, vocab::Name(p.straggler_class),
+                          CauseName(p.cause), p.sample_score, vocab::Name(p.speed_class),
                           p.compensated ? "true" : "false");
   }
   absl::StrAppend(&json, r.timeline.empty() ? "],\n" : "\n  ],\n", "  \"loss_curve\": [");

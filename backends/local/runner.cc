@@ -224,7 +224,7 @@ absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes
 // KILL_RESTART of a parameter server: moved to `to_node` (servers.h); the loop
 // then points every worker at it between two steps (those that pushed to the
 // old one in between were sent on by it).
-absl::Status Runner::MoveParameterServer(const controller::WorkerState& server,
+absl::Status Runner::MoveParameterServer(const policy::WorkerState& server,
                                          const std::string& to_node) {
   const std::string& id = server.id;
   const std::optional<vocab::MemberId> member = vocab::ParseMemberId(id);
@@ -487,8 +487,8 @@ void Runner::CollectLoss() {
 absl::Status Runner::Collect() {
   result_.jct_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
   if (loop_) {
-    result_.estimated_saved_seconds = loop_->ledger().saved_seconds();
-    result_.estimated_lost_seconds = loop_->ledger().lost_seconds();
+    result_.estimated_saved_seconds = loop_->time_ledger().saved_seconds();
+    result_.estimated_lost_seconds = loop_->time_ledger().lost_seconds();
   }
   if (auto p = driver_->Progress(); p.ok()) {
     result_.records_committed = p->records_committed_total();

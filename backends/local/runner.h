@@ -80,7 +80,7 @@ struct ThroughputPoint {
   std::string worker;
   double samples_per_second = 0;
   double score = 0;
-  v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
+  v1::StragglerClass straggler_class = v1::STRAGGLER_CLASS_UNSPECIFIED;
   v1::Cause cause = v1::CAUSE_UNSPECIFIED;  // the Monitor's, with the class
   std::string role = "worker";              // or "ps": only workers have a throughput
   double sample_score = 0;                  // per-sample seconds over the median; 0: none

@@ -65,12 +65,12 @@ std::optional<v1::GetJobHealthResponse> Runner::Health() {
   return *std::move(health);
 }
 
-std::vector<controller::NodeState> Runner::Nodes() {
+std::vector<policy::NodeState> Runner::Nodes() {
   std::map<std::string, bool> busy = workers_->BusyNodes();
   for (const auto& [node, b] : servers_->BusyNodes()) busy[node] = b;
-  std::vector<controller::NodeState> nodes;
+  std::vector<policy::NodeState> nodes;
   for (const manifest::NodeSpec& n : scenario_.nodes) {
-    controller::NodeState ns;
+    policy::NodeState ns;
     ns.name = n.name;
     ns.spare = n.spare && !busy.count(n.name);
     nodes.push_back(ns);
@@ -93,12 +93,12 @@ bool Runner::SendDirective(const std::string& node, const v1::Directive& directi
   return false;
 }
 
-void Runner::RecordAction(const controller::Decision& d, control::Outcome outcome) {
+void Runner::RecordAction(const policy::Decision& d, control::Outcome outcome) {
   ActionRecord rec;
   rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
-  rec.action = controller::KindOf(d.action);
-  rec.worker = controller::ActionTarget(d.action);
-  rec.description = controller::Describe(d);
+  rec.action = policy::KindOf(d.action);
+  rec.worker = policy::ActionTarget(d.action);
+  rec.description = policy::Describe(d);
   rec.rule = d.rule;
   rec.reason = d.reason;
   rec.subject = d.subject;
@@ -114,13 +114,13 @@ void Runner::RecordAction(const controller::Decision& d, control::Outcome outcom
   if (outcome != control::Outcome::kDone) {
     rec.reason = absl::StrCat("(", control::OutcomeName(outcome), ") ", rec.reason);
   }
-  if (const auto* b = std::get_if<controller::UseBackupWorkers>(&d.action)) {
+  if (const auto* b = std::get_if<policy::UseBackupWorkers>(&d.action)) {
     rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
   }
   if (rec.rebalance()) {
     // Batch changes that only keep the global batch constant are summed up in
     // one line per plan by Control().
-    const auto& a = std::get<controller::AdjustBatchSize>(d.action);
+    const auto& a = std::get<policy::AdjustBatchSize>(d.action);
     rebalanced_.push_back(absl::StrCat(a.worker, "->", a.local_batch_size));
   } else {
     rebalanced_for_.push_back(absl::StrCat(rec.worker, "'s ", vocab::Name(rec.action)));
@@ -154,7 +154,7 @@ void Runner::ShowProgress() {
     const double last = result_.timeline.back().at_seconds;
     for (auto it = result_.timeline.rbegin();
          it != result_.timeline.rend() && it->at_seconds == last; ++it) {
-      if (vocab::IsStraggler(it->klass) || it->compensated) ++f.stragglers;
+      if (vocab::IsStraggler(it->straggler_class) || it->compensated) ++f.stragglers;
       if (it->compensated) ++f.compensated;
     }
   }

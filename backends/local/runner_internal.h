@@ -95,19 +95,19 @@ class Runner final : public control::Backend {
     if (monitor_ == nullptr) return -1;  // the loop starts before the Monitor
     return monitor_->hub().WindowsClosed(job_.namespace_, job_.name);
   }
-  std::vector<controller::WorkerState> Members() override {
-    std::vector<controller::WorkerState> members = workers_->Members();
-    for (controller::WorkerState& m : servers_->Members()) members.push_back(std::move(m));
+  std::vector<policy::WorkerState> Members() override {
+    std::vector<policy::WorkerState> members = workers_->Members();
+    for (policy::WorkerState& m : servers_->Members()) members.push_back(std::move(m));
     return members;
   }
-  std::vector<controller::NodeState> Nodes() override;
+  std::vector<policy::NodeState> Nodes() override;
   double RemainingSeconds() override {
     auto progress = driver_->Progress();
     return progress.ok() ? progress->eta_seconds() : -1;
   }
   std::vector<control::ServerServing> ServersServing() override { return moved_servers_; }
-  absl::Status RestartElsewhere(const controller::WorkerState& member,
-                                const controller::KillRestart& restart) override {
+  absl::Status RestartElsewhere(const policy::WorkerState& member,
+                                const policy::KillRestart& restart) override {
     // The source node's exclusion is the decision's (exclude_node_until_ms),
     // which the policy reads from the loop's history.
     if (member.role == vocab::Role::kParameterServer) {
@@ -123,15 +123,15 @@ class Runner final : public control::Backend {
     copts.incarnation = incarnation;
     return client::ReleaseWorker(sharding_.address, copts);
   }
-  void RecordAction(const controller::Decision& d, control::Outcome outcome) override;
+  void RecordAction(const policy::Decision& d, control::Outcome outcome) override;
   void RecordTime(const control::TimeDelta& delta) override { metrics_.Time(delta); }
-  void RecordSkipped(const std::string& line, controller::SkipReason reason) override {
-    metrics_.Skipped(controller::SkipReasonName(reason));
+  void RecordSkipped(const std::string& line, policy::SkipReason reason) override {
+    metrics_.Skipped(policy::SkipReasonName(reason));
     // Why nothing was done, in the run's log (not on the terminal: a skip
     // repeats every window while it holds).
     LogEvent("skipped", {{"job", job_.name},
                          {"t", static_cast<double>(clock_.NowMillis()) / 1000.0},
-                         {"reason", controller::SkipReasonName(reason)},
+                         {"reason", policy::SkipReasonName(reason)},
                          {"message", line}});
   }
   void RecordBudgetUsed(int used) override { metrics_.BudgetUsed(used); }
@@ -157,8 +157,7 @@ class Runner final : public control::Backend {
   absl::Status StartAgents();
   absl::Status StartPrometheus();
   absl::Status StartParameterServers(const std::vector<std::string>& nodes);
-  absl::Status MoveParameterServer(const controller::WorkerState& server,
-                                   const std::string& to_node);
+  absl::Status MoveParameterServer(const policy::WorkerState& server, const std::string& to_node);
   absl::Status PollParameterServers();
   absl::Status StartWorkers(const std::vector<const manifest::NodeSpec*>& placement);
   absl::Status ApplyScenario();

@@ -127,10 +127,10 @@ std::vector<std::string> ServerSet::addresses() const {
   return out;
 }
 
-std::vector<controller::WorkerState> ServerSet::Members() const {
-  std::vector<controller::WorkerState> members;
+std::vector<policy::WorkerState> ServerSet::Members() const {
+  std::vector<policy::WorkerState> members;
   for (const Slot& s : servers_) {
-    controller::WorkerState m;
+    policy::WorkerState m;
     m.id = s.id;
     m.role = vocab::Role::kParameterServer;
     m.node = s.node;

@@ -79,7 +79,7 @@ class ServerSet {
   std::string address(size_t k) const { return servers_[k].server.address; }
   size_t size() const { return servers_.size(); }
   // As control-loop members (role ps, their node and incarnation).
-  std::vector<controller::WorkerState> Members() const;
+  std::vector<policy::WorkerState> Members() const;
   // Nodes a server runs on.
   std::map<std::string, bool> BusyNodes() const;
 

@@ -120,10 +120,10 @@ absl::Status WorkerSet::RestartElsewhere(const std::string& id, const std::strin
   return Spawn(*w);
 }
 
-std::vector<controller::WorkerState> WorkerSet::Members() const {
-  std::vector<controller::WorkerState> members;
+std::vector<policy::WorkerState> WorkerSet::Members() const {
+  std::vector<policy::WorkerState> members;
   for (const auto& w : slots_) {
-    controller::WorkerState ws;
+    policy::WorkerState ws;
     ws.id = w->id;
     ws.role = vocab::Role::kWorker;
     ws.node = w->node;

@@ -106,7 +106,7 @@ class WorkerSet {
   const std::vector<std::unique_ptr<WorkerSlot>>& slots() const { return slots_; }
 
   // Members as the Controller sees them (alive while not done).
-  std::vector<controller::WorkerState> Members() const;
+  std::vector<policy::WorkerState> Members() const;
   // Nodes a worker runs on now.
   std::map<std::string, bool> BusyNodes() const;
 

@@ -106,17 +106,17 @@ class Sim final : public control::Backend {
     if (h.workers_size() == 0) return std::nullopt;
     return h;
   }
-  std::vector<controller::WorkerState> Members() override;
-  std::vector<controller::NodeState> Nodes() override;
+  std::vector<policy::WorkerState> Members() override;
+  std::vector<policy::NodeState> Nodes() override;
   double RemainingSeconds() override;
-  absl::Status RestartElsewhere(const controller::WorkerState& member,
-                                const controller::KillRestart& restart) override;
+  absl::Status RestartElsewhere(const policy::WorkerState& member,
+                                const policy::KillRestart& restart) override;
   bool SendDirective(const std::string& node, const v1::Directive& directive) override;
   void LeaveParameterServers(const std::string& /*worker*/) override {}
   absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override;
-  void RecordAction(const controller::Decision& d, control::Outcome outcome) override;
-  void RecordSkipped(const std::string& /*line*/, controller::SkipReason reason) override {
-    ++result_.skipped[controller::SkipReasonName(reason)];
+  void RecordAction(const policy::Decision& d, control::Outcome outcome) override;
+  void RecordSkipped(const std::string& /*line*/, policy::SkipReason reason) override {
+    ++result_.skipped[policy::SkipReasonName(reason)];
   }
 
  private:
@@ -343,18 +343,18 @@ absl::StatusOr<SimResult> Sim::Run() {
     if (c > 1) result_.duplicates += c - 1;
     if (c > 0) ++result_.records_committed;
   }
-  result_.estimated_saved_seconds = loop_->ledger().saved_seconds();
-  result_.estimated_lost_seconds = loop_->ledger().lost_seconds();
+  result_.estimated_saved_seconds = loop_->time_ledger().saved_seconds();
+  result_.estimated_lost_seconds = loop_->time_ledger().lost_seconds();
   result_.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return result_;
 }
 
-std::vector<controller::WorkerState> Sim::Members() {
-  std::vector<controller::WorkerState> out;
+std::vector<policy::WorkerState> Sim::Members() {
+  std::vector<policy::WorkerState> out;
   out.reserve(workers_.size());
   for (const SimWorker& w : workers_) {
-    controller::WorkerState s;
+    policy::WorkerState s;
     s.id = w.id;
     s.node = w.node;
     s.local_batch_size = w.pending_batch > 0 ? w.pending_batch : w.batch;
@@ -367,13 +367,13 @@ std::vector<controller::WorkerState> Sim::Members() {
   return out;
 }
 
-std::vector<controller::NodeState> Sim::Nodes() {
+std::vector<policy::NodeState> Sim::Nodes() {
   std::unordered_map<std::string, bool> busy;
   for (const SimWorker& w : workers_) busy[w.node] = true;
-  std::vector<controller::NodeState> nodes;
+  std::vector<policy::NodeState> nodes;
   nodes.reserve(scenario_.nodes.size());
   for (const manifest::NodeSpec& n : scenario_.nodes) {
-    controller::NodeState ns;
+    policy::NodeState ns;
     ns.name = n.name;
     ns.spare = n.spare && !busy.count(n.name);
     nodes.push_back(std::move(ns));
@@ -388,8 +388,8 @@ double Sim::RemainingSeconds() {
   return p.ok() ? p->eta_seconds() : -1;
 }
 
-absl::Status Sim::RestartElsewhere(const controller::WorkerState& member,
-                                   const controller::KillRestart& restart) {
+absl::Status Sim::RestartElsewhere(const policy::WorkerState& member,
+                                   const policy::KillRestart& restart) {
   SimWorker* w = WorkerNamed(member.id);
   if (w == nullptr) return absl::NotFoundError(absl::StrCat("no worker ", member.id));
   // Stopped now: what it took and did not commit goes back (Retire releases
@@ -430,11 +430,11 @@ absl::Status Sim::ReleaseShards(const std::string& worker, int32_t incarnation) 
   return ledger_->ReleaseWorker(req).status();
 }
 
-void Sim::RecordAction(const controller::Decision& d, control::Outcome /*outcome*/) {
+void Sim::RecordAction(const policy::Decision& d, control::Outcome /*outcome*/) {
   SimAction a;
   a.at_seconds = t_;
-  a.action = controller::KindOf(d.action);
-  a.worker = controller::ActionTarget(d.action);
+  a.action = policy::KindOf(d.action);
+  a.worker = policy::ActionTarget(d.action);
   a.rule = d.rule;
   a.subject = d.subject;
   a.reason = d.reason;

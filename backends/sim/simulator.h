@@ -78,7 +78,7 @@ struct SimResult {
   std::vector<SimAction> actions;
   int restarts = 0;
   // Actions the policy considered and passed over, by reason ("cooldown",
-  // "cost_above_saving", ...: controller::SkipReasonName).
+  // "cost_above_saving", ...: policy::SkipReasonName).
   std::map<std::string, int64_t> skipped;
   double estimated_saved_seconds = 0;  // the control loop's time ledger
   double estimated_lost_seconds = 0;

@@ -6,9 +6,9 @@
 
 namespace antdt::bridge {
 
-controller::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
-                                     int64_t interval_ms) {
-  controller::PolicySpec spec;
+policy::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
+                                 int64_t interval_ms) {
+  policy::PolicySpec spec;
   spec.name = policy;
   spec.cooldown_ms = job.straggler_policy.cooldown_ms;
   spec.max_actions = job.straggler_policy.max_actions;
@@ -18,10 +18,10 @@ controller::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy pol
   const monitor::MonitorConfig mc = MonitorConfigFor(job.monitor);
   spec.settle_ms = 2 * mc.window_ms + mc.allowed_lateness_ms;
   for (const manifest::Rule& r : job.straggler_policy.rules) {
-    controller::Rule cr;
+    policy::Rule cr;
     cr.signal = r.signal;
     cr.threshold = r.threshold;
-    cr.straggler_class = r.klass;
+    cr.straggler_class = r.straggler_class;
     cr.windows = r.windows;
     cr.action = r.action;
     if (r.cooldown_ms > 0) cr.cooldown_ms = r.cooldown_ms;

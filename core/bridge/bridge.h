@@ -14,10 +14,10 @@
 
 namespace antdt::bridge {
 
-// spec.stragglerPolicy as a controller::PolicySpec under `policy` (the job's
+// spec.stragglerPolicy as a policy::PolicySpec under `policy` (the job's
 // own or an override), deciding every `interval_ms`.
-controller::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
-                                     int64_t interval_ms);
+policy::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
+                                 int64_t interval_ms);
 
 // spec.monitor as a monitor::MonitorConfig. The allowed lateness covers the
 // workers' batched step reports (every 250 ms in the examples).

@@ -30,8 +30,8 @@ absl::Status Backend::Retire(const std::string& worker, int32_t incarnation) {
 ControlLoop::ControlLoop(LoopOptions options, Backend* backend, const Clock* clock)
     : options_(std::move(options)), backend_(backend), clock_(clock) {}
 
-void ControlLoop::Seed(std::vector<controller::Decision> decisions) {
-  for (controller::Decision& d : decisions) history_.push_back(std::move(d));
+void ControlLoop::Seed(std::vector<policy::Decision> decisions) {
+  for (policy::Decision& d : decisions) history_.push_back(std::move(d));
   budget_reported_ = false;
 }
 
@@ -67,10 +67,9 @@ v1::Directive ControlLoop::BatchDirective(const std::string& worker, int64_t loc
   return d;
 }
 
-void ControlLoop::Announce(const ServerServing& s,
-                           const std::vector<controller::WorkerState>& members,
+void ControlLoop::Announce(const ServerServing& s, const std::vector<policy::WorkerState>& members,
                            std::vector<Delivery>* out) {
-  for (const controller::WorkerState& m : members) {
+  for (const policy::WorkerState& m : members) {
     if (m.role != vocab::Role::kWorker || !m.alive || m.node.empty()) continue;
     Delivery& delivery = out->emplace_back(Delivery{
         m.node, NewDirective(m.id, absl::StrCat(s.id, " moved to ", s.where)), m.incarnation});
@@ -79,12 +78,12 @@ void ControlLoop::Announce(const ServerServing& s,
   }
 }
 
-void ControlLoop::Redeliver(const std::vector<controller::WorkerState>& members, Ready* ready) {
+void ControlLoop::Redeliver(const std::vector<policy::WorkerState>& members, Ready* ready) {
   std::set<std::string> sized;
   for (const Effect& e : ready->effects) {
     if (e.delivery) sized.insert(e.delivery->directive.worker_id());
   }
-  for (const controller::WorkerState& m : members) {
+  for (const policy::WorkerState& m : members) {
     if (m.role != vocab::Role::kWorker || !m.alive || m.node.empty() || m.local_batch_size <= 0 ||
         sized.count(m.id) > 0) {
       continue;
@@ -122,9 +121,9 @@ bool ControlLoop::Deliver(const Delivery& delivery) {
   return true;
 }
 
-void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& members) {
+void ControlLoop::MeasureRelaunches(const std::vector<policy::WorkerState>& members) {
   const int64_t now = clock_->NowMillis();
-  for (const controller::WorkerState& m : members) {
+  for (const policy::WorkerState& m : members) {
     auto it = relaunching_.find(m.id);
     if (it == relaunching_.end() || !m.alive || m.incarnation <= it->second.first) continue;
     Measured& measured = measured_[m.role == vocab::Role::kParameterServer ? 1 : 0];
@@ -134,7 +133,7 @@ void ControlLoop::MeasureRelaunches(const std::vector<controller::WorkerState>& 
   }
 }
 
-std::optional<controller::Observed> ControlLoop::Observe(bool with_history) {
+std::optional<policy::Observed> ControlLoop::Observe(bool with_history) {
   std::optional<v1::GetJobHealthResponse> health = backend_->Health();
   observed_members_ = backend_->Members();
   observed_index_.clear();
@@ -143,9 +142,9 @@ std::optional<controller::Observed> ControlLoop::Observe(bool with_history) {
   }
   MeasureRelaunches(observed_members_);
   if (!health) return std::nullopt;
-  controller::Observed obs;
+  policy::Observed obs;
   obs.now_ms = clock_->NowMillis();
-  backend_->RecordTime(ledger_.Observe(obs.now_ms, *health));
+  backend_->RecordTime(time_ledger_.Observe(obs.now_ms, *health));
   obs.job = options_.job;
   obs.health = std::move(*health);
   obs.workers = observed_members_;
@@ -153,13 +152,13 @@ std::optional<controller::Observed> ControlLoop::Observe(bool with_history) {
   // when its backend does not remember it (after the backend's own restart).
   // One pass over each: thousands of members and decisions.
   std::unordered_map<std::string, int64_t> restarted;
-  for (const controller::Decision& d : history_) {
-    if (std::holds_alternative<controller::KillRestart>(d.action)) {
+  for (const policy::Decision& d : history_) {
+    if (std::holds_alternative<policy::KillRestart>(d.action)) {
       int64_t& at = restarted.try_emplace(d.subject, d.at_ms).first->second;
       at = std::max(at, d.at_ms);
     }
   }
-  for (controller::WorkerState& m : obs.workers) {
+  for (policy::WorkerState& m : obs.workers) {
     auto it = restarted.find(m.id);
     if (it != restarted.end()) m.last_restart_ms = std::max(m.last_restart_ms, it->second);
   }
@@ -172,27 +171,27 @@ std::optional<controller::Observed> ControlLoop::Observe(bool with_history) {
   return obs;
 }
 
-controller::Plan ControlLoop::Decide(const controller::Observed& observed) const {
-  return controller::Decide(observed, options_.policy);
+policy::Plan ControlLoop::Decide(const policy::Observed& observed) const {
+  return policy::Decide(observed, options_.policy);
 }
 
-std::vector<Effect> ControlLoop::Effects(const controller::Plan& plan) {
+std::vector<Effect> ControlLoop::Effects(const policy::Plan& plan) {
   std::vector<Effect> effects;
-  for (const controller::Decision& d : plan.decisions) {
+  for (const policy::Decision& d : plan.decisions) {
     Effect& e = effects.emplace_back(Effect{d, std::nullopt, std::nullopt});
-    auto found = observed_index_.find(controller::ActionTarget(d.action));
-    const controller::WorkerState* member =
+    auto found = observed_index_.find(policy::ActionTarget(d.action));
+    const policy::WorkerState* member =
         found == observed_index_.end() ? nullptr : &observed_members_[found->second];
     // A member not running now (being started) gets no directive; the decision
     // stands (committed, recorded) and it starts with the batch the next plan sees.
-    if (const auto* a = std::get_if<controller::AdjustBatchSize>(&d.action)) {
+    if (const auto* a = std::get_if<policy::AdjustBatchSize>(&d.action)) {
       if (member != nullptr && !member->node.empty()) {
         e.delivery = Delivery{
             member->node,
             BatchDirective(a->worker, a->local_batch_size, a->accumulation_steps, d.reason),
             member->incarnation};
       }
-    } else if (std::holds_alternative<controller::KillRestart>(d.action) && member != nullptr) {
+    } else if (std::holds_alternative<policy::KillRestart>(d.action) && member != nullptr) {
       e.restart = *member;
     }
     // UseBackupWorkers: set on the parameter servers when they start; recorded only.
@@ -205,13 +204,13 @@ absl::Status ControlLoop::ApplyOne(const Effect& e) {
   // Not delivered: the agent is reconnecting; the next plan sees the member's
   // batch and re-plans (the backend logs it).
   if (e.delivery && !Deliver(*e.delivery)) outcome = Outcome::kNotDelivered;
-  if (const auto* k = std::get_if<controller::KillRestart>(&e.decision.action)) {
+  if (const auto* k = std::get_if<policy::KillRestart>(&e.decision.action)) {
     if (!e.restart) {
       return absl::FailedPreconditionError("KILL_RESTART of " + k->worker +
                                            ": not a member of job " + options_.job);
     }
     relaunching_[e.restart->id] = {e.restart->incarnation, clock_->NowMillis()};
-    ledger_.Restarted(e.restart->id);
+    time_ledger_.Restarted(e.restart->id);
     if (absl::Status s = backend_->RestartElsewhere(*e.restart, *k); !s.ok()) {
       backend_->RecordAction(e.decision, Outcome::kFailed);
       return s;
@@ -226,7 +225,7 @@ Ready ControlLoop::Step(bool may_decide) {
   bool looked = false;
   if (may_decide && TakeTurn()) {
     looked = true;
-    std::optional<controller::Observed> observed = Observe(/*with_history=*/false);
+    std::optional<policy::Observed> observed = Observe(/*with_history=*/false);
     if (observed) {
       // The history is lent to the policy, not copied: thousands of decisions.
       observed->history.swap(history_);
@@ -236,8 +235,7 @@ Ready ControlLoop::Step(bool may_decide) {
       ready.effects = Effects(ready.plan);
     }
   }
-  const std::vector<controller::WorkerState> members =
-      looked ? observed_members_ : backend_->Members();
+  const std::vector<policy::WorkerState> members = looked ? observed_members_ : backend_->Members();
   for (const ServerServing& s : backend_->ServersServing()) {
     int32_t& announced = announced_.try_emplace(s.id, -1).first->second;
     if (announced == s.incarnation) continue;
@@ -249,7 +247,7 @@ Ready ControlLoop::Step(bool may_decide) {
 }
 
 absl::Status ControlLoop::Apply(const Ready& ready) {
-  const controller::Plan& plan = ready.plan;
+  const policy::Plan& plan = ready.plan;
   for (size_t i = 0; i < plan.skipped.size() && i < plan.skip_reasons.size(); ++i) {
     backend_->RecordSkipped(plan.skipped[i], plan.skip_reasons[i]);
   }
@@ -260,7 +258,7 @@ absl::Status ControlLoop::Apply(const Ready& ready) {
     history_.push_back(e.decision);
   }
   if (ready.decided && (!plan.decisions.empty() || !budget_reported_)) {
-    backend_->RecordBudgetUsed(controller::BudgetUsed(history_));
+    backend_->RecordBudgetUsed(policy::BudgetUsed(history_));
     budget_reported_ = true;
   }
   RETURN_IF_ERROR(status);
@@ -280,7 +278,7 @@ bool ControlLoop::TakeTurn() {
   return true;
 }
 
-absl::StatusOr<controller::Plan> ControlLoop::RunOnce() {
+absl::StatusOr<policy::Plan> ControlLoop::RunOnce() {
   Ready ready = Step();
   RETURN_IF_ERROR(Apply(ready));
   return std::move(ready.plan);

@@ -12,8 +12,8 @@
 // history. RunOnce() is the two with nothing to persist between them.
 //
 // What the loop owns, so that no backend has its own copy:
-// - the policy's input (controller::Observed) and the one call of
-//   controller::Decide;
+// - the policy's input (policy::Observed) and the one call of
+//   policy::Decide;
 // - the history of decisions taken (cool-downs, budgets, exclusions), seeded
 //   by a backend that rebuilds it after a restart of its own;
 // - the restart-cost model: the mean relaunch time measured on this job's
@@ -87,9 +87,9 @@ class Backend {
   virtual int64_t WindowsClosed() { return -1; }
   // The job's workers and parameter servers as they are now (alive: running as
   // desired; node: where).
-  virtual std::vector<controller::WorkerState> Members() = 0;
+  virtual std::vector<policy::WorkerState> Members() = 0;
   // Every node the job may use (spare: free to take a restarted member).
-  virtual std::vector<controller::NodeState> Nodes() = 0;
+  virtual std::vector<policy::NodeState> Nodes() = 0;
   // The job's ETA at its current throughput; -1 unknown.
   virtual double RemainingSeconds() = 0;
   // Parameter servers that moved and serve from their new place (announced
@@ -101,8 +101,8 @@ class Backend {
   // on restart.to_node: at once (processes: the backend calls Retire between
   // the two), or by committing the new incarnation (pods: the reconciler's
   // writes delete the old pod, retire it once gone, and create the new one).
-  virtual absl::Status RestartElsewhere(const controller::WorkerState& member,
-                                        const controller::KillRestart& restart) = 0;
+  virtual absl::Status RestartElsewhere(const policy::WorkerState& member,
+                                        const policy::KillRestart& restart) = 0;
   // Delivers `directive` to the agent of `node`; false when it is not connected.
   virtual bool SendDirective(const std::string& node, const v1::Directive& directive) = 0;
   // Tells the parameter servers that `worker` left (a step no longer waits for it).
@@ -112,13 +112,13 @@ class Backend {
   virtual absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) = 0;
   // A decision was carried out (or tried, `outcome`): logs, Events, reports,
   // metrics.
-  virtual void RecordAction(const controller::Decision& decision, Outcome outcome) = 0;
+  virtual void RecordAction(const policy::Decision& decision, Outcome outcome) = 0;
   // The time ledger's increments for the view just observed (metrics).
   virtual void RecordTime(const TimeDelta& /*delta*/) {}
   // An action the plan passed over (its line in Plan::skipped), and why.
-  virtual void RecordSkipped(const std::string& /*line*/, controller::SkipReason /*reason*/) {}
+  virtual void RecordSkipped(const std::string& /*line*/, policy::SkipReason /*reason*/) {}
   // The job's action budget used so far, as the policy counts it against
-  // maxActions (controller::BudgetUsed of the history): after the first
+  // maxActions (policy::BudgetUsed of the history): after the first
   // Execute, and after each that carried out a decision.
   virtual void RecordBudgetUsed(int /*used*/) {}
 
@@ -140,16 +140,16 @@ struct Delivery {
 
 // A decision and what carrying it out takes, as data.
 struct Effect {
-  controller::Decision decision;
+  policy::Decision decision;
   std::optional<Delivery> delivery;  // ADJUST_BS to a member running on a node
   // KILL_RESTART: the member as observed (nullopt: not a member; Apply fails).
-  std::optional<controller::WorkerState> restart;
+  std::optional<policy::WorkerState> restart;
 };
 
 // One step's output: what was decided and every effect of it.
 struct Ready {
   bool decided = false;              // the policy ran (a turn was due, the Monitor had a view)
-  controller::Plan plan;             // what it decided and passed over
+  policy::Plan plan;                 // what it decided and passed over
   std::vector<Effect> effects;       // one per plan.decisions, in order
   std::vector<Delivery> deliveries;  // of no decision: server moves, batches re-delivered
 };
@@ -157,7 +157,7 @@ struct Ready {
 struct LoopOptions {
   std::string job;
   std::string namespace_;         // the job's; directives carry it (jobs are namespace/name)
-  controller::PolicySpec policy;  // valid (controller::Validate)
+  policy::PolicySpec policy;      // valid (policy::Validate)
   int64_t global_batch_size = 0;  // <= 0: the sum of the current local batches
   int64_t window_ms = 10'000;     // the Monitor's window: a restarted member is seen after it
   int64_t interval_ms = 10'000;   // how often RunOnce decides
@@ -194,8 +194,8 @@ class ControlLoop {
 
   // Decisions already taken for this job (a backend rebuilding them after its
   // own restart); appended to the history.
-  void Seed(std::vector<controller::Decision> decisions);
-  const std::vector<controller::Decision>& history() const { return history_; }
+  void Seed(std::vector<policy::Decision> decisions);
+  const std::vector<policy::Decision>& history() const { return history_; }
 
   // True when a decision is due now (every interval_ms, or at once when the
   // Monitor closed a window since the last turn), and the next one is then
@@ -204,9 +204,9 @@ class ControlLoop {
   bool TakeTurn();
   // The policy's input now; nullopt while the Monitor has nothing on the job.
   // `with_history`: a copy of the history in it (Step lends its own).
-  std::optional<controller::Observed> Observe(bool with_history = true);
-  // The one call of the policy: controller::Decide over `observed`.
-  controller::Plan Decide(const controller::Observed& observed) const;
+  std::optional<policy::Observed> Observe(bool with_history = true);
+  // The one call of the policy: policy::Decide over `observed`.
+  policy::Plan Decide(const policy::Observed& observed) const;
 
   // Observe -> decide when due, and the effects of what was decided, with the
   // deliveries due whether or not a decision was (server moves, re-deliveries).
@@ -221,7 +221,7 @@ class ControlLoop {
   // first error: the decisions before it are in the history, the rest are not.
   absl::Status Apply(const Ready& ready);
   // Step, then Apply: the plan carried out (empty when none was due).
-  absl::StatusOr<controller::Plan> RunOnce();
+  absl::StatusOr<policy::Plan> RunOnce();
   // Sends `delivery` through the backend, counting an ADJUST_BS delivered
   // for the member's incarnation (it is not re-delivered); false when its
   // agent is not connected.
@@ -239,31 +239,31 @@ class ControlLoop {
                                int32_t accumulation_steps, const std::string& reason);
   // Time lost to stragglers and saved by the actions so far (time_ledger.h),
   // accrued at each Observe().
-  const TimeLedger& ledger() const { return ledger_; }
+  const TimeLedger& time_ledger() const { return time_ledger_; }
 
  private:
   absl::Status ApplyOne(const Effect& effect);
-  std::vector<Effect> Effects(const controller::Plan& plan);
+  std::vector<Effect> Effects(const policy::Plan& plan);
   // Parameter server `s` serves from its new place: a directive for each
   // worker of `members` that runs on a node, pointing it there between two
   // steps (one that pushes to the old server first is sent on by it).
-  void Announce(const ServerServing& s, const std::vector<controller::WorkerState>& members,
+  void Announce(const ServerServing& s, const std::vector<policy::WorkerState>& members,
                 std::vector<Delivery>* out);
   // Each running worker's committed batch, to an incarnation not sent it, but
   // for the workers `ready` already sizes.
-  void Redeliver(const std::vector<controller::WorkerState>& members, Ready* ready);
+  void Redeliver(const std::vector<policy::WorkerState>& members, Ready* ready);
   // A directive to `worker` of this job, at the next version, with no action yet.
   v1::Directive NewDirective(const std::string& worker, const std::string& reason);
   // Above every version the loop has used, and not below the clock's now (a
   // loop rebuilt after a restart of its backend still outranks its past).
   int64_t NextDirectiveVersion();
-  void MeasureRelaunches(const std::vector<controller::WorkerState>& members);
+  void MeasureRelaunches(const std::vector<policy::WorkerState>& members);
 
   const LoopOptions options_;
   Backend* const backend_;
   const Clock* const clock_;
-  std::vector<controller::Decision> history_;
-  std::vector<controller::WorkerState> observed_members_;   // of the last Observe()
+  std::vector<policy::Decision> history_;
+  std::vector<policy::WorkerState> observed_members_;       // of the last Observe()
   std::unordered_map<std::string, size_t> observed_index_;  // id -> index in it
   int64_t next_run_ms_ = 0;
   int64_t windows_seen_ = -1;  // Backend::WindowsClosed() at the last turn
@@ -286,7 +286,7 @@ class ControlLoop {
     double seconds = 0;
   };
   Measured measured_[2];  // [0] workers, [1] parameter servers
-  TimeLedger ledger_;
+  TimeLedger time_ledger_;
 };
 
 }  // namespace antdt::control

@@ -14,8 +14,8 @@ constexpr int64_t kStart = 1'700'000'000'000;
 class FakeBackend : public Backend {
  public:
   std::optional<v1::GetJobHealthResponse> health;
-  std::vector<controller::WorkerState> members;
-  std::vector<controller::NodeState> nodes;
+  std::vector<policy::WorkerState> members;
+  std::vector<policy::NodeState> nodes;
   double remaining = 36'000;
   std::vector<std::string> calls;  // in order, one line each
   std::vector<v1::Directive> directives;
@@ -26,11 +26,11 @@ class FakeBackend : public Backend {
   std::optional<v1::GetJobHealthResponse> Health() override { return health; }
   int64_t WindowsClosed() override { return windows; }
   int64_t windows = -1;
-  std::vector<controller::WorkerState> Members() override { return members; }
-  std::vector<controller::NodeState> Nodes() override { return nodes; }
+  std::vector<policy::WorkerState> Members() override { return members; }
+  std::vector<policy::NodeState> Nodes() override { return nodes; }
   double RemainingSeconds() override { return remaining; }
-  absl::Status RestartElsewhere(const controller::WorkerState& member,
-                                const controller::KillRestart& restart) override {
+  absl::Status RestartElsewhere(const policy::WorkerState& member,
+                                const policy::KillRestart& restart) override {
     calls.push_back(absl::StrCat("restart ", member.id, "@", member.incarnation, " ",
                                  restart.from_node, "->", restart.to_node));
     return absl::OkStatus();
@@ -49,15 +49,14 @@ class FakeBackend : public Backend {
     calls.push_back(absl::StrCat("release ", worker, "@", incarnation));
     return absl::OkStatus();
   }
-  void RecordAction(const controller::Decision& d, Outcome outcome) override {
+  void RecordAction(const policy::Decision& d, Outcome outcome) override {
     calls.push_back(absl::StrCat(
-        "record ", controller::ActionName(d.action), " ", controller::ActionTarget(d.action), " ",
-        d.rule,
+        "record ", policy::ActionName(d.action), " ", policy::ActionTarget(d.action), " ", d.rule,
         outcome == Outcome::kDone ? std::string() : absl::StrCat(" ", OutcomeName(outcome))));
   }
   void RecordTime(const TimeDelta& delta) override { times.push_back(delta); }
-  void RecordSkipped(const std::string& line, controller::SkipReason reason) override {
-    skipped.push_back(absl::StrCat(controller::SkipReasonName(reason), " ", line));
+  void RecordSkipped(const std::string& line, policy::SkipReason reason) override {
+    skipped.push_back(absl::StrCat(policy::SkipReasonName(reason), " ", line));
   }
   void RecordBudgetUsed(int used) override { budget_used.push_back(used); }
   std::vector<TimeDelta> times;
@@ -83,7 +82,7 @@ void Job(FakeBackend& b, const std::string& slow, v1::StragglerClass cls, double
     h->set_self_score(is_slow ? score : 1.0);
     h->set_class_(is_slow ? cls : v1::HEALTHY);
     h->set_windows_slow(is_slow ? windows_slow : 0);
-    controller::WorkerState w;
+    policy::WorkerState w;
     w.id = id;
     w.node = absl::StrCat("node-", i);
     w.local_batch_size = 64;
@@ -125,7 +124,7 @@ TEST(ControlLoop, LedgerAndSkipsReachTheBackend) {
   ASSERT_TRUE(loop.RunOnce().ok());
   ASSERT_EQ(b.times.size(), 2u);
   EXPECT_DOUBLE_EQ(b.times[1].lost_seconds, 5.0 * (1 - 1.0 / 3));  // the view says 3 s steps
-  EXPECT_DOUBLE_EQ(loop.ledger().lost_seconds(), b.times[1].lost_seconds);
+  EXPECT_DOUBLE_EQ(loop.time_ledger().lost_seconds(), b.times[1].lost_seconds);
   ASSERT_FALSE(b.skipped.empty());
   EXPECT_EQ(b.skipped[0].rfind("cooldown worker-2: ", 0), 0u) << b.skipped[0];
 }
@@ -169,8 +168,8 @@ TEST(ControlLoop, TransientStragglerGetsSmallerBatchThroughItsAgent) {
     if (d.worker_id() == "worker-2") straggler_shrunk = d.adjust_batch().local_batch_size() < 64;
   }
   EXPECT_TRUE(straggler_shrunk);
-  for (const controller::Decision& d : plan->decisions) {
-    sum += std::get<controller::AdjustBatchSize>(d.action).local_batch_size;
+  for (const policy::Decision& d : plan->decisions) {
+    sum += std::get<policy::AdjustBatchSize>(d.action).local_batch_size;
   }
   // Workers whose batch is unchanged get no decision; theirs stay at 64.
   sum += 64 * (4 - static_cast<int64_t>(plan->decisions.size()));
@@ -210,7 +209,7 @@ TEST(ControlLoop, ReDeliveriesAndServerMovesAreTheLoopsDirectives) {
   // there once, by the step's deliveries, and only when Apply sends them.
   b.members[3].alive = false;  // being restarted: told when it starts
   b.members[3].node.clear();
-  controller::WorkerState ps;
+  policy::WorkerState ps;
   ps.id = "ps-0";
   ps.role = vocab::Role::kParameterServer;
   ps.node = "node-9";
@@ -345,7 +344,7 @@ TEST(ControlLoop, PersistentStragglerRestartedOnSpareAndRelaunchTimeMeasured) {
   EXPECT_EQ(loop.measured_restarts(), 0);
   b.members[1].alive = true;
   clock.Advance(2'000);
-  std::optional<controller::Observed> obs = loop.Observe();
+  std::optional<policy::Observed> obs = loop.Observe();
   ASSERT_TRUE(obs.has_value());
   EXPECT_EQ(loop.measured_restarts(), 1);
   EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), 3.0 + 10.0);
@@ -402,8 +401,8 @@ TEST(ControlLoop, SeededHistoryKeepsCooldownsAcrossABackendRestart) {
   FakeBackend b;
   Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
   ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
-  controller::Decision earlier;
-  earlier.action = controller::KillRestart{"worker-1", "node-9", "node-1", kStart + 50'000};
+  policy::Decision earlier;
+  earlier.action = policy::KillRestart{"worker-1", "node-9", "node-1", kStart + 50'000};
   earlier.at_ms = kStart - 10'000;
   earlier.subject = "worker-1";
   earlier.rule = "antdt-nd:persistent-restart";
@@ -429,8 +428,8 @@ TEST(ControlLoop, BudgetUsedIsCountedAsThePolicyCountsIt) {
   FakeBackend b;
   Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
   ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
-  controller::Decision earlier;
-  earlier.action = controller::KillRestart{"worker-0", "node-9", "node-0", kStart - 50'000};
+  policy::Decision earlier;
+  earlier.action = policy::KillRestart{"worker-0", "node-9", "node-0", kStart - 50'000};
   earlier.at_ms = kStart - 100'000;
   earlier.subject = "worker-0";
   earlier.rule = "antdt-nd:persistent-restart";
@@ -439,10 +438,10 @@ TEST(ControlLoop, BudgetUsedIsCountedAsThePolicyCountsIt) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_GT(plan->decisions.size(), 1u);  // the straggler's batch and the others'
   int rebalances = 0;
-  for (const controller::Decision& d : plan->decisions) rebalances += controller::IsRebalance(d);
+  for (const policy::Decision& d : plan->decisions) rebalances += policy::IsRebalance(d);
   EXPECT_GT(rebalances, 0);
   EXPECT_EQ(b.budget_used, std::vector<int>({2}));
-  EXPECT_EQ(controller::BudgetUsed(loop.history()), 2);
+  EXPECT_EQ(policy::BudgetUsed(loop.history()), 2);
   clock.Advance(5'000);  // worker-2 in its cool-down: nothing decided
   auto quiet = loop.RunOnce();
   ASSERT_TRUE(quiet.ok()) << quiet.status();
@@ -455,7 +454,7 @@ TEST(ControlLoop, DirectiveCarriesTheDecisionsAccumulationSteps) {
   FakeBackend b;
   Job(b, "", v1::HEALTHY, 1.0, 0);
   for (int i = 0; i < 4; ++i) b.health->mutable_workers(i)->set_score(i == 0 ? 2.0 : 1.0);
-  for (controller::WorkerState& m : b.members) m.max_micro_batch = 16;
+  for (policy::WorkerState& m : b.members) m.max_micro_batch = 16;
   LoopOptions o = Options(vocab::Policy::kAntdtDd);
   ControlLoop loop(o, &b, &clock);
   auto plan = loop.RunOnce();
@@ -463,7 +462,7 @@ TEST(ControlLoop, DirectiveCarriesTheDecisionsAccumulationSteps) {
   ASSERT_FALSE(plan->decisions.empty());
   ASSERT_EQ(b.directives.size(), plan->decisions.size());
   for (size_t i = 0; i < plan->decisions.size(); ++i) {
-    const auto& a = std::get<controller::AdjustBatchSize>(plan->decisions[i].action);
+    const auto& a = std::get<policy::AdjustBatchSize>(plan->decisions[i].action);
     EXPECT_EQ(b.directives[i].adjust_batch().accumulation_steps(), a.accumulation_steps);
     EXPECT_EQ(a.accumulation_steps, (a.local_batch_size + 15) / 16);
   }

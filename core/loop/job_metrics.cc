@@ -79,9 +79,9 @@ JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::stri
   std::lock_guard<std::mutex> lock(mu_);
   saved_.Add(Job());  // 0 until the first action: a series to compare with
   cost_.Add(Job());
-  for (controller::SkipReason reason : controller::kSkipReasons) {  // 0 until one is skipped
+  for (policy::SkipReason reason : policy::kSkipReasons) {  // 0 until one is skipped
     prometheus::Labels labels = Job();
-    labels["reason"] = controller::SkipReasonName(reason);
+    labels["reason"] = policy::SkipReasonName(reason);
     skips_made_.push_back(&skipped_.Add(labels));
   }
   job_lost_.Add(Job());  // 0 until the first straggler
@@ -171,11 +171,11 @@ void JobMetrics::Rebalance(const std::string& rule, const std::string& outcome) 
   }
 }
 
-void JobMetrics::Decided(const controller::Decision& decision, const std::string& outcome) {
-  if (controller::IsRebalance(decision)) {
+void JobMetrics::Decided(const policy::Decision& decision, const std::string& outcome) {
+  if (policy::IsRebalance(decision)) {
     Rebalance(decision.rule, outcome);
   } else {
-    Action(controller::ActionName(decision.action), decision.rule, outcome);
+    Action(policy::ActionName(decision.action), decision.rule, outcome);
   }
 }
 

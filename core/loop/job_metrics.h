@@ -40,15 +40,15 @@ class JobMetrics {
   // "not_delivered", "failed").
   void Action(const std::string& kind, const std::string& rule, const std::string& outcome);
   // A batch change that only keeps the global batch constant
-  // (controller::IsRebalance): antdt_controller_rebalances_total, by rule and
+  // (policy::IsRebalance): antdt_controller_rebalances_total, by rule and
   // outcome, apart from the actions.
   void Rebalance(const std::string& rule, const std::string& outcome);
   // A decision carried out or tried: a Rebalance when it is one, else an Action.
-  void Decided(const controller::Decision& decision, const std::string& outcome);
+  void Decided(const policy::Decision& decision, const std::string& outcome);
   // The action budget used so far, as the policy counts it against maxActions
-  // (controller::BudgetUsed): antdt_controller_action_budget_used.
+  // (policy::BudgetUsed): antdt_controller_action_budget_used.
   void BudgetUsed(int64_t used);
-  // An action a policy passed over, and why (controller::SkipReasonName).
+  // An action a policy passed over, and why (policy::SkipReasonName).
   void Skipped(const std::string& reason);
   // The time ledger's increments for one view (time_ledger.h): time lost to
   // stragglers, per job and per worker, and saved (or, when negative, cost)

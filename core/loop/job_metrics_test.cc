@@ -73,12 +73,12 @@ TEST(JobMetrics, RebalancesAreNotActionsAndTheBudgetUsedIsThePolicys) {
   EXPECT_EQ(Series(registry.Collect())
                 .at("antdt_controller_action_budget_used{job=paper-mix,namespace=default,}"),
             0);  // a series from the start
-  controller::Decision adjust;
-  adjust.action = controller::AdjustBatchSize{"worker-3", 32, 1};
+  policy::Decision adjust;
+  adjust.action = policy::AdjustBatchSize{"worker-3", 32, 1};
   adjust.rule = "antdt-nd:transient-adjust";
   adjust.subject = "worker-3";
-  controller::Decision rebalance;
-  rebalance.action = controller::AdjustBatchSize{"worker-1", 70, 1};
+  policy::Decision rebalance;
+  rebalance.action = policy::AdjustBatchSize{"worker-1", 70, 1};
   rebalance.rule = "antdt-nd:rebalance";
   for (int i = 0; i < 8; ++i) m.Decided(adjust, "done");
   for (int i = 0; i < 25; ++i) m.Decided(rebalance, "done");

@@ -223,8 +223,8 @@ void UpdateWarmup(const MonitorConfig& config, const MemberScore& s, internal::M
 // Record: the member's class, its last window (kept for Health) and history.
 void Record(const MonitorConfig& config, const Observation& o, const MemberScore& s,
             StragglerClass cls, int64_t start_ms, internal::Member& m) {
-  if (!m.closed || cls != m.cls) m.since_ms = start_ms;
-  m.cls = cls;
+  if (!m.closed || cls != m.straggler_class) m.since_ms = start_ms;
+  m.straggler_class = cls;
   m.closed = true;
   const double baseline = m.baseline_bpt > 0 ? m.baseline_bpt : Median(m.warmup_bpt);
   m.last = WindowPoint{start_ms,
@@ -235,7 +235,7 @@ void Record(const MonitorConfig& config, const Observation& o, const MemberScore
                        o.samples_per_second,
                        cls,
                        o.sample_score,
-                       m.speed_cls};
+                       m.speed_class};
   m.has_split = o.has_own;
   m.data_wait_share = o.data_wait_share;
   m.communication_share = o.communication_share;
@@ -471,7 +471,7 @@ StragglerClass ClassOf(const MonitorConfig& c, const Verdict& v, bool determinis
 
 StragglerClass Monitor::Classify(Member& m, double score, bool classify,
                                  const Majorities& majorities) const {
-  const Verdict v = Judge(config_, m.cls, score, classify, m.windows_slow);
+  const Verdict v = Judge(config_, m.straggler_class, score, classify, m.windows_slow);
   if (!v.slow) m.profile_deterministic = false;
   const bool deterministic =
       v.slow && (m.profile_deterministic || LabelDeterministic(m, majorities, nullptr));
@@ -484,13 +484,14 @@ StragglerClass Monitor::Classify(Member& m, double score, bool classify,
 void Monitor::ClassifySpeed(Member& m, double sample_score, bool classify,
                             const Majorities& majorities) const {
   if (!(sample_score > 0)) return;
-  const Verdict v = Judge(config_, m.speed_cls, sample_score, classify, m.speed_windows_slow);
+  const Verdict v = Judge(config_, m.speed_class, sample_score, classify, m.speed_windows_slow);
   // Deterministic from the start (its warm-up profile) until it recovers; the
   // BPT class forgets this once a smaller batch hides the slowness.
   m.speed_deterministic = v.slow && (m.speed_deterministic || m.profile_deterministic);
-  const bool deterministic = v.slow && (m.cls == v1::DETERMINISTIC || m.speed_deterministic ||
-                                        LabelDeterministic(m, majorities, nullptr));
-  m.speed_cls = ClassOf(config_, v, deterministic, m.speed_windows_slow);
+  const bool deterministic =
+      v.slow && (m.straggler_class == v1::DETERMINISTIC || m.speed_deterministic ||
+                 LabelDeterministic(m, majorities, nullptr));
+  m.speed_class = ClassOf(config_, v, deterministic, m.speed_windows_slow);
 }
 
 Monitor::Majorities Monitor::HardwareMajorities(const Job& job) const {
@@ -588,7 +589,7 @@ auto FindRecord(JobT& job, int64_t id) -> decltype(&job.records.front()) {
 // Slower per sample than its peers while its smaller batch keeps its batch
 // time among theirs.
 bool Compensated(const internal::Member& m) {
-  return IsStraggler(m.speed_cls) && !IsStraggler(m.cls);
+  return IsStraggler(m.speed_class) && !IsStraggler(m.straggler_class);
 }
 
 // One more slow window of the member in its record, with this window's cause.
@@ -596,7 +597,7 @@ void AddWindow(internal::RecordState& r, const internal::Member& m, v1::Cause ca
                std::map<std::string, double> evidence, int64_t end_ms) {
   v1::StragglerRecord& rec = r.record;
   const bool compensated = Compensated(m);
-  rec.set_class_(compensated ? m.speed_cls : m.cls);
+  rec.set_class_(compensated ? m.speed_class : m.straggler_class);
   rec.set_compensated(compensated);
   rec.set_last_seen_unix_ms(end_ms);
   rec.set_active(true);
@@ -638,7 +639,7 @@ void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observe
   }
   for (const auto& [id, values] : signals) {
     Member& m = job.members.at(id);
-    if (!IsStraggler(m.cls) && !IsStraggler(m.speed_cls)) {
+    if (!IsStraggler(m.straggler_class) && !IsStraggler(m.speed_class)) {
       EndRecord(job, m);
       continue;
     }
@@ -647,8 +648,9 @@ void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observe
       if (peer != id && job.members.at(peer).role == m.role) peers.push_back(&peer_values);
     }
     google::protobuf::Map<std::string, double> labels;
-    const bool hardware = LabelDeterministic(m, majorities, &labels) &&
-                          (m.cls == v1::DETERMINISTIC || m.speed_cls == v1::DETERMINISTIC);
+    const bool hardware =
+        LabelDeterministic(m, majorities, &labels) &&
+        (m.straggler_class == v1::DETERMINISTIC || m.speed_class == v1::DETERMINISTIC);
     // A compensated straggler's smaller batch leaves it waiting at every
     // barrier, which its step's communication time includes: a share of it
     // that stands out says it was compensated, not that its network is slow.
@@ -719,17 +721,17 @@ v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t no
     h.set_node(m.node);
     h.set_score(m.last.score);
     h.set_self_score(m.last.self_score);
-    h.set_class_(m.cls);
+    h.set_class_(m.straggler_class);
     h.set_since_unix_ms(m.since_ms);
     h.set_windows_slow(m.windows_slow);
     h.set_bpt_seconds(m.last.bpt_seconds);
     h.set_median_bpt_seconds(m.last.median_bpt_seconds);
     h.set_samples_per_second(m.last.samples_per_second);
     h.set_sample_score(m.last.sample_score);
-    h.set_speed_class(m.speed_cls);
+    h.set_speed_class(m.speed_class);
     h.set_speed_windows_slow(m.speed_windows_slow);
     h.set_compensated(Compensated(m));
-    if (IsStraggler(m.cls) || h.compensated()) {
+    if (IsStraggler(m.straggler_class) || h.compensated()) {
       const internal::RecordState* r = FindRecord(job, m.record_id);
       h.set_cause(r != nullptr ? r->record.cause() : v1::CAUSE_UNKNOWN);
       if (r != nullptr) *h.mutable_evidence() = r->record.evidence();

@@ -205,11 +205,11 @@ struct Member {
   double latency = 0;
   double latency_median = 0;
   double latency_score = 0;
-  v1::StragglerClass cls = v1::HEALTHY;
+  v1::StragglerClass straggler_class = v1::HEALTHY;
   int64_t since_ms = 0;
   int windows_slow = 0;
   // The class from the per-sample score (see ClassifySpeed).
-  v1::StragglerClass speed_cls = v1::HEALTHY;
+  v1::StragglerClass speed_class = v1::HEALTHY;
   int speed_windows_slow = 0;
   bool speed_deterministic = false;
   int windows_missing = 0;

@@ -1,6 +1,6 @@
 #include "core/policy/planner.h"
 
-namespace antdt::controller::internal {
+namespace antdt::policy::internal {
 
 // ---- shared pieces ------------------------------------------------------------------
 
@@ -274,4 +274,4 @@ void Planner::WaitUntil(int64_t until_ms) {
   }
 }
 
-}  // namespace antdt::controller::internal
+}  // namespace antdt::policy::internal

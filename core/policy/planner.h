@@ -15,7 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "core/policy/policy.h"
 
-namespace antdt::controller::internal {
+namespace antdt::policy::internal {
 
 using vocab::ActionKind;
 using vocab::IsStraggler;
@@ -134,7 +134,9 @@ struct Member {
     const double s = health != nullptr ? health->score() : 1;
     return std::isfinite(s) && s > 0 ? s : 1;
   }
-  v1::StragglerClass cls() const { return health != nullptr ? health->class_() : v1::HEALTHY; }
+  v1::StragglerClass straggler_class() const {
+    return health != nullptr ? health->class_() : v1::HEALTHY;
+  }
   int windows_slow() const { return health != nullptr ? health->windows_slow() : 0; }
   int64_t batch() const { return state->local_batch_size; }
   // Samples per median step time at its current batch.
@@ -173,8 +175,8 @@ inline std::string Summary(const Member& m) {
                         " slow window", slow == 1 ? "" : "s", ")");
   }
   std::string out =
-      absl::StrCat(v1::StragglerClass_Name(m.cls()), " ", m.is_ps() ? "parameter server" : "worker",
-                   " (score ", Num(m.score()));
+      absl::StrCat(v1::StragglerClass_Name(m.straggler_class()), " ",
+                   m.is_ps() ? "parameter server" : "worker", " (score ", Num(m.score()));
   if (m.windows_slow() > 0) {
     absl::StrAppend(&out, ", ", m.windows_slow(), " slow window", m.windows_slow() == 1 ? "" : "s");
   }
@@ -423,4 +425,4 @@ inline std::string Field(const std::string& key, const std::string& value) {
   return absl::StrCat(key, "=\"", quoted, "\"");
 }
 
-}  // namespace antdt::controller::internal
+}  // namespace antdt::policy::internal

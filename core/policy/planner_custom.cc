@@ -1,6 +1,6 @@
 #include "core/policy/planner.h"
 
-namespace antdt::controller::internal {
+namespace antdt::policy::internal {
 
 // ---- custom ---------------------------------------------------------------------
 
@@ -14,7 +14,8 @@ bool Planner::Matches(const Rule& rule, const Member& m) const {
     case Signal::kSelfScore:
       return m.health->self_score() >= rule.threshold && persisted;
     case Signal::kClass:
-      return m.cls() == rule.straggler_class && (!IsStraggler(m.cls()) || persisted);
+      return m.straggler_class() == rule.straggler_class &&
+             (!IsStraggler(m.straggler_class()) || persisted);
   }
   return false;
 }
@@ -104,4 +105,4 @@ void Planner::BackupWorkers() {
         {"backups", static_cast<double>(spec_.backup_workers)}});
 }
 
-}  // namespace antdt::controller::internal
+}  // namespace antdt::policy::internal

@@ -1,6 +1,6 @@
 #include "core/policy/planner.h"
 
-namespace antdt::controller::internal {
+namespace antdt::policy::internal {
 
 // ---- antdt-nd ------------------------------------------------------------------
 
@@ -11,7 +11,7 @@ void Planner::Nd() {
     return;
   }
   for (const Member& m : servers_) {
-    const v1::StragglerClass cls = m.cls();
+    const v1::StragglerClass cls = m.straggler_class();
     if (!IsStraggler(cls) || !OutOfCooldown(m, Summary(m))) continue;
     if (cls == v1::PERSISTENT) {
       std::string why;
@@ -35,7 +35,7 @@ void Planner::Nd() {
   std::map<std::string, Subject> subjects;
   std::set<std::string> frozen;
   for (const Member& m : workers_) {
-    const v1::StragglerClass cls = m.cls();
+    const v1::StragglerClass cls = m.straggler_class();
     const bool straggler = IsStraggler(cls);
     const Decision* last = LastOwn(m.id());
     const bool compensated =
@@ -151,4 +151,4 @@ double Planner::CapacitySlowdown(const Member& m) const {
   return Median(others) / cap;
 }
 
-}  // namespace antdt::controller::internal
+}  // namespace antdt::policy::internal

@@ -1,6 +1,6 @@
 #include "core/policy/planner.h"
 
-namespace antdt::controller::internal {
+namespace antdt::policy::internal {
 
 // ---- antdt-dd and lb-bsp ------------------------------------------------------
 
@@ -60,4 +60,4 @@ void Planner::Proportional(const std::string& rule, double hysteresis) {
   }
 }
 
-}  // namespace antdt::controller::internal
+}  // namespace antdt::policy::internal

@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "core/policy/planner.h"
 
-namespace antdt::controller {
+namespace antdt::policy {
 
 using internal::Field;
 using internal::kNdRebalance;
@@ -160,4 +160,4 @@ Plan Decide(const Observed& observed, const PolicySpec& spec) {
   return Planner(observed, spec).Run();
 }
 
-}  // namespace antdt::controller
+}  // namespace antdt::policy

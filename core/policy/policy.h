@@ -145,7 +145,7 @@
 #include "antdt/v1/monitor.pb.h"
 #include "api/vocab/vocab.h"
 
-namespace antdt::controller {
+namespace antdt::policy {
 
 // ---- Actions: data, executed elsewhere ----------------------------------------
 
@@ -319,4 +319,4 @@ absl::Status Validate(const PolicySpec& spec, const std::string& path = "spec.st
 // The plan for one pass. `spec` must be valid.
 Plan Decide(const Observed& observed, const PolicySpec& spec);
 
-}  // namespace antdt::controller
+}  // namespace antdt::policy

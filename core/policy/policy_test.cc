@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace antdt::controller {
+namespace antdt::policy {
 namespace {
 
 using vocab::ActionKind;
@@ -947,4 +947,4 @@ TEST(Invariants, GlobalBatchConstantAndDeterministic) {
 }
 
 }  // namespace
-}  // namespace antdt::controller
+}  // namespace antdt::policy

@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "antdt/v1/trainer.grpc.pb.h"
+#include "api/vocab/vocab.h"
 #include "client/sharding_client.h"
 #include "client/step_reporter.h"
 #include "common/config.h"
@@ -231,16 +232,17 @@ class ParameterServers {
     for (std::thread& t : threads) t.join();
     for (size_t k = 0; k < servers_.size(); ++k) {
       RETURN_IF_ERROR(status[k]);
-      (*latency)[absl::StrCat("ps-", k)] = seconds[k];
+      (*latency)[vocab::MemberName(vocab::Role::kParameterServer, static_cast<int32_t>(k))] =
+          seconds[k];
     }
     return absl::OkStatus();
   }
 
   // Sends the calls for server "ps-K" to `address` from now on.
   absl::Status Redirect(const std::string& ps_id, const std::string& address) {
-    int k = -1;
-    if (ps_id.rfind("ps-", 0) != 0 || !absl::SimpleAtoi(ps_id.substr(3), &k) || k < 0 ||
-        k >= static_cast<int>(servers_.size())) {
+    const std::optional<vocab::MemberId> id = vocab::ParseMemberId(ps_id);
+    const int k = id && id->role == vocab::Role::kParameterServer ? id->index : -1;
+    if (k < 0 || k >= static_cast<int>(servers_.size())) {
       return absl::InvalidArgumentError("ps_id: no parameter server " + ps_id);
     }
     if (servers_[static_cast<size_t>(k)].address != address) {

@@ -24,7 +24,7 @@
 #include "core/loop/control_loop.h"
 #include "core/loop/job_metrics.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 
 void JobController::ForEachParameterServer(
     const std::vector<Json>& pods, const std::string& token,
@@ -116,7 +116,7 @@ void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w
                         {"added", absl::StrJoin(w.added, ",")}});
 }
 
-absl::Status JobController::Apply(const Json& job, const reconciler::Plan& plan,
+absl::Status JobController::Apply(const Json& job, const reconciler::Changes& plan,
                                   const std::vector<Json>& pods,
                                   const std::set<std::string>& foreign, JobRuntime* rt) {
   const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
@@ -224,7 +224,7 @@ bool JobController::SendBatch(const std::string& worker, std::optional<int64_t> 
   return rt->loop->Deliver(delivery);
 }
 
-void JobController::RecordCommittedEvents(const reconciler::Plan& plan, bool status_written,
+void JobController::RecordCommittedEvents(const reconciler::Changes& plan, bool status_written,
                                           Json* current) {
   if (plan.events.empty()) return;
   if (!status_written) {
@@ -300,4 +300,4 @@ absl::Status JobController::SetReplicaFailure(const Json& job, const std::string
       .status();
 }
 
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 namespace {
 
 absl::Status Bool(const std::string& value, const std::string& field, bool* out) {
@@ -147,4 +147,4 @@ absl::Status ValidateOperatorConfig(const OperatorConfig& c) {
   return absl::OkStatus();
 }
 
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

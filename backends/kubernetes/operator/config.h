@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "common/config.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 
 struct OperatorConfig {
   std::string kubeconfig;               // "" : in-cluster, then $KUBECONFIG, then ~/.kube/config
@@ -51,4 +51,4 @@ absl::StatusOr<OperatorConfig> ParseOperatorConfig(const std::string& yaml);
 absl::StatusOr<OperatorConfig> ApplyOperatorFlags(OperatorConfig base, const ParsedFlags& flags);
 absl::Status ValidateOperatorConfig(const OperatorConfig& c);
 
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

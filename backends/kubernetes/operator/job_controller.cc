@@ -22,7 +22,7 @@
 #include "core/loop/control_loop.h"
 #include "core/loop/job_metrics.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 
 namespace {
 
@@ -30,18 +30,18 @@ namespace {
 // history's entry a committed action stands for. A batch change that only
 // kept the global batch around someone else's is committed without evidence,
 // and has no subject.
-reconciler::Action ToReconcilerAction(const controller::Decision& d) {
+reconciler::Action ToReconcilerAction(const policy::Decision& d) {
   reconciler::Action a;
-  a.kind = controller::KindOf(d.action);
-  a.worker = controller::ActionTarget(d.action);
+  a.kind = policy::KindOf(d.action);
+  a.worker = policy::ActionTarget(d.action);
   a.rule = d.rule;
   a.reason = d.reason;
-  a.evidence = controller::Describe(d);
+  a.evidence = policy::Describe(d);
   a.at_ms = d.at_ms;
-  if (const auto* k = std::get_if<controller::KillRestart>(&d.action)) {
+  if (const auto* k = std::get_if<policy::KillRestart>(&d.action)) {
     a.from_node = k->from_node;
     a.to_node = k->to_node;
-  } else if (const auto* b = std::get_if<controller::AdjustBatchSize>(&d.action)) {
+  } else if (const auto* b = std::get_if<policy::AdjustBatchSize>(&d.action)) {
     a.local_batch_size = static_cast<int32_t>(b->local_batch_size);
     a.accumulation_steps = b->accumulation_steps;
     if (d.subject.empty()) a.evidence.clear();  // only keeps the global batch
@@ -49,24 +49,24 @@ reconciler::Action ToReconcilerAction(const controller::Decision& d) {
   return a;
 }
 
-controller::Decision FromReconcilerAction(const reconciler::Action& a, const manifest::Job& spec) {
-  controller::Decision d;
+policy::Decision FromReconcilerAction(const reconciler::Action& a, const manifest::Job& spec) {
+  policy::Decision d;
   d.at_ms = a.at_ms;
   d.rule = a.rule;
   d.reason = a.reason;
   d.policy = spec.straggler_policy.name;
   switch (a.kind) {
     case vocab::ActionKind::kKillRestart:
-      d.action = controller::KillRestart{a.worker, a.from_node, a.to_node,
-                                         d.at_ms + spec.straggler_policy.cooldown_ms};
+      d.action = policy::KillRestart{a.worker, a.from_node, a.to_node,
+                                     d.at_ms + spec.straggler_policy.cooldown_ms};
       d.subject = a.worker;
       break;
     case vocab::ActionKind::kAdjustBatchSize:
-      d.action = controller::AdjustBatchSize{a.worker, a.local_batch_size, a.accumulation_steps};
+      d.action = policy::AdjustBatchSize{a.worker, a.local_batch_size, a.accumulation_steps};
       if (!a.evidence.empty()) d.subject = a.worker;
       break;
     case vocab::ActionKind::kBackupWorkers:
-      d.action = controller::UseBackupWorkers{spec.straggler_policy.backup_workers};
+      d.action = policy::UseBackupWorkers{spec.straggler_policy.backup_workers};
       break;
   }
   return d;
@@ -75,8 +75,8 @@ controller::Decision FromReconcilerAction(const reconciler::Action& a, const man
 // The decisions a previous operator committed to the job's status
 // (status.lastActions, the newest 20), so cool-downs, budgets and exclusions
 // hold across an operator restart.
-std::vector<controller::Decision> HistoryFromStatus(const Json& job, const manifest::Job& spec) {
-  std::vector<controller::Decision> history;
+std::vector<policy::Decision> HistoryFromStatus(const Json& job, const manifest::Job& spec) {
+  std::vector<policy::Decision> history;
   const Json& last = kube::At(job, {"status", "lastActions"});
   if (!last.is_array()) return history;
   for (const Json& entry : last) {
@@ -352,7 +352,7 @@ void JobController::ConnectSharding(const Json& job, const manifest::Job& spec,
 
 void JobController::Observe(const Json& job, const manifest::Job& spec,
                             const std::vector<Json>& pods, const v1::GetJobHealthResponse* health,
-                            JobRuntime& rt, reconciler::Observed* obs) {
+                            JobRuntime& rt, reconciler::Snapshot* obs) {
   if (rt.driver && rt.dataset_ready) {
     auto p = rt.driver->Progress();
     if (p.ok()) {
@@ -395,7 +395,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
           st.pod = NameOf(p);
         }
       }
-      st.klass = rec.class_();
+      st.straggler_class = rec.class_();
       st.compensated = rec.compensated();
       st.cause = vocab::CauseLabel(rec.cause());
       st.score = scores.count(rec.worker_id()) ? scores[rec.worker_id()] : rec.max_score();
@@ -408,7 +408,7 @@ void JobController::Observe(const Json& job, const manifest::Job& spec,
 
 void JobController::ObserveMovedServers(const Json& job, const manifest::Job& spec,
                                         const std::vector<Json>& pods, JobRuntime& rt,
-                                        reconciler::Observed* obs) {
+                                        reconciler::Snapshot* obs) {
   rt.serving.clear();
   const Json& moved = kube::At(job, {"status", "serverInstances"});
   if (!moved.is_array()) return;
@@ -483,7 +483,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   const std::string name = NameOf(job);
   const int64_t now_ms = RealClock::Get().NowMillis();
 
-  reconciler::Observed obs;
+  reconciler::Snapshot obs;
   obs.job = job;
   obs.now_ms = now_ms;
   obs.spec = manifest::ParseJob(job.dump());
@@ -514,11 +514,11 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     rt->backend->Bind(&job, &obs.pods, h, rt);
     // The loop's step: its decisions go to the reconciler, which commits them.
     ready = Step(job, *rt);
-    for (const controller::Decision& d : ready->plan.decisions) {
+    for (const policy::Decision& d : ready->plan.decisions) {
       obs.actions.push_back(ToReconcilerAction(d));
     }
   }
-  const reconciler::Plan plan = reconciler::Reconcile(obs, options_.settings);
+  const reconciler::Changes plan = reconciler::Reconcile(obs, options_.settings);
   // The status first: it commits every decision of this pass.
   RETURN_IF_ERROR(Apply(job, plan, obs.pods, foreign, rt));
   if (rt != nullptr) {
@@ -540,4 +540,4 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   return absl::OkStatus();
 }
 
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

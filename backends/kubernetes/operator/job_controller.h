@@ -36,7 +36,7 @@
 #include "prometheus/registry.h"
 #include "services/monitor/monitor_service.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 
 struct JobControllerOptions {
   std::string watch_namespace;  // "" all namespaces
@@ -84,13 +84,13 @@ class JobController {
   // Monitor's stragglers, moved servers). Reads only.
   void Observe(const kube::Json& job, const manifest::Job& spec,
                const std::vector<kube::Json>& pods, const v1::GetJobHealthResponse* health,
-               JobRuntime& rt, reconciler::Observed* obs);
+               JobRuntime& rt, reconciler::Snapshot* obs);
   // Parameter servers being moved (status.serverInstances): once the new pod
   // has the state, rt.serving names it (the loop points the workers there);
   // once it has completed a step, obs->servers_followed does.
   void ObserveMovedServers(const kube::Json& job, const manifest::Job& spec,
                            const std::vector<kube::Json>& pods, JobRuntime& rt,
-                           reconciler::Observed* obs);
+                           reconciler::Snapshot* obs);
   // The control loop's step for this pass: a plan when a decision is due and
   // the job runs, and the deliveries due (server moves, re-deliveries).
   control::Ready Step(const kube::Json& job, JobRuntime& rt);
@@ -105,12 +105,12 @@ class JobController {
   // Writes the Events the status committed, then clears status.pendingEvents
   // (`current` is the job as last written, or as this pass found it when it
   // wrote no status; updated).
-  void RecordCommittedEvents(const reconciler::Plan& plan, bool status_written,
+  void RecordCommittedEvents(const reconciler::Changes& plan, bool status_written,
                              kube::Json* current);
   // `foreign`: names of objects with the job's labels that it does not
   // control (orphans, or an earlier job's being collected).
   // `rt`: the job's runtime, null for a job with an invalid spec.
-  absl::Status Apply(const kube::Json& job, const reconciler::Plan& plan,
+  absl::Status Apply(const kube::Json& job, const reconciler::Changes& plan,
                      const std::vector<kube::Json>& pods, const std::set<std::string>& foreign,
                      JobRuntime* rt);
   // The loop's ADJUST_BS directive of `batch` and `accumulation_steps` to
@@ -164,4 +164,4 @@ class JobController {
   prometheus::Family<prometheus::Gauge>* jobs_gauge_ = nullptr;
 };
 
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

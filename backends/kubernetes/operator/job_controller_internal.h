@@ -25,7 +25,7 @@
 #include "core/loop/control_loop.h"
 #include "core/loop/job_metrics.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 
 using kube::Json;
 
@@ -141,12 +141,12 @@ class JobController::LoopBackend final : public control::Backend {
     return *health_;
   }
 
-  std::vector<controller::WorkerState> Members() override {
-    std::vector<controller::WorkerState> members;
+  std::vector<policy::WorkerState> Members() override {
+    std::vector<policy::WorkerState> members;
     const Json& instances = kube::At(*job_, {"status", "workerInstances"});
     if (!instances.is_array()) return members;
     for (const Json& inst : instances) {
-      controller::WorkerState ws;
+      policy::WorkerState ws;
       ws.id = kube::StringAt(inst, {"id"});
       ws.role = vocab::Role::kWorker;
       ws.local_batch_size = inst.value("localBatchSize", int64_t{0});
@@ -165,13 +165,13 @@ class JobController::LoopBackend final : public control::Backend {
       }
       members.push_back(ws);
     }
-    for (controller::WorkerState& ps : ServerMembers()) members.push_back(std::move(ps));
+    for (policy::WorkerState& ps : ServerMembers()) members.push_back(std::move(ps));
     return members;
   }
 
   // The parameter servers: each one's desired incarnation (status.serverInstances,
   // else 0), alive while that pod runs.
-  std::vector<controller::WorkerState> ServerMembers() const {
+  std::vector<policy::WorkerState> ServerMembers() const {
     std::map<int32_t, int64_t> desired;
     const Json& moved = kube::At(*job_, {"status", "serverInstances"});
     for (const Json& si : moved.is_array() ? moved : Json::array()) {
@@ -180,14 +180,14 @@ class JobController::LoopBackend final : public control::Backend {
         desired[id->index] = si.value("incarnation", int64_t{0});
       }
     }
-    std::map<int32_t, controller::WorkerState> servers;
+    std::map<int32_t, policy::WorkerState> servers;
     for (const Json& p : *pods_) {
       int32_t k = -1;
       if (kube::Label(p, vocab::kLabelRole) != "ps" || kube::Terminating(p) ||
           !absl::SimpleAtoi(kube::Label(p, vocab::kLabelReplicaIndex), &k)) {
         continue;
       }
-      controller::WorkerState& ws = servers[k];
+      policy::WorkerState& ws = servers[k];
       ws.id = vocab::MemberName(vocab::Role::kParameterServer, k);
       ws.role = vocab::Role::kParameterServer;
       ws.incarnation = static_cast<int32_t>(desired[k]);
@@ -197,12 +197,12 @@ class JobController::LoopBackend final : public control::Backend {
         ws.node = NodeOf(p);
       }
     }
-    std::vector<controller::WorkerState> out;
+    std::vector<policy::WorkerState> out;
     for (auto& [k, ws] : servers) out.push_back(std::move(ws));
     return out;
   }
 
-  std::vector<controller::NodeState> Nodes() override {
+  std::vector<policy::NodeState> Nodes() override {
     std::map<std::string, bool> busy;
     for (const Json& p : *pods_) {
       const bool member = !kube::Label(p, vocab::kLabelWorkerId).empty() ||
@@ -213,9 +213,9 @@ class JobController::LoopBackend final : public control::Backend {
         busy[NodeOf(p)] = true;
       }
     }
-    std::vector<controller::NodeState> nodes;
+    std::vector<policy::NodeState> nodes;
     for (const Json& n : controller_->nodes_->List()) {
-      controller::NodeState ns;
+      policy::NodeState ns;
       ns.name = NameOf(n);
       ns.spare = !busy[ns.name] && kube::At(n, {"spec", "unschedulable"}) != Json(true);
       nodes.push_back(ns);
@@ -225,8 +225,7 @@ class JobController::LoopBackend final : public control::Backend {
 
   double RemainingSeconds() override { return rt_->progress ? rt_->progress->eta_seconds : -1; }
 
-  absl::Status RestartElsewhere(const controller::WorkerState&,
-                                const controller::KillRestart&) override {
+  absl::Status RestartElsewhere(const policy::WorkerState&, const policy::KillRestart&) override {
     return absl::OkStatus();  // committed by this pass's reconciler (see above)
   }
 
@@ -254,9 +253,9 @@ class JobController::LoopBackend final : public control::Backend {
     return client::ReleaseWorker(rt_->sharding_address, co);
   }
 
-  void RecordAction(const controller::Decision& d, control::Outcome outcome) override {
+  void RecordAction(const policy::Decision& d, control::Outcome outcome) override {
     if (controller_->actions_total_ != nullptr && outcome == control::Outcome::kDone) {
-      controller_->actions_total_->Add({{"action", controller::ActionName(d.action)}}).Increment();
+      controller_->actions_total_->Add({{"action", policy::ActionName(d.action)}}).Increment();
     }
     if (rt_->metrics) {
       rt_->metrics->Decided(d, control::OutcomeName(outcome));
@@ -267,8 +266,8 @@ class JobController::LoopBackend final : public control::Backend {
     if (rt_->metrics) rt_->metrics->Time(delta);
   }
 
-  void RecordSkipped(const std::string& /*line*/, controller::SkipReason reason) override {
-    if (rt_->metrics) rt_->metrics->Skipped(controller::SkipReasonName(reason));
+  void RecordSkipped(const std::string& /*line*/, policy::SkipReason reason) override {
+    if (rt_->metrics) rt_->metrics->Skipped(policy::SkipReasonName(reason));
   }
 
   void RecordBudgetUsed(int used) override {
@@ -283,4 +282,4 @@ class JobController::LoopBackend final : public control::Backend {
   JobRuntime* rt_ = nullptr;
 };
 
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

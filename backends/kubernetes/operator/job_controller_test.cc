@@ -15,7 +15,7 @@
 #include "testing/kube-fake/fake_api.h"
 #include "testing/kube-fake/test_util.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 namespace {
 
 using kube::Json;
@@ -308,4 +308,4 @@ TEST(JobControllerTest, ABatchReDeliveredKeepsItsAccumulationSteps) {
 }
 
 }  // namespace
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

@@ -85,11 +85,11 @@ std::string DefaultIdentity() {
 }
 
 // The configuration from flags and --config, the identity defaulted.
-std::optional<antdt::k8s::OperatorConfig> LoadOperatorConfig(const antdt::ParsedFlags& flags,
-                                                             std::string* error) {
+std::optional<antdt::kube_operator::OperatorConfig> LoadOperatorConfig(
+    const antdt::ParsedFlags& flags, std::string* error) {
   using namespace antdt;
-  auto loaded =
-      LoadConfig<k8s::OperatorConfig>(flags, k8s::ParseOperatorConfig, k8s::ApplyOperatorFlags);
+  auto loaded = LoadConfig<kube_operator::OperatorConfig>(flags, kube_operator::ParseOperatorConfig,
+                                                          kube_operator::ApplyOperatorFlags);
   if (!loaded.ok()) {
     *error = std::string(loaded.status().message());
     return std::nullopt;
@@ -101,7 +101,7 @@ std::optional<antdt::k8s::OperatorConfig> LoadOperatorConfig(const antdt::Parsed
 // Kubernetes API requests counted and timed into `registry`.
 antdt::kube::ClientOptions ApiClientOptions(const std::string& identity,
                                             prometheus::Registry& registry,
-                                            antdt::k8s::Readiness* readiness) {
+                                            antdt::kube_operator::Readiness* readiness) {
   auto& requests = prometheus::BuildCounter()
                        .Name("antdt_operator_api_requests_total")
                        .Help("Kubernetes API requests by verb, resource and HTTP code")
@@ -126,8 +126,9 @@ antdt::kube::ClientOptions ApiClientOptions(const std::string& identity,
   return options;
 }
 
-antdt::k8s::JobControllerOptions ControllerOptions(const antdt::k8s::OperatorConfig& config) {
-  antdt::k8s::JobControllerOptions jo;
+antdt::kube_operator::JobControllerOptions ControllerOptions(
+    const antdt::kube_operator::OperatorConfig& config) {
+  antdt::kube_operator::JobControllerOptions jo;
   jo.watch_namespace = config.watch_namespace;
   jo.identity = config.identity;
   jo.settings.image = config.image;
@@ -195,17 +196,17 @@ absl::StatusOr<std::string> LoadTokenKey(antdt::kube::Api* api, const std::strin
 
 // Runs the controller while this replica holds the Lease (or at once without
 // leader election), until a termination signal. True when the lease was lost.
-bool Act(antdt::k8s::JobController& controller, antdt::monitor::MonitorServiceImpl& monitor,
-         antdt::kube::Api* api, const antdt::k8s::OperatorConfig& config,
-         prometheus::Registry* registry, antdt::Serving& serving,
-         antdt::k8s::Readiness& readiness) {
+bool Act(antdt::kube_operator::JobController& controller,
+         antdt::monitor::MonitorServiceImpl& monitor, antdt::kube::Api* api,
+         const antdt::kube_operator::OperatorConfig& config, prometheus::Registry* registry,
+         antdt::Serving& serving, antdt::kube_operator::Readiness& readiness) {
   using namespace antdt;
   std::atomic<bool> lost{false};
   std::unique_ptr<kube::LeaderElector> elector;
   std::thread election;
   auto mark = [&](bool leading) {
     if (!config.leader_elect) return;
-    absl::Status s = k8s::MarkLeader(api, config.pod_namespace, config.pod_name, leading);
+    absl::Status s = kube_operator::MarkLeader(api, config.pod_namespace, config.pod_name, leading);
     if (!s.ok()) {
       LogEvent("operator", {{"event", "leader_label_failed"},
                             {"pod", config.pod_namespace + "/" + config.pod_name},
@@ -261,8 +262,9 @@ bool Act(antdt::k8s::JobController& controller, antdt::monitor::MonitorServiceIm
 // antdt_operator_ready; each change logged with its reason. When the API server
 // has been quiet for half the window, asks it something cheap: this replica's
 // own pod (a 404 or 403 is an answer too).
-antdt::PeriodicThread ReadinessLoop(antdt::k8s::Readiness& readiness, antdt::kube::Api* api,
-                                    const antdt::k8s::OperatorConfig& config,
+antdt::PeriodicThread ReadinessLoop(antdt::kube_operator::Readiness& readiness,
+                                    antdt::kube::Api* api,
+                                    const antdt::kube_operator::OperatorConfig& config,
                                     antdt::Serving& serving, prometheus::Registry& registry) {
   using namespace antdt;
   auto& gauge = prometheus::BuildGauge()
@@ -270,7 +272,7 @@ antdt::PeriodicThread ReadinessLoop(antdt::k8s::Readiness& readiness, antdt::kub
                     .Help("1 while this replica is ready (API server answering, informers synced)")
                     .Register(registry)
                     .Add({});
-  serving.SetServingStatus(k8s::kReadinessService, false);
+  serving.SetServingStatus(kube_operator::kReadinessService, false);
   auto state = std::make_shared<int>(-1);  // last reported: -1 none, 0 unready, 1 ready
   return PeriodicThread(std::chrono::seconds(1), [&readiness, api, &config, &serving, &gauge,
                                                   state] {
@@ -281,7 +283,7 @@ antdt::PeriodicThread ReadinessLoop(antdt::k8s::Readiness& readiness, antdt::kub
                      name);
     }
     const absl::Status s = readiness.Check();
-    serving.SetServingStatus(k8s::kReadinessService, s.ok());
+    serving.SetServingStatus(kube_operator::kReadinessService, s.ok());
     gauge.Set(s.ok() ? 1 : 0);
     if (*state != (s.ok() ? 1 : 0)) {
       *state = s.ok() ? 1 : 0;
@@ -309,7 +311,7 @@ int main(int argc, char** argv) {
       &exit_code);
   if (!flags) return exit_code;
   std::string error;
-  std::optional<k8s::OperatorConfig> config = LoadOperatorConfig(*flags, &error);
+  std::optional<kube_operator::OperatorConfig> config = LoadOperatorConfig(*flags, &error);
   if (!config) return Fail(error);
   auto cluster = kube::ResolveConfig(config->kubeconfig);
   if (!cluster.ok()) return Fail(std::string(cluster.status().message()));
@@ -319,8 +321,8 @@ int main(int argc, char** argv) {
 
   auto registry = std::make_shared<prometheus::Registry>();
   // Unready once the API server has been silent for three retry periods (10 s at least).
-  k8s::Readiness readiness(std::max<int64_t>(10'000, 3 * config->retry_period_ms),
-                           &RealClock::Get());
+  kube_operator::Readiness readiness(std::max<int64_t>(10'000, 3 * config->retry_period_ms),
+                                     &RealClock::Get());
   auto client =
       kube::Client::Create(*cluster, ApiClientOptions(config->identity, *registry, &readiness));
   if (!client.ok()) return Fail(std::string(client.status().message()));
@@ -341,15 +343,15 @@ int main(int argc, char** argv) {
       Serving::Start({config->listen, "", config->metrics_listen, registry, {&monitor_service}});
   if (!serving.ok()) return Fail(std::string(serving.status().message()));
   monitor_service.Start(100);
-  k8s::JobControllerOptions controller_options = ControllerOptions(*config);
+  kube_operator::JobControllerOptions controller_options = ControllerOptions(*config);
   if (config->job_credentials) {
     auto key =
         LoadTokenKey(client->get(), config->leader_election_namespace, config->token_key_secret);
     if (!key.ok()) return Fail(std::string(key.status().message()));
     controller_options.token_key = *std::move(key);
   }
-  k8s::JobController controller(client->get(), &monitor_service, controller_options,
-                                registry.get());
+  kube_operator::JobController controller(client->get(), &monitor_service, controller_options,
+                                          registry.get());
   // The Monitor's series with each job's namespace (the exposer holds it weakly).
   auto monitor_series = control::WithNamespaces(
       monitor_collector,

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 
 Readiness::Readiness(int64_t stale_after_ms, const Clock* clock)
     : stale_after_ms_(stale_after_ms), clock_(clock) {}
@@ -46,4 +46,4 @@ absl::Status MarkLeader(kube::Api* api, const std::string& ns, const std::string
   return patched.status();
 }
 
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

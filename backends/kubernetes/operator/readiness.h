@@ -23,7 +23,7 @@
 #include "backends/kubernetes/client/api.h"
 #include "common/clock.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 
 class Readiness {
  public:
@@ -60,4 +60,4 @@ inline constexpr char kReadinessService[] = "antdt.operator";
 absl::Status MarkLeader(kube::Api* api, const std::string& ns, const std::string& pod,
                         bool leading);
 
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

@@ -8,7 +8,7 @@
 #include "common/config.h"
 #include "testing/kube-fake/fake_api.h"
 
-namespace antdt::k8s {
+namespace antdt::kube_operator {
 namespace {
 
 TEST(ReadinessTest, UnreadyUntilTheApiServerAnswers) {
@@ -83,4 +83,4 @@ TEST(OperatorConfigTest, PodNameAndNamespace) {
 }
 
 }  // namespace
-}  // namespace antdt::k8s
+}  // namespace antdt::kube_operator

@@ -43,7 +43,7 @@ std::string BatchesText(const std::vector<WorkerInstance>& instances) {
 // and the servers their new members, before any new worker starts; a
 // collective job's running ranks begin their next incarnation (their
 // WORLD_SIZE changed). Neither is a restart. A suspended job only records it.
-void Rescale(const Pass& pass, Records& r, Plan& plan) {
+void Rescale(const Pass& pass, Records& r, Changes& plan) {
   if (r.scaled_from < 0 || r.Finished()) return;
   const bool collective = pass.p == 0;
   const bool acting = !r.suspended;
@@ -97,7 +97,7 @@ void Rescale(const Pass& pass, Records& r, Plan& plan) {
 // parameter servers told again that they are no members (the same Resize as
 // the scale's: harmless twice, and a second chance when an operator stopped
 // before the first).
-void PlanRemoved(const Pass& pass, Records& r, Plan& plan) {
+void PlanRemoved(const Pass& pass, Records& r, Changes& plan) {
   std::vector<std::string> gone;
   for (WorkerInstance& w : r.removed) {
     if (w.retired) continue;
@@ -125,7 +125,7 @@ void PlanRemoved(const Pass& pass, Records& r, Plan& plan) {
 // A server pod is created when missing; one that failed (evicted, say) is
 // deleted, and created again once it is gone.
 void EnsureServer(const Pass& pass, const std::string& name, const std::function<Json()>& render,
-                  Plan& plan) {
+                  Changes& plan) {
   const Json* pod = pass.children.Pod(name);
   if (pod == nullptr) {
     AddWrite(plan, Create("pods", render(), "missing"));
@@ -138,7 +138,7 @@ void EnsureServer(const Pass& pass, const std::string& name, const std::function
 
 // Parameter server `si`'s desired pod; while it is being moved, its earlier
 // incarnation hands over to it and is deleted once followed.
-void EnsureParameterServer(const Pass& pass, const ServerInstance& si, Plan& plan) {
+void EnsureParameterServer(const Pass& pass, const ServerInstance& si, Changes& plan) {
   const std::string desired = PsPodName(pass.job, si.index, si.incarnation);
   std::string take_over;
   for (const Json* pod : pass.children.PodsOfServer(si.index)) {
@@ -173,7 +173,7 @@ bool AnySuperseded(const Pass& pass, const Records& r) {
 // A worker's other pods are deleted at once; its desired pod is created once
 // they are gone (and, with `hold`, not yet), after a restarted worker left the
 // parameter servers.
-void EnsureWorker(const Pass& pass, const WorkerInstance& w, bool hold, Plan& plan) {
+void EnsureWorker(const Pass& pass, const WorkerInstance& w, bool hold, Changes& plan) {
   bool others = false;
   const Json* desired = pass.children.Worker(w);
   for (const Json* pod : pass.children.PodsOfWorker(w.id)) {
@@ -198,7 +198,7 @@ void EnsureWorker(const Pass& pass, const WorkerInstance& w, bool hold, Plan& pl
 
 // A running job: the services and the sharding pod, then, once the sharding
 // service holds the dataset, the parameter servers and the workers.
-void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
+void PlanChildren(const Pass& pass, const Records& r, Changes& plan) {
   for (Json& svc : RenderServices(pass.o.job, pass.spec, pass.s)) {
     if (!pass.children.HasService(Name(svc))) {
       AddWrite(plan, Create("services", std::move(svc), "missing"));
@@ -247,7 +247,7 @@ void PlanChildren(const Pass& pass, const Records& r, Plan& plan) {
 // leases and journal pick up where the last one committed), the parameter
 // servers' go, and the sharding service's unless its state would go with it
 // (ephemeral storage).
-void PlanSuspend(const Pass& pass, Records& r, Plan& plan) {
+void PlanSuspend(const Pass& pass, Records& r, Changes& plan) {
   std::set<std::string> kept;
   if (!ShardingStateIsDurable(pass.o.job, pass.spec)) kept.insert(ShardingName(pass.job));
   for (WorkerInstance& w : r.instances) {

@@ -303,7 +303,7 @@ Event MoveServer(const Action& a, ServerInstance& si, const std::string& job) {
                        EvidenceText(a))};
 }
 
-void ApplyActions(const Pass& pass, Records& r, Plan& plan) {
+void ApplyActions(const Pass& pass, Records& r, Changes& plan) {
   for (const Action& a : pass.o.actions) {
     const std::optional<vocab::MemberId> target = vocab::ParseMemberId(a.worker);
     if (a.kind == vocab::ActionKind::kKillRestart && target &&
@@ -367,7 +367,7 @@ std::string DisruptionOf(const Json& pod) {
 // A disrupted worker restarts as its next incarnation, not counted against
 // the backoff limit (as a Job's podFailurePolicy Ignore on DisruptionTarget).
 void RestartDisrupted(const std::string& disruption, const std::string& what, WorkerInstance& w,
-                      Plan& plan) {
+                      Changes& plan) {
   NextIncarnation(w);
   plan.events.push_back(
       {"Warning", "WorkerDisrupted",
@@ -377,7 +377,7 @@ void RestartDisrupted(const std::string& disruption, const std::string& what, Wo
 
 // A worker whose desired pod failed is restarted in place (its next
 // incarnation, on any node) until the failures exceed the backoff limit.
-void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
+void ApplyFailures(const Pass& pass, Records& r, Changes& plan) {
   const int32_t limit = pass.spec.run_policy.backoff_limit;
   for (WorkerInstance& w : r.instances) {
     const Json* pod = pass.children.Worker(w);
@@ -409,7 +409,7 @@ void ApplyFailures(const Pass& pass, Records& r, Plan& plan) {
 }
 
 // Success: every worker's desired pod succeeded.
-void CheckSuccess(const Pass& pass, Records& r, Plan& plan) {
+void CheckSuccess(const Pass& pass, Records& r, Changes& plan) {
   bool all = pass.n > 0;
   for (const WorkerInstance& w : r.instances) all = all && IsSucceeded(pass.children.Worker(w));
   if (!all) return;
@@ -432,7 +432,7 @@ int64_t StartMs(const Pass& pass, const Records& r) {
 
 // spec.runPolicy.activeDeadlineSeconds: the job fails once it has run that
 // long (never while suspended).
-void CheckDeadline(const Pass& pass, Records& r, Plan& plan) {
+void CheckDeadline(const Pass& pass, Records& r, Changes& plan) {
   const int64_t deadline = pass.spec.run_policy.active_deadline_seconds;
   if (deadline < 0 || r.suspended || r.Finished()) return;
   if (pass.now - StartMs(pass, r) < deadline * 1000) return;
@@ -447,7 +447,7 @@ void CheckDeadline(const Pass& pass, Records& r, Plan& plan) {
 // (in the pod without spec.checkpoint.path, or a wiped volume). Creating the
 // dataset again would train committed records a second time; the job fails,
 // saying why and what keeps the state.
-void CheckShardingState(const Pass& pass, Records& r, Plan& plan) {
+void CheckShardingState(const Pass& pass, Records& r, Changes& plan) {
   if (!pass.o.dataset_lost || !r.dataset_created) return;
   r.failed = true;
   r.failed_reason = "ShardingStateLost";
@@ -467,7 +467,7 @@ void CheckShardingState(const Pass& pass, Records& r, Plan& plan) {
 
 // Steps 2 and 3, for a job not finished before this pass. A suspended job
 // carries out no decision (it has no workers to act on).
-void Decide(const Pass& pass, Records& r, Plan& plan) {
+void DecideActions(const Pass& pass, Records& r, Changes& plan) {
   CheckShardingState(pass, r, plan);
   if (r.failed) {
     r.completion = (pass.now / 1000) * 1000;
@@ -494,7 +494,7 @@ void RecordNodes(const Pass& pass, Records& r) {
 
 // Soon while the job runs; once it finished, when
 // spec.runPolicy.ttlSecondsAfterFinished has passed, and then the job is deleted.
-void PlanRequeue(const Pass& pass, const Records& r, Plan& plan) {
+void PlanRequeue(const Pass& pass, const Records& r, Changes& plan) {
   if (!r.Finished()) {
     plan.requeue_after_ms = kRunningRequeueMs;
     return;
@@ -515,16 +515,16 @@ void PlanRequeue(const Pass& pass, const Records& r, Plan& plan) {
   AddWrite(plan, std::move(w));
 }
 
-Plan Reconcile(const Observed& o, const Settings& s) {
+Changes Reconcile(const Snapshot& o, const Settings& s) {
   const Json& meta = Get(o.job, "metadata");
   // Being deleted: the garbage collector removes the children.
-  if (!Get(meta, "deletionTimestamp").is_null()) return Plan{};
+  if (!Get(meta, "deletionTimestamp").is_null()) return Changes{};
   if (!o.spec.ok()) return InvalidSpecPlan(o, Get(o.job, "status"), GetInt(meta, "generation", 0));
 
   const Pass pass(o, s);
-  Plan plan;
+  Changes plan;
   Records r = LoadRecords(pass);
-  if (!r.Finished()) Decide(pass, r, plan);
+  if (!r.Finished()) DecideActions(pass, r, plan);
   RecordNodes(pass, r);
   Rescale(pass, r, plan);
   if (r.Finished()) {

@@ -64,7 +64,7 @@
 // address (the new server takes its state at a step boundary and the old
 // one sends every later push on) and --advertise its own; the predecessor
 // is deleted once the glue saw the new server complete a step
-// (Observed::servers_followed). With no running predecessor the new pod
+// (Snapshot::servers_followed). With no running predecessor the new pod
 // starts from its own newest checkpoint (--restore-step latest), as a
 // server's container restarted in place does.
 //
@@ -107,7 +107,7 @@ struct Settings {
   // members are its parameter servers and workers (not the sharding service,
   // which must run before they are created).
   std::string gang_scheduler;
-  // Per-job credentials: each job gets a Secret <job>-token (Observed::
+  // Per-job credentials: each job gets a Secret <job>-token (Snapshot::
   // job_token) that its sharding service and workers read as ANTDT_TOKEN;
   // the service refuses calls without it.
   bool job_credentials = false;
@@ -124,7 +124,7 @@ inline constexpr char kTlsMountPath[] = "/etc/antdt/tls";
 // One straggler (or leader) as the Monitor currently classifies it.
 struct Straggler {
   std::string worker, node, pod;
-  v1::StragglerClass klass = v1::STRAGGLER_CLASS_UNSPECIFIED;
+  v1::StragglerClass straggler_class = v1::STRAGGLER_CLASS_UNSPECIFIED;
   std::string cause;  // as status.stragglers shows it (vocab::CauseLabel)
   double score = 0;
   int64_t since_ms = 0;
@@ -151,7 +151,9 @@ struct Action {
   int64_t at_ms = 0;  // 0: now
 };
 
-struct Observed {
+// What one pass sees of a job (the glue's gather; not the policy's
+// policy::Observed).
+struct Snapshot {
   Json job;  // the AntDTJob as stored (metadata incl. uid/generation, spec, status)
   // ParseJob of it; an error sets Failed=True reason InvalidSpec, no children.
   absl::StatusOr<manifest::Job> spec;
@@ -210,7 +212,9 @@ struct Event {
   std::string message;
 };
 
-struct Plan {
+// What one pass changes: the status, the writes after it, the Events (not the
+// policy's policy::Plan).
+struct Changes {
   std::optional<Json> status;  // the new status, only when it differs from job.status
   std::vector<Write> writes;   // in order, applied after the status was written
   // The pass's Events, after those of status.pendingEvents. They are committed
@@ -221,7 +225,7 @@ struct Plan {
   int64_t requeue_after_ms = 0;  // 0: only on the next watch event
 };
 
-Plan Reconcile(const Observed& o, const Settings& s);
+Changes Reconcile(const Snapshot& o, const Settings& s);
 
 // The durable record of one worker (an entry of status.workerInstances).
 struct WorkerInstance {

@@ -124,7 +124,7 @@ class Conditions {
 // The job's pods and services as observed, indexed once.
 class Children {
  public:
-  explicit Children(const Observed& o) {
+  explicit Children(const Snapshot& o) {
     for (const Json& pod : o.pods) {
       pod_by_name_[Name(pod)] = &pod;
       const std::string worker = kube::Label(pod, vocab::kLabelWorkerId);
@@ -176,7 +176,7 @@ class Children {
 
 // What every step of a pass over a job with a valid spec reads.
 struct Pass {
-  Pass(const Observed& observed, const Settings& settings)
+  Pass(const Snapshot& observed, const Settings& settings)
       : o(observed),
         s(settings),
         spec(*observed.spec),
@@ -188,7 +188,7 @@ struct Pass {
         now(observed.now_ms),
         children(observed) {}
 
-  const Observed& o;
+  const Snapshot& o;
   const Settings& s;
   const manifest::Job& spec;
   const std::string& job;  // its name
@@ -237,35 +237,35 @@ std::pair<const Json*, const Json*> CheckpointVolume(const Json& job, const mani
 // and the servers their new members, before any new worker starts; a
 // collective job's running ranks begin their next incarnation (their
 // WORLD_SIZE changed). Neither is a restart. A suspended job only records it.
-void Rescale(const Pass& pass, Records& r, Plan& plan);
+void Rescale(const Pass& pass, Records& r, Changes& plan);
 
 // A suspended job holds no pods: each unfinished worker's pod goes (the
 // worker resumes as its next incarnation: a new process, whose sharding
 // leases and journal pick up where the last one committed), the parameter
 // servers' go, and the sharding service's unless its state would go with it
 // (ephemeral storage).
-void PlanSuspend(const Pass& pass, Records& r, Plan& plan);
+void PlanSuspend(const Pass& pass, Records& r, Changes& plan);
 
 // The removed workers: their pods deleted, and once gone their shards
 // released (their incarnation fenced on the sharding service) and the
 // parameter servers told again that they are no members (the same Resize as
 // the scale's: harmless twice, and a second chance when an operator stopped
 // before the first).
-void PlanRemoved(const Pass& pass, Records& r, Plan& plan);
+void PlanRemoved(const Pass& pass, Records& r, Changes& plan);
 
 // A running job: the services and the sharding pod, then, once the sharding
 // service holds the dataset, the parameter servers and the workers.
-void PlanChildren(const Pass& pass, const Records& r, Plan& plan);
+void PlanChildren(const Pass& pass, const Records& r, Changes& plan);
 
 Json NewStatus(const Pass& pass, const Records& r);
 
 // The plan for a spec that does not parse: Failed=True InvalidSpec, nothing
 // else touched.
-Plan InvalidSpecPlan(const Observed& o, const Json& old_status, int64_t generation);
+Changes InvalidSpecPlan(const Snapshot& o, const Json& old_status, int64_t generation);
 
 // Events committed with the status: those a pass before left pending (its
 // operator stopped before writing them), then this pass's.
-void CommitEvents(const Pass& pass, Plan& plan, Json& status);
+void CommitEvents(const Pass& pass, Changes& plan, Json& status);
 
 // ---- Small helpers every file uses ----
 
@@ -283,7 +283,7 @@ inline std::vector<const Json*> ByName(const std::vector<Json>& pods) {
   return sorted;
 }
 
-inline void AddWrite(Plan& plan, Write w) { plan.writes.push_back(std::move(w)); }
+inline void AddWrite(Changes& plan, Write w) { plan.writes.push_back(std::move(w)); }
 
 inline Write Create(const std::string& resource, Json object, std::string reason) {
   Write w;
@@ -343,7 +343,7 @@ inline bool ConditionTrue(const Json& status, const std::string& type) {
 }
 
 // A finished job: stop what still runs (the servers never exit by themselves).
-inline void PlanCleanup(const Pass& pass, const Records& r, Plan& plan) {
+inline void PlanCleanup(const Pass& pass, const Records& r, Changes& plan) {
   for (const Json* pod : ByName(pass.o.pods)) {
     if (kube::Terminating(*pod) || Finished(*pod)) continue;
     AddWrite(plan, Delete(*pod, -1, r.succeeded ? "the job succeeded" : "the job failed"));
@@ -355,14 +355,14 @@ inline void PlanCleanup(const Pass& pass, const Records& r, Plan& plan) {
 inline bool NamesStraggler(const Action& a, const std::vector<Straggler>& stragglers) {
   if (absl::StrContains(ToLower(absl::StrCat(a.reason, " ", a.evidence)), "straggler")) return true;
   for (const Straggler& s : stragglers) {
-    if (vocab::IsStraggler(s.klass) && s.worker == a.worker) return true;
+    if (vocab::IsStraggler(s.straggler_class) && s.worker == a.worker) return true;
   }
   return false;
 }
 
 // ReplicaFailure (set True by the controller when the API server refuses a
 // create) turns False once a pass finds every child it needs in place.
-inline void ClearReplicaFailure(const Pass& pass, const Plan& plan, Json& status) {
+inline void ClearReplicaFailure(const Pass& pass, const Changes& plan, Json& status) {
   if (!ConditionTrue(pass.old_status, kReplicaFailure)) return;
   for (const Write& w : plan.writes) {
     if (w.kind == Write::Kind::kCreate) return;

@@ -75,8 +75,8 @@ struct Cluster {
   std::string job_token;  // Settings::job_credentials: the glue's derived token
   bool dataset_lost = false;
 
-  Observed Observe(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) const {
-    Observed o;
+  Snapshot Observe(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) const {
+    Snapshot o;
     o.job_token = job_token;
     o.dataset_lost = dataset_lost;
     o.token_secret_exists = !secrets.empty();
@@ -102,7 +102,7 @@ struct Cluster {
 
   // Status first (through a JSON round trip, as the API server stores it),
   // then the writes in order.
-  void Apply(const Plan& plan) {
+  void Apply(const Changes& plan) {
     if (plan.status) job["status"] = Json::parse(plan.status->dump());
     // The operator writes the committed Events, then clears the list.
     if (clear_pending_events) job["status"].erase("pendingEvents");
@@ -169,8 +169,8 @@ struct Cluster {
     }
   }
 
-  Plan Pass(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) {
-    Plan plan = Reconcile(Observe(std::move(actions), std::move(stragglers)), settings);
+  Changes Pass(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) {
+    Changes plan = Reconcile(Observe(std::move(actions), std::move(stragglers)), settings);
     Apply(plan);
     return plan;
   }
@@ -207,7 +207,7 @@ struct Cluster {
       Pass();
       RunAll();
     }
-    Plan plan = Pass();
+    Changes plan = Pass();
     ASSERT_THAT(plan.writes, IsEmpty());
     ASSERT_FALSE(plan.status.has_value()) << plan.status->dump(2);
   }
@@ -256,7 +256,7 @@ std::vector<std::string> Describe(const std::vector<Write>& writes) {
   return out;
 }
 
-std::vector<std::string> EventReasons(const Plan& plan) {
+std::vector<std::string> EventReasons(const Changes& plan) {
   std::vector<std::string> out;
   for (const Event& e : plan.events) out.push_back(e.type + " " + e.reason);
   return out;
@@ -700,7 +700,7 @@ TEST(TimeTest, Rfc3339RoundTrips) {
 
 TEST(ReconcileTest, FirstPassCreatesServicesAndShardingPodAndSetsAllConditions) {
   Cluster c;
-  const Plan plan = Reconcile(c.Observe(), Settings{});
+  const Changes plan = Reconcile(c.Observe(), Settings{});
   EXPECT_THAT(
       Describe(plan.writes),
       ElementsAre("create services quickstart-k8s-sharding", "create services quickstart-k8s-ps",
@@ -750,7 +750,7 @@ TEST(ReconcileTest, DatasetReadyCreatesParameterServersAndWorkers) {
   c.Pass();
   EXPECT_THAT(Reconcile(c.Observe(), Settings{}).writes, IsEmpty());  // waiting for the dataset
   c.dataset_ready = true;
-  const Plan plan = c.Pass();
+  const Changes plan = c.Pass();
   EXPECT_THAT(
       Describe(plan.writes),
       ElementsAre("create pods quickstart-k8s-ps-0", "create pods quickstart-k8s-worker-0",
@@ -771,7 +771,7 @@ TEST(ReconcileTest, IsIdempotent) {
   Cluster c;
   c.dataset_ready = true;
   EXPECT_EQ(c.Pass().writes.size(), 10u);  // 3 services, claim, sharding pod, 1 PS, 4 workers
-  Plan plan = c.Pass();  // everything exists now: Created turns True, nothing to write
+  Changes plan = c.Pass();  // everything exists now: Created turns True, nothing to write
   EXPECT_THAT(plan.writes, IsEmpty());
   ASSERT_TRUE(plan.status.has_value());
   EXPECT_EQ(Condition(*plan.status, "Created")["status"], "True");
@@ -815,9 +815,9 @@ TEST(ReconcileTest, ConditionsKeepTransitionTimeWhenUnchanged) {
 TEST(ReconcileTest, ProgressFromTheShardingService) {
   Cluster c;
   c.Settle();
-  Observed o = c.Observe();
+  Snapshot o = c.Observe();
   o.progress = Progress{10000, 40000, 0, 2, 12.6, false};
-  Plan plan = Reconcile(o, Settings{});
+  Changes plan = Reconcile(o, Settings{});
   ASSERT_TRUE(plan.status.has_value());
   EXPECT_EQ((*plan.status)["progress"],
             Json::parse(R"({"recordsCommitted":10000,"recordsTotal":40000,"epoch":0,"epochs":2,
@@ -847,7 +847,7 @@ TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
   Cluster c;
   c.Settle();
   const std::string old_uid = c.FindPod("quickstart-k8s-worker-2")->at("metadata").at("uid");
-  Plan plan = Reconcile(c.Observe({KillRestart("worker-2", "node-2", "node-5")}), Settings{});
+  Changes plan = Reconcile(c.Observe({KillRestart("worker-2", "node-2", "node-5")}), Settings{});
 
   ASSERT_TRUE(plan.status.has_value());
   const Json& st = *plan.status;
@@ -917,7 +917,7 @@ TEST(ReconcileTest, ASlowServerMovesToItsNextIncarnationWhichTakesOverThenTheOld
   (*c.FindPod("quickstart-k8s-ps-0"))["status"]["podIP"] = "10.0.0.9";
   Action move = KillRestart("ps-0", "node-9", "node-5");
   move.rule = "antdt-nd:ps-restart";
-  Plan plan = c.Pass({move});
+  Changes plan = c.Pass({move});
   ASSERT_TRUE(c.job["status"].contains("serverInstances")) << c.Status().dump(2);
   EXPECT_EQ(c.Status()["serverInstances"],
             Json::parse(R"([{"id":"ps-0","incarnation":1,"node":"node-5",
@@ -948,7 +948,7 @@ TEST(ReconcileTest, ASlowServerMovesToItsNextIncarnationWhichTakesOverThenTheOld
   c.RunAll();
   EXPECT_THAT(c.Pass().writes, IsEmpty());
   // Then the old pod goes, and the job's Running condition follows the new.
-  Observed o = c.Observe();
+  Snapshot o = c.Observe();
   o.servers_followed = {"ps-0"};
   plan = Reconcile(o, Settings{});
   c.Apply(plan);
@@ -966,13 +966,13 @@ TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {
   Cluster c;
   c.Settle();
   Cluster fresh = c;  // the same cluster, seen by an operator that restarts
-  const Plan first =
+  const Changes first =
       Reconcile(c.Observe({KillRestart("worker-2", "node-2", "node-5")}), Settings{});
   ASSERT_TRUE(first.status.has_value());
   // Only the status was written before the crash: incarnation 1 in status,
   // only incarnation 0 in pods, and no action to replay.
   fresh.job["status"] = *first.status;
-  const Plan after = Reconcile(fresh.Observe(), Settings{});
+  const Changes after = Reconcile(fresh.Observe(), Settings{});
   EXPECT_EQ(Describe(after.writes), Describe(first.writes));
   EXPECT_FALSE(after.status.has_value());
   fresh.Apply(after);
@@ -984,7 +984,7 @@ TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {
 TEST(ReconcileTest, JobWithoutParameterServersCreatesAndWaitsForNone) {
   Cluster c;
   c.job = PytorchJob();
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   EXPECT_THAT(
       Describe(plan.writes),
       ElementsAre("create services pytorch-k8s-sharding", "create services pytorch-k8s-workers",
@@ -1025,7 +1025,7 @@ TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
   // Three restarts of the same worker before any old pod is gone.
   for (int i = 0; i < 3; ++i) {
     c.now += 1000;
-    const Plan plan = c.Pass({KillRestart("worker-1", absl::StrCat("node-", 1 + 10 * i), "")});
+    const Changes plan = c.Pass({KillRestart("worker-1", absl::StrCat("node-", 1 + 10 * i), "")});
     for (const Write& w : plan.writes) EXPECT_NE(w.kind, Write::Kind::kCreate);
     c.SetPhase("quickstart-k8s-worker-1", "Failed");  // terminating pods may fail too
   }
@@ -1034,7 +1034,7 @@ TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
             Json::array({"node-1", "node-11", "node-21"}));
   EXPECT_EQ(c.Status()["workers"]["failed"], 0);  // not a failure: we deleted it
   c.RemoveTerminating();
-  const Plan plan = c.Pass();
+  const Changes plan = c.Pass();
   EXPECT_THAT(Describe(plan.writes),
               ElementsAre("leave worker-1", "create pods quickstart-k8s-worker-1"));
   c.created_pods.clear();
@@ -1048,7 +1048,7 @@ TEST(ReconcileTest, FailedWorkerWithinBackoffLimitIsRestarted) {
   c.SetPhase("quickstart-k8s-worker-1", "Failed");
   c.FindPod("quickstart-k8s-worker-1")->at("status")["containerStatuses"] =
       Json::parse(R"([{"name":"trainer","state":{"terminated":{"exitCode":2,"reason":"Error"}}}])");
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
   EXPECT_EQ((*plan.status)["workers"]["failed"], 1);
   EXPECT_EQ((*plan.status)["workers"]["restarts"], 1);
@@ -1079,7 +1079,7 @@ TEST(ReconcileTest, FailuresOverBackoffLimitFailTheJob) {
   c.Pass();
   c.SetPhase("quickstart-k8s-worker-3", "Failed");
   c.now += 10000;
-  const Plan plan = c.Pass();
+  const Changes plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
   const Json& failed = Condition(*plan.status, "Failed");
   EXPECT_EQ(failed["status"], "True");
@@ -1098,7 +1098,7 @@ TEST(ReconcileTest, FailuresOverBackoffLimitFailTheJob) {
   EXPECT_EQ(plan.requeue_after_ms, 0);
   // Terminal: later passes write nothing, emit nothing.
   c.now += 10000;
-  const Plan later = c.Pass();
+  const Changes later = c.Pass();
   EXPECT_THAT(later.writes, IsEmpty());
   EXPECT_THAT(later.events, IsEmpty());
 }
@@ -1108,9 +1108,9 @@ TEST(ReconcileTest, SuccessStopsTheServers) {
   c.Settle();
   for (int i = 0; i < 4; ++i) c.SetPhase(absl::StrCat("quickstart-k8s-worker-", i), "Succeeded");
   c.now += 90000;
-  Observed o = c.Observe();
+  Snapshot o = c.Observe();
   o.progress = Progress{40000, 40000, 2, 2, 0, true};
-  const Plan plan = Reconcile(o, Settings{});
+  const Changes plan = Reconcile(o, Settings{});
   c.Apply(plan);
   ASSERT_TRUE(plan.status.has_value());
   const Json& st = *plan.status;
@@ -1126,7 +1126,7 @@ TEST(ReconcileTest, SuccessStopsTheServers) {
   EXPECT_THAT(EventReasons(plan), ElementsAre("Normal JobSucceeded"));
   EXPECT_EQ(plan.requeue_after_ms, 0);
   c.RemoveTerminating();
-  Plan later = c.Pass();
+  Changes later = c.Pass();
   EXPECT_THAT(later.writes, IsEmpty());
   EXPECT_THAT(later.events, IsEmpty());
   later = c.Pass();
@@ -1140,7 +1140,7 @@ TEST(ReconcileTest, TtlAfterFinishedDeletesTheJob) {
   c.Settle();
   for (int i = 0; i < 4; ++i) c.SetPhase(absl::StrCat("quickstart-k8s-worker-", i), "Succeeded");
   const int64_t done = c.now;
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   EXPECT_EQ(plan.requeue_after_ms, 60000);
   c.now = done + 10000;
   plan = c.Pass();
@@ -1155,7 +1155,7 @@ TEST(ReconcileTest, TtlAfterFinishedDeletesTheJob) {
 TEST(ReconcileTest, InvalidSpecFailsWithoutChildren) {
   Cluster c;
   c.job["spec"]["workers"]["replicas"] = -2;
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   EXPECT_THAT(plan.writes, IsEmpty());
   ASSERT_TRUE(plan.status.has_value());
   const Json& failed = Condition(*plan.status, "Failed");
@@ -1187,7 +1187,7 @@ TEST(ReconcileTest, StragglersInStatusAndCondition) {
       {"worker-2", "node-2", "quickstart-k8s-worker-2", v1::PERSISTENT,
        "cpu contention from co-located pods", 2.3456, kT0 + 12000},
       {"worker-0", "node-0", "quickstart-k8s-worker-0", v1::LEADER, "faster device", 0.61, kT0}};
-  Plan plan = c.Pass({}, view);
+  Changes plan = c.Pass({}, view);
   ASSERT_TRUE(plan.status.has_value());
   const Json& st = *plan.status;
   EXPECT_EQ(st["stragglerCount"], 1);
@@ -1244,7 +1244,7 @@ TEST(ReconcileTest, AdjustBatchSize) {
     a.local_batch_size = 40;
     a.rule = tc.rule;
     a.reason = tc.reason;
-    const Plan plan = c.Pass({a}, tc.stragglers);
+    const Changes plan = c.Pass({a}, tc.stragglers);
     EXPECT_THAT(plan.writes, IsEmpty());
     EXPECT_EQ(c.Status()["workerInstances"][2]["localBatchSize"], 40);
     EXPECT_EQ(c.Status()["lastActions"].back()["action"], "ADJUST_BS");
@@ -1282,7 +1282,7 @@ TEST(ReconcileTest, BackupWorkersAreRecordedAndEveryRecordReadsBack) {
   backups.kind = vocab::ActionKind::kBackupWorkers;
   backups.rule = "backup-workers:start";
   backups.reason = "baseline";
-  const Plan plan = c.Pass({backups, KillRestart("worker-2", "node-2", "node-9")});
+  const Changes plan = c.Pass({backups, KillRestart("worker-2", "node-2", "node-9")});
   EXPECT_THAT(EventReasons(plan), Contains("Normal BackupWorkers"));
   EXPECT_THAT(EventReasons(plan), Not(Contains("Warning ActionIgnored")));
   const Json& last = c.Status()["lastActions"];
@@ -1307,7 +1307,7 @@ TEST(ReconcileTest, RestartedWorkerGetsItsAdjustedBatch) {
   adjust.local_batch_size = 40;
   c.Pass({adjust, KillRestart("worker-2", "node-2", "")});
   c.RemoveTerminating();
-  const Plan plan = c.Pass();
+  const Changes plan = c.Pass();
   ASSERT_EQ(plan.writes.size(), 2u);
   EXPECT_EQ(Env(plan.writes[1].object, "ANTDT_LOCAL_BATCH"), "40");
 }
@@ -1316,7 +1316,7 @@ TEST(ReconcileTest, JobBeingDeletedIsLeftToTheGarbageCollector) {
   Cluster c;
   c.Settle();
   c.job["metadata"]["deletionTimestamp"] = "2026-11-29T21:05:00Z";
-  const Plan plan = Reconcile(c.Observe(), Settings{});
+  const Changes plan = Reconcile(c.Observe(), Settings{});
   EXPECT_THAT(plan.writes, IsEmpty());
   EXPECT_FALSE(plan.status.has_value());
 }
@@ -1330,7 +1330,7 @@ TEST(ReconcileTest, SuspendDeletesEveryPodAndResumeStartsTheNextIncarnations) {
   c.job["spec"]["suspend"] = true;
   c.job["metadata"]["generation"] = 2;
   c.now += 1000;
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
   EXPECT_EQ(Condition(*plan.status, "Suspended")["status"], "True");
   EXPECT_EQ(Condition(*plan.status, "Running")["reason"], "JobSuspended");
@@ -1396,7 +1396,7 @@ TEST(ReconcileTest, ScalingDownAndUpKeepsTheGlobalBatchAndReleasesTheRemoved) {
   c.job["spec"]["workers"]["replicas"] = 2;
   c.job["metadata"]["generation"] = 2;
   c.now += 1000;
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
   EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Scaled"));
   EXPECT_THAT(plan.events[0].message, HasSubstr("from 4 to 2; removed worker-2, worker-3"));
@@ -1458,7 +1458,7 @@ TEST(ReconcileTest, ScalingACollectiveJobRestartsItsRanksWithTheNewWorldSize) {
   c.Settle();
   c.job["spec"]["workers"]["replicas"] = 3;
   c.job["metadata"]["generation"] = 2;
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Scaled"));
   EXPECT_THAT(plan.events[0].message, HasSubstr("2 running ranks restart with WORLD_SIZE=3"));
   // No rank starts while the old group is still there (it would meet it at
@@ -1487,7 +1487,7 @@ TEST(ReconcileTest, SuspendWithEphemeralStorageKeepsTheShardingServicesState) {
   c.job["spec"]["shardingService"]["storage"] = {{"ephemeral", true}};
   c.Settle();
   c.job["spec"]["suspend"] = true;
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
   for (const std::string& write : Describe(plan.writes)) {
     EXPECT_THAT(write, Not(HasSubstr("sharding")));
@@ -1501,7 +1501,7 @@ TEST(ReconcileTest, AJobCreatedSuspendedCreatesNoPodAndHasNotStarted) {
   Cluster c;
   c.job["spec"]["suspend"] = true;
   c.job["spec"]["checkpoint"] = {{"path", "/data/ckpt"}};
-  const Plan plan = c.Pass();
+  const Changes plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
   for (const std::string& write : Describe(plan.writes)) {
     EXPECT_THAT(write, Not(HasSubstr("create pods")));
@@ -1515,7 +1515,7 @@ TEST(ReconcileTest, ActiveDeadlineFailsTheJob) {
   c.job["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 60}};
   c.Settle();
   c.now += 59000;
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Failed")["status"], "False");
   c.now += 1000;
   plan = c.Pass();
@@ -1538,7 +1538,7 @@ TEST(ReconcileTest, EvictedOrPreemptedWorkerIsRestartedWithoutCountingAFailure) 
   Json* pod = c.FindPod("quickstart-k8s-worker-1");
   (*pod)["status"] = Json::parse(
       R"({"phase":"Failed","reason":"Evicted","message":"The node was low on resource: memory."})");
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   ASSERT_TRUE(plan.status.has_value());
   EXPECT_EQ((*plan.status)["workers"]["failed"], 0);
   EXPECT_EQ(Condition(*plan.status, "Failed")["status"], "False");
@@ -1584,7 +1584,7 @@ TEST(ReconcileTest, EventsOfACommittedDecisionAreWrittenAfterACrash) {
   c.Settle();
   // The operator commits a KILL_RESTART and stops before writing its Event.
   c.clear_pending_events = false;
-  Plan plan = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
+  Changes plan = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
   EXPECT_THAT(EventReasons(plan), ElementsAre("Warning StragglerRestarted"));
   ASSERT_TRUE(c.Status().contains("pendingEvents"));
   EXPECT_EQ(c.Status()["pendingEvents"][0]["reason"], "StragglerRestarted");
@@ -1611,7 +1611,7 @@ TEST(ReconcileTest, GangSchedulingPutsTheServersAndWorkersInAPodGroup) {
     c.Pass();
     ASSERT_TRUE(c.podgroups.empty()) << "not before the dataset";
     c.dataset_ready = true;
-    const Plan plan = c.Pass();
+    const Changes plan = c.Pass();
     ASSERT_FALSE(plan.writes.empty());
     EXPECT_EQ(plan.writes[0].resource, "podgroups");  // before its members
     ASSERT_EQ(c.podgroups.size(), 1u);
@@ -1653,7 +1653,7 @@ TEST(ReconcileTest, JobCredentialsGoInAnOwnedSecretThePodsReference) {
   Cluster c;
   c.settings.job_credentials = true;
   c.job_token = "t0k3n";
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   EXPECT_THAT(
       Describe(plan.writes),
       ElementsAre("create services quickstart-k8s-sharding", "create services quickstart-k8s-ps",
@@ -1699,7 +1699,7 @@ TEST(ReconcileTest, AShardingServiceBackWithoutItsStateFailsTheJobSayingWhy) {
   c.Settle();
   c.dataset_lost = true;
   c.now += 1000;
-  Plan plan = c.Pass();
+  Changes plan = c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Failed")["status"], "True");
   EXPECT_EQ(Condition(c.Status(), "Failed")["reason"], "ShardingStateLost");
   EXPECT_THAT(Condition(c.Status(), "Failed")["message"].get<std::string>(),

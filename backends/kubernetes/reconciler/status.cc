@@ -69,8 +69,8 @@ Json ProgressJson(int64_t committed, int64_t total, int64_t epoch, int64_t epoch
 
 // The plan for a spec that does not parse: Failed=True InvalidSpec, nothing
 // else touched.
-Plan InvalidSpecPlan(const Observed& o, const Json& old_status, int64_t generation) {
-  Plan plan;
+Changes InvalidSpecPlan(const Snapshot& o, const Json& old_status, int64_t generation) {
+  Changes plan;
   Json status = old_status.is_object() ? old_status : Json::object();
   const std::string message(o.spec.status().message());
   const Json* failed = FindCondition(status, "Failed");
@@ -250,21 +250,21 @@ struct StragglerReport {
   std::vector<std::string> named;
 };
 
-StragglerReport ReportStragglers(const Observed& o, bool finished) {
+StragglerReport ReportStragglers(const Snapshot& o, bool finished) {
   StragglerReport report;
   if (finished) return report;
   for (const Straggler& st : o.stragglers) {
     report.list.push_back({{"worker", st.worker},
                            {"node", st.node},
                            {"pod", st.pod},
-                           {"class", vocab::KubernetesName(st.klass)},
+                           {"class", vocab::KubernetesName(st.straggler_class)},
                            {"compensated", st.compensated},
                            {"cause", st.cause},
                            {"score", Round2(st.score)},
                            {"since", kube::FormatTime(st.since_ms)}});
-    if (vocab::IsStraggler(st.klass)) {
+    if (vocab::IsStraggler(st.straggler_class)) {
       report.named.push_back(absl::StrCat(st.worker, " on ", st.node.empty() ? "?" : st.node, " (",
-                                          vocab::KubernetesName(st.klass),
+                                          vocab::KubernetesName(st.straggler_class),
                                           st.cause.empty() ? "" : ": " + st.cause, ")"));
     }
   }
@@ -425,7 +425,7 @@ Json NewStatus(const Pass& pass, const Records& r) {
 
 // Events committed with the status: those a pass before left pending (its
 // operator stopped before writing them), then this pass's.
-void CommitEvents(const Pass& pass, Plan& plan, Json& status) {
+void CommitEvents(const Pass& pass, Changes& plan, Json& status) {
   std::vector<Event> events;
   const Json& pending = Get(pass.old_status, "pendingEvents");
   if (pending.is_array()) {
