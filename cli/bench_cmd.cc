@@ -21,6 +21,7 @@
 #include "cli/bench_causes.h"
 #include "cli/commands.h"
 #include "cli/local_job.h"
+#include "cli/results.h"
 #include "common/config.h"
 #include "common/server.h"
 #include "common/spelling.h"
@@ -78,40 +79,30 @@ std::string ExactlyOnce(const local::RunResult& r) {
   return r.verification.exactly_once() ? "yes" : "no";
 }
 
-std::string ResultsJson(const std::string& scenario, const std::vector<local::RunResult>& results) {
-  const double ideal = results.front().jct_seconds;
-  nlohmann::ordered_json out = {{"scenario", scenario},
-                                {"results", nlohmann::ordered_json::array()}};
+std::string BenchResultsJson(const std::string& scenario,
+                             const std::vector<local::RunResult>& results) {
+  std::vector<ResultRow> rows;
   for (const local::RunResult& r : results) {
-    nlohmann::ordered_json actions = nlohmann::ordered_json::array();
-    for (const local::ActionRecord& a : r.actions) {
-      actions.push_back(
-          {{"at_seconds", a.at_seconds}, {"action", vocab::Name(a.action)}, {"worker", a.worker}});
-    }
-    nlohmann::ordered_json run = {{"policy", r.policy},
-                                  {"jct_seconds", r.jct_seconds},
-                                  {"ratio_to_no_slowdown", r.jct_seconds / ideal},
-                                  {"records_committed", r.records_committed},
-                                  {"exactly_once", nullptr},
-                                  {"exactly_once_checked", r.journals_checked},
-                                  {"first_loss", r.first_loss},
-                                  {"final_loss", r.final_loss},
-                                  {"held_out_log_loss", nullptr},
-                                  {"held_out_accuracy", nullptr},
-                                  {"steps", r.steps},
-                                  {"estimated_saved_seconds", r.estimated_saved_seconds},
-                                  {"estimated_lost_seconds", r.estimated_lost_seconds},
-                                  {"saved_vs_none_seconds", nullptr},
-                                  {"actions", std::move(actions)}};
-    if (r.journals_checked) run["exactly_once"] = r.verification.exactly_once();
-    if (r.none_jct_seconds >= 0) run["saved_vs_none_seconds"] = r.none_jct_seconds - r.jct_seconds;
+    ResultRow& row = rows.emplace_back();
+    row.policy = r.policy;
+    row.jct_seconds = r.jct_seconds;
+    row.records_committed = r.records_committed;
+    if (r.journals_checked) row.exactly_once = r.verification.exactly_once();
+    row.first_loss = r.first_loss;
+    row.final_loss = r.final_loss;
     if (r.held_out_log_loss >= 0) {
-      run["held_out_log_loss"] = r.held_out_log_loss;
-      run["held_out_accuracy"] = r.held_out_accuracy;
+      row.held_out_log_loss = r.held_out_log_loss;
+      row.held_out_accuracy = r.held_out_accuracy;
     }
-    out["results"].push_back(std::move(run));
+    row.steps = r.steps;
+    row.estimated_saved_seconds = r.estimated_saved_seconds;
+    row.estimated_lost_seconds = r.estimated_lost_seconds;
+    if (r.none_jct_seconds >= 0) row.saved_vs_none_seconds = r.none_jct_seconds - r.jct_seconds;
+    for (const local::ActionRecord& a : r.actions) {
+      row.actions.push_back({a.at_seconds, a.action, a.worker});
+    }
   }
-  return out.dump(2) + "\n";
+  return ResultsJson(scenario, rows);
 }
 
 std::string ResultsTable(const std::vector<local::RunResult>& results) {
@@ -191,7 +182,7 @@ void CompareWithNone(const std::string& out, const std::vector<BenchRun>& runs,
 
 absl::Status WriteResults(const std::string& out, const std::string& scenario,
                           const std::vector<local::RunResult>& results) {
-  RETURN_IF_ERROR(WriteFileAtomically(out + "/results.json", ResultsJson(scenario, results)));
+  RETURN_IF_ERROR(WriteFileAtomically(out + "/results.json", BenchResultsJson(scenario, results)));
   RETURN_IF_ERROR(WriteFileAtomically(out + "/results.md", ResultsTable(results)));
   RETURN_IF_ERROR(WriteFileAtomically(out + "/chart.svg", RatioChartSvg(results)));
   return WriteFileAtomically(out + "/loss.svg", LossChartSvg(results));

@@ -22,6 +22,7 @@
 #include "backends/sim/scenario_file.h"
 #include "backends/sim/simulator.h"
 #include "cli/commands.h"
+#include "cli/results.h"
 #include "common/config.h"
 #include "common/spelling.h"
 #include "common/status.h"
@@ -113,51 +114,37 @@ absl::StatusOr<std::vector<std::pair<std::string, sim::SimOptions>>> Plans(const
   return plans;
 }
 
-std::string ResultsJson(const std::string& scenario, const std::vector<PolicyRuns>& all) {
-  const double ideal = all.front().mean;
+std::string SimResultsJson(const std::string& scenario, const std::vector<PolicyRuns>& all) {
   double none = -1;
   for (const PolicyRuns& p : all) {
     if (p.name == vocab::Name(vocab::Policy::kNone)) none = p.mean;
   }
-  nlohmann::ordered_json out = {{"scenario", scenario},
-                                {"simulated", true},
-                                {"seeds", all.front().runs.size()},
-                                {"results", nlohmann::ordered_json::array()}};
+  std::vector<ResultRow> rows;
   for (const PolicyRuns& p : all) {
     const sim::SimResult& first = p.runs.front();
-    nlohmann::ordered_json actions = nlohmann::ordered_json::array();
-    for (const sim::SimAction& a : first.actions) {
-      actions.push_back(
-          {{"at_seconds", a.at_seconds}, {"action", vocab::Name(a.action)}, {"worker", a.worker}});
-    }
+    ResultRow& row = rows.emplace_back();
+    row.policy = p.name;
+    row.jct_seconds = p.mean;
+    row.records_committed = first.records_committed;
+    row.exactly_once = p.exactly_once;
+    row.steps = first.steps;
+    row.estimated_saved_seconds = p.saved;
+    row.estimated_lost_seconds = p.lost;
+    if (none >= 0) row.saved_vs_none_seconds = none - p.mean;
     nlohmann::ordered_json by_seed = nlohmann::ordered_json::array();
     for (const sim::SimResult& r : p.runs) by_seed.push_back(r.jct_seconds);
-    nlohmann::ordered_json run = {
-        {"policy", p.name},
-        {"jct_seconds", p.mean},
-        {"jct_ci95_seconds", {p.mean - p.half_width, p.mean + p.half_width}},
-        {"jct_seconds_by_seed", by_seed},
-        {"ratio_to_no_slowdown", p.mean / ideal},
-        {"records_committed", first.records_committed},
-        {"exactly_once", p.exactly_once},
-        {"exactly_once_checked", true},
-        {"first_loss", nullptr},
-        {"final_loss", nullptr},
-        {"held_out_log_loss", nullptr},
-        {"held_out_accuracy", nullptr},
-        {"steps", first.steps},
-        {"estimated_saved_seconds", p.saved},
-        {"estimated_lost_seconds", p.lost},
-        {"saved_vs_none_seconds", none >= 0 ? nlohmann::ordered_json(none - p.mean) : nullptr},
-        {"restarts", p.restarts},
-        {"skipped_seed_1", first.skipped},
-        {"step_reports", p.reports},
-        {"ledger_calls", p.calls},
-        {"wall_seconds", p.wall},
-        {"actions", std::move(actions)}};
-    out["results"].push_back(std::move(run));
+    row.extra = {{"jct_ci95_seconds", {p.mean - p.half_width, p.mean + p.half_width}},
+                 {"jct_seconds_by_seed", std::move(by_seed)},
+                 {"restarts", p.restarts},
+                 {"skipped_seed_1", first.skipped},
+                 {"step_reports", p.reports},
+                 {"ledger_calls", p.calls},
+                 {"wall_seconds", p.wall}};
+    for (const sim::SimAction& a : first.actions) {
+      row.actions.push_back({a.at_seconds, a.action, a.worker});
+    }
   }
-  return out.dump(2) + "\n";
+  return ResultsJson(scenario, rows, {{"simulated", true}, {"seeds", all.front().runs.size()}});
 }
 
 std::string ResultsTable(const std::vector<PolicyRuns>& all) {
@@ -258,7 +245,7 @@ int Simulate(const SimFlags& f) {
   }
   fs::create_directories(f.out);
   for (const auto& [file, text] : std::vector<std::pair<std::string, std::string>>{
-           {"results.json", ResultsJson(scenario.name, all)},
+           {"results.json", SimResultsJson(scenario.name, all)},
            {"results.md", ResultsTable(all)},
            {"chart.svg", ChartSvg(all)}}) {
     if (absl::Status s = WriteFileAtomically(f.out + "/" + file, text); !s.ok()) {
