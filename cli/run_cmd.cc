@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -60,6 +61,7 @@ struct RunFlags {
   bool no_report = false;
   std::string work_dir;
   std::string policy;
+  std::string mode;
   std::string scenario;
   bool no_slowdown = false;
   bool quiet = false;
@@ -76,6 +78,18 @@ int Run(const RunFlags& f) {
   local::RunOptions o = RunOptionsFor(
       *loaded, f.work_dir.empty() ? "antdt-run/" + loaded->job.name : f.work_dir, f.quiet);
   if (!ApplyPolicyFlag(f.policy, loaded->job, &o)) return 2;
+  if (!f.mode.empty()) {
+    // --mode recommend (or Recommend, as spec.stragglerPolicy.mode spells it).
+    std::string mode = f.mode;
+    if (!mode.empty())
+      mode[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(mode[0])));
+    auto parsed = vocab::ParseOneOf("--mode", mode, vocab::AllModes());
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "antdt run: %s\n", std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    o.mode_override = *parsed;
+  }
   o.no_slowdown = f.no_slowdown;
   o.prometheus = f.prometheus;
   WatchSignals();
@@ -126,6 +140,10 @@ Command AddRunCommand(CLI::App* parent) {
                                vocab::PolicyNames(),
                                ",\nor plain: the job without AntDT (a worker command only)"))
       ->type_name("NAME|plain");
+  app->add_option("--mode", f->mode,
+                  "act (the default) or recommend: decide as usual but carry nothing out;\n"
+                  "the report lists each recommendation with its predicted saving")
+      ->type_name("act|recommend");
   app->add_option("--scenario", f->scenario,
                   "the straggler scenario instead of spec.local.scenario")
       ->type_name("FILE");

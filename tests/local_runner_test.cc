@@ -120,6 +120,43 @@ TEST(LocalRunner, RestartsAPersistentStragglerOnTheSpareNodeWithNoRecordLostOrDo
   EXPECT_NE(std::system(("pgrep -f '" + dir.path() + "/wor[k]' > /dev/null").c_str()), 0);
 }
 
+// --mode recommend: the same job decides as it would, carries nothing out,
+// and says what it would have done, with a predicted saving, beside what the
+// job lost; its metrics count the recommendations.
+TEST(LocalRunner, RecommendModeCarriesNothingOutAndSaysWhatItWouldHaveDone) {
+  TempDir dir;
+  // A third of the records: left 4x slow, worker-2 holds the whole job back.
+  std::string job = kJob;
+  job.replace(job.find("records: 96000"), 14, "records: 32000");
+  Write(dir.File("job.yaml"), job);
+  Write(dir.File("scenario.yaml"), kScenario);
+  Process run({BinPath("antdt"), "run", dir.File("job.yaml"), "--mode", "recommend", "--report",
+               dir.File("report"), "--work-dir", dir.File("work"), "--quiet"},
+              dir.File("run.log"));
+  auto status = run.Wait(std::chrono::seconds(280));
+  ASSERT_TRUE(status) << "antdt run did not finish:\n" << Read(dir.File("run.log"));
+  const std::string out = Read(dir.File("run.log"));
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  EXPECT_NE(out.find("RESULT: every record committed exactly once"), std::string::npos) << out;
+  const nlohmann::json report = nlohmann::json::parse(Read(dir.File("report/report.json")));
+  EXPECT_EQ(report["mode"], "Recommend");
+  EXPECT_TRUE(report["actions"].empty()) << report["actions"].dump(1);
+  const nlohmann::json& recs = report["recommendations"];
+  const auto restart = std::find_if(recs.begin(), recs.end(), [](const nlohmann::json& r) {
+    return r["action"] == "KILL_RESTART" && r["worker"] == "worker-2";
+  });
+  ASSERT_NE(restart, recs.end()) << recs.dump(1);
+  // Recommended as antdt-nd acts: saving more than minSavingRatio (0.1) x cost.
+  EXPECT_GT((*restart)["predicted_saving_seconds"].get<double>(),
+            0.1 * (*restart)["cost_seconds"].get<double>());
+  EXPECT_GT((*restart)["cost_seconds"].get<double>(), 0);
+  EXPECT_NE((*restart)["rule"].get<std::string>().find("antdt-nd:"), std::string::npos);
+  const nlohmann::json& summary = report["recommendation_summary"];
+  EXPECT_GT(summary["predicted_saving_seconds"].get<double>(), 0);
+  EXPECT_GT(summary["lost_to_stragglers_seconds"].get<double>(), 0) << "worker-2 was 4x slow";
+  EXPECT_NE(out.find("recommended, not carried out (mode Recommend):"), std::string::npos) << out;
+}
+
 // The paper's mix under antdt-nd: the terminal and report.json tell of the
 // same stragglers, each with one class and one cause; an action about a
 // straggler names no cause its records do not; and a straggler restarted on a

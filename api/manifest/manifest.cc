@@ -254,8 +254,10 @@ absl::Status ParseRule(const YAML::Node& node, const std::string& path, Rule* ru
 absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, StragglerPolicySpec* p) {
   const std::string path = "spec.stragglerPolicy";
   RETURN_IF_ERROR(CheckMapping(
-      node, path, {"name", "cooldown", "maxActions", "minSavingRatio", "backupWorkers", "rules"}));
+      node, path,
+      {"name", "mode", "cooldown", "maxActions", "minSavingRatio", "backupWorkers", "rules"}));
   RETURN_IF_ERROR(ReadOneOf(node, path, "name", vocab::AllPolicies(), &p->name));
+  RETURN_IF_ERROR(ReadOneOf(node, path, "mode", vocab::AllModes(), &p->mode));
   RETURN_IF_ERROR(ReadDurationMs(node, path, "cooldown", &p->cooldown_ms));
   RETURN_IF_ERROR(ReadInt32(node, path, "maxActions", &p->max_actions));
   RETURN_IF_ERROR(AtLeast(Join(path, "maxActions"), p->max_actions, 0));

@@ -68,6 +68,7 @@ struct StragglerPolicySpec {
   int32_t max_actions = 10;                      // spec.stragglerPolicy.maxActions
   double min_saving_ratio = 1.0;                 // spec.stragglerPolicy.minSavingRatio
   int32_t backup_workers = 1;                    // spec.stragglerPolicy.backupWorkers
+  vocab::Mode mode = vocab::Mode::kAct;          // spec.stragglerPolicy.mode
   std::vector<Rule> rules;  // required (non-empty) for custom, rejected otherwise
 };
 

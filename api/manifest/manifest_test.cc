@@ -83,6 +83,7 @@ TEST(ParseJob, BaseIsValidAndDefaultsApply) {
   EXPECT_EQ(job->straggler_policy.max_actions, 10);
   EXPECT_DOUBLE_EQ(job->straggler_policy.min_saving_ratio, 1.0);
   EXPECT_EQ(job->straggler_policy.backup_workers, 1);
+  EXPECT_EQ(job->straggler_policy.mode, vocab::Mode::kAct);
   EXPECT_TRUE(job->straggler_policy.rules.empty());
   EXPECT_EQ(job->monitor.window_ms, 10'000);
   EXPECT_EQ(job->monitor.allowed_lateness_ms, -1);  // the Monitor's max(500ms, window / 4)
@@ -122,6 +123,7 @@ spec:
   parameterServers: {replicas: 2}
   stragglerPolicy:
     name: custom
+    mode: Recommend
     cooldown: 90s
     maxActions: 4
     minSavingRatio: 0.5
@@ -157,6 +159,7 @@ spec:
   EXPECT_EQ(p.cooldown_ms, 90'000);
   EXPECT_EQ(p.max_actions, 4);
   EXPECT_DOUBLE_EQ(p.min_saving_ratio, 0.5);
+  EXPECT_EQ(p.mode, vocab::Mode::kRecommend);
   EXPECT_EQ(p.backup_workers, 0);
   ASSERT_EQ(p.rules.size(), 2u);
   EXPECT_EQ(p.rules[0].signal, vocab::Signal::kScore);
@@ -395,6 +398,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"spec.stragglerPolicy.cooldown", "60",
                   "spec.stragglerPolicy.cooldown: must be a duration like \"30s\", \"500ms\" or "
                   "\"2m\", got \"60\""},
+        ErrorCase{"spec.stragglerPolicy.mode", "Advise",
+                  "spec.stragglerPolicy.mode: must be one of Act, Recommend, got \"Advise\""},
         ErrorCase{"spec.stragglerPolicy.maxActions", "-1",
                   "spec.stragglerPolicy.maxActions: must be >= 0, got -1"},
         ErrorCase{"spec.stragglerPolicy.minSavingRatio", "-0.5",

@@ -44,6 +44,12 @@ const Table<Signal>& Signals() {
   return *kTable;
 }
 
+const Table<Mode>& Modes() {
+  static const auto* const kTable =
+      new Table<Mode>{{Mode::kAct, "Act"}, {Mode::kRecommend, "Recommend"}};
+  return *kTable;
+}
+
 // Lower case, then Kubernetes style; UNSPECIFIED is not in the table.
 struct ClassNames {
   v1::StragglerClass cls;
@@ -99,6 +105,7 @@ const ClassNames* FindClass(v1::StragglerClass cls) {
 }  // namespace
 
 const std::vector<Policy>& AllPolicies() { return Values(Policies()); }
+const std::vector<Mode>& AllModes() { return Values(Modes()); }
 const std::vector<Role>& AllRoles() { return Values(Roles()); }
 const std::vector<ActionKind>& AllActionKinds() { return Values(ActionKinds()); }
 const std::vector<Signal>& AllSignals() { return Values(Signals()); }
@@ -112,6 +119,7 @@ const std::string& Name(Policy policy) { return NameIn(Policies(), policy); }
 const std::string& Name(Role role) { return NameIn(Roles(), role); }
 const std::string& Name(ActionKind kind) { return NameIn(ActionKinds(), kind); }
 const std::string& Name(Signal signal) { return NameIn(Signals(), signal); }
+const std::string& Name(Mode mode) { return NameIn(Modes(), mode); }
 
 const std::string& Name(v1::StragglerClass cls) {
   static const auto* const kNone = new std::string("-");

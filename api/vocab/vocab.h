@@ -29,6 +29,9 @@ enum class Role { kWorker, kParameterServer };
 enum class ActionKind { kAdjustBatchSize, kKillRestart, kBackupWorkers };
 // What a custom rule watches (spec.stragglerPolicy.rules[i].signal).
 enum class Signal { kScore, kSelfScore, kClass };
+// spec.stragglerPolicy.mode: carry decisions out, or only recommend them
+// (observe and decide as usual, execute nothing).
+enum class Mode { kAct, kRecommend };
 
 // Every value, in the order "must be one of" messages list them. AllPolicies()
 // is the one list of policy names.
@@ -36,6 +39,7 @@ const std::vector<Policy>& AllPolicies();
 const std::vector<Role>& AllRoles();
 const std::vector<ActionKind>& AllActionKinds();
 const std::vector<Signal>& AllSignals();
+const std::vector<Mode>& AllModes();
 // The actions a custom rule may take: ADJUST_BS, KILL_RESTART.
 const std::vector<ActionKind>& RuleActionKinds();
 
@@ -44,10 +48,12 @@ const std::vector<ActionKind>& RuleActionKinds();
 //   Role        worker, ps
 //   ActionKind  ADJUST_BS, KILL_RESTART, BACKUP_WORKERS
 //   Signal      score, self_score, class
+//   Mode        Act, Recommend
 const std::string& Name(Policy policy);
 const std::string& Name(Role role);
 const std::string& Name(ActionKind kind);
 const std::string& Name(Signal signal);
+const std::string& Name(Mode mode);
 // A straggler class in lower case, as manifests and `antdt run`'s report
 // spell it: healthy, leader, deterministic, transient, persistent; "-" for
 // STRAGGLER_CLASS_UNSPECIFIED.

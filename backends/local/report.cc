@@ -104,6 +104,40 @@ std::string StragglersJson(const RunResult& r) {
   return json;
 }
 
+// The recommendations that are about a straggler (not the batch changes that
+// only keep the global batch around one), and what they were predicted to save.
+double PredictedSaving(const RunResult& r) {
+  double total = 0;
+  for (const RecommendationRecord& rec : r.recommendations) {
+    if (!rec.subject.empty()) total += std::max(0.0, rec.predicted_saving_seconds);
+  }
+  return total;
+}
+
+// "mode", "recommendations" (one per line) and "recommendation_summary": the
+// predicted saving beside what the job lost to stragglers (the time ledger).
+std::string RecommendationsJson(const RunResult& r) {
+  std::string json =
+      absl::StrFormat("  \"mode\": \"%s\",\n  \"recommendations\": [", vocab::Name(r.mode));
+  for (size_t i = 0; i < r.recommendations.size(); ++i) {
+    const RecommendationRecord& rec = r.recommendations[i];
+    absl::StrAppendFormat(
+        &json,
+        "%s\n    {\"at_seconds\": %.3f, \"action\": \"%s\", \"worker\": \"%s\", "
+        "\"rule\": \"%s\", \"subject\": \"%s\", \"predicted_saving_seconds\": %.3f, "
+        "\"cost_seconds\": %.3f, \"times\": %d, \"reason\": \"%s\"}",
+        i ? "," : "", rec.at_seconds, vocab::Name(rec.action), JsonEscape(rec.worker),
+        JsonEscape(rec.rule), JsonEscape(rec.subject), rec.predicted_saving_seconds,
+        rec.cost_seconds, rec.times, JsonEscape(rec.reason));
+  }
+  absl::StrAppend(&json, r.recommendations.empty() ? "],\n" : "\n  ],\n");
+  absl::StrAppendFormat(&json,
+                        "  \"recommendation_summary\": {\"predicted_saving_seconds\": %.3f, "
+                        "\"lost_to_stragglers_seconds\": %.3f},\n",
+                        PredictedSaving(r), r.estimated_lost_seconds);
+  return json;
+}
+
 // One action or timeline point per line, so a reader greps an action whole.
 std::string ReportJson(const RunResult& r) {
   std::string json = absl::StrFormat(
@@ -130,8 +164,8 @@ std::string ReportJson(const RunResult& r) {
                           JsonEscape(a.rule), JsonEscape(a.subject), CauseName(ActionCause(r, a)),
                           JsonEscape(a.reason), JsonEscape(a.description));
   }
-  absl::StrAppend(&json, r.actions.empty() ? "],\n" : "\n  ],\n", StragglersJson(r),
-                  "  \"timeline\": [");
+  absl::StrAppend(&json, r.actions.empty() ? "],\n" : "\n  ],\n", RecommendationsJson(r),
+                  StragglersJson(r), "  \"timeline\": [");
   for (size_t i = 0; i < r.timeline.size(); ++i) {
     const ThroughputPoint& p = r.timeline[i];
     absl::StrAppendFormat(&json,
@@ -353,6 +387,25 @@ std::string ActionLine(const ActionRecord& a) {
                          a.reason);
 }
 
+// Mode Recommend: what was recommended, and the predicted saving against
+// what the job lost.
+std::string RecommendationsText(const RunResult& r) {
+  int listed = 0;
+  for (const RecommendationRecord& rec : r.recommendations) listed += rec.subject.empty() ? 0 : 1;
+  std::string out = absl::StrFormat(
+      "recommended, not carried out (mode Recommend): %d; predicted to save %.1f s, the job "
+      "lost %.1f s to stragglers (Controller's estimate)\n",
+      listed, PredictedSaving(r), r.estimated_lost_seconds);
+  for (const RecommendationRecord& rec : r.recommendations) {
+    if (rec.subject.empty()) continue;
+    absl::StrAppendFormat(&out, "  %.1fs %s %s (rule %s%s): saves ~%.1f s, costs %.1f s; %s\n",
+                          rec.at_seconds, vocab::Name(rec.action), rec.worker, rec.rule,
+                          rec.times > 1 ? absl::StrFormat(", decided %d times", rec.times) : "",
+                          rec.predicted_saving_seconds, rec.cost_seconds, rec.reason);
+  }
+  return out;
+}
+
 std::string ReportText(const RunResult& r) {
   std::string out = absl::StrFormat(
       "job %s under policy %s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n%s\n",
@@ -386,6 +439,7 @@ std::string ReportText(const RunResult& r) {
       absl::StrAppend(&out, "      ", evidence, "\n");
     }
   }
+  if (r.mode == vocab::Mode::kRecommend) absl::StrAppend(&out, RecommendationsText(r));
   absl::StrAppend(&out, VerificationText(r));
   return out;
 }

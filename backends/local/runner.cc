@@ -366,6 +366,7 @@ void Runner::StartLoop() {
   lo.global_batch_size = job_.model.global_batch_size;
   lo.window_ms = job_.monitor.window_ms;
   lo.regroup_seconds = bridge::RegroupSeconds(job_);
+  lo.mode = mode_;
   loop_ = std::make_unique<control::ControlLoop>(lo, this, &clock_);
   // The first decision one interval after the job started (its clock), when
   // the Monitor has a window.
@@ -509,6 +510,8 @@ absl::StatusOr<RunResult> Runner::Run() {
   if (o_.plain) RETURN_IF_ERROR(PlainAllowed(job_));
   policy_ =
       o_.plain ? vocab::Policy::kNone : o_.policy_override.value_or(job_.straggler_policy.name);
+  mode_ = o_.plain ? vocab::Mode::kAct : o_.mode_override.value_or(job_.straggler_policy.mode);
+  result_.mode = mode_;
   if (o_.no_slowdown) scenario_.slowdowns.clear();
   // Absolute: a worker command runs in the manifest's directory, and its
   // journal, loss log and checkpoint paths point here.

@@ -33,6 +33,7 @@ struct RunOptions {
   std::string work_dir;                          // per-run state, logs, journals
   std::string manifest_dir;                      // a worker command's working directory
   std::optional<vocab::Policy> policy_override;  // set: run under this policy instead
+  std::optional<vocab::Mode> mode_override;      // set: instead of spec.stragglerPolicy.mode
   bool no_slowdown = false;                      // drop the scenario's slowdowns (the ideal run)
   // The benchmark's baseline: policy none, ANTDT_MODE=plain (the trainer reads
   // with torch's DistributedSampler and journals nothing: no exactly-once
@@ -88,6 +89,20 @@ struct ThroughputPoint {
   bool compensated = false;  // slow per sample, not by BPT: its smaller batch compensates
 };
 
+// A decision recommended, not carried out (mode Recommend): its first time,
+// what it would have saved and cost then, and how often it was decided again.
+struct RecommendationRecord {
+  double at_seconds = 0;  // since the job started
+  vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;
+  std::string worker;
+  std::string rule;
+  std::string reason;
+  std::string subject;
+  double predicted_saving_seconds = 0;
+  double cost_seconds = 0;
+  int times = 1;
+};
+
 struct RunResult {
   std::string job;
   std::string policy;  // its name, "no-slowdown" for the ideal run, "plain" for the baseline
@@ -96,6 +111,9 @@ struct RunResult {
   bool journals_checked = true;  // false: plain, `verification` is empty
   demo::Verification verification;
   std::vector<ActionRecord> actions;
+  vocab::Mode mode = vocab::Mode::kAct;
+  // Mode Recommend: one per distinct decision (action, member, rule), in order.
+  std::vector<RecommendationRecord> recommendations;
   std::vector<ThroughputPoint> timeline;
   // From the first parameter server, or, in a job without, worker-0's loss
   // log (loss_log.h), whose whole curve is kept: (seconds since the job

@@ -132,6 +132,34 @@ void Runner::RecordAction(const policy::Decision& d, control::Outcome outcome) {
   result_.actions.push_back(rec);
 }
 
+void Runner::RecordRecommendation(const control::Recommendation& r) {
+  const policy::Decision& d = r.decision;
+  metrics_.Recommended(d, r.predicted_saving_seconds);
+  const vocab::ActionKind kind = policy::KindOf(d.action);
+  const std::string& worker = policy::ActionTarget(d.action);
+  for (RecommendationRecord& known : result_.recommendations) {
+    if (known.action == kind && known.worker == worker && known.rule == d.rule) {
+      ++known.times;  // decided again (after its cool-down): told once
+      return;
+    }
+  }
+  RecommendationRecord& rec = result_.recommendations.emplace_back();
+  rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
+  rec.action = kind;
+  rec.worker = worker;
+  rec.rule = d.rule;
+  rec.reason = d.reason;
+  rec.subject = d.subject;
+  rec.predicted_saving_seconds = r.predicted_saving_seconds;
+  rec.cost_seconds = r.cost_seconds;
+  if (policy::IsRebalance(d)) return;  // keeps the global batch around another: not a line
+  Event(
+      absl::StrFormat("%.1fs recommended (not carried out): %s %s, rule %s; saves ~%.1f s, "
+                      "costs %.1f s: %s",
+                      rec.at_seconds, vocab::Name(kind), worker.empty() ? "job" : worker, d.rule,
+                      r.predicted_saving_seconds, r.cost_seconds, d.reason));
+}
+
 absl::Status Runner::Control() {
   rebalanced_.clear();
   rebalanced_for_.clear();

@@ -135,6 +135,7 @@ class Runner final : public control::Backend {
                          {"message", line}});
   }
   void RecordBudgetUsed(int used) override { metrics_.BudgetUsed(used); }
+  void RecordRecommendation(const control::Recommendation& r) override;
 
  private:
   void Event(const std::string& line) {
@@ -171,6 +172,7 @@ class Runner final : public control::Backend {
   const RunOptions& o_;
   std::string dir_;
   vocab::Policy policy_ = vocab::Policy::kNone;
+  vocab::Mode mode_ = vocab::Mode::kAct;
   JobClock clock_;
 
   Server sharding_;

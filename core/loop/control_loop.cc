@@ -175,10 +175,24 @@ policy::Plan ControlLoop::Decide(const policy::Observed& observed) const {
   return policy::Decide(observed, options_.policy);
 }
 
-std::vector<Effect> ControlLoop::Effects(const policy::Plan& plan) {
+std::vector<Effect> ControlLoop::Effects(const policy::Plan& plan,
+                                         const policy::Observed& observed) {
+  std::unordered_map<std::string, double> scores;
+  for (const v1::WorkerHealth& h : observed.health.workers()) scores[h.worker_id()] = h.score();
   std::vector<Effect> effects;
   for (const policy::Decision& d : plan.decisions) {
-    Effect& e = effects.emplace_back(Effect{d, std::nullopt, std::nullopt});
+    Effect& e = effects.emplace_back();
+    e.decision = d;
+    if (auto saved = d.evidence.find("saved_seconds"); saved != d.evidence.end()) {
+      e.predicted_saving_seconds = saved->second;
+    } else if (auto score = scores.find(d.subject);
+               score != scores.end() && score->second > 1 && observed.remaining_seconds > 0) {
+      e.predicted_saving_seconds = observed.remaining_seconds * (1 - 1 / score->second);
+    }
+    if (std::holds_alternative<policy::KillRestart>(d.action)) {
+      auto cost = d.evidence.find("cost_seconds");
+      e.cost_seconds = cost != d.evidence.end() ? cost->second : observed.restart_cost_seconds;
+    }
     auto found = observed_index_.find(policy::ActionTarget(d.action));
     const policy::WorkerState* member =
         found == observed_index_.end() ? nullptr : &observed_members_[found->second];
@@ -232,7 +246,7 @@ Ready ControlLoop::Step(bool may_decide) {
       ready.plan = Decide(*observed);
       ready.decided = true;
       history_.swap(observed->history);
-      ready.effects = Effects(ready.plan);
+      ready.effects = Effects(ready.plan, *observed);
     }
   }
   const std::vector<policy::WorkerState> members = looked ? observed_members_ : backend_->Members();
@@ -253,6 +267,11 @@ absl::Status ControlLoop::Apply(const Ready& ready) {
   }
   absl::Status status;
   for (const Effect& e : ready.effects) {
+    if (options_.mode == vocab::Mode::kRecommend) {
+      backend_->RecordRecommendation({e.decision, e.predicted_saving_seconds, e.cost_seconds});
+      history_.push_back(e.decision);
+      continue;
+    }
     status = ApplyOne(e);
     if (!status.ok()) break;
     history_.push_back(e.decision);

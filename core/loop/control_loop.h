@@ -73,6 +73,14 @@ struct ServerServing {
   std::string where;    // for the directive's reason: "node-3", "pod job-ps-0-1"
 };
 
+// A decision the loop recommends and does not carry out, with what it would
+// save and cost (Effect's figures).
+struct Recommendation {
+  policy::Decision decision;
+  double predicted_saving_seconds = 0;
+  double cost_seconds = 0;
+};
+
 // What the loop asks of the place a job runs in. Every call comes from the
 // loop's thread; the Observe calls only read.
 class Backend {
@@ -115,6 +123,8 @@ class Backend {
   virtual void RecordAction(const policy::Decision& decision, Outcome outcome) = 0;
   // The time ledger's increments for the view just observed (metrics).
   virtual void RecordTime(const TimeDelta& /*delta*/) {}
+  // A decision recommended and not carried out (LoopOptions::mode Recommend).
+  virtual void RecordRecommendation(const Recommendation& /*recommendation*/) {}
   // An action the plan passed over (its line in Plan::skipped), and why.
   virtual void RecordSkipped(const std::string& /*line*/, policy::SkipReason /*reason*/) {}
   // The job's action budget used so far, as the policy counts it against
@@ -141,6 +151,13 @@ struct Delivery {
 // A decision and what carrying it out takes, as data.
 struct Effect {
   policy::Decision decision;
+  // What it saves, as predicted when decided: the time its subject's
+  // slowdown would cost the job's remaining time at its pace now
+  // (remaining x (1 - 1/score)), or the policy's own estimate (a restart's
+  // saved_seconds); 0 for a decision about no straggler. Its cost: a
+  // restart's (the loop's model), 0 for a batch change.
+  double predicted_saving_seconds = 0;
+  double cost_seconds = 0;
   std::optional<Delivery> delivery;  // ADJUST_BS to a member running on a node
   // KILL_RESTART: the member as observed (nullopt: not a member; Apply fails).
   std::optional<policy::WorkerState> restart;
@@ -166,6 +183,10 @@ struct LoopOptions {
   // directives are lost with the process that sent them: the operator). The
   // runner starts each incarnation with its batch and needs none.
   bool redeliver_batches = false;
+  // kRecommend: observe and decide as usual, carry nothing out: each decision
+  // goes to Backend::RecordRecommendation (and to the history, so that its
+  // cool-downs and budget hold as they would have).
+  vocab::Mode mode = vocab::Mode::kAct;
   // Added to every restart's cost: in a job without parameter servers (an
   // AllReduce group) a restarted rank stalls every rank until the group has
   // re-formed around it; kDefaultRegroupSeconds there, 0 for a job with
@@ -243,7 +264,7 @@ class ControlLoop {
 
  private:
   absl::Status ApplyOne(const Effect& effect);
-  std::vector<Effect> Effects(const policy::Plan& plan);
+  std::vector<Effect> Effects(const policy::Plan& plan, const policy::Observed& observed);
   // Parameter server `s` serves from its new place: a directive for each
   // worker of `members` that runs on a node, pointing it there between two
   // steps (one that pushes to the old server first is sent on by it).

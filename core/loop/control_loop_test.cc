@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -59,6 +61,8 @@ class FakeBackend : public Backend {
     skipped.push_back(absl::StrCat(policy::SkipReasonName(reason), " ", line));
   }
   void RecordBudgetUsed(int used) override { budget_used.push_back(used); }
+  void RecordRecommendation(const Recommendation& r) override { recommendations.push_back(r); }
+  std::vector<Recommendation> recommendations;
   std::vector<TimeDelta> times;
   std::vector<std::string> skipped;
   std::vector<int> budget_used;  // each RecordBudgetUsed, in order
@@ -279,6 +283,40 @@ TEST(ControlLoop, CommittedBatchesAreReDeliveredOncePerIncarnation) {
   ASSERT_TRUE(loop.Apply(ready).ok());
   ASSERT_EQ(b.directives.size(), 8u);
   EXPECT_EQ(b.directives.back().adjust_batch().local_batch_size(), 40);
+}
+
+// Mode Recommend: the same decisions, none carried out (no directive, no
+// restart, no action recorded), each recommended with its predicted saving
+// and cost, and in the history so that its cool-down holds as it would have.
+TEST(ControlLoop, RecommendModeDecidesAsUsualAndCarriesNothingOut) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "worker-1", v1::PERSISTENT, 3.0, 5);
+  LoopOptions o = Options(vocab::Policy::kAntdtNd);
+  o.mode = vocab::Mode::kRecommend;
+  ControlLoop loop(o, &b, &clock);
+  auto plan = loop.RunOnce();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->decisions.empty());
+  EXPECT_TRUE(b.calls.empty()) << b.calls.front();
+  ASSERT_EQ(b.recommendations.size(), plan->decisions.size());
+  const auto restart =
+      std::find_if(b.recommendations.begin(), b.recommendations.end(), [](const Recommendation& r) {
+        return std::holds_alternative<policy::KillRestart>(r.decision.action);
+      });
+  ASSERT_NE(restart, b.recommendations.end());
+  EXPECT_EQ(restart->decision.subject, "worker-1");
+  EXPECT_GT(restart->predicted_saving_seconds, restart->cost_seconds);
+  EXPECT_DOUBLE_EQ(restart->cost_seconds, loop.RestartCostSeconds());
+  EXPECT_EQ(loop.history().size(), plan->decisions.size());
+  clock.Advance(5'000);
+  b.recommendations.clear();
+  ASSERT_TRUE(loop.RunOnce().ok());
+  for (const Recommendation& r : b.recommendations) {
+    EXPECT_FALSE(std::holds_alternative<policy::KillRestart>(r.decision.action))
+        << "worker-1's cool-down holds";
+  }
+  EXPECT_TRUE(b.calls.empty());
 }
 
 TEST(ControlLoop, DecidesOnlyWhenDueAndOnlyWithAView) {

@@ -75,7 +75,17 @@ JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::stri
                        .Name("antdt_worker_straggler_lost_seconds_total")
                        .Help("Seconds of a worker's capacity lost against its peers' median "
                              "pace (per sample, so a compensated straggler counts).")
-                       .Register(registry)) {
+                       .Register(registry)),
+      recommendations_(prometheus::BuildCounter()
+                           .Name("antdt_controller_recommendations_total")
+                           .Help("Decisions recommended and not carried out (stragglerPolicy "
+                                 "mode Recommend), by action and rule.")
+                           .Register(registry)),
+      recommended_saving_(prometheus::BuildCounter()
+                              .Name("antdt_controller_recommended_saving_seconds_total")
+                              .Help("Job seconds the recommended decisions were predicted to "
+                                    "save when each was decided (mode Recommend).")
+                              .Register(registry)) {
   std::lock_guard<std::mutex> lock(mu_);
   saved_.Add(Job());  // 0 until the first action: a series to compare with
   cost_.Add(Job());
@@ -99,6 +109,8 @@ JobMetrics::~JobMetrics() {
   for (prometheus::Counter* c : skips_made_) skipped_.Remove(c);
   job_lost_.Remove(&job_lost_.Add(Job()));
   for (prometheus::Counter* c : workers_lost_) worker_lost_.Remove(c);
+  for (prometheus::Counter* c : recommendations_made_) recommendations_.Remove(c);
+  recommended_saving_.Remove(&recommended_saving_.Add(Job()));
 }
 
 // The job's gauge of `family`, remembered for removal. Under mu_.
@@ -177,6 +189,20 @@ void JobMetrics::Decided(const policy::Decision& decision, const std::string& ou
   } else {
     Action(policy::ActionName(decision.action), decision.rule, outcome);
   }
+}
+
+void JobMetrics::Recommended(const policy::Decision& decision, double predicted_saving_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prometheus::Labels labels = Job();
+  labels["action"] = policy::ActionName(decision.action);
+  labels["rule"] = decision.rule;
+  prometheus::Counter& c = recommendations_.Add(labels);
+  c.Increment();
+  if (std::find(recommendations_made_.begin(), recommendations_made_.end(), &c) ==
+      recommendations_made_.end()) {
+    recommendations_made_.push_back(&c);
+  }
+  recommended_saving_.Add(Job()).Increment(std::max(0.0, predicted_saving_seconds));
 }
 
 void JobMetrics::BudgetUsed(int64_t used) {

@@ -48,6 +48,10 @@ class JobMetrics {
   // The action budget used so far, as the policy counts it against maxActions
   // (policy::BudgetUsed): antdt_controller_action_budget_used.
   void BudgetUsed(int64_t used);
+  // A decision recommended, not carried out (mode Recommend):
+  // antdt_controller_recommendations_total by action and rule, and its
+  // predicted saving in antdt_controller_recommended_saving_seconds_total.
+  void Recommended(const policy::Decision& decision, double predicted_saving_seconds);
   // An action a policy passed over, and why (policy::SkipReasonName).
   void Skipped(const std::string& reason);
   // The time ledger's increments for one view (time_ledger.h): time lost to
@@ -74,12 +78,15 @@ class JobMetrics {
   prometheus::Family<prometheus::Counter>& rebalances_;
   prometheus::Family<prometheus::Counter>& job_lost_;
   prometheus::Family<prometheus::Counter>& worker_lost_;
+  prometheus::Family<prometheus::Counter>& recommendations_;
+  prometheus::Family<prometheus::Counter>& recommended_saving_;
   std::vector<prometheus::Counter*> workers_lost_;  // guarded by mu_
   std::mutex mu_;
   std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges_;
-  std::vector<prometheus::Counter*> actions_made_;     // guarded by mu_
-  std::vector<prometheus::Counter*> rebalances_made_;  // guarded by mu_
-  std::vector<prometheus::Counter*> skips_made_;       // guarded by mu_
+  std::vector<prometheus::Counter*> actions_made_;          // guarded by mu_
+  std::vector<prometheus::Counter*> recommendations_made_;  // guarded by mu_
+  std::vector<prometheus::Counter*> rebalances_made_;       // guarded by mu_
+  std::vector<prometheus::Counter*> skips_made_;            // guarded by mu_
 };
 
 // `inner`'s series, each with a `namespace` label added where it has a `job`

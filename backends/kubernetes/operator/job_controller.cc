@@ -299,6 +299,7 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     // A pod starts from the spec's batch, and a directive is lost with the
     // operator that sent it: the committed batch goes to each incarnation.
     lo.redeliver_batches = true;
+    lo.mode = spec.straggler_policy.mode;
     rt->loop = std::make_unique<control::ControlLoop>(lo, rt->backend.get(), &RealClock::Get());
     // Decisions a previous operator committed to the status.
     rt->loop->Seed(HistoryFromStatus(job, spec));
@@ -514,8 +515,11 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     rt->backend->Bind(&job, &obs.pods, h, rt);
     // The loop's step: its decisions go to the reconciler, which commits them.
     ready = Step(job, *rt);
-    for (const policy::Decision& d : ready->plan.decisions) {
-      obs.actions.push_back(ToReconcilerAction(d));
+    // Recommended decisions are not the reconciler's to commit.
+    if (obs.spec->straggler_policy.mode == vocab::Mode::kAct) {
+      for (const policy::Decision& d : ready->plan.decisions) {
+        obs.actions.push_back(ToReconcilerAction(d));
+      }
     }
   }
   const reconciler::Changes plan = reconciler::Reconcile(obs, options_.settings);

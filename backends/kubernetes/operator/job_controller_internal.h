@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "api/vocab/labels.h"
@@ -268,6 +269,20 @@ class JobController::LoopBackend final : public control::Backend {
 
   void RecordSkipped(const std::string& /*line*/, policy::SkipReason reason) override {
     if (rt_->metrics) rt_->metrics->Skipped(policy::SkipReasonName(reason));
+  }
+
+  // Mode Recommend: an Event on the job and the metrics; nothing carried out.
+  void RecordRecommendation(const control::Recommendation& r) override {
+    if (rt_->metrics) rt_->metrics->Recommended(r.decision, r.predicted_saving_seconds);
+    if (policy::IsRebalance(r.decision)) return;  // only keeps the global batch around another
+    const std::string& target = policy::ActionTarget(r.decision.action);
+    controller_->recorder_->Record(
+        *job_, "Normal", "Recommendation",
+        absl::StrFormat("recommended, not carried out (stragglerPolicy.mode Recommend): %s %s, "
+                        "rule %s; saves ~%.1f s, costs %.1f s: %s",
+                        policy::ActionName(r.decision.action), target.empty() ? "job" : target,
+                        r.decision.rule, r.predicted_saving_seconds, r.cost_seconds,
+                        r.decision.reason));
   }
 
   void RecordBudgetUsed(int used) override {
