@@ -408,9 +408,10 @@ std::string RecommendationsText(const RunResult& r) {
 
 std::string ReportText(const RunResult& r) {
   std::string out = absl::StrFormat(
-      "job %s under policy %s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n%s\n",
-      r.job, r.policy, r.jct_seconds, r.records_committed, r.steps, r.first_loss, r.final_loss,
-      TimeSaved(r));
+      "job %s under policy %s%s: %.1f s, %d records committed, %d steps, loss %.4f -> %.4f\n%s\n",
+      r.job, r.policy,
+      r.mode == vocab::Mode::kRecommend ? " (mode Recommend: nothing carried out)" : "",
+      r.jct_seconds, r.records_committed, r.steps, r.first_loss, r.final_loss, TimeSaved(r));
   if (r.held_out_log_loss >= 0) {
     absl::StrAppendFormat(&out, "held-out data: log-loss %.4f, accuracy %.4f\n",
                           r.held_out_log_loss, r.held_out_accuracy);
