@@ -237,14 +237,7 @@ absl::Status Runner::MoveParameterServer(const policy::WorkerState& server,
   Event(absl::StrFormat("%s moved to %s (%s) %s step %d in %.2f s", id, to_node, r.address,
                         r.live ? "live, handed over at" : "restored from the checkpoint of", r.step,
                         r.seconds));
-  const control::ServerServing serving{id, server.incarnation + 1, r.address, to_node};
-  auto it = std::find_if(moved_servers_.begin(), moved_servers_.end(),
-                         [&](const control::ServerServing& s) { return s.id == id; });
-  if (it == moved_servers_.end()) {
-    moved_servers_.push_back(serving);
-  } else {
-    *it = serving;
-  }
+  moved_servers_[id] = {id, server.incarnation + 1, r.address, to_node};
   return absl::OkStatus();
 }
 

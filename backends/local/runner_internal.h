@@ -105,7 +105,11 @@ class Runner final : public control::Backend {
     auto progress = driver_->Progress();
     return progress.ok() ? progress->eta_seconds() : -1;
   }
-  std::vector<control::ServerServing> ServersServing() override { return moved_servers_; }
+  std::vector<control::ServerServing> ServersServing() override {
+    std::vector<control::ServerServing> serving;
+    for (const auto& [id, s] : moved_servers_) serving.push_back(s);
+    return serving;
+  }
   absl::Status RestartElsewhere(const policy::WorkerState& member,
                                 const policy::KillRestart& restart) override {
     // The source node's exclusion is the decision's (exclude_node_until_ms),
@@ -198,7 +202,7 @@ class Runner final : public control::Backend {
   std::map<std::string, std::string> speeds_written_;
   // Each moved parameter server where it serves now (the loop points the
   // workers there once per move).
-  std::vector<control::ServerServing> moved_servers_;
+  std::map<std::string, control::ServerServing> moved_servers_;  // by id
   std::vector<std::string> rebalanced_;      // batch changes of the current plan
   std::vector<std::string> rebalanced_for_;  // its other actions: "worker-2's ADJUST_BS"
   RunResult result_;

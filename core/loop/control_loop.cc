@@ -236,6 +236,7 @@ absl::Status ControlLoop::ApplyOne(const Effect& e) {
 
 Ready ControlLoop::Step(bool may_decide) {
   Ready ready;
+  ready.recommend_only = options_.mode == vocab::Mode::kRecommend;
   bool looked = false;
   if (may_decide && TakeTurn()) {
     looked = true;
@@ -267,7 +268,7 @@ absl::Status ControlLoop::Apply(const Ready& ready) {
   }
   absl::Status status;
   for (const Effect& e : ready.effects) {
-    if (options_.mode == vocab::Mode::kRecommend) {
+    if (ready.recommend_only) {
       backend_->RecordRecommendation({e.decision, e.predicted_saving_seconds, e.cost_seconds});
       history_.push_back(e.decision);
       continue;

@@ -165,7 +165,10 @@ struct Effect {
 
 // One step's output: what was decided and every effect of it.
 struct Ready {
-  bool decided = false;              // the policy ran (a turn was due, the Monitor had a view)
+  bool decided = false;  // the policy ran (a turn was due, the Monitor had a view)
+  // Mode Recommend: Apply carries nothing out, and a backend persists none
+  // of the decisions as taken (the operator commits none to the status).
+  bool recommend_only = false;
   policy::Plan plan;                 // what it decided and passed over
   std::vector<Effect> effects;       // one per plan.decisions, in order
   std::vector<Delivery> deliveries;  // of no decision: server moves, batches re-delivered

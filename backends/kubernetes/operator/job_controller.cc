@@ -516,7 +516,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     // The loop's step: its decisions go to the reconciler, which commits them.
     ready = Step(job, *rt);
     // Recommended decisions are not the reconciler's to commit.
-    if (obs.spec->straggler_policy.mode == vocab::Mode::kAct) {
+    if (!ready->recommend_only) {
       for (const policy::Decision& d : ready->plan.decisions) {
         obs.actions.push_back(ToReconcilerAction(d));
       }
