@@ -38,15 +38,15 @@ std::vector<Signal> SignalsInOrder(const CauseThresholds& th) {
   };
 }
 
-// Whether `value` passes the signal's threshold and stands out from `peers`
-// (a signal no peer reports: the threshold alone).
-bool Fires(const Signal& s, double value, const std::vector<double>& peers, double ratio) {
+// Whether `value` passes the signal's threshold and stands out from its
+// peers' median (a signal no peer reports: the threshold alone).
+bool Fires(const Signal& s, double value, std::optional<double> peer_median, double ratio) {
   if (s.lower_is_worse) {
     if (!(value < s.threshold)) return false;
-    return peers.empty() || value * ratio < vocab::Median(peers);
+    return !peer_median || value * ratio < *peer_median;
   }
   if (!(value > s.threshold)) return false;
-  return peers.empty() || value > ratio * vocab::Median(peers);
+  return !peer_median || value > ratio * *peer_median;
 }
 
 }  // namespace
@@ -103,26 +103,68 @@ SignalValues NodeSignalValues(const v1::NodeSample& sample) {
   return v;
 }
 
-Attribution AttributeCause(const SignalValues& own, const std::vector<const SignalValues*>& peers,
-                           bool hardware, const CauseThresholds& thresholds) {
+PeerSignals::PeerSignals(const std::vector<const SignalValues*>& members) {
+  for (const SignalValues* m : members) Add(*m);
+}
+
+void PeerSignals::Add(const SignalValues& member) {
+  for (const auto& [key, value] : member) {
+    if (std::isfinite(value)) values_[key].push_back(value);
+  }
+  sorted_ = false;
+}
+
+void PeerSignals::Sort() const {
+  if (sorted_) return;
+  for (auto& [key, v] : values_) std::sort(v.begin(), v.end());
+  sorted_ = true;
+}
+
+std::optional<double> PeerSignals::MedianWithout(const std::string& key,
+                                                 const double* excluded) const {
+  Sort();
+  auto it = values_.find(key);
+  if (it == values_.end()) return std::nullopt;
+  const std::vector<double>& v = it->second;
+  // The index of the value left out (v.size(): none); the i-th of the rest
+  // is v[i] below it and v[i + 1] from it on.
+  size_t skip = v.size();
+  if (excluded != nullptr && std::isfinite(*excluded)) {
+    auto at = std::lower_bound(v.begin(), v.end(), *excluded);
+    if (at != v.end() && *at == *excluded) skip = static_cast<size_t>(at - v.begin());
+  }
+  const size_t n = v.size() - (skip < v.size() ? 1 : 0);
+  if (n == 0) return std::nullopt;
+  auto nth = [&](size_t i) { return v[i < skip ? i : i + 1]; };
+  const size_t mid = n / 2;
+  return n % 2 == 1 ? nth(mid) : (nth(mid - 1) + nth(mid)) / 2;
+}
+
+Attribution AttributeCause(const SignalValues& own, const PeerSignals& peers,
+                           const SignalValues* self, bool hardware,
+                           const CauseThresholds& thresholds) {
   Attribution out;
   out.evidence.insert(own.begin(), own.end());
   if (hardware) out.cause = v1::HARDWARE;
   for (const Signal& s : SignalsInOrder(thresholds)) {
     auto it = own.find(s.key);
     if (it == own.end()) continue;
-    std::vector<double> values;
-    for (const SignalValues* p : peers) {
-      if (auto pit = p->find(s.key); pit != p->end()) values.push_back(pit->second);
+    const double* excluded = nullptr;
+    if (self != nullptr) {
+      if (auto sit = self->find(s.key); sit != self->end()) excluded = &sit->second;
     }
-    if (!values.empty()) {
-      out.evidence[std::string(s.key) + "_peer_median"] = vocab::Median(values);
-    }
-    if (out.cause == v1::CAUSE_UNKNOWN && Fires(s, it->second, values, thresholds.peer_ratio)) {
+    const std::optional<double> median = peers.MedianWithout(s.key, excluded);
+    if (median) out.evidence[std::string(s.key) + "_peer_median"] = *median;
+    if (out.cause == v1::CAUSE_UNKNOWN && Fires(s, it->second, median, thresholds.peer_ratio)) {
       out.cause = s.cause;
     }
   }
   return out;
+}
+
+Attribution AttributeCause(const SignalValues& own, const std::vector<const SignalValues*>& peers,
+                           bool hardware, const CauseThresholds& thresholds) {
+  return AttributeCause(own, PeerSignals(peers), nullptr, hardware, thresholds);
 }
 
 }  // namespace antdt::monitor

@@ -25,7 +25,9 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "antdt/v1/monitor.pb.h"
@@ -52,8 +54,35 @@ struct Attribution {
 // (none for HARDWARE, which labels name, and for CAUSE_UNKNOWN).
 std::vector<std::string> SignalKeys(v1::Cause cause);
 
-// The cause of a straggler with values `own` among peers with `peers`;
-// `hardware`: its node's labels mark it a slower device (HARDWARE wins).
+// The values of each signal over the members of one role in one window,
+// sorted once, so that each straggler's peer median (every member but
+// itself) is a lookup, not a pass over the role: a window's attribution is
+// linear in the members, not in stragglers x members. Non-finite values are
+// left out.
+class PeerSignals {
+ public:
+  PeerSignals() = default;
+  explicit PeerSignals(const std::vector<const SignalValues*>& members);
+  void Add(const SignalValues& member);
+  // The median of `key` over the members added, one value equal to
+  // `excluded` left out (the asking member's own, when it was added: null
+  // when it was not); none when no other member reported `key`.
+  std::optional<double> MedianWithout(const std::string& key, const double* excluded) const;
+
+ private:
+  void Sort() const;
+  mutable std::unordered_map<std::string, std::vector<double>> values_;
+  mutable bool sorted_ = true;
+};
+
+// The cause of a straggler with values `own` among `peers`; `self`: its
+// values as added to `peers` (left out of every median), or null when it was
+// not added; `hardware`: its node's labels mark it a slower device (HARDWARE
+// wins).
+Attribution AttributeCause(const SignalValues& own, const PeerSignals& peers,
+                           const SignalValues* self, bool hardware,
+                           const CauseThresholds& thresholds);
+// The same with its peers' values listed (itself not among them).
 Attribution AttributeCause(const SignalValues& own, const std::vector<const SignalValues*>& peers,
                            bool hardware, const CauseThresholds& thresholds);
 

@@ -632,20 +632,28 @@ void Monitor::EndRecord(Job& job, Member& member) {
 
 void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observed, int64_t start_ms,
                             int64_t now_ms, const Majorities& majorities) {
-  std::map<std::string, std::map<std::string, double>> signals;  // observed members'
+  // The observed members' signals, and each role's, gathered once: a
+  // straggler's peers are its role's members but itself.
+  struct Observed {
+    const std::string* id;
+    Member* member;
+    SignalValues values;
+  };
+  std::vector<Observed> signals;
+  std::map<std::string, PeerSignals> by_role;
   for (const auto& [id, seen] : observed) {
     auto mit = job.members.find(id);
-    if (seen && mit != job.members.end()) signals[id] = MemberSignals(mit->second, now_ms);
+    if (!seen || mit == job.members.end()) continue;
+    signals.push_back({&mit->first, &mit->second, MemberSignals(mit->second, now_ms)});
+    by_role[mit->second.role].Add(signals.back().values);
   }
-  for (const auto& [id, values] : signals) {
-    Member& m = job.members.at(id);
+  for (const Observed& o : signals) {
+    Member& m = *o.member;
+    const std::string& id = *o.id;
+    const SignalValues& values = o.values;
     if (!IsStraggler(m.straggler_class) && !IsStraggler(m.speed_class)) {
       EndRecord(job, m);
       continue;
-    }
-    std::vector<const std::map<std::string, double>*> peers;
-    for (const auto& [peer, peer_values] : signals) {
-      if (peer != id && job.members.at(peer).role == m.role) peers.push_back(&peer_values);
     }
     google::protobuf::Map<std::string, double> labels;
     const bool hardware =
@@ -661,7 +669,7 @@ void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observe
       stripped.erase("communication_share");
       own = &stripped;
     }
-    Attribution a = AttributeCause(*own, peers, hardware, config_.causes);
+    Attribution a = AttributeCause(*own, by_role[m.role], &values, hardware, config_.causes);
     a.evidence.insert(labels.begin(), labels.end());
     if (auto nit = nodes_.find(m.node); nit != nodes_.end() && nit->second.sample.time_unix_ms()) {
       a.evidence["node_sample_age_seconds"] =

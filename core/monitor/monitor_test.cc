@@ -9,6 +9,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "api/vocab/vocab.h"
+#include "core/monitor/causes.h"
 
 namespace antdt::monitor {
 namespace {
@@ -1284,6 +1286,61 @@ TEST(MonitorNodeTest, NewestSampleWinsAndLabelsFromSamples) {
   const int64_t rejected = sim.monitor().Stats().rejected;
   sim.monitor().Ingest(nameless);
   EXPECT_EQ(sim.monitor().Stats().rejected, rejected + 1);
+}
+
+// A straggler's peer median, looked up in its role's sorted values with its
+// own left out, is the median of the others' values computed directly: odd
+// and even counts, ties, a member that did not report the signal, a lone
+// member (no peers: none).
+TEST(PeerSignals, MedianWithoutOneIsTheOthersMedian) {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> small(0, 5);  // ties are common
+  for (int round = 0; round < 300; ++round) {
+    const int n = 1 + round % 9;
+    std::vector<SignalValues> members(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      members[static_cast<size_t>(i)]["cpu_utilization"] = small(rng) / 5.0;
+      if (i % 3 != 1) members[static_cast<size_t>(i)]["io_some_avg10"] = small(rng) * 7.0;
+    }
+    PeerSignals peers;
+    for (const SignalValues& m : members) peers.Add(m);
+    for (int self = 0; self < n; ++self) {
+      for (const std::string key : {"cpu_utilization", "io_some_avg10"}) {
+        std::vector<double> others;
+        for (int i = 0; i < n; ++i) {
+          const auto& m = members[static_cast<size_t>(i)];
+          if (i != self && m.count(key)) others.push_back(m.at(key));
+        }
+        const auto& own = members[static_cast<size_t>(self)];
+        const double* excluded = own.count(key) ? &own.at(key) : nullptr;
+        const std::optional<double> got = peers.MedianWithout(key, excluded);
+        if (others.empty()) {
+          EXPECT_FALSE(got.has_value()) << "n " << n << " self " << self << " " << key;
+        } else {
+          ASSERT_TRUE(got.has_value()) << "n " << n << " self " << self << " " << key;
+          EXPECT_DOUBLE_EQ(*got, vocab::Median(others)) << "n " << n << " self " << self;
+        }
+      }
+    }
+  }
+}
+
+// Both forms of AttributeCause agree: peers listed, or the role's values with
+// the straggler's own left out.
+TEST(PeerSignals, AttributionMatchesListedPeers) {
+  std::vector<SignalValues> members = {{{"cpu_utilization", 0.99}, {"neighbour_cpu_cores", 3.0}},
+                                       {{"cpu_utilization", 0.5}, {"neighbour_cpu_cores", 0.1}},
+                                       {{"cpu_utilization", 0.6}, {"neighbour_cpu_cores", 0.2}},
+                                       {{"cpu_utilization", 0.55}}};
+  PeerSignals role;
+  for (const SignalValues& m : members) role.Add(m);
+  std::vector<const SignalValues*> others = {&members[1], &members[2], &members[3]};
+  const Attribution listed = AttributeCause(members[0], others, false, CauseThresholds{});
+  const Attribution sorted =
+      AttributeCause(members[0], role, &members[0], false, CauseThresholds{});
+  EXPECT_EQ(listed.cause, v1::CPU_CONTENTION);
+  EXPECT_EQ(sorted.cause, listed.cause);
+  EXPECT_EQ(sorted.evidence, listed.evidence);
 }
 
 }  // namespace
