@@ -155,7 +155,7 @@ absl::StatusOr<v1::CompleteShardResponse> ShardingClient::CompleteCall(
   RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
     return stub_->CompleteShard(c, q, r);
   }));
-  lease.committed = lease.shard.size();
+  lease.committed = lease.lease_end();
   return resp;
 }
 

@@ -49,8 +49,11 @@ struct ShardLease {
   int64_t committed = 0;  // records of the shard committed, from its start
 
   int32_t epoch() const { return shard.epoch(); }
+  // The shard's records (from its first) at which this lease ends: its size,
+  // or fewer for a much slower worker near an epoch's end (the guided layout).
+  int64_t lease_end() const { return shard.lease_end() > 0 ? shard.lease_end() : shard.size(); }
   // Records still to do under this lease when acquired.
-  int64_t remaining() const { return shard.size() - shard.committed(); }
+  int64_t remaining() const { return lease_end() - shard.committed(); }
   // The global record id of the i-th record still to do (0 <= i < remaining()).
   int64_t RecordAt(int64_t i) const {
     return shard.record_ids_size() > 0 ? shard.record_ids(static_cast<int>(i)) : shard.start() + i;

@@ -47,7 +47,8 @@ absl::Status ParseMetadata(const YAML::Node& node, Job* job) {
 absl::Status ParseDataset(const YAML::Node& node, DatasetSpec* d) {
   const std::string path = "spec.dataset";
   if (!Present(node)) return Invalid(path, "required");
-  RETURN_IF_ERROR(CheckMapping(node, path, {"records", "shardSize", "epochs", "shuffle", "seed"}));
+  RETURN_IF_ERROR(CheckMapping(
+      node, path, {"records", "shardSize", "epochs", "shuffle", "seed", "guidedLeasing"}));
   RETURN_IF_ERROR(Required(node, path, "records"));
   RETURN_IF_ERROR(ReadInt64(node, path, "records", &d->records));
   RETURN_IF_ERROR(AtLeast(Join(path, "records"), d->records, 1));
@@ -58,6 +59,7 @@ absl::Status ParseDataset(const YAML::Node& node, DatasetSpec* d) {
   RETURN_IF_ERROR(AtLeast(Join(path, "epochs"), d->epochs, 1));
   RETURN_IF_ERROR(ReadBool(node, path, "shuffle", &d->shuffle));
   RETURN_IF_ERROR(ReadUint64(node, path, "seed", &d->seed));
+  RETURN_IF_ERROR(ReadBool(node, path, "guidedLeasing", &d->guided_leasing));
   return absl::OkStatus();
 }
 

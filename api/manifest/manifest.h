@@ -22,6 +22,11 @@ struct DatasetSpec {
   int32_t epochs = 1;      // spec.dataset.epochs (> 0)
   bool shuffle = false;    // spec.dataset.shuffle
   uint64_t seed = 0;       // spec.dataset.seed
+  // spec.dataset.guidedLeasing: shards shrink towards an epoch's end, down to
+  // a worker's batch, and a much slower worker leases only its share there,
+  // so that no worker holds a large share of the end while the others wait
+  // (v1::DatasetSpec.min_shard_records and workers).
+  bool guided_leasing = true;
 };
 
 struct ModelSpec {                  // the demo trainer's model

@@ -71,6 +71,7 @@ TEST(ParseJob, BaseIsValidAndDefaultsApply) {
   EXPECT_EQ(job->dataset.epochs, 1);
   EXPECT_FALSE(job->dataset.shuffle);
   EXPECT_EQ(job->dataset.seed, 0u);
+  EXPECT_TRUE(job->dataset.guided_leasing);
   EXPECT_EQ(job->model.features, 16);
   EXPECT_DOUBLE_EQ(job->model.learning_rate, 0.1);
   EXPECT_EQ(job->model.global_batch_size, 256);
@@ -343,6 +344,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"spec.dataset.shuffle", "yes",
                   "spec.dataset.shuffle: must be true or false, got \"yes\""},
         ErrorCase{"spec.dataset.seed", "-1", "spec.dataset.seed: must be >= 0, got -1"},
+        ErrorCase{"spec.dataset.guidedLeasing", "sometimes",
+                  "spec.dataset.guidedLeasing: must be true or false, got \"sometimes\""},
         ErrorCase{"spec.model.learningRate", "fast",
                   "spec.model.learningRate: must be a number, got \"fast\""},
         ErrorCase{"spec.model.learningRate", ".nan",

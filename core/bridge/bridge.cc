@@ -53,6 +53,12 @@ v1::DatasetSpec DatasetSpecFor(const manifest::Job& job) {
   ds.set_epochs(job.dataset.epochs);
   ds.set_shuffle(job.dataset.shuffle);
   ds.set_seed(job.dataset.seed);
+  // The guided layout down to one worker's share of the global batch: the
+  // last shards of an epoch are about a step of work each.
+  if (job.dataset.guided_leasing) {
+    ds.set_min_shard_records(std::max<int64_t>(1, InitialLocalBatch(job, 0)));
+    ds.set_workers(std::max(1, job.workers.replicas));
+  }
   return ds;
 }
 

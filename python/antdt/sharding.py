@@ -117,11 +117,16 @@ class Shard:
     committed: int  #: records of the shard committed before this lease (resume point)
     size: int  #: records in the whole shard
     start: int  #: unshuffled: first global record id still to do
-    end: int  #: unshuffled: one past the shard's last record id
+    end: int  #: unshuffled: one past this lease's last record id
     record_ids: List[int]  #: the records still to do, in processing order
     slices: List[FileSlice] = field(default_factory=list)  #: file parts of the remainder
     lease_deadline_unix_ms: int = 0
     acked: int = 0  #: records of the shard committed so far, this lease's included
+    #: records of the shard (from its first) at which this lease ends: ``size``,
+    #: or fewer for a much slower worker near an epoch's end (the guided
+    #: layout, ``min_shard_records``); the rest of the shard is leased apart
+    #: once this lease completes
+    lease_end: int = 0
 
     @classmethod
     def from_proto(cls, shard: pb.Shard, lease: pb.Lease) -> "Shard":
@@ -141,6 +146,7 @@ class Shard:
             slices=[FileSlice(s.path, s.offset, s.count) for s in shard.slices],
             lease_deadline_unix_ms=lease.deadline_unix_ms,
             acked=shard.committed,
+            lease_end=shard.lease_end or shard.size,
         )
 
     def _ids_between(self, done_from: int, done_to: int) -> List[int]:
@@ -252,11 +258,17 @@ class ShardingClient:
         epochs: int = 1,
         shuffle: bool = False,
         seed: int = 0,
+        min_shard_records: int = 0,
+        workers: int = 0,
     ) -> pb.CreateDatasetResponse:
         """Creates the dataset, or confirms that it exists with these parameters.
 
         Give either ``record_count`` or ``files`` as ``(path, records)`` pairs
         (records are then numbered across the files in order).
+        ``min_shard_records`` and ``workers`` > 0 turn on the guided layout:
+        shards shrink towards an epoch's end, down to that many records, and
+        a much slower worker leases only its share there, so that no worker
+        holds a large share of the end while the others wait.
         """
         spec = pb.DatasetSpec(
             job=self.job,
@@ -267,6 +279,8 @@ class ShardingClient:
             epochs=epochs,
             shuffle=shuffle,
             seed=seed,
+            min_shard_records=min_shard_records,
+            workers=workers,
         )
         return self._call("CreateDataset", pb.CreateDatasetRequest(spec=spec))
 
@@ -321,7 +335,7 @@ class ShardingClient:
         return resp.committed
 
     def complete(self, shard: Shard) -> None:
-        """Commits the rest of the shard and ends its lease.
+        """Commits the rest of the lease (to ``shard.lease_end``) and ends it.
 
         Raises :class:`LeaseLostError` when the lease is no longer held.
         """
@@ -330,7 +344,7 @@ class ShardingClient:
             pb.CompleteShardRequest(dataset=self._ref(), token=shard.token),
             lease_call=True,
         )
-        self._acknowledge(shard, shard.size)
+        self._acknowledge(shard, shard.lease_end)
 
     def complete_and_acquire(self, shard: Shard) -> Optional[Shard]:
         """:meth:`complete`, and the next shard (None once every epoch is
@@ -352,7 +366,7 @@ class ShardingClient:
             pb.CompleteShardRequest(dataset=self._ref(), token=shard.token, next=next_request),
             lease_call=True,
         )
-        self._acknowledge(shard, shard.size)
+        self._acknowledge(shard, shard.lease_end)
         if resp.next.result == pb.AcquireShardResponse.SHARD:
             return Shard.from_proto(resp.next.shard, resp.next.lease)
         if resp.next.result == pb.AcquireShardResponse.END_OF_DATA:
@@ -404,7 +418,7 @@ class ShardingClient:
                 for record_id in shard.record_ids:
                     yield shard, record_id
                     done += 1
-                    if done < shard.size and done - shard.acked >= commit_every:
+                    if done < shard.lease_end and done - shard.acked >= commit_every:
                         self.report(shard, done)
                 # One call completes this shard and leases the next.
                 shard = self.complete_and_acquire(shard)

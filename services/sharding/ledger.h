@@ -79,6 +79,7 @@ struct DatasetStats {
   int64_t records_committed_total = 0;
   int64_t requeues = 0;
   int64_t lease_expirations = 0;
+  int64_t leases_shortened = 0;  // guided leasing: ended before their shard's end
 };
 
 // An answer, and the store batch that must be durable before it is given (0:

@@ -7,6 +7,8 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cmath>
+#include <deque>
 #include <limits>
 #include <string_view>
 #include <utility>
@@ -40,6 +42,45 @@ inline uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c = 0) {
 // ceil(records / shard_size), without the overflow of records + shard_size - 1.
 inline int64_t ShardCount(int64_t records, int64_t shard_size) {
   return records / shard_size + (records % shard_size != 0);
+}
+
+// The guided layout (DatasetSpec.min_shard_records and workers): `full`
+// shards of shard_size, then smaller ones starting at `tail` (which ends with
+// the record count). No tail: every shard of shard_size, the last one short.
+struct ShardLayout {
+  int64_t full = 0;
+  std::vector<int64_t> tail;
+  int64_t count() const {
+    return tail.empty() ? full : full + static_cast<int64_t>(tail.size()) - 1;
+  }
+};
+
+// The layout of `records` under `spec`; stops counting past `max_shards`
+// (then count() > max_shards and the tail is cut short).
+inline ShardLayout LayoutOf(const v1::DatasetSpec& spec, int64_t records, int64_t max_shards) {
+  ShardLayout out;
+  const int64_t size_max = spec.shard_size();
+  if (spec.min_shard_records() <= 0 || spec.workers() <= 0 || size_max <= 0) {
+    out.full = records / size_max + (records % size_max != 0);
+    return out;
+  }
+  const int64_t floor = std::min(spec.min_shard_records(), size_max);
+  const int64_t parts = 2 * static_cast<int64_t>(spec.workers());
+  // Shards of shard_size while ceil(left / parts) >= shard_size.
+  int64_t full = 0;
+  if (records / parts >= size_max) full = (records - parts * (size_max - 1)) / size_max;
+  full = std::clamp<int64_t>(full, 0, records / size_max);
+  out.full = full;
+  int64_t pos = full * size_max;
+  while (pos < records && out.count() <= max_shards) {
+    out.tail.push_back(pos);
+    const int64_t left = records - pos;
+    int64_t size = std::clamp(left / parts + (left % parts != 0), floor, size_max);
+    if (left - size < floor) size = std::min(left, size_max);
+    pos += size;
+  }
+  out.tail.push_back(records);
+  return out;
 }
 
 inline std::string Key(const std::string& job, const std::string& name) {
@@ -104,9 +145,18 @@ struct Ledger::Dataset {
   v1::DatasetSpec spec;
   int64_t records = 0;
   int64_t shard_count = 0;
+  ShardLayout layout;                // where each shard begins
   std::vector<int64_t> file_starts;  // first global record id of each file
   std::vector<ShardSlot> shards;     // of the current epoch
   std::deque<int64_t> todo;          // shard indices, front first
+  // Records of the shards in `todo` not yet committed: the epoch's records
+  // not leased, which guided leasing divides among the workers.
+  int64_t unleased = 0;
+  int64_t leases_shortened = 0;  // ended before their shard's end, in this process
+  // Cumulative records committed on the dataset (time ms, records) over the
+  // last rate window: the job's rate, beside each worker's.
+  std::deque<std::pair<int64_t, int64_t>> rate_samples;
+  int64_t committed_ever = 0;  // in this process, for rate_samples
   int64_t done = 0;
   int64_t doing = 0;
   std::unordered_map<uint64_t, ActiveLease> leases;  // active
@@ -154,9 +204,16 @@ struct Ledger::Dataset {
   }
 
   bool finished() const { return row.epoch >= spec.epochs(); }
-  int64_t ShardBegin(int64_t index) const { return index * spec.shard_size(); }
+  int64_t ShardBegin(int64_t index) const {
+    if (index < layout.full || layout.tail.empty()) return index * spec.shard_size();
+    return layout.tail[static_cast<size_t>(index - layout.full)];
+  }
   int64_t ShardSize(int64_t index) const {
-    return std::min(spec.shard_size(), records - ShardBegin(index));
+    if (index < layout.full || layout.tail.empty()) {
+      return std::min(spec.shard_size(), records - ShardBegin(index));
+    }
+    const auto k = static_cast<size_t>(index - layout.full);
+    return layout.tail[k + 1] - layout.tail[k];
   }
   int64_t CommittedInEpoch() const {
     int64_t sum = 0;
@@ -167,9 +224,47 @@ struct Ledger::Dataset {
     if (finished()) return records * spec.epochs();
     return records * row.epoch + CommittedInEpoch();
   }
+  // The guided layout's shards of shard_size in shuffled order (every shard
+  // without the layout), then its smaller shards, largest first.
   std::vector<int64_t> EpochOrder() const {
     if (!spec.shuffle()) return Identity();
-    return Permutation(shard_count, MixSeed(spec.seed(), static_cast<uint64_t>(row.epoch)));
+    const int64_t permuted = layout.tail.empty() ? shard_count : layout.full;
+    std::vector<int64_t> order =
+        Permutation(permuted, MixSeed(spec.seed(), static_cast<uint64_t>(row.epoch)));
+    for (int64_t i = permuted; i < shard_count; ++i) order.push_back(i);
+    return order;
+  }
+  // Records per second over `samples` (time ms, cumulative); 0: unknown.
+  static double RateOf(const std::deque<std::pair<int64_t, int64_t>>& samples) {
+    if (samples.size() < 2 || samples.back().first <= samples.front().first) return 0;
+    return static_cast<double>(samples.back().second - samples.front().second) * 1000 /
+           static_cast<double>(samples.back().first - samples.front().first);
+  }
+  // Where `worker`'s lease of shard `index` from `committed` on ends. Under
+  // the guided layout a worker much slower than its peers (under 3/4 of the
+  // mean rate) takes its share of what is left by the rates, as weighted
+  // factoring does: rate / job rate x unleased / 2 records, at least
+  // min_shard_records, when that leaves at least min_shard_records of the
+  // shard for the next worker; everyone else, and any worker whose rate is
+  // not known yet, the shard's whole remainder.
+  int64_t LeaseEnd(int64_t index, int64_t committed, const std::string& worker) const {
+    const int64_t size = ShardSize(index);
+    if (layout.tail.empty()) return size;
+    const int64_t floor = std::min(spec.min_shard_records(), spec.shard_size());
+    auto w = workers.find(worker);
+    const double job_rate = RateOf(rate_samples);
+    if (w == workers.end() || job_rate <= 0 || workers.empty()) return size;
+    const double rate = RateOf(w->second.samples);
+    const double mean = job_rate / static_cast<double>(workers.size());
+    if (rate <= 0 || rate >= 0.75 * mean) return size;
+    const auto cover = std::max(
+        floor,
+        static_cast<int64_t>(std::ceil(rate / job_rate * static_cast<double>(unleased) / 2)));
+    return size - committed - cover < floor ? size : committed + cover;
+  }
+  // The end of an active or ended lease (rows from before guided leasing: the shard's size).
+  int64_t EndOf(const LeaseRow& lease) const {
+    return lease.end > 0 ? std::min(lease.end, ShardSize(lease.index)) : ShardSize(lease.index);
   }
   std::vector<int64_t> Identity() const {
     std::vector<int64_t> p(shard_count);
@@ -179,10 +274,12 @@ struct Ledger::Dataset {
   // Rebuilds the queue from the shard slots: partly done shards first.
   void RebuildTodo() {
     todo.clear();
+    unleased = 0;
     std::vector<int64_t> partial;
     for (int64_t index : EpochOrder()) {
       const ShardSlot& s = shards[index];
       if (s.state != ShardState::kTodo) continue;
+      unleased += ShardSize(index) - s.committed;
       if (s.committed > 0) {
         partial.push_back(index);
       } else {
@@ -195,6 +292,7 @@ struct Ledger::Dataset {
     shards.assign(finished() ? 0 : shard_count, ShardSlot{});
     done = 0;
     doing = 0;
+    unleased = 0;
     if (!finished()) RebuildTodo();
   }
   void RecordCommit(const std::string& worker, int64_t delta, int64_t now, int64_t window,
@@ -208,6 +306,16 @@ struct Ledger::Dataset {
       w.samples.pop_front();
     }
     while (w.samples.size() > 256) w.samples.pop_front();
+    committed_ever += delta;
+    if (!rate_samples.empty() && rate_samples.back().first == now) {
+      rate_samples.back().second = committed_ever;
+    } else {
+      rate_samples.emplace_back(now, committed_ever);
+    }
+    while (rate_samples.size() > 2 && rate_samples.front().first < now - window) {
+      rate_samples.pop_front();
+    }
+    while (rate_samples.size() > 4096) rate_samples.pop_front();
   }
 };
 
@@ -314,11 +422,22 @@ inline absl::Status ValidateSizes(const v1::DatasetSpec& spec, int64_t records) 
     return absl::InvalidArgumentError(absl::StrCat("spec.epochs: ", records, " records x ",
                                                    spec.epochs(), " epochs passes 2^63-1"));
   }
-  const int64_t shards = ShardCount(records, spec.shard_size());
-  if (shards > kMaxShardsPerDataset) {
+  if (spec.min_shard_records() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("spec.shard_size: ", spec.shard_size(), " gives ", shards,
-                     " shards, more than the limit ", kMaxShardsPerDataset));
+        absl::StrCat("spec.min_shard_records: must be >= 0 (0: no guided layout), got ",
+                     spec.min_shard_records()));
+  }
+  if (spec.workers() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.workers: must be >= 0, got ", spec.workers()));
+  }
+  const int64_t shards = LayoutOf(spec, records, kMaxShardsPerDataset).count();
+  if (shards > kMaxShardsPerDataset) {
+    const bool guided = spec.min_shard_records() > 0 && spec.workers() > 0;
+    return absl::InvalidArgumentError(absl::StrCat(
+        guided ? "spec.min_shard_records: the guided layout of " : "spec.shard_size: ",
+        guided ? absl::StrCat(spec.workers(), " workers") : absl::StrCat(spec.shard_size()),
+        " gives more than ", kMaxShardsPerDataset, " shards, the limit"));
   }
   const int64_t largest_shard = std::min(spec.shard_size(), records);
   if (spec.shuffle() && largest_shard > kMaxShuffledShardSize) {
@@ -352,6 +471,8 @@ inline std::string DescribeDifferences(const v1::DatasetSpec& a, const v1::Datas
   add("epochs", a.epochs(), b.epochs());
   add("shuffle", a.shuffle(), b.shuffle());
   add("seed", a.seed(), b.seed());
+  add("min_shard_records", a.min_shard_records(), b.min_shard_records());
+  add("workers", a.workers(), b.workers());
   if (a.files_size() != b.files_size()) {
     add("files (count)", a.files_size(), b.files_size());
   } else {
@@ -375,7 +496,8 @@ inline void InitDataset(Ledger::Dataset& ds) {
   }
   if (ds.spec.files_size() == 0) records = ds.spec.record_count();
   ds.records = records;
-  ds.shard_count = ShardCount(records, ds.spec.shard_size());
+  ds.layout = LayoutOf(ds.spec, records, kMaxShardsPerDataset);
+  ds.shard_count = ds.layout.count();
 }
 
 // Internal helpers that run with the ledger's mutex held.
@@ -429,6 +551,13 @@ struct Ops {
     }
     slot.state = ShardState::kTodo;
     ds.todo.push_front(row.index);
+    ds.unleased += ds.ShardSize(row.index) - slot.committed;
+    if (state == LeaseState::kCompleted) {
+      // A guided lease done up to its end: the shard's rest is next in line.
+      ++ds.leases_shortened;
+      batch.push_back(RowOf(ds, row.index));
+      return;
+    }
     ++ds.row.requeues;
     if (state == LeaseState::kExpired) ++ds.row.expirations;
     batch.push_back(RowOf(ds, row.index));
@@ -508,25 +637,28 @@ inline void RolledBackCommits(const Ledger::Dataset& ds, const v1::ShardStateSna
   }
 }
 
-inline void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed, v1::Shard* out) {
+// The lease's records of shard `index`: from `committed` to `lease_end`.
+inline void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed,
+                      int64_t lease_end, v1::Shard* out) {
   const int64_t begin = ds.ShardBegin(index);
   const int64_t size = ds.ShardSize(index);
   out->set_epoch(ds.row.epoch);
   out->set_index(index);
   out->set_size(size);
   out->set_committed(committed);
+  out->set_lease_end(lease_end);
   out->set_start(begin + committed);
-  out->set_end(begin + size);
+  out->set_end(begin + lease_end);
   if (ds.spec.shuffle()) {
     std::vector<int64_t> perm =
         Permutation(size, MixSeed(ds.spec.seed(), static_cast<uint64_t>(ds.row.epoch),
                                   static_cast<uint64_t>(index) + 1));
-    for (int64_t i = committed; i < size; ++i) out->add_record_ids(begin + perm[i]);
+    for (int64_t i = committed; i < lease_end; ++i) out->add_record_ids(begin + perm[i]);
     return;
   }
-  // File slices covering [begin + committed, begin + size).
+  // File slices covering [begin + committed, begin + lease_end).
   int64_t pos = begin + committed;
-  const int64_t end = begin + size;
+  const int64_t end = begin + lease_end;
   if (ds.file_starts.empty()) return;
   auto it = std::upper_bound(ds.file_starts.begin(), ds.file_starts.end(), pos);
   size_t file = static_cast<size_t>(it - ds.file_starts.begin()) - 1;

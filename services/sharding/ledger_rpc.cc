@@ -84,7 +84,8 @@ Deferred<v1::AcquireShardResponse> Ledger::AcquireChecked(const v1::AcquireShard
       ActiveLease& lease = ds.leases[retried->row.token];
       lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
       resp.set_result(v1::AcquireShardResponse::SHARD);
-      FillShard(ds, lease.row.index, ds.shards[lease.row.index].committed, resp.mutable_shard());
+      FillShard(ds, lease.row.index, ds.shards[lease.row.index].committed, ds.EndOf(lease.row),
+                resp.mutable_shard());
       resp.mutable_lease()->set_token(lease.row.token);
       resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
     } else if (ds.finished()) {
@@ -97,22 +98,31 @@ Deferred<v1::AcquireShardResponse> Ledger::AcquireChecked(const v1::AcquireShard
       const int64_t index = ds.todo.front();
       ds.todo.pop_front();
       ShardSlot& slot = ds.shards[index];
+      const int64_t end = ds.LeaseEnd(index, slot.committed, req.worker_id());
+      ds.unleased -= ds.ShardSize(index) - slot.committed;
       issued = IssueToken(batch);
       const uint64_t token = issued.token;
       slot.state = ShardState::kDoing;
       slot.token = token;
       ++ds.doing;
       ActiveLease lease;
-      lease.row = LeaseRow{token,           ds.row.id,       ds.row.epoch,
-                           index,           req.worker_id(), req.incarnation(),
-                           slot.committed,  slot.committed,  LeaseState::kActive,
-                           req.request_id()};
+      lease.row = LeaseRow{token,
+                           ds.row.id,
+                           ds.row.epoch,
+                           index,
+                           req.worker_id(),
+                           req.incarnation(),
+                           slot.committed,
+                           slot.committed,
+                           LeaseState::kActive,
+                           req.request_id(),
+                           end};
       lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
       ds.PutLease(lease);
       batch.push_back(lease.row);
       batch.push_back(ops.RowOf(ds, index));
       resp.set_result(v1::AcquireShardResponse::SHARD);
-      FillShard(ds, index, slot.committed, resp.mutable_shard());
+      FillShard(ds, index, slot.committed, end, resp.mutable_shard());
       resp.mutable_lease()->set_token(token);
       resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
     }
@@ -177,9 +187,19 @@ Deferred<v1::ReportProgressResponse> Ledger::ReportProgressDeferred(
     if (it != ds.leases.end()) {
       ActiveLease& lease = it->second;
       const int64_t size = ds.ShardSize(lease.row.index);
-      if (req.records_done() > size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("records_done: ", req.records_done(), " exceeds the shard's size ", size));
+      const int64_t end = ds.EndOf(lease.row);
+      if (req.records_done() > end) {
+        seq = AppendIfAny(batch);  // what ExpireDue changed is stored whatever this call answers
+        if (end == size) {
+          return {absl::InvalidArgumentError(absl::StrCat("records_done: ", req.records_done(),
+                                                          " exceeds the shard's size ", size)),
+                  seq};
+        }
+        return {absl::InvalidArgumentError(
+                    absl::StrCat("records_done: ", req.records_done(), " passes the end of lease ",
+                                 lease.row.token, " at ", end, " of the shard's ", size,
+                                 " records (guided leasing: the rest is leased apart)")),
+                seq};
       }
       ShardSlot& slot = ds.shards[lease.row.index];
       if (req.records_done() > slot.committed) {
@@ -279,10 +299,11 @@ Deferred<v1::CompleteShardResponse> Ledger::CompleteOnly(const v1::CompleteShard
       }
       const int64_t index = it->second.row.index;
       ShardSlot& slot = ds.shards[index];
-      const int64_t delta = ds.ShardSize(index) - slot.committed;
+      const int64_t end = ds.EndOf(it->second.row);
+      const int64_t delta = end - slot.committed;
       ds.RecordCommit(it->second.row.worker, delta, clock_->NowMillis(), options_.rate_window_ms,
                       batch);
-      slot.committed = ds.ShardSize(index);
+      slot.committed = end;
       ops.EndLease(ds, req.token(), LeaseState::kCompleted);
       seq = store_->Append(std::move(batch));
     } else {
@@ -437,6 +458,7 @@ absl::Status Ledger::StageRestore(const Dataset& ds, int64_t step, StagedRestore
   restored.spec = ds.spec;
   restored.records = ds.records;
   restored.shard_count = ds.shard_count;
+  restored.layout = ds.layout;
   restored.shards.assign(restored.finished() ? 0 : ds.shard_count, ShardSlot{});
   for (int i = 0; i < snap.index_size(); ++i) {
     const int64_t index = snap.index(i);
@@ -484,6 +506,7 @@ absl::StatusOr<v1::RestoreResponse> Ledger::Restore(const v1::RestoreRequest& re
     ds.row.epoch = staged.restored.row.epoch;
     ds.shards.swap(staged.restored.shards);  // the old state is freed below, unlocked
     ds.todo.swap(staged.restored.todo);
+    ds.unleased = staged.restored.unleased;
     ds.done = staged.restored.done;
     ds.doing = 0;
     batch.push_back(DeleteShards{ds.row.id});
@@ -535,6 +558,7 @@ absl::StatusOr<v1::GetProgressResponse> Ledger::GetProgress(const v1::GetProgres
     resp.set_finished(ds.finished());
     resp.set_requeues(ds.row.requeues);
     resp.set_lease_expirations(ds.row.expirations);
+    resp.set_leases_shortened(ds.leases_shortened);
     std::unordered_map<std::string_view, int> in_flight;
     for (const auto& [token, lease] : ds.leases) ++in_flight[lease.row.worker];
     std::vector<const std::pair<const std::string, WorkerStats>*> workers;
@@ -606,6 +630,7 @@ std::vector<DatasetStats> Ledger::Stats() const {
     s.records_committed_total = ds->CommittedTotal();
     s.requeues = ds->row.requeues;
     s.lease_expirations = ds->row.expirations;
+    s.leases_shortened = ds->leases_shortened;
     out.push_back(s);
   }
   return out;

@@ -152,6 +152,62 @@ class LedgerTest : public ::testing::Test {
     return *r;
   }
 
+  // A guided run: 4,000 records in shards of up to 100 (min_shard_records
+  // 10, 4 workers); "a", "b" and "c" commit 40 records a second, "d" 4, one
+  // second at a time, each acquiring when its lease is done. Counts the
+  // leases that ended before their shard's end, by worker speed; with
+  // `stop_at_slow_cap`, stops at the first such lease of "d" and returns it,
+  // still held (the others' leases stay open).
+  void CheckGuidedLayout(bool shuffle);  // below its tests
+  struct GuidedRun {
+    std::map<int64_t, int> committed;  // record -> times
+    int slow_caps = 0, fast_caps = 0;
+    std::optional<AcquireShardResponse> capped;
+  };
+  GuidedRun RunRates(bool stop_at_slow_cap) {
+    v1::DatasetSpec spec = Spec(4'000, 100);
+    spec.set_min_shard_records(10);
+    spec.set_workers(4);
+    Create(spec);
+    GuidedRun run;
+    struct Held {
+      AcquireShardResponse lease;
+      int64_t done = 0;  // records of the shard committed
+    };
+    std::map<std::string, std::optional<Held>> held = {{"a", {}}, {"b", {}}, {"c", {}}, {"d", {}}};
+    for (int second = 0; second < 10'000; ++second) {
+      bool any = false;
+      for (auto& [worker, h] : held) {
+        if (!h) {
+          auto r = Acquire(worker);
+          if (r.result() != AcquireShardResponse::SHARD) continue;
+          if (r.shard().lease_end() < r.shard().size()) {
+            ++(worker == "d" ? run.slow_caps : run.fast_caps);
+            if (worker == "d" && stop_at_slow_cap) {
+              run.capped = r;
+              return run;
+            }
+          }
+          h = Held{r, r.shard().committed()};
+        }
+        any = true;
+        const v1::Shard& s = h->lease.shard();
+        const int64_t to = std::min(s.lease_end(), h->done + (worker == "d" ? 4 : 40));
+        auto reported = Report(h->lease.lease().token(), to);
+        EXPECT_TRUE(reported.ok()) << reported.status();
+        for (int64_t k = h->done; k < to; ++k) ++run.committed[s.start() + k - s.committed()];
+        h->done = to;
+        if (to == s.lease_end()) {
+          EXPECT_TRUE(Complete(h->lease.lease().token()).ok());
+          h.reset();
+        }
+      }
+      if (!any) break;
+      clock_.Advance(1'000);
+    }
+    return run;
+  }
+
   static std::vector<int64_t> Records(const v1::Shard& s) {
     if (s.record_ids_size() > 0) return {s.record_ids().begin(), s.record_ids().end()};
     std::vector<int64_t> out;
@@ -342,6 +398,132 @@ TEST_F(LedgerTest, ProgressBeyondShardSizeIsRefusedAndChangesNothing) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("records_done"), std::string::npos);
   EXPECT_EQ(Progress().records_committed_epoch(), 0);
+}
+
+// The guided layout (min_shard_records and workers > 0): shards of
+// shard_size first, then smaller ones, largest first, down to about
+// min_shard_records; every record is committed exactly once in each epoch,
+// shuffled or not, and the layout is the same after a restart.
+TEST_F(LedgerTest, TheGuidedLayoutShrinksShardsTowardTheEpochsEnd) { CheckGuidedLayout(false); }
+TEST_F(LedgerTest, TheGuidedLayoutShrinksShuffledShardsToo) { CheckGuidedLayout(true); }
+
+void LedgerTest::CheckGuidedLayout(bool shuffle) {
+  {
+    v1::DatasetSpec spec = Spec(1'000, 100, 2, shuffle);
+    spec.set_min_shard_records(5);
+    spec.set_workers(4);
+    auto created = CreateResult(spec);
+    ASSERT_TRUE(created.ok()) << created.status();
+    EXPECT_GT(created->shard_count(), 10);
+    Reopen();
+    std::map<std::pair<int, int64_t>, int> committed;  // (epoch, record) -> times
+    std::vector<int64_t> sizes[2];                     // shard sizes in the order handed out
+    for (int i = 0;; ++i) {
+      auto r = Acquire(absl::StrCat("w", i % 4));
+      if (r.result() == AcquireShardResponse::END_OF_DATA) break;
+      ASSERT_EQ(r.result(), AcquireShardResponse::SHARD);
+      const v1::Shard& s = r.shard();
+      EXPECT_EQ(s.lease_end(), s.size()) << "no worker's rate is known: whole shards";
+      sizes[s.epoch()].push_back(s.size());
+      for (int64_t rec : Records(s)) ++committed[{s.epoch(), rec}];
+      ASSERT_TRUE(Complete(r.lease().token()).ok());
+    }
+    ASSERT_EQ(committed.size(), 2'000u);
+    for (const auto& [key, times] : committed) {
+      EXPECT_EQ(times, 1) << "epoch " << key.first << " record " << key.second;
+    }
+    for (int e = 0; e < 2; ++e) {
+      ASSERT_EQ(static_cast<int64_t>(sizes[e].size()), created->shard_count());
+      EXPECT_EQ(sizes[e].front(), 100) << "epoch " << e;
+      EXPECT_LT(sizes[e].back(), 10) << "epoch " << e << ": the last shards are the smallest";
+      EXPECT_GE(*std::min_element(sizes[e].begin(), sizes[e].end()), 5);
+      // Largest first; the last one may take up to min_shard_records - 1 more.
+      EXPECT_TRUE(std::is_sorted(sizes[e].rbegin() + 1, sizes[e].rend())) << "epoch " << e;
+    }
+    EXPECT_TRUE(Progress().finished());
+    EXPECT_EQ(Progress().records_committed_total(), 2'000);
+  }
+}
+
+// A much slower worker is given only its share of what is left, by the
+// rates: "d" commits a tenth of what "a", "b" and "c" do, and near the
+// epoch's end its leases stop short of their shards' ends, the rest going
+// to the next worker; the fast workers always get whole remainders. Every
+// record once, no requeue.
+TEST_F(LedgerTest, ASlowWorkerLeasesOnlyItsShareOfTheEnd) {
+  GuidedRun run = RunRates(/*stop_at_slow_cap=*/false);
+  EXPECT_GT(run.slow_caps, 0) << "the slow worker's leases were never cut";
+  EXPECT_EQ(run.fast_caps, 0);
+  ASSERT_EQ(run.committed.size(), 4'000u);
+  for (const auto& [record, times] : run.committed) EXPECT_EQ(times, 1) << "record " << record;
+  auto p = Progress();
+  EXPECT_TRUE(p.finished());
+  EXPECT_EQ(p.records_committed_total(), 4'000);
+  EXPECT_EQ(p.leases_shortened(), run.slow_caps);
+  EXPECT_EQ(p.requeues(), 0) << "a completed short lease is not a requeue";
+}
+
+// A short lease's end is where its holder must stop: progress past it is
+// refused naming records_done and changes nothing; completing it commits up
+// to its end; the shard's rest goes to the next worker from there, and a
+// stale call on the old range is refused. The end survives a restart.
+TEST_F(LedgerTest, AShortLeaseEndsWhereItSaysThroughARestart) {
+  GuidedRun run = RunRates(/*stop_at_slow_cap=*/true);
+  ASSERT_TRUE(run.capped.has_value());
+  const AcquireShardResponse& a = *run.capped;
+  const uint64_t token = a.lease().token();
+  const int64_t end = a.shard().lease_end();
+  ASSERT_TRUE(Report(token, a.shard().committed() + 1).ok());
+  Reopen();  // the service restarts: the lease and its end are kept
+  ExpectRefused([&] { return Report(token, end + 1).status(); }, absl::StatusCode::kInvalidArgument,
+                "records_done");
+  auto refused = Report(token, end + 1);
+  EXPECT_NE(refused.status().message().find("passes the end of lease"), std::string::npos)
+      << refused.status();
+  ASSERT_TRUE(Report(token, end).ok());
+  ASSERT_TRUE(Complete(token).ok());
+  auto rest = Acquire("c");
+  ASSERT_EQ(rest.result(), AcquireShardResponse::SHARD);
+  EXPECT_EQ(rest.shard().index(), a.shard().index());
+  EXPECT_EQ(rest.shard().committed(), end);
+  EXPECT_EQ(rest.shard().start(), a.shard().end());
+  // The old holder's token is spent: idempotent up to its end, refused past it.
+  EXPECT_TRUE(Report(token, end).ok());
+  EXPECT_EQ(Report(token, end + 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto again = Complete(token);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->already_completed());
+}
+
+// The holder of a short lease dies mid-range: its lease expires and the
+// unfinished part, from its last committed record to the shard's end, is
+// leased again; nothing it committed is handed out twice.
+TEST_F(LedgerTest, AShortLeasesHolderLostMidRangeLosesNoRecord) {
+  GuidedRun run = RunRates(/*stop_at_slow_cap=*/true);
+  ASSERT_TRUE(run.capped.has_value());
+  const AcquireShardResponse& a = *run.capped;
+  const int64_t from = a.shard().committed();
+  ASSERT_TRUE(Report(a.lease().token(), from + 3).ok());
+  const int64_t before = Progress().records_committed_epoch();
+  clock_.Advance(10'001);  // the holder is gone
+  auto b = Acquire("b");
+  ASSERT_EQ(b.result(), AcquireShardResponse::SHARD);
+  EXPECT_EQ(b.shard().index(), a.shard().index());
+  EXPECT_EQ(b.shard().committed(), from + 3);
+  EXPECT_EQ(Report(a.lease().token(), from + 4).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Complete(a.lease().token()).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Progress().records_committed_epoch(), before);
+  // Everything left, to the end: 4,000 records exactly.
+  ASSERT_TRUE(Complete(b.lease().token()).ok());
+  for (;;) {
+    auto r = Acquire("c");
+    if (r.result() != AcquireShardResponse::SHARD) break;
+    ASSERT_TRUE(Complete(r.lease().token()).ok());
+  }
+  auto p = Progress();
+  EXPECT_TRUE(p.finished());
+  EXPECT_EQ(p.records_committed_total(), 4'000);
 }
 
 TEST_F(LedgerTest, RestartedWorkerResumesAfterItsLastCommittedRecord) {

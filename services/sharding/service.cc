@@ -193,6 +193,11 @@ class LedgerCollector final : public prometheus::Collectable {
                              "Leases that passed their deadline.",
                              MetricType::Counter,
                              {}};
+    MetricFamily shortened{"antdt_sharding_leases_shortened_total",
+                           "Leases that ended before their shard's end (guided leasing: the "
+                           "epoch's end shared out in smaller leases).",
+                           MetricType::Counter,
+                           {}};
     for (const DatasetStats& s : ledger_->Stats()) {
       auto labels = [&](std::vector<prometheus::ClientMetric::Label> extra = {}) {
         std::vector<prometheus::ClientMetric::Label> l{{"job", s.job}, {"dataset", s.name}};
@@ -219,8 +224,9 @@ class LedgerCollector final : public prometheus::Collectable {
       gauge(committed, static_cast<double>(s.records_committed_total), labels());
       counter(requeues, static_cast<double>(s.requeues));
       counter(expirations, static_cast<double>(s.lease_expirations));
+      counter(shortened, static_cast<double>(s.leases_shortened));
     }
-    return {shards, epoch, committed, requeues, expirations};
+    return {shards, epoch, committed, requeues, expirations, shortened};
   }
 
  private:

@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS leases(
   token INTEGER PRIMARY KEY, dataset_id INTEGER NOT NULL, epoch INTEGER NOT NULL,
   idx INTEGER NOT NULL, worker TEXT NOT NULL, incarnation INTEGER NOT NULL,
   begin_rec INTEGER NOT NULL, committed INTEGER NOT NULL, state INTEGER NOT NULL,
-  request_id TEXT NOT NULL DEFAULT '');
+  request_id TEXT NOT NULL DEFAULT '', end_rec INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS leases_active ON leases(state) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS leases_epoch ON leases(dataset_id, epoch);
 CREATE TABLE IF NOT EXISTS checkpoints(
@@ -40,6 +40,25 @@ CREATE TABLE IF NOT EXISTS workers(
 
 absl::Status SqlError(sqlite3* db, const std::string& what) {
   return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
+}
+
+absl::Status Exec(sqlite3* db, const char* sql);
+
+// A store written before guided leasing has no leases.end_rec: it is added,
+// 0 (the shard's end) in every row.
+absl::Status AddLeaseEndColumn(sqlite3* db) {
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info('leases') WHERE name = 'end_rec'", -1,
+                         &s, nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("sqlite: table_info: ", sqlite3_errmsg(db)));
+  }
+  const int rc = sqlite3_step(s);
+  sqlite3_finalize(s);
+  if (rc == SQLITE_ROW) return absl::OkStatus();
+  if (rc != SQLITE_DONE) {
+    return absl::InternalError(absl::StrCat("sqlite: table_info: ", sqlite3_errmsg(db)));
+  }
+  return Exec(db, "ALTER TABLE leases ADD COLUMN end_rec INTEGER NOT NULL DEFAULT 0");
 }
 
 absl::Status Exec(sqlite3* db, const char* sql) {
@@ -85,11 +104,13 @@ LeaseRow ReadLeaseRow(sqlite3_stmt* s) {
   row.committed = sqlite3_column_int64(s, 7);
   row.state = static_cast<LeaseState>(sqlite3_column_int(s, 8));
   row.request_id = ColumnText(s, 9);
+  row.end = sqlite3_column_int64(s, 10);
   return row;
 }
 
 constexpr const char* kLeaseColumns =
-    "token, dataset_id, epoch, idx, worker, incarnation, begin_rec, committed, state, request_id";
+    "token, dataset_id, epoch, idx, worker, incarnation, begin_rec, committed, state, request_id, "
+    "end_rec";
 
 // A mutation as the commit log holds it.
 void Encode(const Mutation& m, v1::LogMutation* out) {
@@ -121,6 +142,7 @@ void Encode(const Mutation& m, v1::LogMutation* out) {
     r->set_committed(l->committed);
     r->set_state(static_cast<int>(l->state));
     r->set_request_id(l->request_id);
+    r->set_end(l->end);
   } else if (const auto* ds = std::get_if<DeleteShards>(&m)) {
     out->mutable_delete_shards()->set_dataset_id(ds->dataset_id);
   } else if (const auto* dl = std::get_if<DeleteLeasesBefore>(&m)) {
@@ -153,10 +175,10 @@ std::optional<Mutation> Decode(const v1::LogMutation& m) {
     }
     case v1::LogMutation::kLease: {
       const auto& r = m.lease();
-      return LeaseRow{r.token(),     r.dataset_id(), r.epoch(),
-                      r.index(),     r.worker(),     r.incarnation(),
-                      r.begin(),     r.committed(),  static_cast<LeaseState>(r.state()),
-                      r.request_id()};
+      return LeaseRow{r.token(),      r.dataset_id(), r.epoch(),
+                      r.index(),      r.worker(),     r.incarnation(),
+                      r.begin(),      r.committed(),  static_cast<LeaseState>(r.state()),
+                      r.request_id(), r.end()};
     }
     case v1::LogMutation::kDeleteShards:
       return DeleteShards{m.delete_shards().dataset_id()};
@@ -240,6 +262,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   RETURN_IF_ERROR(Exec(store->writer_, sync == Sync::kFull ? "PRAGMA synchronous=FULL"
                                                            : "PRAGMA synchronous=NORMAL"));
   RETURN_IF_ERROR(Exec(store->writer_, kSchema));
+  RETURN_IF_ERROR(AddLeaseEndColumn(store->writer_));
   if (sqlite3_open_v2(path.c_str(), &store->reader_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK) {
     return SqlError(store->reader_, "open reader");
@@ -256,7 +279,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
               "INSERT OR REPLACE INTO shards(dataset_id, idx, state, committed, token) "
               "VALUES(?,?,?,?,?)"),
       Prepare(db, absl::StrCat("INSERT OR REPLACE INTO leases(", kLeaseColumns,
-                               ") VALUES(?,?,?,?,?,?,?,?,?,?)")
+                               ") VALUES(?,?,?,?,?,?,?,?,?,?,?)")
                       .c_str()),
       Prepare(db, "DELETE FROM shards WHERE dataset_id = ?"),
       Prepare(db, "DELETE FROM leases WHERE dataset_id = ? AND epoch < ?"),
@@ -644,6 +667,7 @@ void SqliteStore::Apply(const Mutation& m) {
     sqlite3_bind_int64(s, 8, l->committed);
     sqlite3_bind_int(s, 9, static_cast<int>(l->state));
     BindText(s, 10, l->request_id);
+    sqlite3_bind_int64(s, 11, l->end);
   } else if (const auto* ds = std::get_if<DeleteShards>(&m)) {
     s = st.delete_shards;
     sqlite3_bind_int64(s, 1, ds->dataset_id);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -244,6 +245,50 @@ TEST(SqliteStore, TextKeepsEveryByte) {
   EXPECT_EQ(snap->active_leases[0].request_id, name);
   ASSERT_EQ(snap->workers.size(), 1u);
   EXPECT_EQ(snap->workers[0].worker, worker);
+}
+
+// A lease's end (guided leasing) is stored with it; a store written before
+// leases had an end gets the column on open, and its leases read as whole
+// (end 0: the shard's end).
+TEST(SqliteStore, LeaseEndsSurviveAndAnOlderStoreGainsTheColumn) {
+  antdt::testing::TempDir dir;
+  auto lease = [](uint64_t token, int64_t end) {
+    LeaseRow l;
+    l.token = token;
+    l.dataset_id = 1;
+    l.worker = "w";
+    l.end = end;
+    return l;
+  };
+  {
+    auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->WaitDurable((*store)->Append({lease(7, 0)})).ok());
+  }
+  {  // what a store of the previous release looks like
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir.File("sharding.db").c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE leases DROP COLUMN end_rec", nullptr, nullptr, &err),
+              SQLITE_OK)
+        << (err ? err : "");
+    sqlite3_close(db);
+  }
+  {
+    auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto snap = (*store)->Load();
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    ASSERT_EQ(snap->active_leases.size(), 1u);
+    EXPECT_EQ(snap->active_leases[0].end, 0);
+    ASSERT_TRUE((*store)->WaitDurable((*store)->Append({lease(8, 37)})).ok());
+  }
+  auto store = SqliteStore::Open(dir.path(), SqliteStore::Sync::kNormal);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto row = (*store)->ReadLease(8);
+  ASSERT_TRUE(row.ok()) << row.status();
+  ASSERT_TRUE(row->has_value());
+  EXPECT_EQ((*row)->end, 37);
 }
 
 TEST(SqliteStore, ConcurrentCallsShareCommits) {

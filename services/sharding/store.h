@@ -60,6 +60,9 @@ struct LeaseRow {
   int64_t committed = 0;  // shard's committed records under this lease
   LeaseState state = LeaseState::kActive;
   std::string request_id;  // of the AcquireShard call that created it
+  // The shard's records at which the lease ends (the guided layout's cap for
+  // a slow worker); 0: the shard's size.
+  int64_t end = 0;
 };
 
 struct DeleteShards {  // the epoch advanced or a checkpoint was restored

@@ -110,6 +110,8 @@ class DemoRun {
     spec.set_epochs(o_.epochs);
     spec.set_shuffle(o_.shuffle);
     spec.set_seed(o_.seed);
+    spec.set_min_shard_records(o_.min_shard_records);
+    spec.set_workers(o_.workers);
     ASSIGN_OR_RETURN(v1::CreateDatasetResponse created, driver_->CreateDataset(spec));
     Say(absl::StrFormat("dataset demo/clicks: %d records, %d shards, %d epochs", o_.records,
                         created.shard_count(), o_.epochs));

@@ -27,6 +27,9 @@ struct DemoOptions {
   int worker_kills = 1;   // SIGKILL a worker, restart it with incarnation + 1
   int service_kills = 0;  // SIGKILL the service, restart it on the same state
   uint64_t seed = 1;
+  // The guided layout (v1::DatasetSpec.min_shard_records): the epoch's last
+  // shards are smaller, so the kills hit them too. 0: off.
+  int64_t min_shard_records = 10;
   std::string lease_ttl = "3s";
   int64_t timeout_ms = 300'000;
   // Called about every 200 ms with a one-line status, and with each event.
