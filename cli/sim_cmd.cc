@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,16 @@ struct PolicyRuns {
   double wall = 0;             // sums
   int64_t reports = 0, calls = 0;
   int restarts = 0;
+  double capacity_bound = 0;  // mean over seeds (SimResult::capacity_bound_seconds)
 };
+
+// The share of the straggler slowdown a policy took away:
+// (JCT_none - JCT_policy) / (JCT_none - JCT_no-slowdown); none when the run
+// has no `none` or no slowdown.
+std::optional<double> Mitigated(double policy, double none, double ideal) {
+  if (none < 0 || none - ideal <= 1e-9) return std::nullopt;
+  return (none - policy) / (none - ideal);
+}
 
 // Student's t at 97.5% for n - 1 degrees of freedom (1.96 beyond 30).
 double T975(size_t n) {
@@ -81,6 +91,7 @@ void Summarize(PolicyRuns& p) {
     p.reports += r.step_reports;
     p.calls += r.ledger_calls;
     p.restarts += r.restarts;
+    p.capacity_bound += r.capacity_bound_seconds / n;
   }
 }
 
@@ -114,11 +125,23 @@ absl::StatusOr<std::vector<std::pair<std::string, sim::SimOptions>>> Plans(const
   return plans;
 }
 
-std::string SimResultsJson(const std::string& scenario, const std::vector<PolicyRuns>& all) {
-  double none = -1;
+double NoneMean(const std::vector<PolicyRuns>& all) {
   for (const PolicyRuns& p : all) {
-    if (p.name == vocab::Name(vocab::Policy::kNone)) none = p.mean;
+    if (p.name == vocab::Name(vocab::Policy::kNone)) return p.mean;
   }
+  return -1;
+}
+
+// The capacity bound of the runs with the slowdowns (the policies'; the
+// no-slowdown run's is its own JCT's bound).
+double CapacityBound(const std::vector<PolicyRuns>& all) {
+  return all.size() > 1 ? all[1].capacity_bound : all.front().capacity_bound;
+}
+
+std::string SimResultsJson(const std::string& scenario, const std::vector<PolicyRuns>& all) {
+  const double none = NoneMean(all);
+  const double ideal = all.front().mean;
+  const double bound = CapacityBound(all);
   std::vector<ResultRow> rows;
   for (const PolicyRuns& p : all) {
     const sim::SimResult& first = p.runs.front();
@@ -135,30 +158,51 @@ std::string SimResultsJson(const std::string& scenario, const std::vector<Policy
     for (const sim::SimResult& r : p.runs) by_seed.push_back(r.jct_seconds);
     row.extra = {{"jct_ci95_seconds", {p.mean - p.half_width, p.mean + p.half_width}},
                  {"jct_seconds_by_seed", std::move(by_seed)},
+                 {"ratio_to_no_slowdown", p.mean / ideal},
+                 {"capacity_bound_seconds", p.capacity_bound},
+                 {"ratio_to_capacity_bound", bound > 0 ? nlohmann::ordered_json(p.mean / bound)
+                                                       : nlohmann::ordered_json(nullptr)},
+                 {"slowdown_mitigated", nlohmann::ordered_json(nullptr)},
                  {"restarts", p.restarts},
                  {"skipped_seed_1", first.skipped},
                  {"step_reports", p.reports},
                  {"ledger_calls", p.calls},
                  {"wall_seconds", p.wall}};
+    if (auto m = Mitigated(p.mean, none, ideal); m && p.name != all.front().name) {
+      row.extra["slowdown_mitigated"] = *m;
+    }
     for (const sim::SimAction& a : first.actions) {
       row.actions.push_back({a.at_seconds, a.action, a.worker});
     }
   }
-  return ResultsJson(scenario, rows, {{"simulated", true}, {"seeds", all.front().runs.size()}});
+  return ResultsJson(scenario, rows,
+                     {{"simulated", true},
+                      {"seeds", all.front().runs.size()},
+                      {"capacity_bound_seconds", bound},
+                      {"capacity_bound_ratio_to_no_slowdown", bound / ideal}});
 }
 
 std::string ResultsTable(const std::vector<PolicyRuns>& all) {
   const double ideal = all.front().mean;
-  std::string table =
-      "| policy | JCT (s), mean of seeds | 95% CI (s) | ratio to no-slowdown | actions (seed 1) "
-      "| restarts (all seeds) | exactly once | wall (s) | step reports per wall second |\n"
-      "|---|---|---|---|---|---|---|---|---|\n";
+  const double bound = CapacityBound(all);
+  const double none = NoneMean(all);
+  std::string table = absl::StrFormat(
+      "capacity bound under the slowdowns: %.1f s (%.2fx no-slowdown)\n\n"
+      "| policy | JCT (s), mean of seeds | 95%% CI (s) | ratio to no-slowdown | ratio to capacity "
+      "bound | slowdown mitigated | actions (seed 1) | restarts (all seeds) | exactly once | wall "
+      "(s) | step reports per wall second |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n",
+      bound, bound / ideal);
   for (const PolicyRuns& p : all) {
-    absl::StrAppendFormat(&table, "| %s | %.1f | %.1f-%.1f | %.2f | %d | %d | %s | %.2f | %.0f |\n",
-                          p.name, p.mean, p.mean - p.half_width, p.mean + p.half_width,
-                          p.mean / ideal, static_cast<int>(p.runs.front().actions.size()),
-                          p.restarts, p.exactly_once ? "yes" : "no", p.wall,
-                          p.wall > 0 ? static_cast<double>(p.reports) / p.wall : 0.0);
+    const std::optional<double> m = Mitigated(p.mean, none, ideal);
+    const std::string mitigated =
+        m && p.name != all.front().name ? absl::StrFormat("%.0f%%", 100 * *m) : "-";
+    absl::StrAppendFormat(
+        &table, "| %s | %.1f | %.1f-%.1f | %.2f | %.2f | %s | %d | %d | %s | %.2f | %.0f |\n",
+        p.name, p.mean, p.mean - p.half_width, p.mean + p.half_width, p.mean / ideal,
+        bound > 0 ? p.mean / bound : 0.0, mitigated,
+        static_cast<int>(p.runs.front().actions.size()), p.restarts, p.exactly_once ? "yes" : "no",
+        p.wall, p.wall > 0 ? static_cast<double>(p.reports) / p.wall : 0.0);
   }
   return table;
 }

@@ -98,6 +98,8 @@ class Sim final : public control::Backend {
       : job_(job), scenario_(scenario), o_(o), speeds_(scenario, o.no_slowdown), rng_(o.seed) {}
 
   absl::StatusOr<SimResult> Run();
+  // SimResult::capacity_bound_seconds, from the workers' first placement.
+  double CapacityBound() const;
 
   // ---- control::Backend
   int64_t WindowsClosed() override { return monitor_->WindowsClosed(key_); }
@@ -290,9 +292,28 @@ void Sim::Report(const SimWorker& w) {
   ++result_.step_reports;
 }
 
+double Sim::CapacityBound() const {
+  const double per_sample = static_cast<double>(job_.local.device_time_per_sample_us) / 1e6;
+  int64_t global = 0;
+  for (const SimWorker& w : workers_) global += w.batch;
+  if (global <= 0) return 0;
+  const int64_t steps = result_.records / global + (result_.records % global != 0);
+  double t = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    double capacity = 0;  // samples per second at per_sample seconds each
+    for (const SimWorker& w : workers_) {
+      capacity += speeds_.At(w.node, static_cast<int64_t>(t * 1000)) / per_sample;
+    }
+    const int64_t samples = std::min(global, result_.records - s * global);
+    t += static_cast<double>(samples) / capacity + o_.communication_seconds;
+  }
+  return t;
+}
+
 absl::StatusOr<SimResult> Sim::Run() {
   const auto wall_start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(Start());
+  result_.capacity_bound_seconds = CapacityBound();
   const double per_sample = static_cast<double>(job_.local.device_time_per_sample_us) / 1e6;
   std::uniform_real_distribution<double> jitter(1 - o_.jitter, 1 + o_.jitter);
   const bool collective = bridge::ParameterServerCount(job_) == 0;

@@ -86,6 +86,11 @@ struct SimResult {
   int64_t step_reports = 0;
   int64_t ledger_calls = 0;  // acquire, progress, complete, release
   double wall_seconds = 0;   // the simulation's own running time
+  // The real ideal under the scenario's slowdowns: every step's global batch
+  // spread over the workers' nodes by their speed at that moment (no tail, no
+  // detection delay, no spare nodes), plus the communication time; what no
+  // policy can beat without moving work to faster nodes.
+  double capacity_bound_seconds = 0;
 
   bool exactly_once() const { return duplicates == 0 && missing == 0; }
 };

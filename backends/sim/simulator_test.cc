@@ -145,6 +145,31 @@ generate:
   EXPECT_EQ(r.records_committed, 400 * 64 * 20);
 }
 
+// The capacity bound: every step's global batch spread over the nodes by
+// their speed, plus the communication time. Four workers, one at half
+// speed: 100 steps of 64 samples at 1 ms over 3.5 workers' worth, 3 ms each
+// to communicate; no run of a policy beats it.
+TEST(SimulatorTest, TheCapacityBoundIsTheWorkOverTheNodesSpeeds) {
+  manifest::Job job = PaperMixJob(6'400);
+  job.workers.replicas = 4;
+  job.parameter_servers.replicas = 0;
+  job.model.global_batch_size = 64;
+  manifest::Scenario scenario;
+  scenario.name = "one-slow";
+  for (int i = 0; i < 4; ++i) {
+    manifest::NodeSpec n;
+    n.name = "node-" + std::to_string(i);
+    n.speed = i == 3 ? 0.5 : 1.0;
+    scenario.nodes.push_back(n);
+  }
+  const double bound = 100 * (64 * 0.001 / 3.5 + 0.003);
+  for (vocab::Policy p : {vocab::Policy::kNone, vocab::Policy::kAntdtNd}) {
+    const SimResult r = SimulateOrFail(job, scenario, p);
+    EXPECT_NEAR(r.capacity_bound_seconds, bound, 1e-9) << vocab::Name(p);
+    EXPECT_GE(r.jct_seconds, bound) << vocab::Name(p);
+  }
+}
+
 TEST(SimulatorTest, BadGeneratedScenariosNameTheField) {
   auto bad = [](const std::string& yaml) {
     auto s = ParseSimScenario(yaml);
