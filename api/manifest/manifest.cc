@@ -260,7 +260,9 @@ absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, Strag
       {"name", "mode", "cooldown", "maxActions", "minSavingRatio", "backupWorkers", "rules"}));
   RETURN_IF_ERROR(ReadOneOf(node, path, "name", vocab::AllPolicies(), &p->name));
   RETURN_IF_ERROR(ReadOneOf(node, path, "mode", vocab::AllModes(), &p->mode));
+  p->cooldown_derived = !Present(Get(node, "cooldown"));
   RETURN_IF_ERROR(ReadDurationMs(node, path, "cooldown", &p->cooldown_ms));
+  if (!Present(Get(node, "maxActions"))) p->max_actions = std::max(10, (workers + 4) / 5);
   RETURN_IF_ERROR(ReadInt32(node, path, "maxActions", &p->max_actions));
   RETURN_IF_ERROR(AtLeast(Join(path, "maxActions"), p->max_actions, 0));
   RETURN_IF_ERROR(ReadDouble(node, path, "minSavingRatio", &p->min_saving_ratio));
@@ -301,11 +303,19 @@ absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, Strag
 absl::Status ParseMonitor(const YAML::Node& node, MonitorSpec* m) {
   const std::string path = "spec.monitor";
   RETURN_IF_ERROR(CheckMapping(node, path,
-                               {"window", "allowedLateness", "stragglerThreshold",
+                               {"window", "windowSteps", "allowedLateness", "stragglerThreshold",
                                 "recoverThreshold", "persistentWindows", "warmupWindows"}));
+  // A window in time alone keeps windows in time; windowSteps measures them in steps.
+  if (Present(Get(node, "window")) && !Present(Get(node, "windowSteps"))) m->window_steps = 0;
   RETURN_IF_ERROR(ReadDurationMs(node, path, "window", &m->window_ms));
   if (m->window_ms <= 0) {
     return Invalid(Join(path, "window"), absl::StrCat("must be > 0, got ", m->window_ms, "ms"));
+  }
+  RETURN_IF_ERROR(ReadInt32(node, path, "windowSteps", &m->window_steps));
+  if (m->window_steps < 0 || m->window_steps > 1000) {
+    return Invalid(
+        Join(path, "windowSteps"),
+        absl::StrCat("must be in [0, 1000] (0: windows in time), got ", m->window_steps));
   }
   RETURN_IF_ERROR(ReadDurationMs(node, path, "allowedLateness", &m->allowed_lateness_ms));
   RETURN_IF_ERROR(ReadDouble(node, path, "stragglerThreshold", &m->straggler_threshold));

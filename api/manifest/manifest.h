@@ -69,16 +69,25 @@ struct Rule {  // spec.stragglerPolicy.rules[i]
 
 struct StragglerPolicySpec {
   vocab::Policy name = vocab::Policy::kAntdtNd;  // spec.stragglerPolicy.name
-  int64_t cooldown_ms = 60'000;                  // spec.stragglerPolicy.cooldown
-  int32_t max_actions = 10;                      // spec.stragglerPolicy.maxActions
-  double min_saving_ratio = 1.0;                 // spec.stragglerPolicy.minSavingRatio
-  int32_t backup_workers = 1;                    // spec.stragglerPolicy.backupWorkers
-  vocab::Mode mode = vocab::Mode::kAct;          // spec.stragglerPolicy.mode
-  std::vector<Rule> rules;  // required (non-empty) for custom, rejected otherwise
+  // spec.stragglerPolicy.cooldown; absent: derived from the Monitor's windows
+  // (cooldown_derived, twice the time a decision takes to be measured), this
+  // value until they are known.
+  int64_t cooldown_ms = 60'000;
+  bool cooldown_derived = true;
+  // spec.stragglerPolicy.maxActions; absent: 10, or one per 5 workers when more.
+  int32_t max_actions = 10;
+  double min_saving_ratio = 1.0;         // spec.stragglerPolicy.minSavingRatio
+  int32_t backup_workers = 1;            // spec.stragglerPolicy.backupWorkers
+  vocab::Mode mode = vocab::Mode::kAct;  // spec.stragglerPolicy.mode
+  std::vector<Rule> rules;               // required (non-empty) for custom, rejected otherwise
 };
 
-struct MonitorSpec {           // spec.monitor
-  int64_t window_ms = 10'000;  // window
+struct MonitorSpec {  // spec.monitor
+  // window: windows of this length in time; windowSteps: windows of that many
+  // steps, window (1s when absent) being the length of the first ones, before
+  // the job's step time is known. Neither given: windows of 2 steps.
+  int64_t window_ms = 1'000;
+  int32_t window_steps = 2;  // 0: windows in time
   // allowedLateness: how long after its end a window waits for reports; -1
   // (absent) is max(500ms, window / 4).
   int64_t allowed_lateness_ms = -1;

@@ -80,13 +80,15 @@ TEST(ParseJob, BaseIsValidAndDefaultsApply) {
   EXPECT_EQ(job->workers.template_yaml, "");
   EXPECT_EQ(job->parameter_servers.replicas, 0);
   EXPECT_EQ(job->straggler_policy.name, vocab::Policy::kAntdtNd);
-  EXPECT_EQ(job->straggler_policy.cooldown_ms, 60'000);
+  EXPECT_EQ(job->straggler_policy.cooldown_ms, 60'000);  // until the windows are known
+  EXPECT_TRUE(job->straggler_policy.cooldown_derived);
   EXPECT_EQ(job->straggler_policy.max_actions, 10);
   EXPECT_DOUBLE_EQ(job->straggler_policy.min_saving_ratio, 1.0);
   EXPECT_EQ(job->straggler_policy.backup_workers, 1);
   EXPECT_EQ(job->straggler_policy.mode, vocab::Mode::kAct);
   EXPECT_TRUE(job->straggler_policy.rules.empty());
-  EXPECT_EQ(job->monitor.window_ms, 10'000);
+  EXPECT_EQ(job->monitor.window_ms, 1'000);  // the first windows', then two steps
+  EXPECT_EQ(job->monitor.window_steps, 2);
   EXPECT_EQ(job->monitor.allowed_lateness_ms, -1);  // the Monitor's max(500ms, window / 4)
   EXPECT_DOUBLE_EQ(job->monitor.straggler_threshold, 1.3);
   EXPECT_DOUBLE_EQ(job->monitor.recover_threshold, 1.15);
@@ -176,6 +178,7 @@ spec:
   EXPECT_EQ(p.rules[1].cooldown_ms, 120'000);
   EXPECT_EQ(p.rules[1].budget, 2);
   EXPECT_EQ(job->monitor.window_ms, 500);
+  EXPECT_EQ(job->monitor.window_steps, 0) << "a window alone is in time";
   EXPECT_EQ(job->monitor.allowed_lateness_ms, 100);
   EXPECT_DOUBLE_EQ(job->monitor.straggler_threshold, 2);
   EXPECT_DOUBLE_EQ(job->monitor.recover_threshold, 1.1);
@@ -239,7 +242,28 @@ TEST(ParseJob, NullFieldsReadAsAbsent) {
       ParseJob(With(With(kBase, "spec.model", "~"), "spec.monitor.window", "null"));
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->model.features, 16);
-  EXPECT_EQ(job->monitor.window_ms, 10'000);
+  EXPECT_EQ(job->monitor.window_ms, 1'000);
+  EXPECT_EQ(job->monitor.window_steps, 2);
+}
+
+TEST(ParseJob, WindowsInStepsAndDefaultsThatFitTheJob) {
+  // windowSteps with a window: steps, the window the first ones' length.
+  absl::StatusOr<Job> job =
+      ParseJob(With(With(kBase, "spec.monitor.window", "\"2s\""), "spec.monitor.windowSteps", "3"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->monitor.window_ms, 2'000);
+  EXPECT_EQ(job->monitor.window_steps, 3);
+  // A cooldown given is kept; the budget grows with the workers unless given.
+  const std::string wide =
+      With(With(kBase, "spec.workers.replicas", "1000"), "spec.model.globalBatchSize", "32000");
+  job = ParseJob(With(wide, "spec.stragglerPolicy.cooldown", "\"5s\""));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->straggler_policy.cooldown_ms, 5'000);
+  EXPECT_FALSE(job->straggler_policy.cooldown_derived);
+  EXPECT_EQ(job->straggler_policy.max_actions, 200);
+  job = ParseJob(With(wide, "spec.stragglerPolicy.maxActions", "7"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->straggler_policy.max_actions, 7);
 }
 
 struct ErrorCase {
@@ -460,6 +484,10 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"spec.monitor.window", "-2s",
                   "spec.monitor.window: must be a duration like \"30s\", \"500ms\" or \"2m\", "
                   "got \"-2s\""},
+        ErrorCase{"spec.monitor.windowSteps", "-1",
+                  "spec.monitor.windowSteps: must be in [0, 1000] (0: windows in time), got -1"},
+        ErrorCase{"spec.monitor.windowSteps", "5000",
+                  "spec.monitor.windowSteps: must be in [0, 1000] (0: windows in time), got 5000"},
         ErrorCase{"spec.monitor.allowedLateness", "-1s",
                   "spec.monitor.allowedLateness: must be a duration like \"30s\", \"500ms\" or "
                   "\"2m\", got \"-1s\""},

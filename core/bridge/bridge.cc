@@ -11,6 +11,7 @@ policy::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
   policy::PolicySpec spec;
   spec.name = policy;
   spec.cooldown_ms = job.straggler_policy.cooldown_ms;
+  spec.derive_cooldown = job.straggler_policy.cooldown_derived;
   spec.max_actions = job.straggler_policy.max_actions;
   spec.min_saving_ratio = job.straggler_policy.min_saving_ratio;
   spec.backup_workers = job.straggler_policy.backup_workers;
@@ -34,6 +35,7 @@ policy::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
 monitor::MonitorConfig MonitorConfigFor(const manifest::MonitorSpec& spec) {
   monitor::MonitorConfig mc;
   mc.window_ms = spec.window_ms;
+  mc.steps_per_window = spec.window_steps;
   mc.allowed_lateness_ms = spec.allowed_lateness_ms >= 0
                                ? spec.allowed_lateness_ms
                                : std::max<int64_t>(500, spec.window_ms / 4);

@@ -40,7 +40,8 @@ double ControlLoop::RestartCostSeconds(vocab::Role role) const {
   const Measured& m = measured_[ps ? 1 : 0];
   const double measured = m.restarts > 0 ? m.seconds / m.restarts : 0;
   const double relaunch = std::max(measured, kMinRelaunchSeconds);
-  return relaunch + static_cast<double>(options_.window_ms) / 1000.0 +
+  const int64_t window = window_ms_seen_ > 0 ? window_ms_seen_ : options_.window_ms;
+  return relaunch + static_cast<double>(window) / 1000.0 +
          (ps ? 0.0 : std::max(0.0, options_.regroup_seconds));
 }
 
@@ -142,6 +143,7 @@ std::optional<policy::Observed> ControlLoop::Observe(bool with_history) {
   }
   MeasureRelaunches(observed_members_);
   if (!health) return std::nullopt;
+  if (health->window_ms() > 0) window_ms_seen_ = health->window_ms();
   policy::Observed obs;
   obs.now_ms = clock_->NowMillis();
   backend_->RecordTime(time_ledger_.Observe(obs.now_ms, *health));

@@ -290,7 +290,8 @@ class ControlLoop {
   std::vector<policy::WorkerState> observed_members_;       // of the last Observe()
   std::unordered_map<std::string, size_t> observed_index_;  // id -> index in it
   int64_t next_run_ms_ = 0;
-  int64_t windows_seen_ = -1;  // Backend::WindowsClosed() at the last turn
+  int64_t windows_seen_ = -1;   // Backend::WindowsClosed() at the last turn
+  int64_t window_ms_seen_ = 0;  // the Monitor's window length, as its health last said
   int64_t directive_version_ = 0;
   // Per worker: the last ADJUST_BS delivered (incarnation, batch, steps) and
   // how many were.

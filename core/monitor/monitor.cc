@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,16 @@
 #include "core/monitor/causes.h"
 
 namespace antdt::monitor {
+
+int64_t internal::Job::WindowOf(int64_t t) const {
+  if (step_ms <= 0 || t < switch_index * first_ms) return t / first_ms;
+  return switch_index + (t - switch_index * first_ms) / step_ms;
+}
+
+int64_t internal::Job::StartOf(int64_t window) const {
+  if (step_ms <= 0 || window <= switch_index) return window * first_ms;
+  return switch_index * first_ms + (window - switch_index) * step_ms;
+}
 namespace {
 
 using v1::StragglerClass;
@@ -76,6 +87,9 @@ struct Observation {
 struct WindowScores {
   std::map<std::string, Observation> observations;  // by member id
   std::map<std::string, double> role_median;
+  std::map<std::string, double> role_low;            // the role's 10th percentile of BPT
+  std::map<std::string, double> role_sample_median;  // seconds per sample
+  std::map<std::string, int> role_members;           // with their own reports
   std::map<std::string, std::vector<double>> server_latencies;
   std::map<std::string, std::vector<double>> role_sample_seconds;  // server -> one mean per worker
 };
@@ -115,8 +129,11 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
       m = internal::Member{};
       m.role = a.role;
       m.record_id = record;
+      m.settling = true;
     }
     if (!a.node.empty()) m.node = a.node;
+    if (a.pid > 0 && m.pid > 0 && a.pid != m.pid) m.settling = true;  // a new process
+    if (a.pid > 0) m.pid = a.pid;
     if (a.count < config.min_reports_per_window) continue;
     Observation& o = scores.observations[id];
     o.has_own = true;
@@ -134,11 +151,18 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
       scores.server_latencies[server].push_back(sum.first / static_cast<double>(sum.second));
     }
   }
-  for (const auto& [role, bpts] : role_bpts) scores.role_median[role] = Median(bpts);
-  std::map<std::string, double> sample_median;  // per role, once (not per member)
+  for (auto& [role, bpts] : role_bpts) {
+    scores.role_median[role] = Median(bpts);
+    const auto low = bpts.begin() + static_cast<std::ptrdiff_t>(bpts.size() / 10);
+    std::nth_element(bpts.begin(), low, bpts.end());
+    scores.role_low[role] = *low;
+  }
+  std::map<std::string, double>& sample_median = scores.role_sample_median;  // once per role
   for (const auto& [role, per_sample] : scores.role_sample_seconds) {
     sample_median[role] = Median(per_sample);
   }
+  for (const auto& [role, bpts] : role_bpts)
+    scores.role_members[role] = static_cast<int>(bpts.size());
   for (auto& [id, o] : scores.observations) {
     const std::string& role = members[id].role;
     o.median = scores.role_median[role];
@@ -175,19 +199,24 @@ void ScoreServerLatency(const MonitorConfig& config, Members& members, WindowSco
   }
 }
 
-// Whole-job slowdown, from the worker median against its warm-up baseline.
-void UpdateJobSlowdown(const MonitorConfig& config,
-                       const std::map<std::string, double>& role_median, internal::Job& job) {
-  auto it = role_median.find(kWorkerRole);
-  if (it == role_median.end()) return;
+// Whole-job slowdown: the worker median against its warm-up baseline, and
+// (nearly) every worker slowed with it: the 10th percentile of the workers'
+// BPT past the same bar. A slow majority is not a slow job: its fast
+// minority are leaders, and they get the work.
+void UpdateJobSlowdown(const MonitorConfig& config, const WindowScores& scores,
+                       internal::Job& job) {
+  auto it = scores.role_median.find(kWorkerRole);
+  if (it == scores.role_median.end()) return;
   if (static_cast<int>(job.warmup_medians.size()) < config.warmup_windows) {
     job.warmup_medians.push_back(it->second);
     if (static_cast<int>(job.warmup_medians.size()) == config.warmup_windows) {
       job.baseline_median = Median(job.warmup_medians);
     }
   }
-  job.job_slowdown =
-      job.baseline_median > 0 && it->second > config.job_slowdown_ratio * job.baseline_median;
+  const double bar = config.job_slowdown_ratio * job.baseline_median;
+  auto low = scores.role_low.find(kWorkerRole);
+  job.job_slowdown = job.baseline_median > 0 && it->second > bar && low != scores.role_low.end() &&
+                     low->second > bar;
 }
 
 MemberScore Combine(const Observation& o) {
@@ -204,6 +233,27 @@ MemberScore Combine(const Observation& o) {
   s.bpt = o.has_own ? o.bpt : o.latency;
   s.median = o.has_own ? o.median : o.latency_median;
   return s;
+}
+
+// Windows in steps: once a window with worker reports closes, the job's
+// windows from the first one not yet open on are steps_per_window x the
+// workers' median batch processing time in it.
+void MeasureSteps(const MonitorConfig& config, const std::map<std::string, double>& role_median,
+                  int64_t window, internal::Job& job) {
+  if (config.steps_per_window <= 0 || job.step_ms > 0) return;
+  auto it = role_median.find(kWorkerRole);
+  if (it == role_median.end()) it = role_median.begin();
+  if (it == role_median.end() || !(it->second > 0)) return;
+  // Reports of the current window must fit among the open ones while the
+  // previous windows wait for their lateness (as Validate asks of window_ms).
+  const int64_t floor_ms =
+      std::max(config.min_window_ms, (config.allowed_lateness_ms + config.max_open_windows - 3) /
+                                         std::max(1, config.max_open_windows - 2));
+  const double want = config.steps_per_window * it->second * 1000.0;
+  job.step_ms = std::clamp(static_cast<int64_t>(std::llround(std::min(want, 1e15))), floor_ms,
+                           std::max(floor_ms, config.max_window_ms));
+  const int64_t last_open = job.pending.empty() ? window : job.pending.rbegin()->first;
+  job.switch_index = std::max(window, last_open) + 1;
 }
 
 // The member's first warmup_windows windows: its baseline BPT, and whether it
@@ -277,6 +327,11 @@ absl::Status MonitorConfig::Validate() const {
   if (allowed_lateness_ms > (max_open_windows - 2) * window_ms) {
     return Bad("allowed_lateness", "must be <= (max_open_windows - 2) x window");
   }
+  if (steps_per_window < 0) return Bad("window_steps", "must be >= 0");
+  if (steps_per_window > 1000) return Bad("window_steps", "must be <= 1000");
+  if (!(min_window_ms > 0)) return Bad("min_window", "must be > 0");
+  if (!(onset_threshold > 1)) return Bad("onset_threshold", "must be > 1");
+  if (max_window_ms < min_window_ms) return Bad("max_window", "must be >= min_window");
   if (!(node_sample_max_age_ms > 0)) return Bad("node_sample_max_age", "must be > 0");
   if (max_records < 1) return Bad("max_records", "must be >= 1");
   if (!(causes.peer_ratio >= 1 && causes.peer_ratio <= 100)) {
@@ -314,9 +369,10 @@ void Monitor::Ingest(const v1::StepReport& report) {
     ++stats_.rejected;
     return;
   }
-  const int64_t window = report.time_unix_ms() / config_.window_ms;
   auto [it, inserted] = jobs_.try_emplace(JobKey(report.namespace_(), report.job()));
   Job& job = it->second;
+  if (inserted) job.first_ms = config_.window_ms;
+  const int64_t window = job.WindowOf(report.time_unix_ms());
   if (inserted) {
     job.next_window = window;
     job.ns = report.namespace_();
@@ -339,6 +395,7 @@ void Monitor::Ingest(const v1::StepReport& report) {
   internal::Accum& a = job.pending[window][report.worker_id()];
   a.role = report.role().empty() ? kWorkerRole : report.role();
   if (!report.node().empty()) a.node = report.node();
+  if (report.pid() > 0) a.pid = report.pid();
   ++a.count;
   a.bpt += bpt;
   a.samples += static_cast<double>(std::max<int64_t>(report.samples(), 0));
@@ -352,6 +409,42 @@ void Monitor::Ingest(const v1::StepReport& report) {
     ++sum.second;
   }
   ++stats_.step_reports;
+  if (config_.steps_per_window > 0) Onset(job, report, a.role);
+}
+
+void Monitor::Onset(Job& job, const v1::StepReport& report, const std::string& role) {
+  auto mit = job.members.find(report.worker_id());
+  auto vit = job.roles.find(role);
+  if (mit == job.members.end() || vit == job.roles.end() || report.samples() <= 0) return;
+  Member& m = mit->second;
+  const internal::RoleView& view = vit->second;
+  if (!m.closed || m.settling || IsStraggler(m.straggler_class) ||
+      view.members < config_.min_peers || !(view.median_bpt > 0) ||
+      !(view.median_sample_seconds > 0)) {
+    return;
+  }
+  // A move or a new process is judged at its window, afresh.
+  if ((!report.node().empty() && report.node() != m.node) ||
+      (report.pid() > 0 && m.pid > 0 && report.pid() != m.pid)) {
+    return;
+  }
+  const double bpt = report.bpt_seconds();
+  const double samples = static_cast<double>(report.samples());
+  const double score = bpt / view.median_bpt;
+  const double sample_score = bpt / samples / view.median_sample_seconds;
+  const double bar = std::max(config_.straggler_threshold, config_.onset_threshold);
+  if (score < bar || sample_score < bar) return;
+  m.straggler_class = v1::TRANSIENT;
+  m.since_ms = report.time_unix_ms();
+  m.onset_ms = report.time_unix_ms();
+  m.last.score = score;
+  m.last.bpt_seconds = bpt;
+  m.last.median_bpt_seconds = view.median_bpt;
+  m.last.samples_per_second = samples / bpt;
+  m.last.sample_score = sample_score;
+  m.last.straggler_class = v1::TRANSIENT;
+  ++job.onsets;
+  ++stats_.onsets;
 }
 
 void Monitor::Ingest(const v1::NodeSample& sample) {
@@ -377,7 +470,7 @@ void Monitor::CloseWindows(int64_t now_ms) {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = it->second;
     // Bounded: once every member is forgotten and nothing is pending, the job ends.
-    while ((job.next_window + 1) * config_.window_ms + config_.allowed_lateness_ms <= now_ms &&
+    while (job.StartOf(job.next_window + 1) + config_.allowed_lateness_ms <= now_ms &&
            !(job.members.empty() && job.pending.empty())) {
       CloseWindow(job, job.next_window, now_ms);
       ++job.next_window;
@@ -407,9 +500,17 @@ void Monitor::CloseWindows(int64_t now_ms) {
 void Monitor::CloseWindow(Job& job, int64_t window, int64_t now_ms) {
   WindowScores scores = ScoreOwnReports(config_, TakeWindow(job, window), job.members);
   ScoreServerLatency(config_, job.members, scores);
-  UpdateJobSlowdown(config_, scores.role_median, job);
+  UpdateJobSlowdown(config_, scores, job);
+  MeasureSteps(config_, scores.role_median, window, job);
+  for (const auto& [role, median] : scores.role_median) {
+    internal::RoleView& view = job.roles[role];
+    view.median_bpt = median;
+    view.median_sample_seconds = scores.role_sample_median[role];
+    view.members = scores.role_members[role];
+  }
   const Majorities majorities = HardwareMajorities(job);
-  const int64_t start_ms = window * config_.window_ms;
+  const int64_t start_ms = job.StartOf(window);
+  const int64_t end_ms = job.StartOf(window + 1);
   std::map<std::string, bool> observed;  // members scored in this window
   for (auto it = job.members.begin(); it != job.members.end();) {
     Member& m = it->second;
@@ -425,10 +526,16 @@ void Monitor::CloseWindow(Job& job, int64_t window, int64_t now_ms) {
       continue;
     }
     m.windows_missing = 0;
+    if (m.onset_ms >= end_ms) {  // an older window than its onset: the onset stands
+      ++it;
+      continue;
+    }
+    m.onset_ms = -1;
     const MemberScore s = Combine(oit->second);
     UpdateWarmup(config_, s, m);
-    const StragglerClass cls = Classify(m, s.score, s.classify, majorities);
-    ClassifySpeed(m, oit->second.sample_score, oit->second.sample_classify, majorities);
+    const bool settled = !std::exchange(m.settling, false);
+    const StragglerClass cls = Classify(m, s.score, s.classify && settled, majorities);
+    ClassifySpeed(m, oit->second.sample_score, oit->second.sample_classify && settled, majorities);
     Record(config_, oit->second, s, cls, start_ms, m);
     observed[it->first] = oit->second.has_own || oit->second.has_latency;
     ++it;
@@ -700,13 +807,13 @@ void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observe
       m.record_id = fresh.id;
       r = &fresh;
     }
-    AddWindow(*r, m, a.cause, std::move(a.evidence), start_ms + config_.window_ms);
+    AddWindow(*r, m, a.cause, std::move(a.evidence), job.StartOf(job.WindowOf(start_ms) + 1));
   }
 }
 
 int64_t Monitor::WindowsClosed(const std::string& job) const {
   auto it = jobs_.find(job);
-  return it == jobs_.end() ? 0 : it->second.windows_closed;
+  return it == jobs_.end() ? 0 : it->second.windows_closed + it->second.onsets;
 }
 
 v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t now_ms) const {
@@ -717,6 +824,8 @@ v1::GetJobHealthResponse Monitor::Health(const std::string& job_name, int64_t no
   if (jit == jobs_.end()) return response;
   const Job& job = jit->second;
   response.set_window(job.windows_closed);
+  response.set_window_ms(job.step_ms > 0 ? job.step_ms : job.first_ms);
+  response.set_allowed_lateness_ms(config_.allowed_lateness_ms);
   response.set_job_slowdown(job.job_slowdown);
   for (const internal::RecordState& r : job.records) *response.add_stragglers() = r.record;
   for (const auto& [id, m] : job.members) {  // std::map: sorted by id

@@ -7,10 +7,17 @@
 // clock reads. MonitorHub (services/monitor) wraps one behind a mutex.
 //
 // Windows. Window n covers [n * window_ms, (n + 1) * window_ms) of Unix time,
-// by the report's time_unix_ms. CloseWindows(now) closes, per job, every window
-// whose end + allowed_lateness_ms <= now, in order, even when it got no report.
-// A report for a closed window is dropped (counted late); one more than
-// max_open_windows ahead of the oldest open window is dropped (counted early).
+// by the report's time_unix_ms. With steps_per_window > 0 (windows in steps)
+// window_ms is only the length of a job's first windows: when the first window
+// with worker reports closes, the job's windows become steps_per_window times
+// the workers' median batch processing time in it (at least min_window_ms and
+// the lateness over max_open_windows - 2, at most max_window_ms), from the
+// first window after every one already open on; the windows before keep their
+// bounds. So a straggler is seen within about steps_per_window steps plus the
+// lateness, at any step length. Health's window_ms says the length in force. CloseWindows(now)
+// closes, per job, every window whose end + allowed_lateness_ms <= now, in order, even when it got
+// no report. A report for a closed window is dropped (counted late); one more than max_open_windows
+// ahead of the oldest open window is dropped (counted early).
 //
 // Scoring, per job and role ("worker" or "" -> "worker", "ps", any other role is
 // its own peer group), over the members with >= min_reports_per_window reports:
@@ -53,7 +60,11 @@
 // windows the member is forgotten, and a job with no member left is dropped.
 //
 // Job slowdown: the worker median exceeds job_slowdown_ratio x the job's
-// baseline median (the median of its first warmup_windows worker medians).
+// baseline median (the median of its first warmup_windows worker medians), and
+// so does the workers' 10th percentile: (nearly) every worker slowed. A slow
+// majority is not a slow job; its fast minority score as leaders.
+// Restarts: a member's first window after it moved to another node or started
+// another process (a new pid) is scored but not classified.
 // Scores are relative to the current median, so a slowdown shared by everyone
 // (scores near 1) flags nobody; a worker slow relative to its slowed peers is
 // still a straggler.
@@ -85,6 +96,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -131,6 +143,15 @@ struct CauseThresholds {
 //   as a straggler and a leader.
 struct MonitorConfig {
   int64_t window_ms = 10'000;
+  // 0: windows of window_ms. > 0: windows of this many steps (see the file
+  // comment), window_ms being the first windows' length.
+  int steps_per_window = 0;
+  int64_t min_window_ms = 100;
+  int64_t max_window_ms = 600'000;
+  // With windows in steps: one step of a member this many times slower than
+  // its role's last window, by batch time and per sample (and at least
+  // straggler_threshold), flags it TRANSIENT at once (an onset; see above).
+  double onset_threshold = 1.5;
   int64_t allowed_lateness_ms = 2'000;  // a window closes this long after its end
   double straggler_threshold = 1.3;     // window BPT / peer median that makes a member slow
   double recover_threshold = 1.15;      // hysteresis: a straggler leaves below this
@@ -175,6 +196,7 @@ struct MonitorStats {
   int64_t early_reports = 0;  // beyond max_open_windows
   int64_t windows_closed = 0;
   int64_t members_forgotten = 0;
+  int64_t onsets = 0;  // members flagged by one step, between windows
 };
 
 // State behind Monitor; not part of its API.
@@ -183,6 +205,7 @@ namespace internal {
 struct Accum {
   std::string role;
   std::string node;
+  int32_t pid = 0;  // the latest report's; 0 when it named none
   int64_t count = 0;
   double bpt = 0;
   double samples = 0;
@@ -195,6 +218,14 @@ struct Accum {
 struct Member {
   std::string role;
   std::string node;
+  int32_t pid = 0;
+  // Its first window since it moved or its process changed (a restart):
+  // scored, not classified (a fresh process's first steps are slow for
+  // reasons of its own: start-up, cold caches).
+  bool settling = false;
+  // The time of the report that flagged it (an onset), until a window that
+  // holds it closes: older windows closing after it do not undo it.
+  int64_t onset_ms = -1;
   bool closed = false;  // has at least one scored window
   WindowPoint last;
   double data_wait_share = 0;
@@ -230,9 +261,25 @@ struct RecordState {
   std::map<std::string, double> latest_evidence;
 };
 
+// A role as its last closed window saw it (for onsets).
+struct RoleView {
+  double median_bpt = 0;
+  double median_sample_seconds = 0;
+  int members = 0;  // with their own reports
+};
+
 struct Job {
-  std::string ns, name;     // as its reports say (ns "" when they name none)
+  std::string ns, name;  // as its reports say (ns "" when they name none)
+  std::map<std::string, RoleView> roles;
+  int64_t onsets = 0;
   int64_t next_window = 0;  // oldest window not closed
+  // Window bounds: index i starts at i x first_ms up to switch_index, and at
+  // switch_index x first_ms + (i - switch_index) x step_ms from there on.
+  int64_t first_ms = 0;
+  int64_t step_ms = 0;  // 0: not known yet (or windows in time)
+  int64_t switch_index = std::numeric_limits<int64_t>::max();
+  int64_t WindowOf(int64_t t) const;
+  int64_t StartOf(int64_t window) const;
   bool closed_any = false;
   int64_t windows_closed = 0;
   std::map<int64_t, std::map<std::string, Accum>> pending;  // window -> member id -> sums
@@ -265,7 +312,8 @@ class Monitor {
   // Members with at least one closed window, sorted by worker id. An unknown
   // job answers an empty response.
   v1::GetJobHealthResponse Health(const std::string& job, int64_t now_ms) const;
-  // Windows closed so far for `job` (Health's `window`), 0 for an unknown job.
+  // Changes of `job`'s view so far: windows closed (Health's `window`) and
+  // onsets; 0 for an unknown job.
   int64_t WindowsClosed(const std::string& job) const;
   std::vector<std::string> Jobs() const;  // sorted
   // Drops everything about `job` (it ended, or was deleted): its members,
@@ -284,6 +332,8 @@ class Monitor {
   using Majorities = std::map<std::string, std::string>;  // role -> most common hardware
 
   void CloseWindow(Job& job, int64_t window, int64_t now_ms);
+  // Flags a member TRANSIENT from one step report (see Onsets above).
+  void Onset(Job& job, const v1::StepReport& report, const std::string& role);
   // Names the cause of every member slow in the window just closed and
   // updates its straggler record; ends the records of members no longer slow.
   void UpdateRecords(Job& job, const std::map<std::string, bool>& observed, int64_t start_ms,

@@ -638,6 +638,73 @@ TEST(MonitorJobSlowdownTest, StragglerAmongSlowedPeersIsStillFlagged) {
   EXPECT_NEAR(Find(health, WorkerId(3))->score(), 2.0, 0.1);
 }
 
+TEST(MonitorJobSlowdownTest, ASlowMajorityIsNotAJobSlowdown) {
+  // Two of three workers 4x slower from window 3: the fast one is the leader
+  // that should take their work, not a job that slowed as a whole.
+  Sim::Options options;
+  options.workers = 3;
+  Sim sim(options);
+  const Factor factor = [](int worker, double t) { return t >= 3 && worker > 0 ? 4.0 : 1.0; };
+  v1::GetJobHealthResponse health;
+  for (int n = 0; n < 6; ++n) {
+    health = sim.Step(factor);
+    EXPECT_FALSE(health.job_slowdown()) << "window " << n;
+  }
+  EXPECT_EQ(Name(Find(health, WorkerId(0))->class_()), "LEADER");
+}
+
+// ---- Windows in steps ------------------------------------------------------------
+
+// Eight workers, a step every 100 ms; worker 3 four times slower from 2.0 s.
+// Returns the health at `until_ms` after kT0, closing windows at every report.
+v1::GetJobHealthResponse RunSteps(Monitor& monitor, int64_t until_ms) {
+  for (int64_t t = 100; t <= until_ms; t += 100) {
+    for (int i = 0; i < 8; ++i) {
+      v1::StepReport r;
+      r.set_job(kJob);
+      r.set_worker_id(WorkerId(i));
+      r.set_node(NodeName(i));
+      r.set_samples(32);
+      r.set_bpt_seconds(i == 3 && t > 2'000 ? 0.4 : 0.1);
+      r.set_time_unix_ms(kT0 + t);
+      monitor.Ingest(r);
+    }
+    monitor.CloseWindows(kT0 + t);
+  }
+  return monitor.Health(kJob, kT0 + until_ms);
+}
+
+TEST(MonitorWindowTest, WindowsInStepsSeeAStragglerWithinSteps) {
+  MonitorConfig config;
+  config.window_ms = 1'000;
+  config.allowed_lateness_ms = 100;
+  config.steps_per_window = 2;
+  Monitor steps = *Monitor::Create(config);
+  v1::GetJobHealthResponse health = RunSteps(steps, 1'000);
+  EXPECT_EQ(health.window_ms(), 1'000) << "the first window is in time";
+  health = RunSteps(steps, 1'500);
+  EXPECT_EQ(health.window_ms(), 200) << "then two 100 ms steps";
+  EXPECT_EQ(health.allowed_lateness_ms(), 100);
+  // Fresh monitors for the onset: the straggler is flagged by 2.6 s (its slow
+  // steps from 2.1 s: two steps of windows, the lateness and a step), and
+  // nobody else is, ever.
+  Monitor fresh = *Monitor::Create(config);
+  health = RunSteps(fresh, 2'600);
+  for (const auto& w : health.workers()) {
+    EXPECT_EQ(IsStraggler(w.class_()), w.worker_id() == WorkerId(3))
+        << w.worker_id() << " " << Name(w.class_());
+  }
+  const v1::WorkerHealth* slow = Find(health, WorkerId(3));
+  ASSERT_NE(slow, nullptr);
+  EXPECT_GE(slow->since_unix_ms(), kT0 + 2'000);
+  // Windows in time (1 s) have not seen it yet.
+  config.steps_per_window = 0;
+  Monitor timed = *Monitor::Create(config);
+  health = RunSteps(timed, 2'600);
+  ASSERT_NE(Find(health, WorkerId(3)), nullptr);
+  EXPECT_FALSE(IsStraggler(Find(health, WorkerId(3))->class_()));
+}
+
 // ---- Parameter servers ----------------------------------------------------------
 
 TEST(MonitorPsTest, SlowServerThroughWorkersLatency) {
@@ -1058,6 +1125,69 @@ TEST(MonitorRecordTest, ARestartOnAnotherNodeStartsAfresh) {
   ASSERT_EQ(health.stragglers_size(), 1) << "no record on spare-0";
   EXPECT_EQ(health.stragglers(0).node(), NodeName(2));
   EXPECT_FALSE(health.stragglers(0).active());
+}
+
+TEST(MonitorWindowTest, OneSlowStepIsAnOnsetBeforeItsWindowCloses) {
+  MonitorConfig config;
+  config.window_ms = 1'000;
+  config.allowed_lateness_ms = 100;
+  config.steps_per_window = 2;
+  for (const int steps : {2, 0}) {
+    config.steps_per_window = steps;
+    Monitor monitor = *Monitor::Create(config);
+    RunSteps(monitor, 2'000);  // everyone at 0.1 s a step so far
+    const int64_t changes = monitor.WindowsClosed(kJob);
+    auto report = [&](int worker, double bpt) {
+      v1::StepReport r;
+      r.set_job(kJob);
+      r.set_worker_id(WorkerId(worker));
+      r.set_node(NodeName(worker));
+      r.set_samples(32);
+      r.set_bpt_seconds(bpt);
+      r.set_time_unix_ms(kT0 + 2'010);
+      monitor.Ingest(r);
+    };
+    report(5, 0.12);  // jitter: nothing
+    report(3, 0.4);   // four times its peers' last window
+    const v1::GetJobHealthResponse health = monitor.Health(kJob, kT0 + 2'010);
+    const v1::WorkerHealth* slow = Find(health, WorkerId(3));
+    ASSERT_NE(slow, nullptr);
+    if (steps == 0) {
+      EXPECT_EQ(Name(slow->class_()), "HEALTHY") << "windows in time wait for their close";
+      EXPECT_EQ(monitor.WindowsClosed(kJob), changes);
+      continue;
+    }
+    EXPECT_EQ(Name(slow->class_()), "TRANSIENT");
+    EXPECT_NEAR(slow->score(), 4.0, 0.01);
+    EXPECT_NEAR(slow->samples_per_second() * slow->median_bpt_seconds(), 8.0, 0.01)
+        << "a quarter of its 32 samples in its peers' step time";
+    EXPECT_EQ(Name(Find(health, WorkerId(5))->class_()), "HEALTHY");
+    EXPECT_EQ(monitor.WindowsClosed(kJob), changes + 1) << "a change the loop takes a turn for";
+    EXPECT_EQ(health.stragglers_size(), 0) << "records are made when windows close";
+  }
+}
+
+TEST(MonitorRecordTest, ARestartedProcessFirstWindowIsNotJudged) {
+  // worker 2's process is restarted in window 5 (a new pid): its first
+  // window is slow for start-up's sake, then it runs at its peers' speed.
+  Sim::Options options;
+  options.workers = 8;
+  Sim sim(options);
+  const Factor slow = Only(2, [](double t) { return t >= 5 && t < 6 ? 3.0 : 1.0; });
+  const Customize pid = [](int worker, double t, v1::StepReport& r) {
+    r.set_pid(worker == 2 && t >= 5 ? 2000 : 1000 + worker);
+  };
+  for (int n = 0; n < 8; ++n) {
+    const v1::GetJobHealthResponse health = sim.Step(slow, pid);
+    EXPECT_EQ(Name(Find(health, WorkerId(2))->class_()), "HEALTHY") << "window " << n;
+    EXPECT_EQ(health.stragglers_size(), 0) << "window " << n;
+  }
+  // The same slow window from the same process is a straggler's.
+  Sim same(options);
+  const Customize one_pid = [](int worker, double, v1::StepReport& r) { r.set_pid(1000 + worker); };
+  v1::GetJobHealthResponse health;
+  for (int n = 0; n < 6; ++n) health = same.Step(slow, one_pid);
+  EXPECT_EQ(Name(Find(health, WorkerId(2))->class_()), "TRANSIENT");
 }
 
 TEST(MonitorCauseTest, DeterministicByProfileHasNoHardwareCause) {

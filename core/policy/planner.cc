@@ -187,15 +187,42 @@ void Planner::Round(const std::map<std::string, Subject>& subjects,
     if (!subjects.count(m->id())) others.push_back(static_cast<double>(m->batch()));
   }
   const double median_batch = others.empty() ? 0 : Median(others);
+  // A subject that is not a LEADER (nor restarted) is sized down or left: its
+  // measured capacity may read above its batch in a window that mixes two
+  // batches or a throttled burst, but a straggler takes no samples.
+  auto slow_subject = [&](const Member& m) {
+    return subjects.count(m.id()) && !fresh_.count(m.id()) && m.straggler_class() != v1::LEADER;
+  };
   const bool ok = Targets(
       parts,
       [&](const Member& m) {
         if (fresh_.count(m.id()) && median_batch > 0) return median_batch;
-        return subjects.count(m.id()) || by_capacity.count(m.id()) ? m.capacity()
-                                                                   : static_cast<double>(m.batch());
+        if (slow_subject(m)) return std::min(m.capacity(), static_cast<double>(m.batch()));
+        if (subjects.count(m.id()) || by_capacity.count(m.id())) return m.capacity();
+        // Anyone else as if at the median (noise moves nobody), but not one
+        // that a step already waits for (a tidy round's margin): its capacity.
+        if (m.health != nullptr && m.score() >= 1 + kTidyMargin) {
+          return std::min(m.capacity(), static_cast<double>(m.batch()));
+        }
+        return static_cast<double>(m.batch());
       },
       &targets, &total);
   if (!ok) return;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!slow_subject(*parts[i]) || targets[i] <= parts[i]->batch()) continue;
+    // Rounding gave it more than it has: it keeps its batch, the round goes on without it.
+    std::map<std::string, Subject> rest = subjects;
+    std::set<std::string> held = frozen;
+    const Subject s = rest[parts[i]->id()];
+    rest.erase(parts[i]->id());
+    held.insert(parts[i]->id());
+    Skip(parts[i]->id(), SkipReason::kNotNeeded,
+         absl::StrCat("ADJUST_BS not needed (", s.rule, "): its measured capacity ",
+                      Num(parts[i]->capacity()), " does not call for a batch below ",
+                      parts[i]->batch()));
+    Round(rest, held, rebalance_rule, by_capacity, why);
+    return;
+  }
   if (parts.size() == 1) {
     for (const auto& [id, s] : subjects) {
       Skip(id, SkipReason::kNotApplicable,

@@ -156,7 +156,18 @@ absl::Status Validate(const PolicySpec& spec, const std::string& path) {
   return absl::OkStatus();
 }
 
+PolicySpec EffectiveSpec(PolicySpec spec, const v1::GetJobHealthResponse& health) {
+  if (health.window_ms() > 0) {
+    spec.settle_ms = 2 * health.window_ms() + std::max<int64_t>(0, health.allowed_lateness_ms());
+    if (spec.derive_cooldown) spec.cooldown_ms = 2 * spec.settle_ms;
+  }
+  return spec;
+}
+
 Plan Decide(const Observed& observed, const PolicySpec& spec) {
+  if (observed.health.window_ms() > 0) {
+    return Planner(observed, EffectiveSpec(spec, observed.health)).Run();
+  }
   return Planner(observed, spec).Run();
 }
 

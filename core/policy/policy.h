@@ -309,8 +309,17 @@ struct PolicySpec {
   // batch has been measured (two windows and the lateness); a straggler still
   // slow then is sized again inside its cool-down. 0: not before the cool-down.
   int64_t settle_ms = 0;
+  // The cool-down from the Monitor's windows rather than cooldown_ms: twice
+  // the settle time, so that a decision's effect is measured before the next
+  // (a manifest without a cooldown). Used once the health says its windows.
+  bool derive_cooldown = false;
   std::vector<Rule> rules;  // custom only
 };
+
+// The spec a pass runs with: settle_ms from the Monitor's windows now (two
+// windows and the lateness) when the health says them, and with
+// derive_cooldown, cooldown_ms = 2 x settle_ms.
+PolicySpec EffectiveSpec(PolicySpec spec, const v1::GetJobHealthResponse& health);
 
 // OK, or InvalidArgument naming the field path, e.g.
 //   "spec.stragglerPolicy.rules[1].action: must be one of ADJUST_BS, KILL_RESTART".

@@ -286,6 +286,58 @@ TEST(NdPolicy, TransientShrinksInProportionToSpeedAndKeepsTheGlobalBatch) {
   EXPECT_EQ(r->subject, "") << "a worker resized for someone else is not in cool-down";
 }
 
+TEST(NdPolicy, AStragglersBatchNeverRisesInItsOwnRound) {
+  // w-3 is TRANSIENT at batch 40, but its window's throughput reads as 50
+  // samples per median step (a window that mixed two batches, a burst between
+  // throttled periods): it keeps its 40, nobody's batch moves towards it.
+  Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 1.4, 2, 40}}));
+  for (v1::WorkerHealth& h : *o.health.mutable_workers()) {
+    h.set_median_bpt_seconds(1.0);
+    h.set_samples_per_second(h.worker_id() == "w-3" ? 50.0 : 64.0);
+  }
+  const Plan p = Decide(o, Spec(Policy::kAntdtNd));
+  SCOPED_TRACE(Dump(p));
+  const auto b = Batches(o, p);
+  EXPECT_EQ(b.at("w-3"), 40);
+  EXPECT_EQ(Sum(b), 7 * 64 + 40);
+  EXPECT_TRUE(p.decisions.empty());
+  // Its measured capacity below its batch shrinks it, as before.
+  o.health.mutable_workers(3)->set_samples_per_second(30.0);
+  const auto smaller = Batches(o, Decide(o, Spec(Policy::kAntdtNd)));
+  EXPECT_LT(smaller.at("w-3"), 40);
+  EXPECT_EQ(Sum(smaller), 7 * 64 + 40);
+}
+
+TEST(NdPolicy, SettleAndCooldownFollowTheMonitorsWindows) {
+  PolicySpec spec = Spec(Policy::kAntdtNd);
+  spec.settle_ms = 25'000;
+  v1::GetJobHealthResponse health;
+  EXPECT_EQ(EffectiveSpec(spec, health).settle_ms, 25'000) << "no windows said: as given";
+  health.set_window_ms(1'300);
+  health.set_allowed_lateness_ms(500);
+  EXPECT_EQ(EffectiveSpec(spec, health).settle_ms, 3'100);
+  EXPECT_EQ(EffectiveSpec(spec, health).cooldown_ms, kCooldown) << "a cooldown given is kept";
+  spec.derive_cooldown = true;
+  EXPECT_EQ(EffectiveSpec(spec, health).cooldown_ms, 6'200);
+  // A straggler sized 7 s ago is out of the derived cool-down and sized again
+  // (within the 60 s one it would be frozen).
+  Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4, 40}}));
+  o.health.set_window_ms(1'300);
+  o.health.set_allowed_lateness_ms(500);
+  Decision last;
+  last.action = AdjustBatchSize{"w-3", 40, 1};
+  last.at_ms = kNow - 7'000;
+  last.policy = Policy::kAntdtNd;
+  last.rule = "antdt-nd:persistent-adjust";
+  last.subject = "w-3";
+  o.history.push_back(last);
+  o.restart_cost_seconds = 1e9;  // no restart: the batch is what is weighed
+  EXPECT_NE(Find(Decide(o, spec), "w-3"), nullptr);
+  spec.derive_cooldown = false;
+  o.health.clear_window_ms();
+  EXPECT_EQ(Find(Decide(o, spec), "w-3"), nullptr);
+}
+
 TEST(NdPolicy, LeadersTakeTheSamplesFirst) {
   const Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 2.0, 1}, {"w-5", v1::LEADER, 0.5, 0}}));
   const auto b = Batches(o, Decide(o, Spec(Policy::kAntdtNd)));

@@ -42,6 +42,8 @@ absl::StatusOr<MonitorConfig> ParseMonitorConfig(const std::string& yaml) {
     };
     if (key == "window") {
       ASSIGN_OR_RETURN(c.window_ms, ParseDurationMs(v, field));
+    } else if (key == "window_steps") {
+      RETURN_IF_ERROR(integer(c.steps_per_window));
     } else if (key == "allowed_lateness") {
       ASSIGN_OR_RETURN(c.allowed_lateness_ms, ParseDurationMs(v, field));
     } else if (key == "straggler_threshold") {

@@ -93,6 +93,12 @@ absl::Status SetField(OperatorConfig& c, const std::string& raw_key, const std::
     c.token_key_secret = value;
   } else if (key == "monitor_window") {
     ASSIGN_OR_RETURN(c.monitor_window_ms, ParseDurationMs(value, field));
+  } else if (key == "monitor_window_steps") {
+    if (!absl::SimpleAtoi(value, &c.monitor_window_steps) || c.monitor_window_steps < 0 ||
+        c.monitor_window_steps > 1000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": must be an integer in [0, 1000] (0: windows in time), got \"", value, "\""));
+    }
   } else if (key == "pod_name") {
     c.pod_name = value;
   } else if (key == "pod_namespace") {

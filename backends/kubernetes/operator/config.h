@@ -41,6 +41,8 @@ struct OperatorConfig {
   // with. "" : plaintext pods.
   std::string pod_tls_secret;
   int64_t monitor_window_ms = 10'000;  // the Monitor's window for every job
+  // > 0: windows of that many steps, monitor_window_ms being the first ones'.
+  int monitor_window_steps = 0;
   // This replica's pod (the downward API's metadata.name and .namespace): the
   // acting replica labels it antdt.io/leader=true. "" outside a pod.
   std::string pod_name;

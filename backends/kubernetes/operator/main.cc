@@ -62,6 +62,8 @@ constexpr const char* kUsage = R"(usage: antdt-operator [flags]
                               /etc/antdt/tls and serves and dials with it;
                               --tls-server-name is the name they verify [off]
   --monitor-window D          the Monitor's window for every job       [10s]
+  --monitor-window-steps N    windows of N steps of each job, --monitor-window
+                              the first ones' length (0: in time)        [0]
   --pod-name NAME --pod-namespace NS
                               this replica's pod: the acting replica labels it
                               antdt.io/leader=true (the Monitor's Service)  [none]
@@ -301,13 +303,13 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   const std::optional<ParsedFlags> flags = ParseCommandLine(
       argc, argv, "antdt-operator", kUsage,
-      {"kubeconfig",         "namespace",      "listen",          "metrics-listen",
-       "ready-file",         "config",         "leader-elect",    "leader-election-namespace",
-       "leader-election-id", "lease-duration", "renew-deadline",  "retry-period",
-       "identity",           "image",          "sharding-port",   "ps-port",
-       "agent-port",         "master-port",    "monitor-window",  "pod-name",
-       "pod-namespace",      "gang-scheduler", "job-credentials", "token-key-secret",
-       "pod-tls-secret"},
+      {"kubeconfig",         "namespace",      "listen",         "metrics-listen",
+       "ready-file",         "config",         "leader-elect",   "leader-election-namespace",
+       "leader-election-id", "lease-duration", "renew-deadline", "retry-period",
+       "identity",           "image",          "sharding-port",  "ps-port",
+       "agent-port",         "master-port",    "monitor-window", "monitor-window-steps",
+       "pod-name",           "pod-namespace",  "gang-scheduler", "job-credentials",
+       "token-key-secret",   "pod-tls-secret"},
       &exit_code);
   if (!flags) return exit_code;
   std::string error;
@@ -329,6 +331,7 @@ int main(int argc, char** argv) {
 
   manifest::MonitorSpec monitor_spec;  // the manifest's defaults, this window
   monitor_spec.window_ms = config->monitor_window_ms;
+  monitor_spec.window_steps = config->monitor_window_steps;
   auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(monitor_spec));
   if (!mon.ok()) return Fail(std::string(mon.status().message()));
   monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());

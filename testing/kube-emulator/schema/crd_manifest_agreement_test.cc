@@ -366,6 +366,8 @@ std::vector<Variant> InvalidVariants() {
       {"zero window", {{"spec.monitor.window", "0s"}}, "spec.monitor.window"},
       {"bare zero window", {{"spec.monitor.window", "'0'"}}, "spec.monitor.window"},
       {"window an integer", {{"spec.monitor.window", "10"}}, "spec.monitor.window"},
+      {"negative window steps", {{"spec.monitor.windowSteps", "-1"}}, "spec.monitor.windowSteps"},
+      {"too many window steps", {{"spec.monitor.windowSteps", "1001"}}, "spec.monitor.windowSteps"},
       {"negative lateness",
        {{"spec.monitor.allowedLateness", "-1s"}},
        "spec.monitor.allowedLateness"},
@@ -481,6 +483,8 @@ std::vector<Variant> ValidVariants() {
         {"spec.local.deviceTimePerSample", "'0'"}},
        ""},
       {"checkpoint path without steps", {{"spec.checkpoint.path", "/x"}}, ""},
+      {"windows in steps", {{"spec.monitor.window", "2s"}, {"spec.monitor.windowSteps", "3"}}, ""},
+      {"window in time alone", {{"spec.monitor.window", "300ms"}}, ""},
       {"status is ignored", {{"status", "{anything: [1, 2]}"}}, ""},
   };
 }
@@ -520,6 +524,8 @@ TEST(AgreementTest, ValidVariantsPassBothWithTheSameEffectiveValues) {
       EXPECT_EQ(a.straggler_policy.rules[i].cooldown_ms, b.straggler_policy.rules[i].cooldown_ms);
     }
     EXPECT_EQ(a.monitor.window_ms, b.monitor.window_ms);
+    EXPECT_EQ(a.monitor.window_steps, b.monitor.window_steps);
+    EXPECT_EQ(a.straggler_policy.cooldown_derived, b.straggler_policy.cooldown_derived);
     EXPECT_EQ(a.monitor.allowed_lateness_ms, b.monitor.allowed_lateness_ms);
     EXPECT_EQ(a.monitor.straggler_threshold, b.monitor.straggler_threshold);
     EXPECT_EQ(a.monitor.recover_threshold, b.monitor.recover_threshold);
