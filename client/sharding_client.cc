@@ -137,12 +137,25 @@ absl::Status ShardingClient::ReportProgress(ShardLease& lease, int64_t records_d
   *req.mutable_dataset() = Ref();
   req.set_token(lease.token);
   req.set_records_done(records_done);
+  req.set_follow_shorter_end(options_.follow_shorter_leases);
   v1::ReportProgressResponse resp;
   RETURN_IF_ERROR(CallWithRetry(req, &resp, [&](grpc::ClientContext* c, const auto& q, auto* r) {
     return stub_->ReportProgress(c, q, r);
   }));
   lease.committed = std::max(lease.committed, records_done);
+  lease.EndAt(resp.lease_end());
   return absl::OkStatus();
+}
+
+void ShardLease::EndAt(int64_t end) {
+  const int64_t n = end - shard.committed();  // records of the lease, from its first
+  if (end <= 0 || end >= lease_end() || end < committed || n < 0) return;
+  if (shard.record_ids_size() > 0) {
+    shard.mutable_record_ids()->Truncate(
+        static_cast<int>(std::min<int64_t>(n, shard.record_ids_size())));
+  }
+  shard.set_end(shard.start() + n);
+  shard.set_lease_end(end);
 }
 
 absl::StatusOr<v1::CompleteShardResponse> ShardingClient::CompleteCall(

@@ -40,6 +40,11 @@ struct ShardingClientOptions {
   // The job's credential, sent with every call (common/credential.h). Empty:
   // $ANTDT_TOKEN, else the file $ANTDT_TOKEN_FILE names, else none.
   std::string token;
+  // ReportProgress says the caller takes no record of a lease beyond what it
+  // commits and follows a shorter end (ReportProgressRequest.follow_shorter_end):
+  // the lease's remaining() may then shrink after a ReportProgress, and
+  // records past it must not be taken. Off: leases end where acquired.
+  bool follow_shorter_leases = false;
 };
 
 // An acquired shard under its lease.
@@ -52,8 +57,13 @@ struct ShardLease {
   // The shard's records (from its first) at which this lease ends: its size,
   // or fewer for a much slower worker near an epoch's end (the guided layout).
   int64_t lease_end() const { return shard.lease_end() > 0 ? shard.lease_end() : shard.size(); }
-  // Records still to do under this lease when acquired.
+  // Records still to do under this lease when acquired (fewer once the
+  // service ended it early: see ShardingClientOptions::follow_shorter_leases).
   int64_t remaining() const { return lease_end() - shard.committed(); }
+  // The service ended the lease at `end` (counted as lease_end()): when that
+  // is before lease_end(), lease_end(), remaining() and the record ids stop
+  // there. File slices are left as acquired.
+  void EndAt(int64_t end);
   // The global record id of the i-th record still to do (0 <= i < remaining()).
   int64_t RecordAt(int64_t i) const {
     return shard.record_ids_size() > 0 ? shard.record_ids(static_cast<int>(i)) : shard.start() + i;

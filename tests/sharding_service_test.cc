@@ -814,6 +814,40 @@ TEST_F(ServiceTest, StopsCleanlyOnSigterm) {
   EXPECT_NE(Log().find("event=stopped"), std::string::npos);
 }
 
+// What the C++ SDK does with a ReportProgress answer that ended the lease
+// early (ReportProgressRequest.follow_shorter_end): remaining(), lease_end()
+// and the record ids stop there; a later or lower end than it can honour is
+// ignored.
+TEST(ShardLeaseTest, EndAtStopsTheLeaseWhereTheServiceSaid) {
+  for (const bool shuffled : {false, true}) {
+    SCOPED_TRACE(shuffled);
+    client::ShardLease lease;
+    lease.shard.set_size(100);
+    lease.shard.set_committed(10);  // acquired from the shard's 10th record
+    lease.shard.set_start(110);
+    lease.shard.set_end(200);
+    if (shuffled) {
+      for (int64_t i = 0; i < 90; ++i) lease.shard.add_record_ids(1'000 + i);
+    }
+    lease.committed = 20;
+    ASSERT_EQ(lease.remaining(), 90);
+    lease.EndAt(150);  // past the shard: ignored
+    lease.EndAt(15);   // before what was committed: ignored
+    lease.EndAt(0);    // a service that does not say
+    EXPECT_EQ(lease.remaining(), 90);
+    lease.EndAt(40);
+    EXPECT_EQ(lease.lease_end(), 40);
+    EXPECT_EQ(lease.remaining(), 30);
+    EXPECT_EQ(lease.RecordAt(29), shuffled ? 1'029 : 139);
+    EXPECT_EQ(lease.shard.end(), 140);
+    if (shuffled) {
+      EXPECT_EQ(lease.shard.record_ids_size(), 30);
+    }
+    lease.EndAt(60);  // never longer again
+    EXPECT_EQ(lease.lease_end(), 40);
+  }
+}
+
 TEST(ServiceFlags, BadFlagsExitWithTheFieldNamed) {
   TempDir dir;
   struct Case {

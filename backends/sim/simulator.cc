@@ -42,6 +42,18 @@ struct OpenLease {
   int64_t RecordAt(int64_t i) const {
     return shard.record_ids_size() > 0 ? shard.record_ids(static_cast<int>(i)) : shard.start() + i;
   }
+  // The service ended the lease at `lease_end` (counted from the shard's
+  // first record) when that is before where it ended.
+  void EndAt(int64_t lease_end) {
+    const int64_t n = lease_end - shard.committed();
+    if (lease_end <= 0 || n >= size() || n < committed) return;
+    if (shard.record_ids_size() > 0) {
+      shard.mutable_record_ids()->Truncate(static_cast<int>(n));
+    } else {
+      shard.set_end(shard.start() + n);
+    }
+    shard.set_lease_end(lease_end);
+  }
 };
 
 struct SimWorker {
@@ -265,7 +277,9 @@ absl::Status Sim::Commit(SimWorker& w) {
       *req.mutable_dataset() = Ref();
       req.set_token(l.token);
       req.set_records_done(l.shard.committed() + l.committed);
-      RETURN_IF_ERROR(ledger_->ReportProgress(req).status());
+      req.set_follow_shorter_end(true);  // every record taken is committed by now
+      ASSIGN_OR_RETURN(v1::ReportProgressResponse r, ledger_->ReportProgress(req));
+      l.EndAt(r.lease_end());
     }
   }
   while (!w.leases.empty() && w.leases.front().committed == w.leases.front().size()) {

@@ -211,10 +211,30 @@ Deferred<v1::ReportProgressResponse> Ledger::ReportProgressDeferred(
         ds.RecordCommit(lease.row.worker, delta, clock_->NowMillis(), options_.rate_window_ms,
                         batch);
       }
+      // A much slower worker's lease ends early once what is left of the
+      // epoch is about its share (the guided layout's rule at lease time,
+      // now, by its rate now): the shard's rest goes to a faster worker when
+      // it completes, not to the epoch's end. Only for a caller that takes
+      // nothing past records_done and follows the answer's end.
+      int64_t lease_end = end;
+      if (req.follow_shorter_end()) {
+        const int64_t shorter = ds.LeaseEnd(lease.row.index, slot.committed, lease.row.worker);
+        if (shorter > slot.committed && shorter < end) {
+          lease.row.end = lease_end = shorter;
+          batch.push_back(lease.row);
+          LogEvent("lease_shortened", {{"dataset", Key(ds.row.job, ds.row.name)},
+                                       {"shard", lease.row.index},
+                                       {"token", lease.row.token},
+                                       {"worker", lease.row.worker},
+                                       {"from", end},
+                                       {"to", shorter}});
+        }
+      }
       lease.deadline_ms = clock_->NowMillis() + options_.lease_ttl_ms;
       resp.mutable_lease()->set_token(lease.row.token);
       resp.mutable_lease()->set_deadline_unix_ms(lease.deadline_ms);
       resp.set_committed(slot.committed);
+      resp.set_lease_end(lease_end);
       seq = AppendIfAny(batch);
     } else {
       seq = AppendIfAny(batch);

@@ -78,7 +78,7 @@ class LedgerTest : public ::testing::Test {
 
   v1::DatasetSpec Spec(int64_t records, int64_t shard_size, int epochs = 1, bool shuffle = false) {
     v1::DatasetSpec spec;
-    spec.set_job("job1");
+    spec.set_job(job_);
     spec.set_name("train");
     spec.set_record_count(records);
     spec.set_shard_size(shard_size);
@@ -114,7 +114,7 @@ class LedgerTest : public ::testing::Test {
 
   v1::DatasetRef Ref() {
     v1::DatasetRef ref;
-    ref.set_job("job1");
+    ref.set_job(job_);
     ref.set_name("train");
     return ref;
   }
@@ -129,11 +129,13 @@ class LedgerTest : public ::testing::Test {
     return r.ok() ? *r : AcquireShardResponse();
   }
 
-  absl::StatusOr<v1::ReportProgressResponse> Report(uint64_t token, int64_t done) {
+  absl::StatusOr<v1::ReportProgressResponse> Report(uint64_t token, int64_t done,
+                                                    bool follow = false) {
     v1::ReportProgressRequest req;
     *req.mutable_dataset() = Ref();
     req.set_token(token);
     req.set_records_done(done);
+    req.set_follow_shorter_end(follow);
     return ledger_->ReportProgress(req);
   }
 
@@ -208,6 +210,68 @@ class LedgerTest : public ::testing::Test {
     return run;
   }
 
+  // A guided run as RunRates's, where "d" commits 40 records a second like
+  // the others until second 20 and 2 from then on: it slows down holding a
+  // whole shard. Its reports follow shorter ends when `follow`.
+  struct SlowdownRun {
+    std::map<int64_t, int> committed;         // record -> times
+    int cuts = 0;                             // progress answers that ended d's lease early
+    int64_t seconds = 0;                      // until the last record was committed
+    std::optional<AcquireShardResponse> cut;  // d's first cut lease, still held, when stopping
+    int64_t cut_end = 0;
+  };
+  SlowdownRun RunSlowdown(bool follow, bool stop_at_cut = false) {
+    v1::DatasetSpec spec = Spec(4'000, 100);
+    spec.set_min_shard_records(10);
+    spec.set_workers(4);
+    Create(spec);
+    SlowdownRun run;
+    struct Held {
+      AcquireShardResponse lease;
+      int64_t done = 0;  // records of the shard committed
+      int64_t end = 0;   // where the lease ends
+    };
+    std::map<std::string, std::optional<Held>> held = {{"a", {}}, {"b", {}}, {"c", {}}, {"d", {}}};
+    for (int second = 0; second < 10'000; ++second) {
+      bool any = false;
+      for (auto& [worker, h] : held) {
+        if (!h) {
+          auto r = Acquire(worker);
+          if (r.result() != AcquireShardResponse::SHARD) continue;
+          h = Held{r, r.shard().committed(), r.shard().lease_end()};
+        }
+        any = true;
+        const v1::Shard& s = h->lease.shard();
+        const int64_t to = std::min(h->end, h->done + (worker == "d" && second >= 20 ? 2 : 40));
+        for (int64_t k = h->done; k < to; ++k) ++run.committed[s.start() + k - s.committed()];
+        h->done = to;
+        if (to == h->end) {
+          EXPECT_TRUE(Complete(h->lease.lease().token()).ok());
+          h.reset();
+          continue;
+        }
+        auto reported = Report(h->lease.lease().token(), to, follow);
+        EXPECT_TRUE(reported.ok()) << reported.status();
+        if (!reported.ok()) return run;
+        EXPECT_GE(reported->lease_end(), to) << "never before what was committed";
+        if (reported->lease_end() < h->end) {
+          EXPECT_EQ(worker, "d") << "only the slow worker's lease is cut";
+          ++run.cuts;
+          h->end = reported->lease_end();
+          if (stop_at_cut) {
+            run.cut = h->lease;
+            run.cut_end = h->end;
+            return run;
+          }
+        }
+      }
+      if (!any) break;
+      run.seconds = second + 1;
+      clock_.Advance(1'000);
+    }
+    return run;
+  }
+
   static std::vector<int64_t> Records(const v1::Shard& s) {
     if (s.record_ids_size() > 0) return {s.record_ids().begin(), s.record_ids().end()};
     std::vector<int64_t> out;
@@ -215,6 +279,7 @@ class LedgerTest : public ::testing::Test {
     return out;
   }
 
+  std::string job_ = "job1";  // Ref()'s and Spec()'s
   FakeClock clock_;
   MemoryStore store_;
   std::unique_ptr<LossyStore> lossy_;  // when set, the ledger writes through it to store_
@@ -524,6 +589,66 @@ TEST_F(LedgerTest, AShortLeasesHolderLostMidRangeLosesNoRecord) {
   auto p = Progress();
   EXPECT_TRUE(p.finished());
   EXPECT_EQ(p.records_committed_total(), 4'000);
+}
+
+// A worker that slows down holding a whole shard: near the epoch's end, its
+// ReportProgress (following shorter ends) ends its lease early, past what it
+// committed, and the shard's rest goes to the fast workers once it completes
+// there. Every record once, and the epoch ends sooner than when it does not
+// follow (its lease then stays whole to the end).
+TEST_F(LedgerTest, ASlowHoldersLeaseEndsEarlyWhenItFollows) {
+  const SlowdownRun cut = RunSlowdown(/*follow=*/true);
+  EXPECT_GT(cut.cuts, 0);
+  ASSERT_EQ(cut.committed.size(), 4'000u);
+  for (const auto& [record, times] : cut.committed) ASSERT_EQ(times, 1) << "record " << record;
+  EXPECT_TRUE(Progress().finished());
+  job_ = "job2";  // the same run, another dataset
+  const SlowdownRun whole = RunSlowdown(/*follow=*/false);
+  EXPECT_EQ(whole.cuts, 0);
+  ASSERT_EQ(whole.committed.size(), 4'000u);
+  for (const auto& [record, times] : whole.committed) ASSERT_EQ(times, 1) << "record " << record;
+  std::printf("epoch end with the slow holder's lease cut: %lld s, whole: %lld s\n",
+              static_cast<long long>(cut.seconds), static_cast<long long>(whole.seconds));
+  EXPECT_LT(cut.seconds, whole.seconds);
+}
+
+// The cut end is a fence: progress past it is refused naming records_done
+// and changes nothing, through a restart of the service; completing commits
+// up to it, and the rest goes to the next worker from there.
+TEST_F(LedgerTest, ACutLeaseEndsWhereTheAnswerSaidThroughARestart) {
+  SlowdownRun run = RunSlowdown(/*follow=*/true, /*stop_at_cut=*/true);
+  ASSERT_TRUE(run.cut.has_value());
+  const uint64_t token = run.cut->lease().token();
+  const int64_t end = run.cut_end;
+  const int64_t before = Progress().records_committed_epoch();
+  Reopen();  // the service restarts: the lease and its new end are kept
+  ExpectRefused([&] { return Report(token, end + 1, true).status(); },
+                absl::StatusCode::kInvalidArgument, "records_done");
+  EXPECT_EQ(Progress().records_committed_epoch(), before);
+  ASSERT_TRUE(Report(token, end, true).ok());
+  ASSERT_TRUE(Complete(token).ok());
+  auto rest = Acquire("a");
+  ASSERT_EQ(rest.result(), AcquireShardResponse::SHARD);
+  EXPECT_EQ(rest.shard().index(), run.cut->shard().index());
+  EXPECT_EQ(rest.shard().committed(), end);
+}
+
+// The holder of a cut lease dies before its new end: its lease expires and
+// everything it did not commit, to the shard's end, is leased again; it can
+// commit nothing more.
+TEST_F(LedgerTest, ACutLeasesHolderLostBeforeItsEndLosesNoRecord) {
+  SlowdownRun run = RunSlowdown(/*follow=*/true, /*stop_at_cut=*/true);
+  ASSERT_TRUE(run.cut.has_value());
+  const uint64_t token = run.cut->lease().token();
+  const int64_t committed = Progress().records_committed_epoch();
+  clock_.Advance(10'001);  // the holder is gone
+  auto b = Acquire("b");
+  ASSERT_EQ(b.result(), AcquireShardResponse::SHARD);
+  EXPECT_EQ(b.shard().index(), run.cut->shard().index());
+  EXPECT_LT(b.shard().committed(), run.cut_end) << "from its last committed record";
+  EXPECT_EQ(Report(token, run.cut_end, true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Progress().records_committed_epoch(), committed);
 }
 
 TEST_F(LedgerTest, RestartedWorkerResumesAfterItsLastCommittedRecord) {

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   options.worker_id = flags->Get("worker-id");
   options.incarnation = incarnation;
   options.retry_budget_ms = 120'000;
+  options.follow_shorter_leases = true;  // it takes no record past what it commits
   client::ShardingClient client(client::CreateShardingChannel(flags->Get("address")), options);
 
   auto journal = demo::Journal::OpenAndResolve(flags->Get("journal"), client);
@@ -61,9 +62,10 @@ int main(int argc, char** argv) {
     const int64_t base = lease.shard.committed();
     const int64_t n = lease.remaining();
     int64_t acked = 0;
-    for (int64_t i = 0; i < n; ++i) {
+    // remaining() read afresh: a ReportProgress may end the lease early.
+    for (int64_t i = 0; i < lease.remaining(); ++i) {
       if (record_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(record_us));
-      const bool last = i + 1 == n;
+      const bool last = i + 1 == lease.remaining();
       if (!last && i + 1 - acked < commit_every) continue;
       std::vector<int64_t> ids;
       for (int64_t j = acked; j <= i; ++j) ids.push_back(lease.RecordAt(j));

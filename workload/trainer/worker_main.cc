@@ -412,6 +412,10 @@ absl::StatusOr<WorkerConfig> ParseWorkerConfig(const ParsedFlags& flags) {
   c.options.worker_id = flags.Get("worker-id");
   c.options.incarnation = incarnation;
   c.options.retry_budget_ms = 120'000;
+  // Each step's records are committed before the next step takes any, and
+  // every take reads the lease's remaining() afresh: a slow worker's lease may
+  // end early near an epoch's end (the guided layout).
+  c.options.follow_shorter_leases = true;
   if (flags.Has("agent")) {
     client::StepReporterOptions o;
     o.agent_address = flags.Get("agent");
