@@ -188,5 +188,50 @@ TEST(SimulatorTest, BadGeneratedScenariosNameTheField) {
               HasSubstr("generate.transient.start"));
 }
 
+// Half of 1,000 workers 4x slower from 2 s on is not a slowed job: the
+// Monitor's worker median rises past its baseline but its fast half does not,
+// so antdt-nd acts within steps of the slowdown and the fast half takes the
+// work: well under no action's time. (Once the batches are balanced every
+// worker's step is 1.6x its first ones: that is a whole-job slowdown, rightly
+// left alone.)
+TEST(SimulatorTest, HalfTheWorkersSlowedIsNotAJobSlowdown) {
+  auto job = manifest::ParseJob(R"(
+apiVersion: antdt.io/v1alpha1
+kind: AntDTJob
+metadata: {name: half-slow}
+spec:
+  dataset: {records: 960000, shardSize: 1000, epochs: 1}
+  model: {globalBatchSize: 32000}
+  workers: {replicas: 1000}
+  parameterServers: {replicas: 10}
+  stragglerPolicy: {name: antdt-nd, minSavingRatio: 0.5}
+  local: {deviceTimePerSample: 20ms}
+)");
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto scenario = ParseSimScenario(R"(
+generate:
+  workers: 1000
+  spares: 0
+  seed: 3
+  persistent: {fraction: 0.5, factor: [4, 4], start: [2s, 2s]}
+)");
+  ASSERT_TRUE(scenario.ok()) << scenario.status();
+  const SimResult none = SimulateOrFail(*job, *scenario, vocab::Policy::kNone);
+  const SimResult nd = SimulateOrFail(*job, *scenario, vocab::Policy::kAntdtNd);
+  EXPECT_TRUE(nd.exactly_once());
+  double first_subject = -1;  // the first batch change about a slowed worker
+  for (const SimAction& a : nd.actions) {
+    if (!a.subject.empty() && a.action == vocab::ActionKind::kAdjustBatchSize) {
+      first_subject = a.at_seconds;
+      break;
+    }
+  }
+  EXPECT_GT(first_subject, 2.0);
+  EXPECT_LT(first_subject, 2.0 + 4 * 2.56) << "within a few of the slowed steps";
+  std::printf("half of 1,000 workers 4x slower: none %.1f s, antdt-nd %.1f s\n", none.jct_seconds,
+              nd.jct_seconds);
+  EXPECT_LT(nd.jct_seconds, 0.6 * none.jct_seconds);
+}
+
 }  // namespace
 }  // namespace antdt::sim
