@@ -65,6 +65,9 @@ v1::DatasetSpec DatasetSpecFor(const manifest::Job& job) {
 }
 
 int64_t ControlIntervalMs(const manifest::MonitorSpec& spec) {
+  // Windows in steps close every two steps and each close (or onset) takes
+  // a turn of its own: the interval is only the fallback between them.
+  if (spec.window_steps > 0) return std::max<int64_t>(spec.window_ms, 2'000);
   return std::max<int64_t>(spec.window_ms / 2, 500);
 }
 

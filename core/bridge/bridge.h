@@ -26,7 +26,9 @@ monitor::MonitorConfig MonitorConfigFor(const manifest::MonitorSpec& spec);
 // The job's dataset as the sharding service takes it (dataset name "train").
 v1::DatasetSpec DatasetSpecFor(const manifest::Job& job);
 
-// How often the Controller decides: half a window, at least 500 ms.
+// How often the Controller decides at least: half a window, at least 500 ms;
+// with windows in steps, a window and at least 2 s (each window's close and
+// each onset takes a turn besides).
 int64_t ControlIntervalMs(const manifest::MonitorSpec& spec);
 
 // The initial local batch of worker i: the global batch split evenly over

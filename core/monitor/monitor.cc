@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <tuple>
 #include <utility>
 
@@ -456,14 +457,18 @@ void Monitor::Ingest(const v1::NodeSample& sample) {
   if (sample.time_unix_ms() < node.sample.time_unix_ms()) return;  // an older one
   node.sample = sample;
   if (!sample.labels().empty()) {
-    node.labels =
-        std::map<std::string, std::string>(sample.labels().begin(), sample.labels().end());
+    std::map<std::string, std::string> labels(sample.labels().begin(), sample.labels().end());
+    if (labels != node.labels) {
+      node.labels = std::move(labels);
+      ++labels_version_;
+    }
   }
   ++stats_.node_samples;
 }
 
 void Monitor::SetNodeLabels(const std::string& node, std::map<std::string, std::string> labels) {
   nodes_[node].labels = std::move(labels);
+  ++labels_version_;
 }
 
 void Monitor::CloseWindows(int64_t now_ms) {
@@ -488,6 +493,7 @@ void Monitor::CloseWindows(int64_t now_ms) {
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     const int64_t t = it->second.sample.time_unix_ms();
     if (t > 0 && now_ms - t > node_forget_ms) {
+      if (!it->second.labels.empty()) ++labels_version_;
       it = nodes_.erase(it);
     } else {
       ++it;
@@ -601,7 +607,24 @@ void Monitor::ClassifySpeed(Member& m, double sample_score, bool classify,
   m.speed_class = ClassOf(config_, v, deterministic, m.speed_windows_slow);
 }
 
-Monitor::Majorities Monitor::HardwareMajorities(const Job& job) const {
+Monitor::Majorities Monitor::HardwareMajorities(Job& job) const {
+  // The same labels and the same members on the same nodes: the same answer
+  // (a window of 10,000 members looked up every node's labels).
+  size_t placement = job.members.size();
+  for (const auto& [id, m] : job.members) {
+    placement = (placement * 1'000'003) ^ std::hash<std::string>{}(m.node) ^
+                (std::hash<std::string>{}(m.role) << 1);
+  }
+  if (job.majorities_labels == labels_version_ && job.majorities_placement == placement) {
+    return job.majorities;
+  }
+  job.majorities = ComputeMajorities(job);
+  job.majorities_labels = labels_version_;
+  job.majorities_placement = placement;
+  return job.majorities;
+}
+
+Monitor::Majorities Monitor::ComputeMajorities(const Job& job) const {
   // role -> node -> hardware, each node counted once per role.
   std::map<std::string, std::map<std::string, std::string>> hardware;
   for (const auto& [id, m] : job.members) {

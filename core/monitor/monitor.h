@@ -272,6 +272,11 @@ struct Job {
   std::string ns, name;  // as its reports say (ns "" when they name none)
   std::map<std::string, RoleView> roles;
   int64_t onsets = 0;
+  // Monitor::HardwareMajorities's last answer (role -> most common hardware),
+  // for these labels and this placement of the members.
+  std::map<std::string, std::string> majorities;
+  uint64_t majorities_labels = std::numeric_limits<uint64_t>::max();
+  size_t majorities_placement = 0;
   int64_t next_window = 0;  // oldest window not closed
   // Window bounds: index i starts at i x first_ms up to switch_index, and at
   // switch_index x first_ms + (i - switch_index) x step_ms from there on.
@@ -350,7 +355,9 @@ class Monitor {
   // (0: no samples, class kept); same thresholds as Classify.
   void ClassifySpeed(Member& member, double sample_score, bool classify,
                      const Majorities& majorities) const;
-  Majorities HardwareMajorities(const Job& job) const;
+  // Cached in the job until the labels or where its members run change.
+  Majorities HardwareMajorities(Job& job) const;
+  Majorities ComputeMajorities(const Job& job) const;
   // Whether the member's node labels mark it as a slower device; records the
   // label values checked in `evidence` when given.
   bool LabelDeterministic(const Member& member, const Majorities& majorities,
@@ -362,6 +369,7 @@ class Monitor {
   };
 
   MonitorConfig config_;
+  uint64_t labels_version_ = 0;  // advanced whenever a node's labels change
   std::map<std::string, Job> jobs_;
   std::map<std::string, NodeState> nodes_;
   MonitorStats stats_;
