@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages AntDT builds and tests with. Idempotent:
 # does nothing when everything is already there. --ci adds what CI's checks
-# use beyond the tests: clang-format and clang-tidy.
+# use beyond the tests: clang-format and clang-tidy, and valgrind (callgrind's
+# instruction counts, repeatable on a shared machine, for profiling benchmarks).
 set -euo pipefail
 
 PACKAGES=(
@@ -28,7 +29,7 @@ if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
 # client. Debian's is kubernetes-client (1.20); a kubectl already on the PATH
 # (any version from 1.20 to 1.33) is used as it is.
 if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
-if [ "${1:-}" = "--ci" ]; then PACKAGES+=(clang-format clang-tidy); fi
+if [ "${1:-}" = "--ci" ]; then PACKAGES+=(clang-format clang-tidy valgrind); fi
 # --image: what scripts/image.sh builds the container image with (not the tests).
 if [ "${1:-}" = "--image" ]; then PACKAGES=(buildah podman debootstrap); fi
 
