@@ -147,15 +147,15 @@ absl::Status ShardingClient::ReportProgress(ShardLease& lease, int64_t records_d
   return absl::OkStatus();
 }
 
-void ShardLease::EndAt(int64_t end) {
-  const int64_t n = end - shard.committed();  // records of the lease, from its first
-  if (end <= 0 || end >= lease_end() || end < committed || n < 0) return;
-  if (shard.record_ids_size() > 0) {
-    shard.mutable_record_ids()->Truncate(
-        static_cast<int>(std::min<int64_t>(n, shard.record_ids_size())));
-  }
+void EndShardAt(v1::Shard& shard, int64_t end) {
+  const int64_t n = end - shard.committed();  // records still to do, from the first
+  if (shard.record_ids_size() > n) shard.mutable_record_ids()->Truncate(static_cast<int>(n));
   shard.set_end(shard.start() + n);
   shard.set_lease_end(end);
+}
+
+void ShardLease::EndAt(int64_t end) {
+  if (end > 0 && end < lease_end() && end >= committed) EndShardAt(shard, end);
 }
 
 absl::StatusOr<v1::CompleteShardResponse> ShardingClient::CompleteCall(

@@ -47,6 +47,11 @@ struct ShardingClientOptions {
   bool follow_shorter_leases = false;
 };
 
+// `shard` (as AcquireShard answered it) ends at `end`, counted from the
+// shard's first record and at least shard.committed(): `end`, `record_ids`
+// and `lease_end` stop there (a ReportProgressResponse.lease_end).
+void EndShardAt(v1::Shard& shard, int64_t end);
+
 // An acquired shard under its lease.
 struct ShardLease {
   v1::Shard shard;

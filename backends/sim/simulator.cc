@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/vocab/labels.h"
+#include "client/sharding_client.h"
 #include "common/clock.h"
 #include "common/job_key.h"
 #include "common/status.h"
@@ -46,13 +47,7 @@ struct OpenLease {
   // first record) when that is before where it ended.
   void EndAt(int64_t lease_end) {
     const int64_t n = lease_end - shard.committed();
-    if (lease_end <= 0 || n >= size() || n < committed) return;
-    if (shard.record_ids_size() > 0) {
-      shard.mutable_record_ids()->Truncate(static_cast<int>(n));
-    } else {
-      shard.set_end(shard.start() + n);
-    }
-    shard.set_lease_end(lease_end);
+    if (lease_end > 0 && n < size() && n >= committed) client::EndShardAt(shard, lease_end);
   }
 };
 

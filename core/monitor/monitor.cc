@@ -88,9 +88,8 @@ struct Observation {
 struct WindowScores {
   std::map<std::string, Observation> observations;  // by member id
   std::map<std::string, double> role_median;
-  std::map<std::string, double> role_low;            // the role's 10th percentile of BPT
-  std::map<std::string, double> role_sample_median;  // seconds per sample
-  std::map<std::string, int> role_members;           // with their own reports
+  std::map<std::string, double> role_low;           // the role's 10th percentile of BPT
+  std::map<std::string, internal::RoleView> roles;  // of the roles with their own reports
   std::map<std::string, std::vector<double>> server_latencies;
   std::map<std::string, std::vector<double>> role_sample_seconds;  // server -> one mean per worker
 };
@@ -153,17 +152,16 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
     }
   }
   for (auto& [role, bpts] : role_bpts) {
-    scores.role_median[role] = Median(bpts);
+    internal::RoleView& view = scores.roles[role];
+    view.median_bpt = scores.role_median[role] = Median(bpts);
+    view.members = static_cast<int>(bpts.size());
     const auto low = bpts.begin() + static_cast<std::ptrdiff_t>(bpts.size() / 10);
     std::nth_element(bpts.begin(), low, bpts.end());
     scores.role_low[role] = *low;
   }
-  std::map<std::string, double>& sample_median = scores.role_sample_median;  // once per role
-  for (const auto& [role, per_sample] : scores.role_sample_seconds) {
-    sample_median[role] = Median(per_sample);
+  for (const auto& [role, per_sample] : scores.role_sample_seconds) {  // once per role
+    scores.roles[role].median_sample_seconds = Median(per_sample);
   }
-  for (const auto& [role, bpts] : role_bpts)
-    scores.role_members[role] = static_cast<int>(bpts.size());
   for (auto& [id, o] : scores.observations) {
     const std::string& role = members[id].role;
     o.median = scores.role_median[role];
@@ -171,7 +169,7 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
     o.own_classify = static_cast<int>(role_bpts[role].size()) >= config.min_peers;
     const std::vector<double>& per_sample = scores.role_sample_seconds[role];
     if (o.sample_seconds > 0) {
-      o.sample_score = o.sample_seconds / sample_median[role];
+      o.sample_score = o.sample_seconds / scores.roles[role].median_sample_seconds;
       o.sample_classify = static_cast<int>(per_sample.size()) >= config.min_peers;
     }
   }
@@ -508,12 +506,7 @@ void Monitor::CloseWindow(Job& job, int64_t window, int64_t now_ms) {
   ScoreServerLatency(config_, job.members, scores);
   UpdateJobSlowdown(config_, scores, job);
   MeasureSteps(config_, scores.role_median, window, job);
-  for (const auto& [role, median] : scores.role_median) {
-    internal::RoleView& view = job.roles[role];
-    view.median_bpt = median;
-    view.median_sample_seconds = scores.role_sample_median[role];
-    view.members = scores.role_members[role];
-  }
+  for (const auto& [role, view] : scores.roles) job.roles[role] = view;
   const Majorities majorities = HardwareMajorities(job);
   const int64_t start_ms = job.StartOf(window);
   const int64_t end_ms = job.StartOf(window + 1);

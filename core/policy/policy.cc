@@ -165,10 +165,7 @@ PolicySpec EffectiveSpec(PolicySpec spec, const v1::GetJobHealthResponse& health
 }
 
 Plan Decide(const Observed& observed, const PolicySpec& spec) {
-  if (observed.health.window_ms() > 0) {
-    return Planner(observed, EffectiveSpec(spec, observed.health)).Run();
-  }
-  return Planner(observed, spec).Run();
+  return Planner(observed, EffectiveSpec(spec, observed.health)).Run();
 }
 
 }  // namespace antdt::policy
