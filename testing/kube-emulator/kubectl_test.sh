@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The real kubectl against the emulator: apply the AntDTJob CRD and a job, get
+# The real kubectl against an API server: apply the AntDTJob CRD and a job, get
 # (printer columns), -o yaml, re-apply (generation), get -w, validation errors,
-# delete. Usage: kubectl_test.sh <antdt-kube-emulator binary> <source dir>
+# server-side apply, delete.
+# Usage: kubectl_test.sh <antdt-kube-emulator binary> <source dir>
+#        kubectl_test.sh --real <source dir>
+# --real: the real control plane (etcd, kube-apiserver, controller-manager and
+# scheduler built by scripts/build-k8s.sh, started once by
+# testing/control-plane/antdt_control_plane.py), each kubectl in a namespace of
+# its own; exits 77 (SKIPPED) naming what is missing when it is not built.
 set -euo pipefail
 
-EMULATOR=${1:?emulator binary}
+EMULATOR=${1:?emulator binary or --real}
 SRC=${2:?source dir}
+HARNESS="$SRC/testing/control-plane/antdt_control_plane.py"
 # With KUBECTL unset: the kubectl on the PATH (on a fresh Debian 12 that is
 # kubernetes-client, 1.20) and, where it is a dispatcher with versioned clients
-# beside it (kubectl.1.27 ... kubectl.1.33), the oldest and the newest of those.
+# beside it (kubectl.1.27 ... kubectl.1.33), the oldest and the newest of those;
+# on the real control plane, the kubectl of its own release first.
 if [[ -z "${KUBECTL:-}" ]]; then
   default=$(command -v kubectl) ||
     { echo "FAIL: no kubectl on the PATH (scripts/install-deps.sh installs kubernetes-client)" >&2; exit 1; }
@@ -18,9 +26,30 @@ if [[ -z "${KUBECTL:-}" ]]; then
     clients+=("${versioned[0]}")
     [[ ${#versioned[@]} -gt 1 ]] && clients+=("${versioned[-1]}")
   fi
+  PLANE_PID=""
+  if [[ "$EMULATOR" == --real ]]; then
+    BIN_DIR=$(/usr/bin/python3 "$HARNESS" bin-dir) || exit $?  # 77: not built, SKIPPED
+    clients=("$BIN_DIR/kubectl" "${clients[@]}")
+    PLANE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/kubectl-test-plane.XXXXXX")
+    stop_plane() {
+      if [[ -n "$PLANE_PID" ]]; then kill "$PLANE_PID" 2>/dev/null || true; wait "$PLANE_PID" 2>/dev/null || true; fi
+      rm -rf "$PLANE_DIR"
+    }
+    trap stop_plane EXIT
+    /usr/bin/python3 "$HARNESS" run --dir "$PLANE_DIR/cp" --ready-file "$PLANE_DIR/ready" &
+    PLANE_PID=$!
+    while [[ ! -s "$PLANE_DIR/ready" ]]; do
+      kill -0 "$PLANE_PID" 2>/dev/null || { echo "FAIL: the control plane did not start" >&2; exit 1; }
+      sleep 0.2
+    done
+    export REAL_KUBECONFIG="$PLANE_DIR/cp/admin.kubeconfig"
+    "${clients[0]}" --kubeconfig "$REAL_KUBECONFIG" version
+  fi
+  n=0
   for client in "${clients[@]}"; do
+    n=$((n + 1))
     echo "=== $client ($("$client" version --client 2>/dev/null | head -1))"
-    KUBECTL="$client" bash "$0" "$@" || exit 1
+    KUBECTL="$client" TEST_NAMESPACE="kubectl-$n" bash "$0" "$@" || exit 1
   done
   exit 0
 fi
@@ -44,6 +73,14 @@ fail() {
   exit 1
 }
 
+NS=default
+if [[ -n "${REAL_KUBECONFIG:-}" ]]; then
+  NS=${TEST_NAMESPACE:?}
+  cp "$REAL_KUBECONFIG" "$WORK/kubeconfig"
+  export KUBECONFIG="$WORK/kubeconfig"
+  "$KUBECTL" config set-context --current --namespace="$NS" >/dev/null
+  "$KUBECTL" create namespace "$NS" >/dev/null
+else
 "$EMULATOR" --listen 127.0.0.1:0 --ready-file "$WORK/ready" 2>"$WORK/emulator.log" &
 EMU_PID=$!
 for _ in $(seq 1 300); do [[ -s "$WORK/ready" ]] && break; sleep 0.1; done
@@ -65,6 +102,7 @@ users:
 current-context: emulator
 KUBECONFIG
 export KUBECONFIG="$WORK/kubeconfig"
+fi
 k() { timeout 60 "$KUBECTL" --cache-dir "$WORK/cache" --request-timeout=30s "$@"; }
 
 echo "== apply the CRD"
@@ -127,9 +165,9 @@ if "$KUBECTL" patch --help | grep -q -- '--subresource'; then
 else
   RV=$(k get adt quickstart -o jsonpath='{.metadata.resourceVersion}') || fail "get resourceVersion"
   echo '{"apiVersion":"antdt.io/v1alpha1","kind":"AntDTJob","metadata":{"name":"quickstart",'\
-'"namespace":"default","resourceVersion":"'"$RV"'"},"status":{"workers":{"summary":"3/6"}}}' \
+'"namespace":"'"$NS"'","resourceVersion":"'"$RV"'"},"status":{"workers":{"summary":"3/6"}}}' \
     >"$WORK/status.json"
-  k replace --raw /apis/antdt.io/v1alpha1/namespaces/default/antdtjobs/quickstart/status \
+  k replace --raw /apis/antdt.io/v1alpha1/namespaces/$NS/antdtjobs/quickstart/status \
     -f "$WORK/status.json" >/dev/null || fail "status replace"
 fi
 GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
@@ -151,7 +189,7 @@ REPLICAS=$(k get adt quickstart -o jsonpath='{.spec.workers.replicas}')
 [[ "$REPLICAS" == 6 ]] || fail "spec.workers.replicas after kubectl scale is $REPLICAS, want 6"
 GEN=$(k get adt quickstart -o jsonpath='{.metadata.generation}')
 [[ "$GEN" == 3 ]] || fail "generation after kubectl scale is $GEN, want 3"
-SCALE=$(k get --raw /apis/antdt.io/v1alpha1/namespaces/default/antdtjobs/quickstart/scale)
+SCALE=$(k get --raw /apis/antdt.io/v1alpha1/namespaces/$NS/antdtjobs/quickstart/scale)
 [[ "$SCALE" == *'"kind":"Scale"'* && "$SCALE" == *'"replicas":6'* ]] || fail "the Scale reads $SCALE"
 if ERR=$(k scale adt quickstart --replicas=0 2>&1); then
   fail "scaling to 0 workers was accepted: $ERR"
@@ -170,11 +208,11 @@ echo "$ERR"
 [[ "$ERR" == *'is invalid'* ]] || fail "error is not an Invalid: $ERR"
 
 echo "== Pod Security admission: a namespace enforcing restricted"
-cat >"$WORK/psa.yaml" <<'YAML'
+cat >"$WORK/psa.yaml" <<YAML
 apiVersion: v1
 kind: Namespace
 metadata:
-  name: team-psa
+  name: $NS-psa
   labels:
     pod-security.kubernetes.io/enforce: restricted
 ---
@@ -182,7 +220,7 @@ apiVersion: v1
 kind: Pod
 metadata:
   name: loose
-  namespace: team-psa
+  namespace: $NS-psa
 spec:
   hostNetwork: true
   containers:
@@ -196,12 +234,12 @@ echo "$ERR"
 [[ "$ERR" == *'pods "loose" is forbidden: violates PodSecurity "restricted:latest": host namespaces (hostNetwork=true)'* ]] ||
   fail "the refusal does not name the checks: $ERR"
 [[ "$ERR" == *'runAsNonRoot != true'* ]] || fail "the refusal does not name runAsNonRoot: $ERR"
-cat >"$WORK/psa-deploy.yaml" <<'YAML'
+cat >"$WORK/psa-deploy.yaml" <<YAML
 apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: loose
-  namespace: team-psa
+  namespace: $NS-psa
 spec:
   selector: {matchLabels: {app: loose}}
   template:

@@ -15,6 +15,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from antdt_kubelet import nodes as nodes_lib  # noqa: E402
 from antdt_kubelet.api import Api, Informer, describe, log  # noqa: E402
 from antdt_kubelet.kubelet import Kubelet  # noqa: E402
+from antdt_kubelet.logs import LogServer  # noqa: E402
 from antdt_kubelet.scheduler import Scheduler  # noqa: E402
 
 _NODE_CHECK_S = 10
@@ -37,6 +38,16 @@ def parse_args(argv):
     p.add_argument("--ready-file", help="written with 'ok' once nodes are registered and watches run")
     p.add_argument("--user-agent", default="antdt-test-kubelet")
     p.add_argument("--namespace", help="watch one namespace (default: all)")
+    p.add_argument("--node-credentials", metavar="DIR",
+                   help="DIR/node-NAME.kubeconfig per node: act for each node as system:node:NAME, as a "
+                        "kubelet does (the Node authorizer and NodeRestriction apply); pods are watched per node. "
+                        "With DIR/node-NAME-serving.crt and .key (for the node's IP), serve `kubectl logs` on the "
+                        "node's IP to clients with a certificate of the kubeconfig's CA")
+    p.add_argument("--scheduler", choices=("builtin", "none"), default="builtin",
+                   help="none: leave binding to a real kube-scheduler")
+    p.add_argument("--node-leases", action="store_true",
+                   help="renew each node's Lease in kube-node-lease every 10 s (a real node-lifecycle "
+                        "controller marks nodes without it NotReady)")
     args = p.parse_args(argv)
     args.bin_dir = os.path.abspath(args.bin_dir)
     args.work_dir = os.path.abspath(args.work_dir)
@@ -67,28 +78,50 @@ def main(argv):
     os.makedirs(args.work_dir, exist_ok=True)
     api = Api(server=args.server, kubeconfig=args.kubeconfig, user_agent=args.user_agent)
     nodes = nodes_lib.load_nodes(args.nodes, args.ip_base)
+    node_apis = {n["name"]: api for n in nodes}
+    log_servers = []
+    kubelet = None
+    if args.node_credentials:
+        node_apis = {n["name"]: Api(kubeconfig=os.path.join(args.node_credentials, "node-%s.kubeconfig" % n["name"]),
+                                    user_agent=args.user_agent) for n in nodes}
+        for node in nodes:
+            serving = os.path.join(args.node_credentials, "node-%s-serving" % node["name"])
+            if os.path.exists(serving + ".crt"):
+                server = LogServer(node, serving + ".crt", serving + ".key", node_apis[node["name"]].ca_file,
+                                   lambda ns, pod: kubelet.log_of(ns, pod) if kubelet else None).start()
+                node["kubeletPort"] = server.port
+                log_servers.append(server)
     while not stop.is_set():
         try:
             for node in nodes:
-                nodes_lib.ensure_node(api, node)
+                nodes_lib.ensure_node(node_apis[node["name"]], node)
             break
         except Exception as e:  # noqa: BLE001 - the API server may still be starting
             log("node_register_failed", error=describe(e))
             stop.wait(1)
 
     prefix = "/api/v1/namespaces/%s/" % args.namespace if args.namespace else "/api/v1/"
-    pods = Informer(api, prefix + "pods", wake.set, "pods")
-    services = Informer(api, prefix + "services", wake.set, "services")
-    pods.start()
-    services.start()
-    while not stop.is_set() and not (pods.synced.is_set() and services.synced.is_set()):
+    if args.node_credentials:
+        # A node may list and watch only the pods bound to it.
+        pods = [Informer(node_apis[n["name"]], prefix + "pods", wake.set, "pods-" + n["name"],
+                         query={"fieldSelector": "spec.nodeName=" + n["name"]}) for n in nodes]
+        services = Informer(node_apis[nodes[0]["name"]], prefix + "services", wake.set, "services")
+    else:
+        pods = [Informer(api, prefix + "pods", wake.set, "pods")]
+        services = Informer(api, prefix + "services", wake.set, "services")
+    informers = pods + [services]
+    for informer in informers:
+        informer.start()
+    while not stop.is_set() and not all(i.synced.is_set() for i in informers):
         stop.wait(0.1)
+    if args.node_leases:
+        nodes_lib.renew_leases(node_apis, nodes)
 
     agents = nodes_lib.Agents(nodes, args.bin_dir, args.work_dir, args.agent_monitor,
                                 tls_dir=args.agent_tls_dir) if args.agent_monitor else None
-    scheduler = Scheduler(api, nodes)
+    scheduler = Scheduler(api, nodes) if args.scheduler == "builtin" else None
     kubelet = Kubelet(api, nodes, args.bin_dir, args.work_dir, args.ip_base, args.speed_dir,
-                      image_root=args.image_root)
+                      image_root=args.image_root, node_apis=node_apis if args.node_credentials else None)
     if args.ready_file and not stop.is_set():
         with open(args.ready_file + ".tmp", "w") as f:
             f.write("ok\n")
@@ -101,17 +134,22 @@ def main(argv):
         wake.clear()
         if stop.is_set():
             break
-        pod_list = pods.items()
-        scheduler.sync(pod_list)
+        pod_list = [p for informer in pods for p in informer.items()]
+        if scheduler:
+            scheduler.sync(pod_list)
         kubelet.sync(pod_list, services.items())
         if agents:
             agents.sync()
         if time.monotonic() >= next_node_check:
-            nodes_lib.keep_nodes_ready(api, nodes)
+            nodes_lib.keep_nodes_ready(node_apis, nodes)
+            if args.node_leases:
+                nodes_lib.renew_leases(node_apis, nodes)
             next_node_check = time.monotonic() + _NODE_CHECK_S
 
-    pods.stop()
-    services.stop()
+    for informer in informers:
+        informer.stop()
+    for server in log_servers:
+        server.stop()
     kubelet.shutdown()
     if agents:
         agents.shutdown()

@@ -2,7 +2,11 @@
 """Tests of the test kubelet: its pure rules directly, its pod state machine against a fake API, and
 the whole thing end to end against antdt-kube-emulator with real AntDT binaries.
 
-Run: ANTDT_BIN_DIR=build/bin /usr/bin/python3 testing/kubelet/kubelet_test.py [-k Pattern]"""
+Run: ANTDT_BIN_DIR=build/bin /usr/bin/python3 testing/kubelet/kubelet_test.py [-k Pattern]
+With --real: only the end-to-end tests, against the real control plane (testing/control-plane:
+kube-apiserver, controller-manager and kube-scheduler), the kubelet acting for each node with that
+node's credentials and leaving binding to the real scheduler; exits 77 (SKIPPED) where the control
+plane is not built."""
 
 import copy
 import json
@@ -18,6 +22,11 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+REAL = "--real" in sys.argv
+if REAL:
+    sys.argv.remove("--real")
+    sys.path.insert(0, os.path.join(HERE, "..", "control-plane"))
+    import antdt_control_plane as acp  # noqa: E402
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
 from antdt_kubelet import spec  # noqa: E402
@@ -338,7 +347,8 @@ class FakeApi:
         self.calls.append((method, path, body))
         return {}
 
-    def update_with_retry(self, path, mutate):
+    def update_with_retry(self, path, mutate, put_path=None):
+        path = put_path or path  # objects are kept under the path they are written to
         obj = mutate(copy.deepcopy(self.objects[path]))
         if obj is not None:
             self.objects[path] = obj
@@ -589,34 +599,54 @@ class EndToEndTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if not os.access(EMULATOR, os.X_OK):
-            raise AssertionError("%s is not built (cmake --build ... --target antdt-kube-emulator)" % EMULATOR)
         from kubernetes import client
         cls.client = client
         cls.tmp = tempfile.TemporaryDirectory(prefix="kubelet-test-")
         cls.work = cls.tmp.name
         cls.procs = []
-        emulator_ready = os.path.join(cls.work, "emulator.ready")
-        cls.start([EMULATOR, "--listen", "127.0.0.1:0", "--ready-file", emulator_ready], "emulator.log")
-        address = wait_for(lambda: read_ready(emulator_ready), "the emulator", alive=cls.procs).splitlines()[0]
-        cls.server = "http://" + address
+        cls.plane = None
+        if REAL:
+            cls.plane = acp.ControlPlane(work_dir=os.path.join(cls.work, "control-plane")).start()
+            print("control plane %s ready in %.1f s" % (cls.plane.version, cls.plane.start_seconds), file=sys.stderr)
+            ip_base = cls.ip_base()
+            a, b, c = ip_base.split(".")
+            for i, node in enumerate(("node-a", "node-b", "node-c")):
+                cls.plane.node_kubeconfig(node, "%s.%s.%d.%d" % (a, b, int(c) + 1, i + 1))
+            target = ["--kubeconfig", cls.plane.kubeconfig, "--node-credentials", cls.plane.dir,
+                      "--scheduler", "none", "--node-leases"]
+        else:
+            if not os.access(EMULATOR, os.X_OK):
+                raise AssertionError("%s is not built (cmake --build ... --target antdt-kube-emulator)" % EMULATOR)
+            emulator_ready = os.path.join(cls.work, "emulator.ready")
+            cls.start([EMULATOR, "--listen", "127.0.0.1:0", "--ready-file", emulator_ready], "emulator.log")
+            address = wait_for(lambda: read_ready(emulator_ready), "the emulator", alive=cls.procs).splitlines()[0]
+            cls.server = "http://" + address
+            target = ["--server", cls.server]
         with open(os.path.join(cls.work, "nodes.yaml"), "w") as f:
             f.write("- {name: node-a, labels: {antdt.io/hardware: a100}}\n"
                     "- {name: node-b, labels: {antdt.io/hardware: a100}}\n"
                     "- {name: node-c, labels: {antdt.io/hardware: v100}}\n")
-        ip_base = "127.%d.%d" % (100 + os.getpid() % 100, (os.getpid() // 100) % 50 * 2)
+        ip_base = cls.ip_base()
         kubelet_ready = os.path.join(cls.work, "kubelet.ready")
-        cls.start(["/usr/bin/python3", os.path.join(HERE, "antdt_test_kubelet.py"), "--server", cls.server,
+        cls.start(["/usr/bin/python3", os.path.join(HERE, "antdt_test_kubelet.py"), *target,
                    "--nodes", os.path.join(cls.work, "nodes.yaml"), "--bin-dir", BIN_DIR,
                    "--work-dir", os.path.join(cls.work, "kubelet"), "--ip-base", ip_base,
                    "--ready-file", kubelet_ready, "--agent-monitor", "127.0.0.1:1",
                    "--speed-dir", os.path.join(cls.work, "speed")], "kubelet.log")
         wait_for(lambda: read_ready(kubelet_ready), "the kubelet", alive=cls.procs)
-        configuration = client.Configuration()
-        configuration.host = cls.server
-        cls.core = client.CoreV1Api(client.ApiClient(configuration))
+        if REAL:
+            from kubernetes import config as kconfig
+            cls.core = client.CoreV1Api(kconfig.new_client_from_config(config_file=cls.plane.kubeconfig))
+        else:
+            configuration = client.Configuration()
+            configuration.host = cls.server
+            cls.core = client.CoreV1Api(client.ApiClient(configuration))
         cls.ns = "e2e"
         cls.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=cls.ns)))
+
+    @classmethod
+    def ip_base(cls):
+        return "127.%d.%d" % (100 + os.getpid() % 100, (os.getpid() // 100) % 50 * 2)
 
     @classmethod
     def start(cls, argv, log_name):
@@ -634,12 +664,16 @@ class EndToEndTest(unittest.TestCase):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        kubelet_rc = cls.procs[-1].returncode if len(cls.procs) > 1 else None
+        kubelet_rc = cls.procs[-1].returncode if cls.procs and (len(cls.procs) > 1 or REAL) else None
+        if cls.plane:
+            cls.plane.stop()
         survivors = [pid for pid in children if os.path.exists("/proc/%d" % pid) and not _zombie(pid)]
         for pid in survivors:  # only processes the kubelet started for this test
             os.kill(pid, signal.SIGKILL)
         if kubelet_rc != 0 or survivors or os.environ.get("ANTDT_KUBELET_TEST_LOGS"):
-            for name in ("kubelet.log", "emulator.log"):
+            for name in ("kubelet.log", "emulator.log", "control-plane/kube-apiserver.log"):
+                if not os.path.exists(os.path.join(cls.work, name)):
+                    continue
                 with open(os.path.join(cls.work, name), errors="replace") as f:
                     sys.stderr.write("---- %s (tail)\n%s\n" % (name, f.read()[-8000:]))
         cls.tmp.cleanup()
@@ -655,6 +689,8 @@ class EndToEndTest(unittest.TestCase):
             return [int(line.split(" pid=")[1].split()[0]) for line in f if " pid=" in line]
 
     def emulator_control(self, method, what, body=None):
+        if REAL:
+            self.skipTest("faults are injected through the emulator's control endpoint")
         import urllib.request
         request = urllib.request.Request(self.server + "/emulator/v1/" + what, method=method,
                                          data=json.dumps(body).encode() if body is not None else None,
@@ -701,6 +737,43 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(node.metadata.labels["antdt.io/hardware"], "v100")
         self.assertEqual([c.status for c in node.status.conditions if c.type == "Ready"], ["True"])
         self.assertEqual([a.type for a in node.status.addresses][0], "InternalIP")
+        if REAL:
+            # Its heartbeat renewed, the node-lifecycle controller lifts the not-ready taint
+            # that admission put on the new Node, so the real scheduler uses it.
+            from kubernetes import client
+            leases = client.CoordinationV1Api(self.core.api_client)
+            self.assertEqual(leases.read_namespaced_lease("node-c", "kube-node-lease").spec.holder_identity, "node-c")
+            self.wait(lambda: not (self.core.read_node("node-c").spec.taints or []), "node-c's taints lifted")
+
+    def test_kubectl_logs_through_the_api_server(self):
+        if not REAL:
+            self.skipTest("the emulator serves logs itself (operator_e2e_test)")
+        self.create_pod("talker", "antdt-ps", args=["--no-such-flag"])
+        pod = self.wait_phase("talker", ["Failed"])
+        kubectl = os.path.join(self.plane.bin_dir, "kubectl")
+        out = subprocess.run([kubectl, "--kubeconfig", self.plane.kubeconfig, "-n", self.ns, "logs", "talker"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout, _read(os.path.join(self.sandbox(pod), "log")))
+        self.assertIn("no-such-flag", out.stdout)
+        last = subprocess.run([kubectl, "--kubeconfig", self.plane.kubeconfig, "-n", self.ns, "logs", "talker",
+                               "--tail=1"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(last.returncode, 0, last.stderr)
+        self.assertEqual(last.stdout.count("\n"), 1, last.stdout)
+        self.assertTrue(out.stdout.endswith(last.stdout))
+
+    def test_a_node_may_not_touch_another_nodes_objects(self):
+        if not REAL:
+            self.skipTest("the Node authorizer and NodeRestriction are the real API server's")
+        from kubernetes import client, config as kconfig
+        as_a = client.CoreV1Api(kconfig.new_client_from_config(
+            config_file=os.path.join(self.plane.dir, "node-node-a.kubeconfig")))
+        with self.assertRaises(ApiException) as ctx:
+            as_a.patch_node_status("node-b", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+        self.assertEqual(ctx.exception.status, 403)
+        with self.assertRaises(ApiException) as ctx:
+            as_a.list_namespaced_pod(self.ns)  # a node lists only its own pods (fieldSelector)
+        self.assertEqual(ctx.exception.status, 403)
 
     def test_service_dns_and_success(self):
         c = self.client
@@ -748,6 +821,8 @@ class EndToEndTest(unittest.TestCase):
                 self.wait(lambda: _connects(ip, 9400), "the agent of %s on %s:9400" % (node.metadata.name, ip))
 
     def test_survives_watch_faults_and_api_errors(self):
+        if REAL:
+            self.skipTest("faults are injected through the emulator's control endpoint")
         self.create_pod("survivor", "antdt-sharding-service", restart="Always",
                         args=["--listen", "$(POD_IP):50051", "--state-dir", os.path.join(self.work, "survivor"),
                               "--auth", "none"])
@@ -851,4 +926,7 @@ def _zombie(pid):
 
 
 if __name__ == "__main__":
+    if REAL:
+        acp.exit_skipped_unless_built()
+        unittest.main(verbosity=2, defaultTest="EndToEndTest")
     unittest.main(verbosity=2)

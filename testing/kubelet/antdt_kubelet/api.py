@@ -72,15 +72,16 @@ class Api:
     def get(self, path):
         return self.request("GET", path)
 
-    def update_with_retry(self, path, mutate):
-        """GET, mutate(obj) -> obj or None (nothing to do), PUT; on 409 read again. Returns the result."""
+    def update_with_retry(self, path, mutate, put_path=None):
+        """GET, mutate(obj) -> obj or None (nothing to do), PUT (to put_path, e.g. a status
+        subresource a node may write but not read); on 409 read again. Returns the result."""
         for _ in range(10):
             obj = self.get(path)
             new = mutate(obj)
             if new is None:
                 return obj
             try:
-                return self.request("PUT", path, new)
+                return self.request("PUT", put_path or path, new)
             except ApiException as e:
                 if e.status != 409:
                     raise
@@ -117,9 +118,10 @@ class Informer:
     so that objects deleted meanwhile disappear; dropped connections rewatch from the last RV; other
     errors back off (0.8 s doubling to 30 s). `on_change()` is called after every change."""
 
-    def __init__(self, api, path, on_change, name):
+    def __init__(self, api, path, on_change, name, query=None):
         self.api = api
         self.path = path
+        self.query = dict(query or {})  # e.g. a fieldSelector, on the list and the watch alike
         self.on_change = on_change
         self.name = name
         self._lock = threading.Lock()
@@ -159,7 +161,7 @@ class Informer:
                 delay = min(delay * 2, 30)
 
     def _list(self):
-        listing = self.api.request("GET", self.path)
+        listing = self.api.request("GET", self.path, query=self.query or None)
         with self._lock:
             self._objects = {self._key(o): o for o in listing.get("items") or []}
         self.synced.set()
@@ -169,7 +171,7 @@ class Informer:
     def _watch(self, rv):
         """Streams events until the server ends the watch; returns the RV to continue from."""
         timeout = random.randint(60, 120)
-        query = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": timeout}
+        query = dict(self.query, watch="1", resourceVersion=rv, allowWatchBookmarks="true", timeoutSeconds=timeout)
         try:
             response = self.api.raw("GET", self.path, query=query, timeout=(5, timeout + 30))
         except ApiException as e:

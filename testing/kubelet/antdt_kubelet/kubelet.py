@@ -88,8 +88,11 @@ class PodState:
 
 class Kubelet:
     def __init__(self, api, nodes, bin_dir, work_dir, ip_base, speed_dir=None, monotonic=time.monotonic,
-                 image_root=None):
+                 image_root=None, node_apis=None):
         self.api = api
+        # Per node, the client with that node's own credentials (system:node:NAME), for
+        # everything about the pods bound to it, as a real kubelet; else `api`.
+        self.node_apis = node_apis or {}
         self.nodes = {n["name"]: n for n in nodes}
         self.bin_dir = bin_dir
         self.image_root = image_root  # stands for the image's /opt/antdt
@@ -101,6 +104,19 @@ class Kubelet:
         self.deleting = set()  # uids of finished, unadmitted pods whose DELETE was sent
         host = api.host.split("://", 1)[-1].rstrip("/")
         self.api_host, _, self.api_port = host.rpartition(":")
+
+    def _api(self, node):
+        return self.node_apis.get(node, self.api)
+
+    def log_of(self, namespace, name):
+        """(the log file, whether its container runs) of the pod's current sandbox, or None.
+        Called from the log servers' threads: reads a copy of the table."""
+        key = "%s/%s" % (namespace, name)
+        states = [s for s in list(self.pods.values()) if s.key == key]
+        if not states:
+            return None
+        state = max(states, key=lambda s: s.start_time)
+        return os.path.join(state.sandbox, "log"), state.proc is not None
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -125,7 +141,7 @@ class Kubelet:
                 # Finished before this kubelet started: nothing to run, but deletion is still ours.
                 if pod["metadata"].get("deletionTimestamp") and pod["metadata"]["uid"] not in self.deleting:
                     self.deleting.add(pod["metadata"]["uid"])
-                    self._delete(_key(pod), pod["metadata"]["uid"])
+                    self._delete(_key(pod), pod["metadata"]["uid"], pod["spec"].get("nodeName"))
                 return
             state = self._admit(pod)
         if pod["metadata"].get("deletionTimestamp"):
@@ -225,7 +241,8 @@ class Kubelet:
         SpecError (ContainerCreating, retried) while the claim does not exist."""
         ns = pod["metadata"]["namespace"]
         try:
-            claim = self.api.get("/api/v1/namespaces/%s/persistentvolumeclaims/%s" % (ns, name))
+            claim = self._api(pod["spec"].get("nodeName")).get(
+                "/api/v1/namespaces/%s/persistentvolumeclaims/%s" % (ns, name))
         except Exception as e:  # noqa: BLE001
             raise podspec.SpecError("ContainerCreating", 'persistentvolumeclaim "%s": %s'
                                     % (name, "not found" if is_status(e, 404) else describe(e)))
@@ -240,7 +257,7 @@ class Kubelet:
         error)) when it cannot be read."""
         ns = pod["metadata"]["namespace"]
         try:
-            secret = self.api.get("/api/v1/namespaces/%s/secrets/%s" % (ns, name))
+            secret = self._api(pod["spec"].get("nodeName")).get("/api/v1/namespaces/%s/secrets/%s" % (ns, name))
         except Exception as e:  # noqa: BLE001
             if is_status(e, 404):
                 return None
@@ -284,6 +301,7 @@ class Kubelet:
         KUBERNETES_SERVICE_* so that clients use it."""
         spec = pod["spec"]
         ns = pod["metadata"]["namespace"]
+        api = self._api(spec.get("nodeName"))
         account = spec.get("serviceAccountName")
         mount = spec.get("automountServiceAccountToken")
         if not account:
@@ -294,7 +312,7 @@ class Kubelet:
             account = "default"
         if mount is None:
             try:
-                sa = self.api.get("/api/v1/namespaces/%s/serviceaccounts/%s" % (ns, account))
+                sa = api.get("/api/v1/namespaces/%s/serviceaccounts/%s" % (ns, account))
                 mount = sa.get("automountServiceAccountToken", True) is not False
             except Exception as e:  # noqa: BLE001
                 if not is_status(e, 404):
@@ -304,9 +322,12 @@ class Kubelet:
         if not mount:
             return env
         try:
-            issued = self.api.request("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (ns, account),
-                                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                       "spec": {"expirationSeconds": 3600}})
+            # Bound to the pod, as a kubelet's: NodeRestriction refuses a node any other token.
+            bound = {"kind": "Pod", "apiVersion": "v1", "name": pod["metadata"]["name"],
+                     "uid": pod["metadata"]["uid"]}
+            issued = api.request("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (ns, account),
+                                 {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                  "spec": {"expirationSeconds": 3600, "boundObjectRef": bound}})
         except Exception as e:  # noqa: BLE001
             raise podspec.SpecError("CreateContainerConfigError",
                                     "token for serviceaccount %s/%s: %s" % (ns, account, describe(e)))
@@ -380,14 +401,14 @@ class Kubelet:
             log("container_stopped", pod=state.key, exit_code=process.exit_code(state.proc))
             state.proc = None
         if not state.deleted:
-            state.deleted = self._delete(state.key, state.uid)
+            state.deleted = self._delete(state.key, state.uid, state.node)
 
-    def _delete(self, key, uid):
+    def _delete(self, key, uid, node):
         """DELETE with grace 0 and a UID precondition; True once done (or moot)."""
         ns, name = key.split("/", 1)
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         try:
-            self.api.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (ns, name), body)
+            self._api(node).request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (ns, name), body)
             log("pod_deleted", pod=key)
         except Exception as e:  # noqa: BLE001
             if not (is_status(e, 404) or is_status(e, 409)):
@@ -469,7 +490,8 @@ class Kubelet:
             return obj
 
         try:
-            self.api.update_with_retry("/api/v1/namespaces/%s/pods/%s/status" % (ns, name), mutate)
+            path = "/api/v1/namespaces/%s/pods/%s" % (ns, name)
+            self._api(state.node).update_with_retry(path, mutate, put_path=path + "/status")
         except Exception as e:  # noqa: BLE001 - written again on the next pass
             if not is_status(e, 404):
                 log("status_write_failed", pod=state.key, error=describe(e))

@@ -37,6 +37,8 @@ def _node_status(node):
         "nodeInfo": {"kubeletVersion": "v1.30.0-antdt-test", "operatingSystem": "linux", "architecture": "amd64",
                      "containerRuntimeVersion": "antdt-test://1", "kernelVersion": "", "osImage": "",
                      "kubeProxyVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
+        # Where the API server finds this node's log endpoint (`kubectl logs`), when it serves one.
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": node.get("kubeletPort", 0)}},
     }
 
 
@@ -82,8 +84,10 @@ def ensure_node(api, node):
     log("node_ready", node=node["name"])
 
 
-def keep_nodes_ready(api, nodes):
+def keep_nodes_ready(apis, nodes):
+    """apis: node name -> the client to check and register that node with."""
     for node in nodes:
+        api = apis[node["name"]]
         try:
             obj = api.get("/api/v1/nodes/" + node["name"])
             if _ready(obj):
@@ -96,6 +100,36 @@ def keep_nodes_ready(api, nodes):
             ensure_node(api, node)
         except Exception as e:  # noqa: BLE001
             log("node_register_failed", node=node["name"], error=describe(e))
+
+
+def renew_lease(api, node):
+    """The node's Lease in kube-node-lease (its heartbeat for the node-lifecycle controller):
+    created on the first call, its renewTime moved to now on every later one."""
+    name = node["name"]
+    path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/" + name
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}
+    try:
+        def renew(lease):
+            lease["spec"] = dict(lease.get("spec") or {}, **spec)
+            return lease
+
+        api.update_with_retry(path, renew)
+    except Exception as e:  # noqa: BLE001
+        if not is_status(e, 404):
+            raise
+        api.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                    {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                     "metadata": {"name": name, "namespace": "kube-node-lease"}, "spec": spec})
+        log("node_lease_created", node=name)
+
+
+def renew_leases(apis, nodes):
+    for node in nodes:
+        try:
+            renew_lease(apis[node["name"]], node)
+        except Exception as e:  # noqa: BLE001 - tried again on the next beat
+            log("node_lease_failed", node=node["name"], error=describe(e))
 
 
 class Agents:
