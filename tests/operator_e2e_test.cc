@@ -105,7 +105,19 @@ int RunCommand(const std::string& cmd, std::string* output) {
   return WEXITSTATUS(pclose(f));
 }
 
-// One little cluster: emulator, kubelet with its nodes and agents, operators.
+// ANTDT_E2E_CONTROL_PLANE=real: the cluster is the real control plane
+// (testing/control-plane: etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler built by scripts/build-k8s.sh) instead of the emulator; the
+// test kubelet then acts for each node with its node credentials and the real
+// scheduler binds the pods. Only the cases registered as operator_e2e_real.*
+// (tests/CMakeLists.txt) run so: the others use the emulator's fault injection.
+bool RealControlPlane() {
+  const char* mode = std::getenv("ANTDT_E2E_CONTROL_PLANE");
+  return mode != nullptr && std::string(mode) == "real";
+}
+
+// One little cluster: emulator (or the real control plane), kubelet with its
+// nodes and agents, operators.
 class Cluster {
  public:
   // `rbac`: the emulator authorizes every request by RBAC; the test's own
@@ -116,6 +128,59 @@ class Cluster {
     // The workers' MASTER_PORT: torch's store binds it on every address, so
     // each cluster draws its own (below the ephemeral range), as its IPs.
     master_port_ = 20000 + static_cast<int>(rd() % 10000);
+    if (RealControlPlane()) {
+      StartRealControlPlane();
+    } else {
+      StartEmulator(rbac);
+    }
+    auto cfg = kube::LoadKubeconfig(dir_.File("kubeconfig"));
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    if (!cfg.ok()) return;
+    kube::ClientOptions o;
+    o.user_agent = "antdt-e2e-test";
+    auto c = kube::Client::Create(*cfg, o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    api_ = std::move(*c);
+    fs::create_directories(dir_.File("speeds"));
+    fs::create_directories(dir_.File("checkpoints"));
+  }
+
+  // The real control plane, its admin kubeconfig as the test's, and node
+  // credentials (with a serving certificate for `kubectl logs`) for each node.
+  void StartRealControlPlane() {
+    const std::string harness = SourcePath("testing/control-plane/antdt_control_plane.py");
+    plane_ = std::make_unique<Process>(
+        std::vector<std::string>{"/usr/bin/python3", harness, "run", "--dir", dir_.File("cp"),
+                                 "--ready-file", dir_.File("cp.ready")},
+        dir_.File("control-plane.log"));
+    const auto ready = WaitForReadyFile(dir_.File("cp.ready"), std::chrono::seconds(120));
+    if (!ready) {
+      ADD_FAILURE() << "the control plane did not start; see " << dir_.File("control-plane.log");
+      return;
+    }
+    const Json info = Json::parse(*ready, nullptr, false);
+    if (info.is_object()) k8s_bin_dir_ = info.value("bin_dir", "");
+    std::cerr << "real control plane: kube-apiserver "
+              << (info.is_object() ? info.value("version", "?") : "?") << ", ready in "
+              << (info.is_object() ? info.value("start_seconds", 0.0) : 0.0) << " s\n";
+    fs::copy_file(dir_.File("cp/admin.kubeconfig"), dir_.File("kubeconfig"),
+                  fs::copy_options::overwrite_existing);
+    const std::vector<std::string> base = absl::StrSplit(ip_base_, '.');
+    int third = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(base[2], &third));
+    for (int i = 0; i < nodes_; ++i) {
+      // The node's host IP as the kubelet gives it (127.X.(Y+1).(i+1)).
+      const std::string ip = absl::StrCat(base[0], ".", base[1], ".", third + 1, ".", i + 1);
+      std::string out;
+      const int rc =
+          RunCommand(absl::StrCat("/usr/bin/python3 ", harness, " kubeconfig --dir ",
+                                  dir_.File("cp"), " --node node-", i, " --serving-ip ", ip),
+                     &out);
+      EXPECT_EQ(rc, 0) << out;
+    }
+  }
+
+  void StartEmulator(bool rbac) {
     std::vector<std::string> emulator = {BinPath("antdt-kube-emulator"),
                                          "--listen",
                                          "127.0.0.1:0",
@@ -153,21 +218,13 @@ class Cluster {
         << "contexts:\n- name: emu\n  context:\n    cluster: emu\n    user: test\n    namespace: "
            "default\n"
         << "users:\n- name: test\n  user:\n    token: test-token\n";
-    auto cfg = kube::LoadKubeconfig(dir_.File("kubeconfig"));
-    EXPECT_TRUE(cfg.ok()) << cfg.status();
-    kube::ClientOptions o;
-    o.user_agent = "antdt-e2e-test";
-    auto c = kube::Client::Create(*cfg, o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    api_ = std::move(*c);
-    fs::create_directories(dir_.File("speeds"));
-    fs::create_directories(dir_.File("checkpoints"));
   }
 
   ~Cluster() {
     for (auto& [name, p] : operators_) Stop(p.get());
     Stop(kubelet_.get());
     Stop(emulator_.get());
+    Stop(plane_.get());
   }
 
   static void Stop(Process* p) {
@@ -291,6 +348,14 @@ class Cluster {
         "--speed-dir",      dir_.File("speeds"),
         "--image-root",     SourcePath("."),
         "--ready-file",     dir_.File("kubelet.ready")};
+    if (RealControlPlane()) {
+      for (const std::string& a :
+           {std::string("--node-credentials"), dir_.File("cp"), std::string("--scheduler"),
+            std::string("none"), std::string("--node-leases"),
+            std::string("--provision-volumes")}) {
+        argv.push_back(a);
+      }
+    }
     if (!monitor.empty()) {
       argv.push_back("--agent-monitor");
       argv.push_back(monitor);
@@ -439,11 +504,47 @@ class Cluster {
     return config;
   }
 
+  // The requests the API server served: the emulator's log, or the real API
+  // server's audit log (testing/control-plane) in the emulator's shape (user,
+  // code, method, path, query).
   Json Requests() {
+    if (RealControlPlane()) return AuditedRequests();
     web::http::client::http_client c(server_, ClientConfig());
     auto r = c.request(web::http::methods::GET, "/emulator/v1/requests").get();
     return Json::parse(r.extract_string().get());
   }
+
+  Json AuditedRequests() {
+    static const std::map<std::string, std::string> kMethods = {
+        {"get", "GET"},       {"list", "GET"},
+        {"watch", "GET"},     {"create", "POST"},
+        {"update", "PUT"},    {"patch", "PATCH"},
+        {"delete", "DELETE"}, {"deletecollection", "DELETE"}};
+    Json out = Json::array();
+    std::ifstream in(dir_.File("cp/audit.log"));
+    std::string line;
+    while (std::getline(in, line)) {
+      const Json e = Json::parse(line, nullptr, false);
+      // A watch is audited when it starts (and again when it ends).
+      const std::string stage = e.is_object() ? e.value("stage", "") : "";
+      const bool watch = e.is_object() && e.value("verb", "") == "watch";
+      if (stage != (watch ? "ResponseStarted" : "ResponseComplete")) continue;
+      const auto method = kMethods.find(e.value("verb", ""));
+      if (method == kMethods.end()) continue;
+      const std::string uri = e.value("requestURI", "");
+      const size_t q = uri.find('?');
+      out.push_back(
+          {{"user", Str(e, {"user", "username"})},
+           {"code", e.contains("responseStatus") ? e["responseStatus"].value("code", 0) : 0},
+           {"method", method->second},
+           {"path", uri.substr(0, q)},
+           {"query", q == std::string::npos ? "" : uri.substr(q + 1)}});
+    }
+    return out;
+  }
+
+  // A binary of the real control plane's build (helm, kubectl), when RealControlPlane().
+  std::string K8sBin(const std::string& name) const { return k8s_bin_dir_ + "/" + name; }
 
   // The job's own folder under its checkpoint.path: named by its UID (the
   // live job's; once deleted, the only one there).
@@ -518,6 +619,8 @@ class Cluster {
   std::string server_;
   std::unique_ptr<Process> emulator_;
   std::unique_ptr<Process> kubelet_;
+  std::unique_ptr<Process> plane_;  // the real control plane's harness, when RealControlPlane()
+  std::string k8s_bin_dir_;
   std::map<std::string, std::unique_ptr<Process>> operators_;
   std::unique_ptr<kube::Client> api_;
 };
@@ -791,6 +894,56 @@ std::vector<std::string> RulesNoRequestNeeded(const std::string& rendered,
 // job's pods are refused, and the operator says which permission it lacks
 // where a user looks: a FailedCreate Warning Event on the job carrying the
 // API server's 403, and one api_forbidden line in its log (`kubectl logs`).
+// helm upgrade changes the operator's Deployment and it rolls out; helm
+// uninstall removes what the release made (the CRD stays, as Helm keeps crds/).
+// The ClusterRole was edited by hand (kubectl apply, taking `create pods` away):
+// Helm 4's server-side apply refuses to take its rules back without
+// --force-conflicts, and then restores them.
+void ExpectHelmUpgradeAndUninstall(Cluster& cluster, const std::string& helm,
+                                   const std::string& chart, const std::string& sets) {
+  std::string out;
+  const std::string upgrade = helm + "upgrade antdt " + chart + " --namespace antdt-system" + sets +
+                              " --set operator.monitorWindow=2s";
+  ASSERT_NE(RunCommand(upgrade + " 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("conflict with \"kubectl-client-side-apply\""), std::string::npos) << out;
+  EXPECT_NE(out.find("antdt-operator-jobs"), std::string::npos) << out;
+  ASSERT_EQ(RunCommand(upgrade + " --force-conflicts 2>&1", &out), 0) << out;
+  int rc = 0;
+  out = cluster.Kubectl("get clusterrole antdt-operator-jobs -o json", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  bool creates_pods = false;
+  const Json role = Json::parse(out);
+  for (const Json& rule : role["rules"]) {
+    if (rule["resources"] == Json::array({"pods"})) {
+      for (const Json& v : rule["verbs"]) creates_pods = creates_pods || v == "create";
+    }
+  }
+  EXPECT_TRUE(creates_pods) << "the upgrade did not restore create pods: " << out;
+  out = cluster.Kubectl("-n antdt-system get deployment antdt-operator -o json", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--monitor-window=2s"), std::string::npos) << out;
+  out = cluster.Kubectl("-n antdt-system rollout status deployment/antdt-operator --timeout=120s",
+                        &rc);
+  EXPECT_EQ(rc, 0) << out << cluster.Kubectl("get pods -A -o wide");
+  ASSERT_EQ(RunCommand(helm + "history antdt --namespace antdt-system 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("Upgrade complete"), std::string::npos) << out;
+  ASSERT_EQ(RunCommand(helm + "uninstall antdt --namespace antdt-system --wait 2>&1", &out), 0)
+      << out;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const std::string left = cluster.Kubectl(
+            "get deployment,daemonset,serviceaccount -A -l app.kubernetes.io/instance=antdt -o "
+            "name");
+        return left.empty();
+      },
+      std::chrono::seconds(60)))
+      << cluster.Kubectl("get all -A -l app.kubernetes.io/instance=antdt");
+  out = cluster.Kubectl("get clusterroles -l app.kubernetes.io/instance=antdt -o name", &rc);
+  EXPECT_EQ(out, "") << out;
+  out = cluster.Kubectl("get crd antdtjobs.antdt.io -o name", &rc);
+  EXPECT_EQ(rc, 0) << out;
+}
+
 void ExpectAMissingPermissionIsReported(Cluster& cluster, const std::string& rendered) {
   Json role;
   for (const YAML::Node& doc : YAML::LoadAllFromFile(rendered)) {
@@ -846,12 +999,20 @@ void ExpectAMissingPermissionIsReported(Cluster& cluster, const std::string& ren
 // kubelet; a job with a straggler node then runs to Succeeded, exactly once,
 // with the straggler acted on; and every request the operator made was one
 // its RBAC grants.
+// On the real control plane (ANTDT_E2E_CONTROL_PLANE=real) with the real helm:
+// lint, template (for the roles), install, test, upgrade and uninstall; the
+// requests from the API server's audit log, a removed rule refused by its RBAC
+// authorizer. On the emulator: antdt-helm-render and kubectl apply.
 TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
+  const bool real = RealControlPlane();
   const std::string render = BinPath("antdt-helm-render");
-  if (!fs::exists(render)) {
+  if (!real && !fs::exists(render)) {
     GTEST_SKIP() << "no " << render << " (golang-go and sprig: scripts/install-deps.sh)";
   }
   Cluster cluster(5, /*rbac=*/true);
+  const std::string helm =
+      cluster.K8sBin("helm") + " --kubeconfig " + cluster.File("kubeconfig") + " ";
+  const std::string chart = SourcePath("deploy/helm/antdt");
   int rc = 0;
   for (const auto& [ns, level] : std::vector<std::pair<std::string, std::string>>{
            {"antdt-system", "restricted"}, {"antdt-agents", "privileged"}}) {
@@ -865,17 +1026,33 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
       cluster.Kubectl("label namespace default pod-security.kubernetes.io/enforce=restricted", &rc);
   ASSERT_EQ(rc, 0) << out;
 
-  // helm template, then kubectl apply.
+  // helm template, then kubectl apply (real: helm install).
   const std::string rendered = cluster.dir() + "/antdt.yaml";
-  const std::string values = absl::StrCat(
-      " --name antdt --namespace antdt-system --set agent.namespace=antdt-agents",
-      " --set operator.monitorWindow=1s --set operator.masterPort=", cluster.master_port(), " ",
-      SourcePath("deploy/helm/antdt"));
-  const std::string cmd =
-      absl::StrCat(render, " --include-crds --skip-tests", values, " > ", rendered);
-  ASSERT_EQ(RunCommand(cmd, &out), 0) << out;
-  out = cluster.Kubectl("apply -f " + rendered, &rc);
-  ASSERT_EQ(rc, 0) << out;
+  const std::string sets = absl::StrCat(
+      " --set agent.namespace=antdt-agents",
+      " --set operator.monitorWindow=1s --set operator.masterPort=", cluster.master_port(), " ");
+  const std::string values = absl::StrCat(" --name antdt --namespace antdt-system", sets, chart);
+  if (real) {
+    ASSERT_EQ(RunCommand(helm + "lint " + chart + sets + " 2>&1", &out), 0) << out;
+    ASSERT_EQ(RunCommand(absl::StrCat(helm, "template antdt ", chart,
+                                      " --namespace antdt-system --include-crds --skip-tests", sets,
+                                      " > ", rendered),
+                         &out),
+              0)
+        << out;
+    ASSERT_EQ(
+        RunCommand(helm + "install antdt " + chart + " --namespace antdt-system" + sets + " 2>&1",
+                   &out),
+        0)
+        << out;
+    std::cout << "helm install: " << out << "\n";
+  } else {
+    const std::string cmd =
+        absl::StrCat(render, " --include-crds --skip-tests", values, " > ", rendered);
+    ASSERT_EQ(RunCommand(cmd, &out), 0) << out;
+    out = cluster.Kubectl("apply -f " + rendered, &rc);
+    ASSERT_EQ(rc, 0) << out;
+  }
   ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(""));  // the agents come from the DaemonSet
   out = cluster.Kubectl("-n antdt-system rollout status deployment/antdt-operator --timeout=120s",
                         &rc);
@@ -919,9 +1096,16 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   EXPECT_TRUE(WaitFor([&] { return cluster.GetJob("chart").is_null(); }, std::chrono::seconds(60)));
 
   // helm test: the chart's test pod finds the Monitor, a ready operator and an agent.
+  if (real) {
+    EXPECT_EQ(RunCommand(helm + "test antdt --namespace antdt-system --timeout 120s 2>&1", &out), 0)
+        << out << cluster.Kubectl("-n antdt-system get pods -o wide");
+  }
   const std::string with_tests = cluster.dir() + "/antdt-tests.yaml";
-  ASSERT_EQ(RunCommand(absl::StrCat(render, values, " > ", with_tests), &out), 0) << out;
-  for (const YAML::Node& doc : YAML::LoadAllFromFile(with_tests)) {
+  if (!real) {
+    ASSERT_EQ(RunCommand(absl::StrCat(render, values, " > ", with_tests), &out), 0) << out;
+  }
+  for (const YAML::Node& doc :
+       real ? std::vector<YAML::Node>{} : YAML::LoadAllFromFile(with_tests)) {
     const Json o = kube::YamlToJson(doc);
     if (!o.is_object() || Str(o, {"kind"}) != "Pod") continue;
     std::ofstream(cluster.dir() + "/test-pod.json") << o.dump();
@@ -994,6 +1178,9 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
       rendered, kubeemu::ServiceAccountUser("antdt-system", "antdt-operator"), cluster.Requests());
   EXPECT_TRUE(needless.empty()) << "rules this run did without: " << absl::StrJoin(needless, "; ");
   ASSERT_NO_FATAL_FAILURE(ExpectAMissingPermissionIsReported(cluster, rendered));
+  if (real) {
+    ASSERT_NO_FATAL_FAILURE(ExpectHelmUpgradeAndUninstall(cluster, helm, chart, sets));
+  }
 }
 
 // Jobs are namespace/name: two jobs named `coll` in two namespaces at once
@@ -1007,6 +1194,10 @@ TEST(OperatorE2E, SameNameInTwoNamespacesStayApart) {
   const int64_t records = 6000;
   const std::vector<std::string> namespaces = {"team-a", "team-b"};
   for (const std::string& ns : namespaces) {
+    // A real API server makes no namespace on first use (the emulator does).
+    int rc = 0;
+    const std::string out = cluster.Kubectl("create namespace " + ns, &rc);
+    ASSERT_EQ(rc, 0) << out;
     Json spec = cluster.ExampleJob("coll", records, 3);
     spec["metadata"]["namespace"] = ns;
     ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));

@@ -260,7 +260,16 @@ class ControlPlane:
         self._wait("etcd", lambda: b"true" in urllib.request.urlopen(etcd_url + "/health", timeout=2).read(),
                    timeout)
         p = self._path
+        # Every request's user, verb, resource and answer, one JSON line each in
+        # DIR/audit.log (audit_events()): what a least-privilege check measures.
+        self.audit_log = os.path.join(self.dir, "audit.log")
+        with open(os.path.join(self.dir, "audit-policy.yaml"), "w") as f:
+            f.write("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+                    "rules:\n- level: Metadata\n")
         self._spawn("kube-apiserver", [
+            "--audit-policy-file=" + os.path.join(self.dir, "audit-policy.yaml"),
+            "--audit-log-path=" + self.audit_log, "--audit-log-format=json",
+            "--audit-log-mode=blocking",
             "--etcd-servers=" + etcd_url, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             "--secure-port=%d" % api_port,
             "--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"),

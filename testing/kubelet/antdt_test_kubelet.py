@@ -16,6 +16,7 @@ from antdt_kubelet import nodes as nodes_lib  # noqa: E402
 from antdt_kubelet.api import Api, Informer, describe, log  # noqa: E402
 from antdt_kubelet.kubelet import Kubelet  # noqa: E402
 from antdt_kubelet.logs import LogServer  # noqa: E402
+from antdt_kubelet.volumes import Provisioner  # noqa: E402
 from antdt_kubelet.scheduler import Scheduler  # noqa: E402
 
 _NODE_CHECK_S = 10
@@ -45,6 +46,9 @@ def parse_args(argv):
                         "node's IP to clients with a certificate of the kubeconfig's CA")
     p.add_argument("--scheduler", choices=("builtin", "none"), default="builtin",
                    help="none: leave binding to a real kube-scheduler")
+    p.add_argument("--provision-volumes", action="store_true",
+                   help="give each pending PersistentVolumeClaim a volume pre-bound to it (a local-path "
+                        "provisioner), with the --kubeconfig/--server credentials")
     p.add_argument("--node-leases", action="store_true",
                    help="renew each node's Lease in kube-node-lease every 10 s (a real node-lifecycle "
                         "controller marks nodes without it NotReady)")
@@ -109,7 +113,10 @@ def main(argv):
     else:
         pods = [Informer(api, prefix + "pods", wake.set, "pods")]
         services = Informer(api, prefix + "services", wake.set, "services")
-    informers = pods + [services]
+    claims = None
+    if args.provision_volumes:
+        claims = Informer(api, prefix + "persistentvolumeclaims", wake.set, "claims")
+    informers = pods + [services] + ([claims] if claims else [])
     for informer in informers:
         informer.start()
     while not stop.is_set() and not all(i.synced.is_set() for i in informers):
@@ -120,6 +127,7 @@ def main(argv):
     agents = nodes_lib.Agents(nodes, args.bin_dir, args.work_dir, args.agent_monitor,
                                 tls_dir=args.agent_tls_dir) if args.agent_monitor else None
     scheduler = Scheduler(api, nodes) if args.scheduler == "builtin" else None
+    provisioner = Provisioner(api, args.work_dir) if claims else None
     kubelet = Kubelet(api, nodes, args.bin_dir, args.work_dir, args.ip_base, args.speed_dir,
                       image_root=args.image_root, node_apis=node_apis if args.node_credentials else None)
     if args.ready_file and not stop.is_set():
@@ -137,6 +145,8 @@ def main(argv):
         pod_list = [p for informer in pods for p in informer.items()]
         if scheduler:
             scheduler.sync(pod_list)
+        if provisioner:
+            provisioner.sync(claims.items())
         kubelet.sync(pod_list, services.items())
         if agents:
             agents.sync()
