@@ -224,13 +224,22 @@ class ControlPlane:
         with urllib.request.urlopen(self.server + path, context=ctx, timeout=timeout) as r:
             return r.status, r.read().decode()
 
-    def start(self, timeout=120):
+    def start(self, timeout=120, attempts=3):
+        """Starts every component; again with fresh ports (up to ATTEMPTS times) when one
+        lost its port to another process between free_port() and its bind."""
         started = time.monotonic()
-        try:
-            self._start(timeout)
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(attempts):
+            try:
+                self._start(timeout)
+                break
+            except RuntimeError as e:
+                self.stop()
+                if "address already in use" not in str(e) or attempt + 1 == attempts:
+                    raise
+                print("antdt-control-plane: a port was taken meanwhile; starting again", file=sys.stderr)
+            except BaseException:
+                self.stop()
+                raise
         self.start_seconds = time.monotonic() - started
         return self
 
@@ -250,6 +259,7 @@ class ControlPlane:
         self._client_cert("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ["kubeadm:cluster-admins"])
 
         etcd_url = self.etcd_url = "http://127.0.0.1:%d" % etcd_port
+        shutil.rmtree(os.path.join(self.dir, "etcd"), ignore_errors=True)  # from an earlier attempt
         peer_url = "http://127.0.0.1:%d" % peer_port
         self._spawn("etcd", [
             "--data-dir=" + os.path.join(self.dir, "etcd"), "--name=antdt-test",
