@@ -8,17 +8,32 @@ SRC=${1:?source dir}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/build-k8s-test.XXXXXX")
 trap 'chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# A Go new enough to build (the first case): the PATH's, else the toolchain that
+# build-k8s.sh fetched into the real cache (a fresh Debian 12's own go is 1.19).
+REAL_CACHE=$(dirname "$(dirname "$("$SRC/scripts/build-k8s.sh" --bin-dir)")")
+NEW_GO_DIR=""
+if [[ "$(go env GOVERSION 2>/dev/null)" =~ ^go1\.(2[6-9]|[3-9][0-9]) ]]; then
+  NEW_GO_DIR=$(dirname "$(command -v go)")
+elif [[ -x "$REAL_CACHE/go1.26.8/bin/go" ]]; then
+  NEW_GO_DIR="$REAL_CACHE/go1.26.8/bin"
+fi
 export ANTDT_K8S_CACHE="$WORK/cache" GOMODCACHE="$WORK/mod" GOPROXY=off
 BIN_DIR=$("$SRC/scripts/build-k8s.sh" --bin-dir)
 [[ "$BIN_DIR" == "$WORK/cache/"*/bin ]] || fail "--bin-dir printed $BIN_DIR"
 
 echo "== a module download that fails"
-if OUT=$(timeout 120 "$SRC/scripts/build-k8s.sh" 2>&1); then fail "a build with GOPROXY=off passed: $OUT"; fi
-echo "$OUT" | tail -3
-[[ "$OUT" == *"go mod download (kubernetes) failed"* ]] || fail "the failed step is not named: $OUT"
-[[ "$OUT" == *"module lookup disabled by GOPROXY=off"* ]] || fail "go's own reason is not shown: $OUT"
-[[ "$OUT" == *"retry with scripts/build-k8s.sh"* ]] || fail "no way to retry is given: $OUT"
-if "$SRC/scripts/build-k8s.sh" --check >/dev/null; then fail "--check says built after a failed build"; fi
+if [[ -n "$NEW_GO_DIR" ]]; then
+  if OUT=$(PATH="$NEW_GO_DIR:$PATH" timeout 120 "$SRC/scripts/build-k8s.sh" 2>&1); then
+    fail "a build with GOPROXY=off passed: $OUT"
+  fi
+  echo "$OUT" | tail -3
+  [[ "$OUT" == *"go mod download (kubernetes) failed"* ]] || fail "the failed step is not named: $OUT"
+  [[ "$OUT" == *"module lookup disabled by GOPROXY=off"* ]] || fail "go's own reason is not shown: $OUT"
+  [[ "$OUT" == *"retry with scripts/build-k8s.sh"* ]] || fail "no way to retry is given: $OUT"
+  if "$SRC/scripts/build-k8s.sh" --check >/dev/null; then fail "--check says built after a failed build"; fi
+else
+  echo "(no Go >= 1.26 here, nor one fetched by scripts/build-k8s.sh: that case is not run)"
+fi
 
 echo "== a Go older than 1.26 and no module proxy to fetch a newer one from"
 OLD_GO=$(ls -d /usr/lib/go-1.19/bin 2>/dev/null || true)
