@@ -124,6 +124,10 @@ for field in "uid:" "resourceVersion:" "generation: 1" "creationTimestamp:"; do
   [[ "$YAML" == *"$field"* ]] || fail "-o yaml lacks $field"
 done
 
+echo "== describe"
+OUT=$(k describe adt quickstart) || fail "kubectl describe: $OUT"
+[[ "$OUT" == *"Name:"*"quickstart"* && "$OUT" == *"Kind:"*"AntDTJob"* ]] || fail "kubectl describe printed: $OUT"
+
 echo "== built-in kinds print the API server's columns"
 k run table-pod --image=antdt/antdt:0.1.0 --restart=Never >/dev/null || fail "kubectl run"
 OUT=$(k get pods) || fail "get pods"
