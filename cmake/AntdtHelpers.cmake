@@ -50,14 +50,21 @@ endfunction()
 # through its add_dependencies, the binaries it launches) in parallel.
 # SPLIT: one ctest test per TEST() in SRCS, named NAME.Suite.Case (each its own
 # process, TIMEOUT each), so that `ctest -j` runs a long binary's cases side by
-# side; `ctest -R NAME` still selects them all.
+# side; `ctest -R NAME` still selects them all. CASES Suite.Case ...: with SPLIT,
+# only those cases (the others are registered elsewhere, e.g. on another backend).
 include(GoogleTest)
 function(antdt_test name)
-  cmake_parse_arguments(ARG "SPLIT" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SPLIT" "TIMEOUT" "SRCS;DEPS;LABELS;CASES" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_options(${name} PRIVATE ${ANTDT_WARNINGS})
-  if(ARG_SPLIT)
+  if(ARG_SPLIT AND ARG_CASES)
+    set(tests "")
+    foreach(case IN LISTS ARG_CASES)
+      add_test(NAME ${name}.${case} COMMAND ${name} --gtest_filter=${case})
+      list(APPEND tests ${name}.${case})
+    endforeach()
+  elseif(ARG_SPLIT)
     gtest_add_tests(TARGET ${name} SOURCES ${ARG_SRCS} TEST_PREFIX "${name}." TEST_LIST tests)
   else()
     add_test(NAME ${name} COMMAND ${name})

@@ -16,10 +16,9 @@ PACKAGES=(
   python3-torch                                              # antdt.torch, the PyTorch example
   prometheus
   chromium                                                   # report_browser_test, headless
-  # helm_chart_test: the chart rendered with Helm's engine (Go text/template + sprig,
-  # values.schema.json by gojsonschema) and validated by npm kubernetes-models
-  golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev
-  golang-github-xeipuuv-gojsonschema-dev
+  # Debian's Go (1.19): scripts/build-k8s.sh has it fetch Go 1.26.8 from the module
+  # proxy, which then builds the real control plane and helm
+  golang-go
   # the API-server emulator's /openapi/v2 protobuf (gnostic's OpenAPIv2.proto)
   golang-github-googleapis-gnostic-dev
 )

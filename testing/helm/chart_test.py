@@ -1,13 +1,14 @@
-"""The Helm chart deploy/helm/antdt, rendered as `helm template` renders it.
+"""The Helm chart deploy/helm/antdt, rendered by the real helm.
 
-Renders with antdt-helm-render (testing/helm/render: Go text/template + sprig, Helm's
-engine and function library; values checked against values.schema.json as Helm does),
-then checks what a platform team's cluster would check:
+Renders with `helm template` (helm 4, built by scripts/build-k8s.sh; ANTDT_HELM, which
+ctest sets), then checks what a platform team's cluster would check:
 
-- every object validates against the schema of its kind (npm kubernetes-models, run by
-  testing/helm/validate/validate.mjs) and has no field its kind does not know (the
-  Kubernetes Python client's models, field by field), for the default values and for a
-  values file that turns every option on (testing/helm/all-on.yaml);
+- helm lint passes for the default values and a values file that turns every option on
+  (testing/helm/all-on.yaml); every object it renders passes a server-side dry run on the
+  real API server (testing/control-plane: its own schemas, admission and defaulting), has
+  no field its kind does not know (the Kubernetes Python client's models, field by field),
+  and, where npm could install it, validates against npm kubernetes-models (which also
+  know the Prometheus Operator's kinds, not served by the test API server);
 - every pod but the agent's meets Pod Security "restricted"; the agent's only
   exceptions are the host network, its ports and the read-only host paths;
 - resources on every container, probes, the node name from the downward API;
@@ -15,8 +16,7 @@ then checks what a platform team's cluster would check:
 - bad values fail naming the field; names fit in 63 characters for long releases;
 - the chart's copies of the CRD and the Prometheus rules equal their sources.
 
-Run: /usr/bin/python3 -m unittest -v chart_test (from testing/helm), with
-ANTDT_HELM_RENDER pointing at the renderer (ctest sets it).
+Run: ANTDT_HELM=<helm> /usr/bin/python3 -m unittest -v chart_test (from testing/helm).
 """
 
 import json
@@ -38,22 +38,15 @@ HAVE_KUBERNETES_MODELS = os.path.isdir(os.path.join(HERE, "validate", "node_modu
 if not HAVE_KUBERNETES_MODELS:
     print("helm_chart_test: npm kubernetes-models not installed (testing/helm/validate): "
           "the Kubernetes Python client's models check each kind alone")
-RENDER = os.environ.get("ANTDT_HELM_RENDER", os.path.join(REPO, "build", "bin", "antdt-helm-render"))
-# ANTDT_HELM: the real helm (scripts/build-k8s.sh) renders instead (helm_chart_real_test),
-# and the rendered objects go to the real API server as a server-side dry run.
-HELM = os.environ.get("ANTDT_HELM")
+HELM = os.environ.get("ANTDT_HELM")  # the real helm (scripts/build-k8s.sh)
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def render(*args, namespace="antdt-system", name="antdt"):
-    """(returncode, stdout, stderr) of the renderer (or `helm template`) on the chart;
-    with --notes, the release notes (helm: of `helm install --dry-run=client`)."""
-    if not HELM:
-        p = subprocess.run([RENDER, "--name", name, "--namespace", namespace, *args, CHART],
-                           capture_output=True, text=True, timeout=60)
-        return p.returncode, p.stdout, p.stderr
+    """(returncode, stdout, stderr) of `helm template` on the chart; with --notes, the
+    release notes (of `helm install --dry-run=client`)."""
     if "--notes" in args:
         rest = [a for a in args if a != "--notes"]
         p = subprocess.run([HELM, "install", name, CHART, "--namespace", namespace, "--dry-run=client", *rest],
@@ -221,10 +214,8 @@ def restricted_violations(spec):
 class ChartTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if HELM and not os.access(HELM, os.X_OK):
-            raise unittest.SkipTest("no helm at %s (scripts/build-k8s.sh)" % HELM)
-        if not HELM and not os.access(RENDER, os.X_OK):
-            raise unittest.SkipTest("no renderer at %s (golang-go and sprig: scripts/install-deps.sh)" % RENDER)
+        if not HELM or not os.access(HELM, os.X_OK):
+            raise unittest.SkipTest("no helm (ANTDT_HELM=%s; scripts/build-k8s.sh builds it)" % HELM)
         cls.defaults, cls.defaults_text = render_objects("--include-crds")
         cls.all_on, cls.all_on_text = render_objects("--include-crds", "-f", ALL_ON)
 
@@ -518,8 +509,8 @@ class RealHelmTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if not HELM:
-            raise unittest.SkipTest("ANTDT_HELM unset: the real helm and API server are helm_chart_real_test's")
+        if not HELM or not os.access(HELM, os.X_OK):
+            raise unittest.SkipTest("no helm (ANTDT_HELM=%s; scripts/build-k8s.sh builds it)" % HELM)
         import sys
         sys.path.insert(0, os.path.join(REPO, "testing", "control-plane"))
         import antdt_control_plane as acp

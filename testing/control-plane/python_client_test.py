@@ -1,19 +1,14 @@
 #!/usr/bin/python3
-"""Debian's python3-kubernetes (22.6) against antdt-kube-emulator, or with --real
-against the real control plane (testing/control-plane; exit 77, SKIPPED, where it is
-not built): typed lists and creates, CRDs and custom objects, Watch().stream
-MODIFIED events, and the 410 ApiException for an expired resource version. Run
-with /usr/bin/python3."""
+"""Debian's python3-kubernetes (22.6) against the real control plane (antdt_control_plane.py;
+exit 77, SKIPPED, where it is not built): typed lists and creates, CRDs and custom objects,
+Watch().stream MODIFIED events, 409 on a stale replace, and the 410 ApiException for a
+resource version etcd compacted. Run with /usr/bin/python3."""
 
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
-import urllib.request
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -40,43 +35,18 @@ CRD = {
 }
 
 
-REAL = "--real" in sys.argv
-if REAL:
-    sys.argv.remove("--real")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "control-plane"))
-    import antdt_control_plane as acp  # noqa: E402
-    from kubernetes import config as kconfig  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import antdt_control_plane as acp  # noqa: E402
+from kubernetes import config as kconfig  # noqa: E402
 
 
 class PythonClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.plane = None
-        if REAL:
-            # Watches read from etcd, whose compaction this test makes.
-            cls.plane = acp.ControlPlane(apiserver_args=["--watch-cache=false"]).start()
-            print("control plane %s ready in %.1f s" % (cls.plane.version, cls.plane.start_seconds),
-                  file=sys.stderr)
-            cls.api = kconfig.new_client_from_config(config_file=cls.plane.kubeconfig)
-            cls.core = client.CoreV1Api(cls.api)
-            cls.custom = client.CustomObjectsApi(cls.api)
-            cls.ext = client.ApiextensionsV1Api(cls.api)
-            return
-        binary = os.path.join(os.environ.get("ANTDT_BIN_DIR", "build/bin"), "antdt-kube-emulator")
-        cls.dir = tempfile.TemporaryDirectory()
-        ready = os.path.join(cls.dir.name, "ready")
-        cls.log = open(os.path.join(cls.dir.name, "emulator.log"), "w")
-        cls.proc = subprocess.Popen(
-            [binary, "--listen", "127.0.0.1:0", "--ready-file", ready, "--history", "20"],
-            stderr=cls.log)
-        deadline = time.time() + 30
-        while time.time() < deadline and not (os.path.exists(ready) and os.path.getsize(ready)):
-            time.sleep(0.05)
-        with open(ready) as f:
-            cls.address = f.readline().strip()
-        config = client.Configuration()
-        config.host = "http://" + cls.address
-        cls.api = client.ApiClient(config)
+        # Watches read from etcd, whose compaction this test makes.
+        cls.plane = acp.ControlPlane(apiserver_args=["--watch-cache=false"]).start()
+        print("control plane %s ready in %.1f s" % (cls.plane.version, cls.plane.start_seconds), file=sys.stderr)
+        cls.api = kconfig.new_client_from_config(config_file=cls.plane.kubeconfig)
         cls.core = client.CoreV1Api(cls.api)
         cls.custom = client.CustomObjectsApi(cls.api)
         cls.ext = client.ApiextensionsV1Api(cls.api)
@@ -84,28 +54,11 @@ class PythonClientTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.api.close()
-        if cls.plane:
-            cls.plane.__exit__(None, None, None)
-            return
-        cls.proc.terminate()
-        try:
-            cls.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            cls.proc.kill()
-            cls.proc.wait()
-        cls.log.close()
-        cls.dir.cleanup()
+        cls.plane.__exit__(None, None, None)
 
     def namespace(self, name):
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
         return name
-
-    def control(self, body):
-        req = urllib.request.Request("http://%s/emulator/v1/faults" % self.address,
-                                     data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            self.assertEqual(resp.status, 200)
 
     def test_typed_list_create_and_watch_configmaps(self):
         ns = self.namespace("py-typed")
@@ -140,7 +93,7 @@ class PythonClientTest(unittest.TestCase):
         got = self.ext.read_custom_resource_definition("gizmos.pytest.antdt.io")
         for _ in range(100):  # the real server establishes a CRD a moment after creating it
             established = [c.status for c in got.status.conditions or [] if c.type == "Established"]
-            if established == ["True"] or not REAL:
+            if established == ["True"]:
                 break
             time.sleep(0.1)
             got = self.ext.read_custom_resource_definition("gizmos.pytest.antdt.io")
@@ -191,10 +144,7 @@ class PythonClientTest(unittest.TestCase):
         old_rv = self.core.list_namespaced_config_map(ns).metadata.resource_version
         for i in range(3):
             self.core.patch_namespaced_config_map("a", ns, {"data": {"i": str(i)}})
-        if REAL:
-            self.plane.compact_etcd()
-        else:
-            self.control({"compact": True})
+        self.plane.compact_etcd()
         w = watch.Watch()
         with self.assertRaises(ApiException) as ctx:
             for _ in w.stream(self.core.list_namespaced_config_map, ns,
@@ -223,6 +173,5 @@ class PythonClientTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if REAL:
-        acp.exit_skipped_unless_built()
+    acp.exit_skipped_unless_built()
     unittest.main(verbosity=2)

@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# The real kubectl against an API server: apply the AntDTJob CRD and a job, get
-# (printer columns), -o yaml, re-apply (generation), get -w, validation errors,
-# server-side apply, delete.
-# Usage: kubectl_test.sh <antdt-kube-emulator binary> <source dir>
-#        kubectl_test.sh --real <source dir>
-# --real: the real control plane (etcd, kube-apiserver, controller-manager and
-# scheduler built by scripts/build-k8s.sh, started once by
-# testing/control-plane/antdt_control_plane.py), each kubectl in a namespace of
-# its own; exits 77 (SKIPPED) naming what is missing when it is not built.
+# The real kubectl against the real control plane (etcd, kube-apiserver,
+# controller-manager and scheduler built by scripts/build-k8s.sh, started once by
+# antdt_control_plane.py): apply the AntDTJob CRD and a job, get (printer
+# columns), describe, -o yaml, re-apply (generation), get -w, validation errors,
+# scale, Pod Security, edit, replace, explain, server-side apply, delete; each
+# kubectl in a namespace of its own. Exits 77 (SKIPPED) naming what is missing
+# when the control plane is not built.
+# Usage: kubectl_test.sh <source dir>
 set -euo pipefail
 
-EMULATOR=${1:?emulator binary or --real}
-SRC=${2:?source dir}
+SRC=${1:?source dir}
 HARNESS="$SRC/testing/control-plane/antdt_control_plane.py"
-# With KUBECTL unset: the kubectl on the PATH (on a fresh Debian 12 that is
-# kubernetes-client, 1.20) and, where it is a dispatcher with versioned clients
-# beside it (kubectl.1.27 ... kubectl.1.33), the oldest and the newest of those;
-# on the real control plane, the kubectl of its own release first.
+# With KUBECTL unset: the kubectl of the built release, then the kubectl on the
+# PATH (on a fresh Debian 12 that is kubernetes-client, 1.20) and, where it is a
+# dispatcher with versioned clients beside it (kubectl.1.27 ... kubectl.1.33),
+# the oldest and the newest of those.
 if [[ -z "${KUBECTL:-}" ]]; then
   default=$(command -v kubectl) ||
     { echo "FAIL: no kubectl on the PATH (scripts/install-deps.sh installs kubernetes-client)" >&2; exit 1; }
@@ -26,25 +24,23 @@ if [[ -z "${KUBECTL:-}" ]]; then
     clients+=("${versioned[0]}")
     [[ ${#versioned[@]} -gt 1 ]] && clients+=("${versioned[-1]}")
   fi
+  BIN_DIR=$(/usr/bin/python3 "$HARNESS" bin-dir) || exit $?  # 77: not built, SKIPPED
+  clients=("$BIN_DIR/kubectl" "${clients[@]}")
+  PLANE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/kubectl-test-plane.XXXXXX")
   PLANE_PID=""
-  if [[ "$EMULATOR" == --real ]]; then
-    BIN_DIR=$(/usr/bin/python3 "$HARNESS" bin-dir) || exit $?  # 77: not built, SKIPPED
-    clients=("$BIN_DIR/kubectl" "${clients[@]}")
-    PLANE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/kubectl-test-plane.XXXXXX")
-    stop_plane() {
-      if [[ -n "$PLANE_PID" ]]; then kill "$PLANE_PID" 2>/dev/null || true; wait "$PLANE_PID" 2>/dev/null || true; fi
-      rm -rf "$PLANE_DIR"
-    }
-    trap stop_plane EXIT
-    /usr/bin/python3 "$HARNESS" run --dir "$PLANE_DIR/cp" --ready-file "$PLANE_DIR/ready" &
-    PLANE_PID=$!
-    while [[ ! -s "$PLANE_DIR/ready" ]]; do
-      kill -0 "$PLANE_PID" 2>/dev/null || { echo "FAIL: the control plane did not start" >&2; exit 1; }
-      sleep 0.2
-    done
-    export REAL_KUBECONFIG="$PLANE_DIR/cp/admin.kubeconfig"
-    "${clients[0]}" --kubeconfig "$REAL_KUBECONFIG" version
-  fi
+  stop_plane() {
+    if [[ -n "$PLANE_PID" ]]; then kill "$PLANE_PID" 2>/dev/null || true; wait "$PLANE_PID" 2>/dev/null || true; fi
+    rm -rf "$PLANE_DIR"
+  }
+  trap stop_plane EXIT
+  /usr/bin/python3 "$HARNESS" run --dir "$PLANE_DIR/cp" --ready-file "$PLANE_DIR/ready" &
+  PLANE_PID=$!
+  while [[ ! -s "$PLANE_DIR/ready" ]]; do
+    kill -0 "$PLANE_PID" 2>/dev/null || { echo "FAIL: the control plane did not start" >&2; exit 1; }
+    sleep 0.2
+  done
+  export REAL_KUBECONFIG="$PLANE_DIR/cp/admin.kubeconfig"
+  "${clients[0]}" --kubeconfig "$REAL_KUBECONFIG" version
   n=0
   for client in "${clients[@]}"; do
     n=$((n + 1))
@@ -53,56 +49,24 @@ if [[ -z "${KUBECTL:-}" ]]; then
   done
   exit 0
 fi
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/kube-emulator-kubectl.XXXXXX")
-EMU_PID=""
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/kubectl-test.XXXXXX")
 WATCH_PID=""
 cleanup() {
   [[ -n "$WATCH_PID" ]] && kill "$WATCH_PID" 2>/dev/null || true
-  if [[ -n "$EMU_PID" ]]; then
-    kill "$EMU_PID" 2>/dev/null || true
-    wait "$EMU_PID" 2>/dev/null || true
-  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
 fail() {
   echo "FAIL: $*" >&2
-  echo "--- emulator log (tail) ---" >&2
-  tail -40 "$WORK/emulator.log" >&2 || true
   exit 1
 }
 
-NS=default
-if [[ -n "${REAL_KUBECONFIG:-}" ]]; then
-  NS=${TEST_NAMESPACE:?}
-  cp "$REAL_KUBECONFIG" "$WORK/kubeconfig"
-  export KUBECONFIG="$WORK/kubeconfig"
-  "$KUBECTL" config set-context --current --namespace="$NS" >/dev/null
-  "$KUBECTL" create namespace "$NS" >/dev/null
-else
-"$EMULATOR" --listen 127.0.0.1:0 --ready-file "$WORK/ready" 2>"$WORK/emulator.log" &
-EMU_PID=$!
-for _ in $(seq 1 300); do [[ -s "$WORK/ready" ]] && break; sleep 0.1; done
-[[ -s "$WORK/ready" ]] || fail "emulator did not write its ready file"
-ADDRESS=$(head -1 "$WORK/ready")
-
-cat >"$WORK/kubeconfig" <<KUBECONFIG
-apiVersion: v1
-kind: Config
-clusters:
-- name: emulator
-  cluster: {server: "http://$ADDRESS"}
-contexts:
-- name: emulator
-  context: {cluster: emulator, user: tester, namespace: default}
-users:
-- name: tester
-  user: {}
-current-context: emulator
-KUBECONFIG
+NS=${TEST_NAMESPACE:?}
+cp "${REAL_KUBECONFIG:?}" "$WORK/kubeconfig"
 export KUBECONFIG="$WORK/kubeconfig"
-fi
+"$KUBECTL" config set-context --current --namespace="$NS" >/dev/null
+"$KUBECTL" create namespace "$NS" >/dev/null
 k() { timeout 60 "$KUBECTL" --cache-dir "$WORK/cache" --request-timeout=30s "$@"; }
 
 echo "== apply the CRD"
