@@ -41,7 +41,6 @@
 #include "common/config.h"
 #include "common/testing/testing.h"
 #include "gtest/gtest.h"
-#include "testing/kube-emulator/rbac.h"
 #include "workload/demo/journal.h"
 
 namespace antdt {
@@ -832,11 +831,17 @@ std::pair<std::string, std::string> VerbAndResource(const Json& request) {
 
 // A recorded request as RBAC sees it (verb, group, resource, subresource,
 // namespace, name); nullopt for a non-resource path.
-std::optional<kubeemu::RequestAttributes> RequestAttributesOf(const Json& request) {
+// What an authorizer decides on: a request's verb, group, resource,
+// subresource, namespace and name.
+struct RequestAttributes {
+  std::string verb, api_group, resource, subresource, namespace_, name;
+};
+
+std::optional<RequestAttributes> RequestAttributesOf(const Json& request) {
   std::vector<std::string> segs = absl::StrSplit(Str(request, {"path"}), '/', absl::SkipEmpty());
   if (segs.size() < 3 || (segs[0] != "api" && segs[0] != "apis")) return std::nullopt;
   const bool core = segs[0] == "api";
-  kubeemu::RequestAttributes a;
+  RequestAttributes a;
   a.verb = VerbAndResource(request).first;
   a.api_group = core ? "" : segs[1];
   std::vector<std::string> rest(segs.begin() + (core ? 2 : 3), segs.end());
@@ -855,45 +860,121 @@ std::optional<kubeemu::RequestAttributes> RequestAttributesOf(const Json& reques
 // `user` in the rendered chart, removed alone, refuses at least one of the
 // requests `user` made (replayed through the API server's RBAC rules), so a
 // run without it would have failed. Returns the rules that refuse nothing.
-std::vector<std::string> RulesNoRequestNeeded(const std::string& rendered,
-                                              const kubeemu::UserInfo& user, const Json& requests) {
-  kubeemu::RbacObjects objects;
-  for (const YAML::Node& doc : YAML::LoadAllFromFile(rendered)) {
-    const Json o = kube::YamlToJson(doc);
-    const std::string kind = o.is_object() ? Str(o, {"kind"}) : "";
-    if (kind == "Role") objects.roles.push_back(o);
-    if (kind == "ClusterRole") objects.cluster_roles.push_back(o);
-    if (kind == "RoleBinding") objects.role_bindings.push_back(o);
-    if (kind == "ClusterRoleBinding") objects.cluster_role_bindings.push_back(o);
-  }
-  std::vector<kubeemu::RequestAttributes> made;
-  for (const Json& r : requests) {
-    if (Str(r, {"user"}) != user.name || r.value("code", 0) == 403) continue;
-    if (auto a = RequestAttributesOf(r)) made.push_back(*a);
-  }
-  std::vector<std::string> needless;
-  for (std::vector<Json>* roles : {&objects.roles, &objects.cluster_roles}) {
-    for (Json& role : *roles) {
-      const Json rules = role["rules"];
-      for (size_t i = 0; i < rules.size(); ++i) {
-        role["rules"].erase(i);
-        const bool needed = std::any_of(made.begin(), made.end(), [&](const auto& a) {
-          return !kubeemu::RbacAllows(user, a, objects);
-        });
-        role["rules"] = rules;
-        if (!needed) {
-          needless.push_back(Str(role, {"metadata", "name"}) + " " + rules[i].dump());
-        }
-      }
-    }
-  }
-  return needless;
-}
 
 // With one permission taken from the operator's role (create pods), a new
 // job's pods are refused, and the operator says which permission it lacks
 // where a user looks: a FailedCreate Warning Event on the job carrying the
 // API server's 403, and one api_forbidden line in its log (`kubectl logs`).
+// Each rule of the operator's roles taken away alone, decided by the real RBAC
+// authorizer: a ServiceAccount of its own (antdt-system/rbac-probe-N) bound to
+// copies of the chart's roles with that one rule left out, and a
+// SubjectAccessReview for every request the operator's ServiceAccount was
+// granted this run. A rule whose removal refuses none of them is needless. Probe
+// 0 leaves nothing out and must be allowed everything (the copies are faithful).
+std::vector<std::string> RulesTheRealAuthorizerFindsNeedless(Cluster& cluster,
+                                                             const std::string& rendered,
+                                                             const Json& requests) {
+  const std::string operator_user = "system:serviceaccount:antdt-system:antdt-operator";
+  std::vector<Json> roles, bindings;
+  for (const YAML::Node& doc : YAML::LoadAllFromFile(rendered)) {
+    const Json o = kube::YamlToJson(doc);
+    const std::string kind = o.is_object() ? Str(o, {"kind"}) : "";
+    if (kind == "Role" || kind == "ClusterRole") roles.push_back(o);
+    if (kind != "RoleBinding" && kind != "ClusterRoleBinding") continue;
+    for (const Json& subject : o.value("subjects", Json::array())) {
+      if (subject.value("name", "") == "antdt-operator") bindings.push_back(o);
+    }
+  }
+  std::set<std::string> seen;
+  std::vector<Json> reviews;  // resourceAttributes of every distinct granted request
+  for (const Json& r : requests) {
+    if (Str(r, {"user"}) != operator_user || r.value("code", 0) == 403) continue;
+    const auto a = RequestAttributesOf(r);
+    if (!a || a->verb.empty()) continue;
+    const Json attrs = {{"verb", a->verb},
+                        {"group", a->api_group},
+                        {"resource", a->resource},
+                        {"subresource", a->subresource},
+                        {"namespace", a->namespace_},
+                        {"name", a->name}};
+    if (seen.insert(attrs.dump()).second) reviews.push_back(attrs);
+  }
+  EXPECT_FALSE(reviews.empty()) << "no audited request of " << operator_user;
+  const kube::ResourceRef sar{"authorization.k8s.io", "v1", "subjectaccessreviews",
+                              "SubjectAccessReview", false};
+  const auto refused = [&](const std::string& sa) {
+    size_t n = 0;
+    for (const Json& attrs : reviews) {
+      const Json review = {{"apiVersion", "authorization.k8s.io/v1"},
+                           {"kind", "SubjectAccessReview"},
+                           {"spec",
+                            {{"user", "system:serviceaccount:antdt-system:" + sa},
+                             {"groups",
+                              {"system:serviceaccounts", "system:serviceaccounts:antdt-system",
+                               "system:authenticated"}},
+                             {"resourceAttributes", attrs}}}};
+      auto got = cluster.api()->Create(sar, "", review);
+      EXPECT_TRUE(got.ok()) << got.status();
+      if (got.ok() && !(*got)["status"].value("allowed", false)) ++n;
+    }
+    return n;
+  };
+  // The probe's copies: every role (one rule left out of roles[leave_role]) and
+  // every binding of the operator, bound to the probe's ServiceAccount.
+  const auto make_probe = [&](const std::string& sa, size_t leave_role, size_t leave_rule) {
+    const std::string suffix = "-" + sa;
+    std::string out;
+    int rc = 0;
+    out = cluster.Kubectl("-n antdt-system create serviceaccount " + sa, &rc);
+    EXPECT_EQ(rc, 0) << out;
+    Json list = {{"apiVersion", "v1"}, {"kind", "List"}, {"items", Json::array()}};
+    for (size_t i = 0; i < roles.size(); ++i) {
+      Json copy = roles[i];
+      copy["metadata"] = {{"name", Str(roles[i], {"metadata", "name"}) + suffix}};
+      if (roles[i]["metadata"].contains("namespace")) {
+        copy["metadata"]["namespace"] = roles[i]["metadata"]["namespace"];
+      }
+      if (i == leave_role) copy["rules"].erase(leave_rule);
+      list["items"].push_back(copy);
+    }
+    for (const Json& b : bindings) {
+      Json copy = b;
+      copy["metadata"] = {{"name", Str(b, {"metadata", "name"}) + suffix}};
+      if (b["metadata"].contains("namespace"))
+        copy["metadata"]["namespace"] = b["metadata"]["namespace"];
+      copy["roleRef"]["name"] = Str(b, {"roleRef", "name"}) + suffix;
+      copy["subjects"] =
+          Json::array({{{"kind", "ServiceAccount"}, {"name", sa}, {"namespace", "antdt-system"}}});
+      list["items"].push_back(copy);
+    }
+    std::ofstream(cluster.dir() + "/" + sa + ".json") << list.dump();
+    out = cluster.Kubectl("apply -f " + cluster.dir() + "/" + sa + ".json", &rc);
+    EXPECT_EQ(rc, 0) << out;
+    // The authorizer's caches catch up within moments: the same answer twice running.
+    size_t last = reviews.size() + 1, now = refused(sa);
+    for (int i = 0; i < 50 && now != last; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      last = now;
+      now = refused(sa);
+    }
+    return now;
+  };
+  std::vector<std::string> needless;
+  const size_t baseline = make_probe("rbac-probe-0", roles.size(), 0);
+  EXPECT_EQ(baseline, 0u) << "the copies of the roles do not grant what the operator was granted";
+  int probe = 1;
+  for (size_t r = 0; r < roles.size(); ++r) {
+    for (size_t i = 0; i < roles[r]["rules"].size(); ++i) {
+      if (make_probe("rbac-probe-" + std::to_string(probe++), r, i) == 0) {
+        needless.push_back(Str(roles[r], {"metadata", "name"}) + " " + roles[r]["rules"][i].dump());
+      }
+    }
+  }
+  std::cout << "real authorizer: " << reviews.size() << " distinct requests reviewed for each of "
+            << probe - 1 << " rules taken away\n";
+  return needless;
+}
+
 // helm upgrade changes the operator's Deployment and it rolls out; helm
 // uninstall removes what the release made (the CRD stays, as Helm keeps crds/).
 // The ClusterRole was edited by hand (kubectl apply, taking `create pods` away):
@@ -1136,8 +1217,8 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   std::cout << "operator RBAC: " << used.size() << " (verb, resource) pairs used of "
             << granted.size()
             << " granted; granted, unused this run: " << absl::StrJoin(unused, ", ") << "\n";
-  const std::vector<std::string> needless = RulesNoRequestNeeded(
-      rendered, kubeemu::ServiceAccountUser("antdt-system", "antdt-operator"), cluster.Requests());
+  const std::vector<std::string> needless =
+      RulesTheRealAuthorizerFindsNeedless(cluster, rendered, cluster.Requests());
   EXPECT_TRUE(needless.empty()) << "rules this run did without: " << absl::StrJoin(needless, "; ");
   ASSERT_NO_FATAL_FAILURE(ExpectAMissingPermissionIsReported(cluster, rendered));
   ASSERT_NO_FATAL_FAILURE(ExpectHelmUpgradeAndUninstall(cluster, helm, chart, sets));
