@@ -82,3 +82,18 @@ function(antdt_test name)
     add_dependencies(tests-${label} ${name})
   endforeach()
 endfunction()
+
+# antdt_control_plane_test(NAME TIMEOUT s COMMAND ...): a test on the real control
+# plane (testing/control-plane), labelled integration; it exits 77 (SKIPPED, naming
+# what is missing) where scripts/build-k8s.sh has not built it. Extra ENVIRONMENT
+# entries are added to PYTHONDONTWRITEBYTECODE=1. WORKING_DIRECTORY as add_test's.
+function(antdt_control_plane_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT;WORKING_DIRECTORY" "COMMAND;ENVIRONMENT" ${ARGN})
+  if(ARG_WORKING_DIRECTORY)
+    add_test(NAME ${name} COMMAND ${ARG_COMMAND} WORKING_DIRECTORY ${ARG_WORKING_DIRECTORY})
+  else()
+    add_test(NAME ${name} COMMAND ${ARG_COMMAND})
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS integration TIMEOUT ${ARG_TIMEOUT}
+    SKIP_RETURN_CODE 77 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;${ARG_ENVIRONMENT}")
+endfunction()
