@@ -356,6 +356,15 @@ class ControlPlane:
                 "bin_dir": self.bin_dir, "ca": self._path("ca.crt"),
                 "pids": {name: proc.pid for name, proc in self.procs.items()}}
 
+    @classmethod
+    def attach(cls, work_dir):
+        """The plane running in WORK_DIR (another process's `run`), to mint credentials for."""
+        with open(os.path.join(work_dir, "admin.kubeconfig")) as f:
+            server = json.load(f)["clusters"][0]["cluster"]["server"]
+        plane = cls.__new__(cls)
+        plane.dir, plane.pki, plane.server = work_dir, os.path.join(work_dir, "pki"), server
+        return plane
+
     def __enter__(self):
         return self.start()
 
@@ -430,10 +439,7 @@ def main(argv=None):
 
 
 def _kubeconfig(args):
-    with open(os.path.join(args.dir, "admin.kubeconfig")) as f:
-        server = json.load(f)["clusters"][0]["cluster"]["server"]
-    plane = ControlPlane.__new__(ControlPlane)
-    plane.dir, plane.pki, plane.server = args.dir, os.path.join(args.dir, "pki"), server
+    plane = ControlPlane.attach(args.dir)
     if args.node:
         print(plane.node_kubeconfig(args.node, args.serving_ip))
         return 0
