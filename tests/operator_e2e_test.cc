@@ -115,19 +115,37 @@ bool RealControlPlane() {
   return mode != nullptr && std::string(mode) == "real";
 }
 
+// ANTDT_E2E_PLANE_DIR: the folder of a real control plane shared by the test
+// processes of this binary (the ctest fixture operator_e2e_real.plane, which
+// `antdt_control_plane.py start` runs); empty: each Cluster starts its own.
+std::string SharedPlaneDir() {
+  const char* dir = std::getenv("ANTDT_E2E_PLANE_DIR");
+  return RealControlPlane() && dir != nullptr ? dir : "";
+}
+
+// kShared: on a shared real control plane, when there is one, the cluster is a
+// namespace of its own whose pods only its own nodes run (PodNodeSelector), with
+// operators that watch only that namespace. kOwn: a plane of its own, for cases
+// that need the cluster-wide view (several namespaces, a chart's cluster roles).
+enum class Plane { kShared, kOwn };
+
 // One little cluster: emulator (or the real control plane), kubelet with its
 // nodes and agents, operators.
 class Cluster {
  public:
   // `rbac`: the emulator authorizes every request by RBAC; the test's own
   // token (the kubeconfig's) is the admin's.
-  explicit Cluster(int nodes, bool rbac = false) : nodes_(nodes) {
+  explicit Cluster(int nodes, bool rbac = false, Plane plane = Plane::kShared) : nodes_(nodes) {
     std::random_device rd;
     ip_base_ = absl::StrCat("127.", 20 + rd() % 200, ".", (rd() % 100) * 2);
     // The workers' MASTER_PORT: torch's store binds it on every address, so
     // each cluster draws its own (below the ephemeral range), as its IPs.
     master_port_ = 20000 + static_cast<int>(rd() % 10000);
-    if (RealControlPlane()) {
+    if (RealControlPlane() && plane == Plane::kShared && !SharedPlaneDir().empty()) {
+      plane_dir_ = SharedPlaneDir();
+      AttachSharedPlane(rd());
+    } else if (RealControlPlane()) {
+      plane_dir_ = dir_.File("cp");
       StartRealControlPlane();
     } else {
       StartEmulator(rbac);
@@ -164,6 +182,58 @@ class Cluster {
               << (info.is_object() ? info.value("start_seconds", 0.0) : 0.0) << " s\n";
     fs::copy_file(dir_.File("cp/admin.kubeconfig"), dir_.File("kubeconfig"),
                   fs::copy_options::overwrite_existing);
+    MakeNodeCredentials();
+  }
+
+  // The shared plane: a namespace of this cluster's own (named after the test
+  // case), the admin kubeconfig with it as the context's namespace, node names
+  // of its own, and the namespace's pods pinned to those nodes.
+  void AttachSharedPlane(unsigned draw) {
+    std::ifstream in(plane_dir_ + "/ready.json");
+    const Json info = Json::parse(in, nullptr, false);
+    if (!info.is_object()) {
+      ADD_FAILURE() << "no shared control plane in " << plane_dir_ << " (ready.json)";
+      return;
+    }
+    k8s_bin_dir_ = info.value("bin_dir", "");
+    const std::string tag = absl::StrCat(absl::Hex(draw % 0x10000, absl::kZeroPad4));
+    const std::string name =
+        absl::AsciiStrToLower(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ns_ = absl::StrCat("e2e-", name.substr(0, 48), "-", tag);
+    node_prefix_ = absl::StrCat("c", tag, "-node-");
+    std::ifstream admin(plane_dir_ + "/admin.kubeconfig");
+    Json kubeconfig = Json::parse(admin, nullptr, false);
+    ASSERT_TRUE(kubeconfig.is_object()) << plane_dir_ << "/admin.kubeconfig";
+    for (Json& c : kubeconfig["contexts"]) c["context"]["namespace"] = ns_;
+    std::ofstream(dir_.File("kubeconfig")) << kubeconfig.dump(2);
+    const Json ns = {
+        {"apiVersion", "v1"},
+        {"kind", "Namespace"},
+        {"metadata",
+         {{"name", ns_},
+          {"annotations",
+           {{"scheduler.alpha.kubernetes.io/node-selector", "antdt.io/e2e-cluster=" + tag}}}}}};
+    std::ofstream(dir_.File("namespace.json")) << ns.dump();
+    int rc = 0;
+    std::string out = Kubectl("create -f " + dir_.File("namespace.json"), &rc);
+    ASSERT_EQ(rc, 0) << out;
+    // Pods are admitted once the namespace's default ServiceAccount exists.
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          Kubectl("get serviceaccount default -o name", &rc);
+          return rc == 0;
+        },
+        std::chrono::seconds(30)))
+        << "no default ServiceAccount in " << ns_;
+    node_labels_ = "antdt.io/e2e-cluster: \"" + tag + "\", ";
+    std::cerr << "shared control plane " << info.value("server", "?") << ": namespace " << ns_
+              << ", nodes " << node_prefix_ << "0..\n";
+    MakeNodeCredentials();
+  }
+
+  // Node credentials (with a serving certificate for `kubectl logs`) per node.
+  void MakeNodeCredentials() {
+    const std::string harness = SourcePath("testing/control-plane/antdt_control_plane.py");
     const std::vector<std::string> base = absl::StrSplit(ip_base_, '.');
     int third = 0;
     EXPECT_TRUE(absl::SimpleAtoi(base[2], &third));
@@ -172,8 +242,8 @@ class Cluster {
       const std::string ip = absl::StrCat(base[0], ".", base[1], ".", third + 1, ".", i + 1);
       std::string out;
       const int rc =
-          RunCommand(absl::StrCat("/usr/bin/python3 ", harness, " kubeconfig --dir ",
-                                  dir_.File("cp"), " --node node-", i, " --serving-ip ", ip),
+          RunCommand(absl::StrCat("/usr/bin/python3 ", harness, " kubeconfig --dir ", plane_dir_,
+                                  " --node ", NodeName(i), " --serving-ip ", ip),
                      &out);
       EXPECT_EQ(rc, 0) << out;
     }
@@ -224,6 +294,22 @@ class Cluster {
     Stop(kubelet_.get());
     Stop(emulator_.get());
     Stop(plane_.get());
+    if (!node_prefix_.empty() && node_prefix_ != "node-") {
+      // On the shared plane the cases stay apart: every pod of this cluster's
+      // namespace was bound to one of its own nodes. Then its namespace and
+      // nodes go (the controllers delete what was in it meanwhile).
+      auto pods = api_ ? api_->List(kube::PodsResource(), ns_, {}) : absl::StatusOr<Json>();
+      EXPECT_TRUE(pods.ok()) << pods.status();
+      for (const Json& p : pods.ok() ? (*pods)["items"] : Json::array()) {
+        const std::string node = Str(p, {"spec", "nodeName"});
+        EXPECT_TRUE(node.empty() || absl::StartsWith(node, node_prefix_))
+            << Str(p, {"metadata", "name"}) << " ran on " << node << ", another cluster's node";
+      }
+      Kubectl("delete namespace " + ns_ + " --wait=false");
+      std::string nodes;
+      for (int i = 0; i < nodes_; ++i) absl::StrAppend(&nodes, " ", NodeName(i));
+      Kubectl("delete nodes --wait=false" + nodes);
+    }
   }
 
   static void Stop(Process* p) {
@@ -268,7 +354,7 @@ class Cluster {
                                   "--identity",
                                   name,
                                   "--leader-election-namespace",
-                                  "default",
+                                  ns_,
                                   "--lease-duration",
                                   "4s",
                                   "--renew-deadline",
@@ -279,6 +365,10 @@ class Cluster {
                                   "1s",
                                   "--master-port",
                                   std::to_string(master_port_)};
+    if (ns_ != "default") {
+      argv.push_back("--namespace");
+      argv.push_back(ns_);
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     operators_[name] = std::make_unique<Process>(argv, dir_.File(name + ".log"));
     auto addr = WaitForReadyFile(ready, std::chrono::seconds(30));
@@ -293,7 +383,7 @@ class Cluster {
     Json lease;
     WaitFor(
         [&] {
-          auto l = api_->Get(kube::LeasesResource(), "default", "antdt-operator");
+          auto l = api_->Get(kube::LeasesResource(), ns_, "antdt-operator");
           if (l.ok()) lease = *l;
           return l.ok() && Str(*l, {"spec", "holderIdentity"}) == identity;
         },
@@ -333,8 +423,9 @@ class Cluster {
   void StartKubelet(const std::string& monitor, const std::string& agent_tls_dir = "") {
     std::ofstream nodes(dir_.File("nodes.yaml"));
     for (int i = 0; i < nodes_; ++i) {
-      nodes << "- name: node-" << i << "\n  labels: {zone: z" << i % 2 << "}\n";
-      WriteSpeed(absl::StrCat("node-", i), 1.0);
+      nodes << "- name: " << NodeName(i) << "\n  labels: {" << node_labels_ << "zone: z" << i % 2
+            << "}\n";
+      WriteSpeed(NodeName(i), 1.0);
     }
     nodes.close();
     std::vector<std::string> argv = {
@@ -349,11 +440,15 @@ class Cluster {
         "--ready-file",     dir_.File("kubelet.ready")};
     if (RealControlPlane()) {
       for (const std::string& a :
-           {std::string("--node-credentials"), dir_.File("cp"), std::string("--scheduler"),
+           {std::string("--node-credentials"), plane_dir_, std::string("--scheduler"),
             std::string("none"), std::string("--node-leases"),
             std::string("--provision-volumes")}) {
         argv.push_back(a);
       }
+    }
+    if (ns_ != "default") {
+      argv.push_back("--namespace");
+      argv.push_back(ns_);
     }
     if (!monitor.empty()) {
       argv.push_back("--agent-monitor");
@@ -379,7 +474,7 @@ class Cluster {
   // DIR/tls; returns that folder.
   std::string MakeCerts() {
     std::string cmd = SourcePath("scripts/make-certs.sh") + " " + dir_.File("tls");
-    for (int i = 0; i < nodes_; ++i) absl::StrAppend(&cmd, " node-", i);
+    for (int i = 0; i < nodes_; ++i) absl::StrAppend(&cmd, " ", NodeName(i));
     EXPECT_EQ(std::system((cmd + " >/dev/null").c_str()), 0) << cmd;
     return dir_.File("tls");
   }
@@ -393,7 +488,7 @@ class Cluster {
   // the test's directory.
   Json Example(const std::string& file) {
     Json job = kube::YamlToJson(YAML::LoadFile(SourcePath(file)));
-    job["metadata"]["namespace"] = "default";
+    job["metadata"]["namespace"] = ns_;
     job["spec"]["checkpoint"]["path"] = dir_.File("checkpoints/" + Str(job, {"metadata", "name"}));
     MountCheckpointVolume(job);
     return job;
@@ -417,7 +512,7 @@ class Cluster {
                   bool shared_volume = true) {
     Json job = kube::YamlToJson(YAML::LoadFile(SourcePath("examples/k8s/quickstart.yaml")));
     job["metadata"]["name"] = name;
-    job["metadata"]["namespace"] = "default";
+    job["metadata"]["namespace"] = ns_;
     job["spec"]["dataset"]["records"] = records;
     job["spec"]["dataset"]["shardSize"] = 100;
     job["spec"]["dataset"]["epochs"] = 1;
@@ -448,14 +543,14 @@ class Cluster {
         std::chrono::seconds(120));
   }
 
-  Json GetJob(const std::string& name, const std::string& ns = "default") {
-    auto j = api_->Get(kube::AntDTJobsResource(), ns, name);
+  Json GetJob(const std::string& name, const std::string& ns = "") {
+    auto j = api_->Get(kube::AntDTJobsResource(), ns.empty() ? ns_ : ns, name);
     return j.ok() ? *j : Json();
   }
 
   // Polls the job until `pred`; the last object seen.
   Json WaitJob(const std::string& name, const std::function<bool(const Json&)>& pred,
-               std::chrono::seconds timeout, const std::string& ns = "default") {
+               std::chrono::seconds timeout, const std::string& ns = "") {
     Json last;
     WaitFor(
         [&] {
@@ -466,22 +561,35 @@ class Cluster {
     return last;
   }
 
-  // The pod `name` in "default", or null.
+  // The pod `name` in the cluster's namespace, or null.
   Json Pod(const std::string& name) {
-    auto p = api_->Get(kube::PodsResource(), "default", name);
+    auto p = api_->Get(kube::PodsResource(), ns_, name);
     return p.ok() ? *p : Json();
   }
 
   std::vector<Json> Pods(const std::string& job) {
     kube::ListOptions o;
     o.label_selector = "antdt.io/job=" + job;
-    auto l = api_->List(kube::PodsResource(), "default", o);
+    auto l = api_->List(kube::PodsResource(), ns_, o);
     return l.ok() ? (*l)["items"].get<std::vector<Json>>() : std::vector<Json>{};
   }
 
   std::vector<Json> Events() {
-    auto l = api_->List(kube::EventsResource(), "default", {});
+    auto l = api_->List(kube::EventsResource(), ns_, {});
     return l.ok() ? (*l)["items"].get<std::vector<Json>>() : std::vector<Json>{};
+  }
+
+  // Whether an Event with `reason` is (or, within 10 s, comes) in the cluster's
+  // namespace: the operator writes a job's Events after the status change they
+  // follow, so a test that saw the status may be a moment ahead of them.
+  bool WaitForEvent(const std::string& reason) {
+    return WaitFor(
+        [&] {
+          const std::vector<Json> events = Events();
+          return std::any_of(events.begin(), events.end(),
+                             [&](const Json& e) { return e.value("reason", "") == reason; });
+        },
+        std::chrono::seconds(10));
   }
 
   void Fault(const Json& body) {
@@ -520,7 +628,7 @@ class Cluster {
         {"update", "PUT"},    {"patch", "PATCH"},
         {"delete", "DELETE"}, {"deletecollection", "DELETE"}};
     Json out = Json::array();
-    std::ifstream in(dir_.File("cp/audit.log"));
+    std::ifstream in(plane_dir_ + "/audit.log");
     std::string line;
     while (std::getline(in, line)) {
       const Json e = Json::parse(line, nullptr, false);
@@ -570,13 +678,13 @@ class Cluster {
   std::vector<Json> Services(const std::string& job) {
     kube::ListOptions o;
     o.label_selector = "antdt.io/job=" + job;
-    auto l = api_->List(kube::ServicesResource(), "default", o);
+    auto l = api_->List(kube::ServicesResource(), ns_, o);
     return l.ok() ? (*l)["items"].get<std::vector<Json>>() : std::vector<Json>{};
   }
 
   // The directory the kubelet runs `pod`'s container in (its cwd).
   std::string Sandbox(const Json& pod) {
-    return dir_.File(absl::StrCat("kubelet/pods/default_", Str(pod, {"metadata", "name"}), "_",
+    return dir_.File(absl::StrCat("kubelet/pods/", ns_, "_", Str(pod, {"metadata", "name"}), "_",
                                   Str(pod, {"metadata", "uid"})));
   }
 
@@ -597,7 +705,7 @@ class Cluster {
   // container (its event=container_started line), or 0 before it started.
   int ContainerPid(const std::string& pod) {
     std::ifstream in(dir_.File("kubelet.log"));
-    const std::string key = "event=container_started pod=default/" + pod + " pid=";
+    const std::string key = "event=container_started pod=" + ns_ + "/" + pod + " pid=";
     int pid = 0;
     for (std::string line; std::getline(in, line);) {
       const size_t at = line.find(key);
@@ -609,6 +717,10 @@ class Cluster {
   kube::Api* api() { return api_.get(); }
   const std::string& dir() const { return dir_.path(); }
   int master_port() const { return master_port_; }
+  // The namespace the cluster's jobs run in ("default" unless on a shared plane).
+  const std::string& ns() const { return ns_; }
+  // Node `i`'s name: node-I, or with the cluster's prefix on a shared plane.
+  std::string NodeName(int i) const { return absl::StrCat(node_prefix_, i); }
 
  private:
   TempDir dir_;
@@ -620,6 +732,10 @@ class Cluster {
   std::unique_ptr<Process> kubelet_;
   std::unique_ptr<Process> plane_;  // the real control plane's harness, when RealControlPlane()
   std::string k8s_bin_dir_;
+  std::string plane_dir_;  // the real control plane's folder (its own or the shared one)
+  std::string ns_ = "default";
+  std::string node_prefix_ = "node-";
+  std::string node_labels_;  // extra labels of its nodes (YAML flow entries)
   std::map<std::string, std::unique_ptr<Process>> operators_;
   std::unique_ptr<kube::Client> api_;
 };
@@ -1086,7 +1202,7 @@ void ExpectAMissingPermissionIsReported(Cluster& cluster, const std::string& ren
 // authorizer.
 TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   if (!RealControlPlane()) GTEST_SKIP() << "runs on the real control plane (operator_e2e_real)";
-  Cluster cluster(5, /*rbac=*/true);
+  Cluster cluster(5, /*rbac=*/true, Plane::kOwn);
   const std::string helm =
       cluster.K8sBin("helm") + " --kubeconfig " + cluster.File("kubeconfig") + " ";
   const std::string chart = SourcePath("deploy/helm/antdt");
@@ -1228,7 +1344,8 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
 // are two jobs to the Monitor and in every series, and both train every
 // record exactly once, each in its own folder.
 TEST(OperatorE2E, SameNameInTwoNamespacesStayApart) {
-  Cluster cluster(6);
+  // An operator that watches every namespace: a plane of its own.
+  Cluster cluster(6, /*rbac=*/false, Plane::kOwn);
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
   const std::string monitor = cluster.StartOperator("op-a");
   ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor));
@@ -1346,7 +1463,7 @@ TEST(OperatorE2E, RunningJobRefusesImmutableChangesAndSuspendsAndResumes) {
   EXPECT_EQ(cluster.GetJob("pause")["status"]["progress"].value("recordsCommitted", int64_t{0}),
             committed);
   EXPECT_NE(cluster.Kubectl("get adt pause").find("Suspended"), std::string::npos);
-  EXPECT_TRUE(HasEvent(cluster.Events(), "Suspended"));
+  EXPECT_TRUE(cluster.WaitForEvent("Suspended"));
   std::cerr << "suspended at " << committed << " of " << records << " records\n";
 
   // Resume: the job finishes from its sharding state.
@@ -1360,7 +1477,7 @@ TEST(OperatorE2E, RunningJobRefusesImmutableChangesAndSuspendsAndResumes) {
   EXPECT_EQ(job["status"]["workers"].value("restarts", -1), 0) << "a suspension is no restart";
   const demo::Verification v = cluster.Verify("pause", records);
   EXPECT_TRUE(v.exactly_once()) << v.Summary();
-  EXPECT_TRUE(HasEvent(cluster.Events(), "Resumed"));
+  EXPECT_TRUE(cluster.WaitForEvent("Resumed"));
 }
 
 // The job's workers that are not terminating and not finished, by name.
@@ -1436,7 +1553,7 @@ TEST(OperatorE2E, ScalingARunningJobDownAndUpKeepsTheGlobalBatchAndCommitsOnce) 
   EXPECT_EQ(BatchSum(job), global);
   EXPECT_EQ(job["status"]["removedWorkers"].size(), 2u);
   EXPECT_EQ(Condition(job, "Mitigating"), "False");
-  EXPECT_TRUE(HasEvent(cluster.Events(), "Scaled"));
+  EXPECT_TRUE(cluster.WaitForEvent("Scaled"));
   // worker-0 runs the whole global batch: the directive reached it.
   const Json worker0 = cluster.Pod("scale-worker-0");
   const std::string applied = absl::StrCat("event=directive_applied worker=worker-0");
@@ -1681,18 +1798,19 @@ TEST(OperatorE2E, PersistentStragglerIsRestartedOnAnotherNode) {
   // The job's series on the operator's /metrics, with its namespace; gone
   // once the job is deleted.
   std::string metrics = cluster.OperatorMetrics("op-a");
-  EXPECT_NE(metrics.find("antdt_controller_actions_total{action=\"KILL_RESTART\",job=\"slow\","
-                         "namespace=\"default\""),
+  const std::string ns_label = "namespace=\"" + cluster.ns() + "\"";
+  EXPECT_NE(metrics.find("antdt_controller_actions_total{action=\"KILL_RESTART\",job=\"slow\"," +
+                         ns_label),
             std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("antdt_job_records_committed{job=\"slow\",namespace=\"default\"}"),
+  EXPECT_NE(metrics.find("antdt_job_records_committed{job=\"slow\"," + ns_label + "}"),
             std::string::npos)
       << metrics;
   // The Monitor's series of the job carry its namespace too.
   const std::vector<std::string> monitor_series =
       SeriesLines(metrics, "antdt_monitor_straggler_score", {"job=\"slow\""});
   for (const std::string& line : monitor_series) {
-    EXPECT_TRUE(absl::StrContains(line, "namespace=\"default\"")) << line;
+    EXPECT_TRUE(absl::StrContains(line, ns_label)) << line;
   }
   EXPECT_FALSE(monitor_series.empty()) << metrics;
   cluster.Kubectl("delete adt slow");
@@ -2098,7 +2216,8 @@ TEST(OperatorE2E, PytorchJobWithoutParameterServersCommitsEveryRecordOnce) {
 
   // The rendezvous, as Kubeflow's PyTorchJob gives it; MASTER_ADDR resolved to
   // worker-0's pod.
-  const std::string master = absl::StrCat(name, "-worker-0.", name, "-workers.default.svc");
+  const std::string master =
+      absl::StrCat(name, "-worker-0.", name, "-workers.", cluster.ns(), ".svc");
   const std::string master_ip = Str(worker_pods["worker-0"], {"status", "podIP"});
   for (int i = 0; i < workers; ++i) {
     const Json& pod = worker_pods[absl::StrCat("worker-", i)];
@@ -2154,7 +2273,7 @@ TEST(OperatorE2E, PytorchRankSigkilledMidEpochRegroupsAndCommitsOnce) {
   int pid = 0;
   ASSERT_TRUE(WaitFor(
       [&] {
-        auto p = cluster.api()->Get(kube::PodsResource(), "default", victim);
+        auto p = cluster.api()->Get(kube::PodsResource(), cluster.ns(), victim);
         if (p.ok()) pod = *p;
         pid = cluster.ContainerPid(victim);
         return p.ok() && pid > 0 && LineCount(loss_log) >= 20;
@@ -2218,7 +2337,7 @@ TEST(OperatorE2E, PytorchJobScaledUpRestartsItsRanksWithTheNewWorldSize) {
   ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, name, records, &job));
   EXPECT_EQ(job["status"]["workers"].value("restarts", -1), 0) << "scaling is no restart";
   EXPECT_EQ(BatchSum(job), spec["spec"]["model"].value("globalBatchSize", int64_t{0}));
-  EXPECT_TRUE(HasEvent(cluster.Events(), "Scaled"));
+  EXPECT_TRUE(cluster.WaitForEvent("Scaled"));
   std::map<std::string, Json> worker_pods = LatestWorkerPods(cluster.Pods(name));
   ASSERT_EQ(worker_pods.size(), 3u);
   for (const auto& [id, p] : worker_pods) {
@@ -2242,9 +2361,9 @@ TEST(OperatorE2E, EachJobsShardingServiceRefusesCallsWithoutItsCredential) {
   Json job;
   ASSERT_NO_FATAL_FAILURE(job = cluster.ApplyRunningJob("auth", records, 2));
   const std::string uid = Str(job, {"metadata", "uid"});
-  auto key = cluster.api()->Get(kube::SecretsResource(), "default", "antdt-operator-key");
+  auto key = cluster.api()->Get(kube::SecretsResource(), cluster.ns(), "antdt-operator-key");
   ASSERT_TRUE(key.ok()) << key.status();
-  auto secret = cluster.api()->Get(kube::SecretsResource(), "default", "auth-token-" + uid);
+  auto secret = cluster.api()->Get(kube::SecretsResource(), cluster.ns(), "auth-token-" + uid);
   ASSERT_TRUE(secret.ok()) << secret.status();
   EXPECT_EQ((*secret)["metadata"]["ownerReferences"][0].value("uid", ""), uid);
   std::string token;
@@ -2319,7 +2438,7 @@ TEST(OperatorE2E, EachJobsShardingServiceRefusesCallsWithoutItsCredential) {
     v1::ReportStepRequest req;
     v1::StepReport* step = req.mutable_step();
     step->set_job("auth");
-    step->set_namespace_("default");
+    step->set_namespace_(cluster.ns());
     step->set_worker_id("worker-0");
     step->set_role("worker");
     step->set_step(1'000'000);
@@ -2394,7 +2513,7 @@ TEST(OperatorE2E, ShardingStateLostWithEphemeralStorageFailsTheJobSayingWhy) {
   ASSERT_NE(failed, nullptr);
   EXPECT_EQ(Str(*failed, {"reason"}), "ShardingStateLost");
   EXPECT_NE(Str(*failed, {"message"}).find("ephemeral"), std::string::npos);
-  EXPECT_TRUE(HasEvent(cluster.Events(), "ShardingStateLost"));
+  EXPECT_TRUE(cluster.WaitForEvent("ShardingStateLost"));
   EXPECT_NE(cluster.Kubectl("get adt nockpt").find("Failed"), std::string::npos);
 }
 
@@ -2541,13 +2660,14 @@ TEST(OperatorE2E, TlsEverywhereTheJobTrainsAndOnlyANodesAgentSpeaksForIt) {
   // Node streams: without a client certificate, with the server's (it names
   // no node) and with node-1's claiming node-0 are refused; node-0's own
   // certificate is taken (its running agent's stream stays).
-  EXPECT_EQ(ClaimNode(TlsChannel(monitor, tls), "node-0").error_code(),
+  const std::string node0 = cluster.NodeName(0);
+  EXPECT_EQ(ClaimNode(TlsChannel(monitor, tls), node0).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(ClaimNode(TlsChannel(monitor, tls, "server"), "node-0").error_code(),
+  EXPECT_EQ(ClaimNode(TlsChannel(monitor, tls, "server"), node0).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(ClaimNode(TlsChannel(monitor, tls, "node-node-1"), "node-0").error_code(),
+  EXPECT_EQ(ClaimNode(TlsChannel(monitor, tls, "node-" + cluster.NodeName(1)), node0).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
-  const grpc::Status own = ClaimNode(TlsChannel(monitor, tls, "node-node-0"), "node-0");
+  const grpc::Status own = ClaimNode(TlsChannel(monitor, tls, "node-" + node0), node0);
   EXPECT_TRUE(own.ok()) << own.error_message();
   // Metrics over HTTPS only.
   EXPECT_EQ(cluster.OperatorMetrics("op-a"), "");

@@ -24,6 +24,13 @@ As a program (C++ and shell tests):
         a client certificate and kubeconfig for another user of a running plane
     antdt_control_plane.py kubeconfig --dir D --node N [--serving-ip IP]
         node credentials (D/node-N.kubeconfig; with an IP, D/node-N-serving.crt and .key)
+    antdt_control_plane.py start --dir D [--watch-pid P] [--bin-dir B]
+        a plane shared by several test processes (a ctest fixture's setup): runs `run`
+        detached in D (D/run.pid, D/run.log, D/ready.json), waits until it is ready,
+        prints its ready line and returns; the plane stops with `stop`, or by itself
+        once process P (default: start's parent, e.g. ctest) is gone
+    antdt_control_plane.py stop --dir D
+        stops the plane `start` left running in D (the fixture's cleanup)
     antdt_control_plane.py bin-dir
         where the binaries are; exit 77 (a test's SKIPPED) naming what is missing
 
@@ -295,7 +302,9 @@ class ControlPlane:
             "--service-account-key-file=" + p("sa.pub"),
             "--service-account-signing-key-file=" + p("sa.key"),
             "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NodeRestriction",
+            # PodNodeSelector: a namespace's scheduler.alpha.kubernetes.io/node-selector
+            # annotation pins its pods to its nodes (tests sharing one plane apart).
+            "--enable-admission-plugins=NodeRestriction,PodNodeSelector",
             # The endpoint reconciler refuses a loopback address; nothing here
             # reaches the API server through the kubernetes Service anyway.
             "--endpoint-reconciler-type=none",
@@ -376,9 +385,27 @@ class ControlPlane:
 
 # -- the program ----------------------------------------------------------------------
 
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
 def _run(args):
-    _die_with_parent()
-    parent = os.getppid()
+    if args.watch_pid:
+        # Detached by `start`: the plane outlives its starter and follows WATCH_PID.
+        def watched():
+            return _alive(args.watch_pid)
+    else:
+        _die_with_parent()
+        parent = os.getppid()
+
+        def watched():
+            return os.getppid() == parent
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.append(True))
@@ -397,7 +424,7 @@ def _run(args):
             f.write(json.dumps(info) + "\n")
         os.rename(tmp, args.ready_file)
     code = 0
-    while not stop and os.getppid() == parent:
+    while not stop and watched():
         bad = plane.failed()
         if bad:
             print("antdt-control-plane: %s exited with %s; its log:\n%s"
@@ -424,6 +451,15 @@ def main(argv=None):
     kc.add_argument("--out", help="where to write it (not with --node)")
     kc.add_argument("--node", help="node credentials for NODE into --dir (node-NODE.kubeconfig)")
     kc.add_argument("--serving-ip", help="with --node: also its serving certificate for this IP")
+    run.add_argument("--watch-pid", type=int, help="stop once this process is gone (not the parent)")
+    start = sub.add_parser("start", help="start a shared plane in the background; return once ready")
+    start.add_argument("--dir", required=True)
+    start.add_argument("--bin-dir")
+    start.add_argument("--watch-pid", type=int, help="the plane stops once this process is gone "
+                       "(default: this command's parent)")
+    start.add_argument("--timeout", type=float, default=120)
+    stop_cmd = sub.add_parser("stop", help="stop the plane `start` left running in --dir")
+    stop_cmd.add_argument("--dir", required=True)
     sub.add_parser("bin-dir", help="print where the binaries are; exit 77 if not built")
     args = parser.parse_args(argv)
     try:
@@ -432,10 +468,73 @@ def main(argv=None):
             return 0
         if args.command == "run":
             return _run(args)
+        if args.command == "start":
+            return _start_shared(args)
+        if args.command == "stop":
+            return _stop_shared(args.dir)
         return _kubeconfig(args)
     except MissingBinaries as e:
         print("SKIPPED: %s" % e, file=sys.stderr)
         return SKIP
+
+
+def _start_shared(args):
+    """`start`: `run` detached in DIR (a fresh DIR: a plane left there is stopped first)."""
+    bin_dir = find_bin_dir(args.bin_dir)
+    _stop_shared(args.dir)
+    shutil.rmtree(args.dir, ignore_errors=True)
+    os.makedirs(args.dir)
+    ready = os.path.join(args.dir, "ready.json")
+    with open(os.path.join(args.dir, "run.log"), "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "run", "--dir", args.dir, "--bin-dir", bin_dir,
+             "--ready-file", ready, "--timeout", str(args.timeout),
+             "--watch-pid", str(args.watch_pid or os.getppid())],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(os.path.join(args.dir, "run.pid"), "w") as f:
+        f.write("%d\n" % proc.pid)
+    deadline = time.monotonic() + args.timeout * 3 + 30  # `run` itself tries up to three times
+    while not os.path.exists(ready):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                _stop_shared(args.dir)
+            with open(os.path.join(args.dir, "run.log"), errors="replace") as f:
+                print("antdt-control-plane: the shared plane did not start:\n" + f.read()[-4000:],
+                      file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    with open(ready) as f:
+        print(f.read().strip())
+    return 0
+
+
+def _stop_shared(work_dir, grace=30):
+    """`stop`: SIGTERM to the plane `start` left in WORK_DIR (its components stop with it)."""
+    try:
+        with open(os.path.join(work_dir, "run.pid")) as f:
+            pid = int(f.read().strip())
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmdline = f.read().split(b"\0")
+    except (OSError, ValueError):
+        return 0
+    # Only the plane this file started there (a pid file outlives its process; pids are reused).
+    if not any(a.endswith(b"antdt_control_plane.py") for a in cmdline) or work_dir.encode() not in cmdline:
+        return 0
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return 0
+    deadline = time.monotonic() + grace
+    while _alive(pid) and time.monotonic() < deadline:
+        try:  # our own child when `start` is still waiting; otherwise init reaps it
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    os.remove(os.path.join(work_dir, "run.pid"))
+    return 0
 
 
 def _kubeconfig(args):

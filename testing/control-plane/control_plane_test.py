@@ -2,8 +2,8 @@
 """The real control plane harness: starts, serves the AntDTJob CRD, stops clean.
 
 One control plane (the harness's `run` program, as the C++ and shell tests use it)
-for the applying tests; two more for the ways it can end (SIGTERM, and SIGKILL of
-the supervisor). Exits 77 (SKIPPED) when the binaries are not built.
+for the applying tests; more for the ways it can end (SIGTERM, SIGKILL of the
+supervisor, and a shared plane's `start`/`stop` and watched process). Exits 77 (SKIPPED) when the binaries are not built.
 """
 
 import json
@@ -159,6 +159,49 @@ class EndingTest(unittest.TestCase):
             proc.wait()
             self.assertEqual(wait_gone(info), [])
         finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def test_shared_plane_outlives_its_starter_and_stops_with_the_watched_process(self):
+        """`start` (a ctest fixture's setup) returns once the plane is ready and leaves it
+        running; it stops when the watched process (ctest) goes, or on `stop` (the
+        fixture's cleanup); `stop` ends nothing but the plane it started there."""
+        work = tempfile.mkdtemp(prefix="control-plane-shared.")
+        watched = subprocess.Popen(["sleep", "600"])
+        try:
+            plane_dir = os.path.join(work, "cp")
+            out = subprocess.run([sys.executable, HARNESS, "start", "--dir", plane_dir,
+                                  "--watch-pid", str(watched.pid)], capture_output=True, text=True, timeout=400)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            info = json.loads(out.stdout)
+            self.assertEqual(info["version"], "v1.37.2")
+            time.sleep(1)
+            self.assertTrue(port_open(info["server"]), "the plane did not outlive `start`")
+            self.assertTrue(all(pid_alive(pid) for pid in info["pids"].values()))
+            # A stale pid file naming another process: `stop` leaves that process be.
+            stale = os.path.join(work, "stale")
+            os.makedirs(stale)
+            with open(os.path.join(stale, "run.pid"), "w") as f:
+                f.write("%d\n" % watched.pid)
+            subprocess.run([sys.executable, HARNESS, "stop", "--dir", stale], check=True, timeout=60)
+            self.assertTrue(pid_alive(watched.pid))
+            # The watched process goes: so does the plane.
+            watched.kill()
+            watched.wait()
+            self.assertEqual(wait_gone(info, timeout=20), [])
+            # Started again in the same folder (fresh), ended by `stop`.
+            out = subprocess.run([sys.executable, HARNESS, "start", "--dir", plane_dir],
+                                 capture_output=True, text=True, timeout=400)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            info = json.loads(out.stdout)
+            self.assertTrue(port_open(info["server"]))
+            subprocess.run([sys.executable, HARNESS, "stop", "--dir", plane_dir], check=True, timeout=60)
+            self.assertEqual(wait_gone(info), [])
+            self.assertFalse(os.path.exists(os.path.join(plane_dir, "run.pid")))
+        finally:
+            if watched.poll() is None:
+                watched.kill()
+                watched.wait()
+            subprocess.run([sys.executable, HARNESS, "stop", "--dir", os.path.join(work, "cp")], timeout=60)
             shutil.rmtree(work, ignore_errors=True)
 
     def test_missing_binaries_name_what_is_missing(self):
