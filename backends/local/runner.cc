@@ -363,7 +363,7 @@ void Runner::StartLoop() {
   loop_ = std::make_unique<control::ControlLoop>(lo, this, &clock_);
   // The first decision one interval after the job started (its clock), when
   // the Monitor has a window.
-  (void)loop_->TakeTurn();
+  (void)loop_->TakeTurn(clock_.NowMillis(), WindowsClosed());
 }
 
 // Worker i on the i-th worker node that is not a spare.

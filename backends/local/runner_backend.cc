@@ -65,7 +65,21 @@ std::optional<v1::GetJobHealthResponse> Runner::Health() {
   return *std::move(health);
 }
 
-std::vector<policy::NodeState> Runner::Nodes() {
+control::Observation Runner::Observe() {
+  control::Observation now;
+  now.now_ms = clock_.NowMillis();
+  now.windows_closed = WindowsClosed();
+  if (loop_->Due(now.now_ms, now.windows_closed)) now.health = Health();
+  now.members = Members();
+  if (now.health) {
+    now.nodes = Nodes();
+    now.remaining_seconds = RemainingSeconds();
+  }
+  for (const auto& [id, s] : moved_servers_) now.servers_serving.push_back(s);
+  return now;
+}
+
+std::vector<policy::NodeState> Runner::Nodes() const {
   std::map<std::string, bool> busy = workers_->BusyNodes();
   for (const auto& [node, b] : servers_->BusyNodes()) busy[node] = b;
   std::vector<policy::NodeState> nodes;
@@ -163,7 +177,7 @@ void Runner::RecordRecommendation(const control::Recommendation& r) {
 absl::Status Runner::Control() {
   rebalanced_.clear();
   rebalanced_for_.clear();
-  RETURN_IF_ERROR(loop_->RunOnce().status());
+  RETURN_IF_ERROR(loop_->Apply(loop_->Step(Observe())));
   if (!rebalanced_.empty()) {
     Event(RebalanceLine(static_cast<double>(clock_.NowMillis()) / 1000.0, rebalanced_for_,
                         rebalanced_));

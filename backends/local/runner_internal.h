@@ -89,27 +89,11 @@ class Runner final : public control::Backend {
 
   absl::StatusOr<RunResult> Run();
 
+  // What the control loop sees now (the Monitor's view, the nodes and the ETA
+  // only when a turn is due).
+  control::Observation Observe();
+
   // ---- control::Backend
-  std::optional<v1::GetJobHealthResponse> Health() override;
-  int64_t WindowsClosed() override {
-    if (monitor_ == nullptr) return -1;  // the loop starts before the Monitor
-    return monitor_->hub().WindowsClosed(job_.namespace_, job_.name);
-  }
-  std::vector<policy::WorkerState> Members() override {
-    std::vector<policy::WorkerState> members = workers_->Members();
-    for (policy::WorkerState& m : servers_->Members()) members.push_back(std::move(m));
-    return members;
-  }
-  std::vector<policy::NodeState> Nodes() override;
-  double RemainingSeconds() override {
-    auto progress = driver_->Progress();
-    return progress.ok() ? progress->eta_seconds() : -1;
-  }
-  std::vector<control::ServerServing> ServersServing() override {
-    std::vector<control::ServerServing> serving;
-    for (const auto& [id, s] : moved_servers_) serving.push_back(s);
-    return serving;
-  }
   absl::Status RestartElsewhere(const policy::WorkerState& member,
                                 const policy::KillRestart& restart) override {
     // The source node's exclusion is the decision's (exclude_node_until_ms),
@@ -142,6 +126,23 @@ class Runner final : public control::Backend {
   void RecordRecommendation(const control::Recommendation& r) override;
 
  private:
+  // The parts of an Observation.
+  std::optional<v1::GetJobHealthResponse> Health();  // also the run's timeline
+  std::vector<policy::WorkerState> Members() const {
+    std::vector<policy::WorkerState> members = workers_->Members();
+    for (policy::WorkerState& m : servers_->Members()) members.push_back(std::move(m));
+    return members;
+  }
+  std::vector<policy::NodeState> Nodes() const;
+  double RemainingSeconds() const {
+    auto progress = driver_->Progress();
+    return progress.ok() ? progress->eta_seconds() : -1;
+  }
+  int64_t WindowsClosed() const {
+    if (monitor_ == nullptr) return -1;  // the loop starts before the Monitor
+    return monitor_->hub().WindowsClosed(job_.namespace_, job_.name);
+  }
+
   void Event(const std::string& line) {
     LogEvent("runner", {{"job", job_.name},
                         {"t", static_cast<double>(clock_.NowMillis()) / 1000.0},

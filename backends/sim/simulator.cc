@@ -108,16 +108,11 @@ class Sim final : public control::Backend {
   // SimResult::capacity_bound_seconds, from the workers' first placement.
   double CapacityBound() const;
 
+  // What the control loop sees now (the Monitor's view, the nodes and the ETA
+  // only when a turn is due: a view of 10,000 workers is not free).
+  control::Observation Observe();
+
   // ---- control::Backend
-  int64_t WindowsClosed() override { return monitor_->WindowsClosed(key_); }
-  std::optional<v1::GetJobHealthResponse> Health() override {
-    v1::GetJobHealthResponse h = monitor_->Health(key_, UnixNow());
-    if (h.workers_size() == 0) return std::nullopt;
-    return h;
-  }
-  std::vector<policy::WorkerState> Members() override;
-  std::vector<policy::NodeState> Nodes() override;
-  double RemainingSeconds() override;
   absl::Status RestartElsewhere(const policy::WorkerState& member,
                                 const policy::KillRestart& restart) override;
   bool SendDirective(const std::string& node, const v1::Directive& directive) override;
@@ -129,6 +124,14 @@ class Sim final : public control::Backend {
   }
 
  private:
+  std::optional<v1::GetJobHealthResponse> Health() const {
+    v1::GetJobHealthResponse h = monitor_->Health(key_, UnixNow());
+    if (h.workers_size() == 0) return std::nullopt;
+    return h;
+  }
+  std::vector<policy::WorkerState> Members() const;
+  std::vector<policy::NodeState> Nodes() const;
+  double RemainingSeconds() const;
   int64_t UnixNow() const { return kUnixBaseMs + static_cast<int64_t>(std::llround(t_ * 1000)); }
   void SetTime(double t) {
     t_ = t;
@@ -214,7 +217,8 @@ absl::Status Sim::Start() {
   lo.window_ms = job_.monitor.window_ms;
   lo.regroup_seconds = bridge::RegroupSeconds(job_);
   loop_ = std::make_unique<control::ControlLoop>(lo, this, &loop_clock_);
-  (void)loop_->TakeTurn();  // the first decision one interval in
+  // The first decision one interval in.
+  (void)loop_->TakeTurn(loop_clock_.NowMillis(), monitor_->WindowsClosed(key_));
   return absl::OkStatus();
 }
 
@@ -363,7 +367,7 @@ absl::StatusOr<SimResult> Sim::Run() {
       }
     }
     monitor_->CloseWindows(UnixNow());
-    RETURN_IF_ERROR(loop_->RunOnce().status());
+    RETURN_IF_ERROR(loop_->Apply(loop_->Step(Observe())));
   }
   result_.jct_seconds = t_;
   result_.policy = o_.no_slowdown ? "no-slowdown" : vocab::Name(o_.policy);
@@ -380,7 +384,20 @@ absl::StatusOr<SimResult> Sim::Run() {
   return result_;
 }
 
-std::vector<policy::WorkerState> Sim::Members() {
+control::Observation Sim::Observe() {
+  control::Observation now;
+  now.now_ms = loop_clock_.NowMillis();
+  now.windows_closed = monitor_->WindowsClosed(key_);
+  if (loop_->Due(now.now_ms, now.windows_closed)) now.health = Health();
+  now.members = Members();
+  if (now.health) {
+    now.nodes = Nodes();
+    now.remaining_seconds = RemainingSeconds();
+  }
+  return now;
+}
+
+std::vector<policy::WorkerState> Sim::Members() const {
   std::vector<policy::WorkerState> out;
   out.reserve(workers_.size());
   for (const SimWorker& w : workers_) {
@@ -397,7 +414,7 @@ std::vector<policy::WorkerState> Sim::Members() {
   return out;
 }
 
-std::vector<policy::NodeState> Sim::Nodes() {
+std::vector<policy::NodeState> Sim::Nodes() const {
   std::unordered_map<std::string, bool> busy;
   for (const SimWorker& w : workers_) busy[w.node] = true;
   std::vector<policy::NodeState> nodes;
@@ -411,7 +428,7 @@ std::vector<policy::NodeState> Sim::Nodes() {
   return nodes;
 }
 
-double Sim::RemainingSeconds() {
+double Sim::RemainingSeconds() const {
   v1::GetProgressRequest req;
   *req.mutable_dataset() = Ref();
   absl::StatusOr<v1::GetProgressResponse> p = ledger_->GetProgress(req);

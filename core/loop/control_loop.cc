@@ -122,8 +122,7 @@ bool ControlLoop::Deliver(const Delivery& delivery) {
   return true;
 }
 
-void ControlLoop::MeasureRelaunches(const std::vector<policy::WorkerState>& members) {
-  const int64_t now = clock_->NowMillis();
+void ControlLoop::MeasureRelaunches(const std::vector<policy::WorkerState>& members, int64_t now) {
   for (const policy::WorkerState& m : members) {
     auto it = relaunching_.find(m.id);
     if (it == relaunching_.end() || !m.alive || m.incarnation <= it->second.first) continue;
@@ -134,21 +133,21 @@ void ControlLoop::MeasureRelaunches(const std::vector<policy::WorkerState>& memb
   }
 }
 
-std::optional<policy::Observed> ControlLoop::Observe(bool with_history) {
-  std::optional<v1::GetJobHealthResponse> health = backend_->Health();
-  observed_members_ = backend_->Members();
+std::optional<policy::Observed> ControlLoop::PolicyInput(const Observation& now) {
+  observed_members_ = now.members;
   observed_index_.clear();
   for (size_t i = 0; i < observed_members_.size(); ++i) {
     observed_index_[observed_members_[i].id] = i;  // the last of an id, as a scan found
   }
-  MeasureRelaunches(observed_members_);
-  if (!health) return std::nullopt;
-  if (health->window_ms() > 0) window_ms_seen_ = health->window_ms();
+  MeasureRelaunches(observed_members_, now.now_ms);
+  if (!now.health) return std::nullopt;
+  const v1::GetJobHealthResponse& health = *now.health;
+  if (health.window_ms() > 0) window_ms_seen_ = health.window_ms();
   policy::Observed obs;
-  obs.now_ms = clock_->NowMillis();
-  backend_->RecordTime(time_ledger_.Observe(obs.now_ms, *health));
+  obs.now_ms = now.now_ms;
+  backend_->RecordTime(time_ledger_.Observe(obs.now_ms, health));
   obs.job = options_.job;
-  obs.health = std::move(*health);
+  obs.health = health;
   obs.workers = observed_members_;
   // A member restarted by a decision in the history was restarted then, even
   // when its backend does not remember it (after the backend's own restart).
@@ -164,12 +163,11 @@ std::optional<policy::Observed> ControlLoop::Observe(bool with_history) {
     auto it = restarted.find(m.id);
     if (it != restarted.end()) m.last_restart_ms = std::max(m.last_restart_ms, it->second);
   }
-  obs.nodes = backend_->Nodes();
+  obs.nodes = now.nodes;
   obs.global_batch_size = options_.global_batch_size;
-  obs.remaining_seconds = backend_->RemainingSeconds();
+  obs.remaining_seconds = now.remaining_seconds;
   obs.restart_cost_seconds = RestartCostSeconds();
   obs.ps_restart_cost_seconds = RestartCostSeconds(vocab::Role::kParameterServer);
-  if (with_history) obs.history = history_;
   return obs;
 }
 
@@ -236,13 +234,11 @@ absl::Status ControlLoop::ApplyOne(const Effect& e) {
   return absl::OkStatus();
 }
 
-Ready ControlLoop::Step(bool may_decide) {
+Ready ControlLoop::Step(const Observation& now, bool may_decide) {
   Ready ready;
   ready.recommend_only = options_.mode == vocab::Mode::kRecommend;
-  bool looked = false;
-  if (may_decide && TakeTurn()) {
-    looked = true;
-    std::optional<policy::Observed> observed = Observe(/*with_history=*/false);
+  if (may_decide && TakeTurn(now.now_ms, now.windows_closed)) {
+    std::optional<policy::Observed> observed = PolicyInput(now);
     if (observed) {
       // The history is lent to the policy, not copied: thousands of decisions.
       observed->history.swap(history_);
@@ -252,8 +248,8 @@ Ready ControlLoop::Step(bool may_decide) {
       ready.effects = Effects(ready.plan, *observed);
     }
   }
-  const std::vector<policy::WorkerState> members = looked ? observed_members_ : backend_->Members();
-  for (const ServerServing& s : backend_->ServersServing()) {
+  const std::vector<policy::WorkerState>& members = now.members;
+  for (const ServerServing& s : now.servers_serving) {
     int32_t& announced = announced_.try_emplace(s.id, -1).first->second;
     if (announced == s.incarnation) continue;
     Announce(s, members, &ready.deliveries);
@@ -290,20 +286,17 @@ absl::Status ControlLoop::Apply(const Ready& ready) {
   return absl::OkStatus();
 }
 
-bool ControlLoop::TakeTurn() {
-  const int64_t now = clock_->NowMillis();
-  const int64_t windows = backend_->WindowsClosed();
-  const bool fresh = windows > windows_seen_ && windows_seen_ >= 0;
-  windows_seen_ = std::max(windows_seen_, windows);
-  if (now < next_run_ms_ && !fresh) return false;
-  next_run_ms_ = now + options_.interval_ms;
-  return true;
+bool ControlLoop::Due(int64_t now_ms, int64_t windows_closed) const {
+  const bool fresh = windows_closed > windows_seen_ && windows_seen_ >= 0;
+  return now_ms >= next_run_ms_ || fresh;
 }
 
-absl::StatusOr<policy::Plan> ControlLoop::RunOnce() {
-  Ready ready = Step();
-  RETURN_IF_ERROR(Apply(ready));
-  return std::move(ready.plan);
+bool ControlLoop::TakeTurn(int64_t now_ms, int64_t windows_closed) {
+  const bool due = Due(now_ms, windows_closed);
+  windows_seen_ = std::max(windows_seen_, windows_closed);
+  if (!due) return false;
+  next_run_ms_ = now_ms + options_.interval_ms;
+  return true;
 }
 
 }  // namespace antdt::control

@@ -4,12 +4,15 @@
 // decision through a backend). `antdt run` (processes on one machine) and
 // `antdt-operator` (pods) are backends of it; a simulator can be a third.
 //
-// A turn is a step that returns its effects as data (raft's Ready): Step()
-// observes, decides, and says what to deliver and restart; the backend
-// persists the decisions where it keeps them (the operator: the job's status,
-// before anything is carried out), then hands the Ready to Apply(), which
-// carries out each effect through the backend and adds the decisions to the
-// history. RunOnce() is the two with nothing to persist between them.
+// A turn is data in, data out (raft's Node: what happened in, a Ready out):
+// the backend gathers an Observation once (the Monitor's view, the members,
+// the nodes, the ETA, the servers that moved, the time), Step() decides on it
+// and says what to deliver and restart; the backend persists the decisions
+// where it keeps them (the operator: the job's status, before anything is
+// carried out), then hands the Ready to Apply(), which carries out each effect
+// through the backend and adds the decisions to the history. A backend with
+// nothing to persist between the two runs Apply(Step(Observe())). The Backend
+// interface is only the carrying out and the recording.
 //
 // What the loop owns, so that no backend has its own copy:
 // - the policy's input (policy::Observed) and the one call of
@@ -28,7 +31,7 @@
 //   batch change, with the decision's accumulation steps; the committed batch
 //   re-delivered to a member's incarnation that has not had it
 //   (LoopOptions::redeliver_batches); every worker pointed at a parameter
-//   server that serves from a new place (Backend::ServersServing), once per
+//   server that serves from a new place (Observation::servers_serving), once per
 //   move. Versions increase across the loop's lifetime, so an SDK applies the
 //   newest; no backend builds a directive of its own;
 // - the order of a restart: the backend stops the member and starts it
@@ -81,28 +84,33 @@ struct Recommendation {
   double cost_seconds = 0;
 };
 
-// What the loop asks of the place a job runs in. Every call comes from the
-// loop's thread; the Observe calls only read.
+// What the loop sees in one turn, as data: its backend gathers it once per
+// turn. The Monitor's view, the nodes and the ETA are a decision's input
+// only; a backend may leave them out when ControlLoop::Due() says no turn is
+// due (a Monitor view of thousands of members is not free).
+struct Observation {
+  int64_t now_ms = 0;  // when it was gathered, on the backend's clock
+  // Windows the Monitor has closed for the job so far; -1 when not known. A
+  // new one is a turn of the loop at once (its news is freshest then).
+  int64_t windows_closed = -1;
+  // The Monitor's view of the job; nullopt while nothing has been reported.
+  std::optional<v1::GetJobHealthResponse> health;
+  // The job's workers and parameter servers as they are now (alive: running as
+  // desired; node: where).
+  std::vector<policy::WorkerState> members;
+  // Every node the job may use (spare: free to take a restarted member).
+  std::vector<policy::NodeState> nodes;
+  double remaining_seconds = -1;  // the job's ETA at its current throughput; -1 unknown
+  // Parameter servers that moved and serve from their new place (announced
+  // once per incarnation); a backend without moves has none.
+  std::vector<ServerServing> servers_serving;
+};
+
+// What the loop asks of the place a job runs in: carrying out and recording.
+// Every call comes from the loop's thread.
 class Backend {
  public:
   virtual ~Backend() = default;
-
-  // ---- Observe
-  // The Monitor's view of the job; nullopt while nothing has been reported.
-  virtual std::optional<v1::GetJobHealthResponse> Health() = 0;
-  // Windows the Monitor has closed for the job so far; -1 when not known. A
-  // new one is a turn of the loop at once (its news is freshest then).
-  virtual int64_t WindowsClosed() { return -1; }
-  // The job's workers and parameter servers as they are now (alive: running as
-  // desired; node: where).
-  virtual std::vector<policy::WorkerState> Members() = 0;
-  // Every node the job may use (spare: free to take a restarted member).
-  virtual std::vector<policy::NodeState> Nodes() = 0;
-  // The job's ETA at its current throughput; -1 unknown.
-  virtual double RemainingSeconds() = 0;
-  // Parameter servers that moved and serve from their new place (announced
-  // once per incarnation); a backend without moves has none.
-  virtual std::vector<ServerServing> ServersServing() { return {}; }
 
   // ---- Execute
   // Stops `member` and starts it again as incarnation member.incarnation + 1
@@ -180,7 +188,7 @@ struct LoopOptions {
   policy::PolicySpec policy;      // valid (policy::Validate)
   int64_t global_batch_size = 0;  // <= 0: the sum of the current local batches
   int64_t window_ms = 10'000;     // the Monitor's window: a restarted member is seen after it
-  int64_t interval_ms = 10'000;   // how often RunOnce decides
+  int64_t interval_ms = 10'000;   // how often Step decides
   // Re-deliver each worker's committed batch to an incarnation that has not
   // been sent it (a backend whose members start from the job's spec, or whose
   // directives are lost with the process that sent them: the operator). The
@@ -221,31 +229,35 @@ class ControlLoop {
   void Seed(std::vector<policy::Decision> decisions);
   const std::vector<policy::Decision>& history() const { return history_; }
 
-  // True when a decision is due now (every interval_ms, or at once when the
-  // Monitor closed a window since the last turn), and the next one is then
-  // scheduled. Step takes its turn itself; a backend calls it once at the
-  // start to place the first decision one interval in.
-  bool TakeTurn();
-  // The policy's input now; nullopt while the Monitor has nothing on the job.
-  // `with_history`: a copy of the history in it (Step lends its own).
-  std::optional<policy::Observed> Observe(bool with_history = true);
+  // Whether a decision is due at `now_ms` with the Monitor at
+  // `windows_closed` (every interval_ms, or at once when the Monitor closed a
+  // window since the last turn): a backend gathers the Monitor's view, the
+  // nodes and the ETA into its Observation only then.
+  bool Due(int64_t now_ms, int64_t windows_closed) const;
+  // Due(), and the next turn is then scheduled. Step takes its turn itself; a
+  // backend calls it once at the start to place the first decision one
+  // interval in.
+  bool TakeTurn(int64_t now_ms, int64_t windows_closed);
+  // The policy's input from `now` (the history not in it: Step lends its
+  // own); nullopt while the Monitor has nothing on the job. Step's first part
+  // in a turn: it measures the relaunches `now` shows done and accrues the
+  // time ledger.
+  std::optional<policy::Observed> PolicyInput(const Observation& now);
   // The one call of the policy: policy::Decide over `observed`.
   policy::Plan Decide(const policy::Observed& observed) const;
 
-  // Observe -> decide when due, and the effects of what was decided, with the
+  // Decide on `now` when due, and the effects of what was decided, with the
   // deliveries due whether or not a decision was (server moves, re-deliveries).
   // `may_decide` false: the backend holds decisions back (a job not running
   // yet, suspended or finished); the deliveries are still due. Changes
-  // nothing outside the loop but directive versions.
-  Ready Step(bool may_decide = true);
+  // nothing outside the loop but directive versions and what it measured.
+  Ready Step(const Observation& now, bool may_decide = true);
   // Carries out `ready` (from the last Step, its decisions persisted where the
   // backend keeps them): reports the plan's skipped actions, carries out each
   // effect in order and adds its decision to the history (so it counts for
   // cool-downs and budgets), then sends the other deliveries. Stops at the
   // first error: the decisions before it are in the history, the rest are not.
   absl::Status Apply(const Ready& ready);
-  // Step, then Apply: the plan carried out (empty when none was due).
-  absl::StatusOr<policy::Plan> RunOnce();
   // Sends `delivery` through the backend, counting an ADJUST_BS delivered
   // for the member's incarnation (it is not re-delivered); false when its
   // agent is not connected.
@@ -262,7 +274,7 @@ class ControlLoop {
   v1::Directive BatchDirective(const std::string& worker, int64_t local_batch_size,
                                int32_t accumulation_steps, const std::string& reason);
   // Time lost to stragglers and saved by the actions so far (time_ledger.h),
-  // accrued at each Observe().
+  // accrued at each turn.
   const TimeLedger& time_ledger() const { return time_ledger_; }
 
  private:
@@ -281,16 +293,16 @@ class ControlLoop {
   // Above every version the loop has used, and not below the clock's now (a
   // loop rebuilt after a restart of its backend still outranks its past).
   int64_t NextDirectiveVersion();
-  void MeasureRelaunches(const std::vector<policy::WorkerState>& members);
+  void MeasureRelaunches(const std::vector<policy::WorkerState>& members, int64_t now_ms);
 
   const LoopOptions options_;
   Backend* const backend_;
   const Clock* const clock_;
   std::vector<policy::Decision> history_;
-  std::vector<policy::WorkerState> observed_members_;       // of the last Observe()
+  std::vector<policy::WorkerState> observed_members_;       // of the last turn's Observation
   std::unordered_map<std::string, size_t> observed_index_;  // id -> index in it
   int64_t next_run_ms_ = 0;
-  int64_t windows_seen_ = -1;   // Backend::WindowsClosed() at the last turn
+  int64_t windows_seen_ = -1;   // Observation::windows_closed at the last turn
   int64_t window_ms_seen_ = 0;  // the Monitor's window length, as its health last said
   int64_t directive_version_ = 0;
   // Per worker: the last ADJUST_BS delivered (incarnation, batch, steps) and

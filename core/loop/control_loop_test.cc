@@ -23,14 +23,20 @@ class FakeBackend : public Backend {
   std::vector<v1::Directive> directives;
   bool deliver = true;
   std::vector<ServerServing> serving;
-  std::vector<ServerServing> ServersServing() override { return serving; }
-
-  std::optional<v1::GetJobHealthResponse> Health() override { return health; }
-  int64_t WindowsClosed() override { return windows; }
   int64_t windows = -1;
-  std::vector<policy::WorkerState> Members() override { return members; }
-  std::vector<policy::NodeState> Nodes() override { return nodes; }
-  double RemainingSeconds() override { return remaining; }
+
+  // What a backend gathers for a turn, now.
+  Observation Observe(const Clock& clock) const {
+    Observation now;
+    now.now_ms = clock.NowMillis();
+    now.windows_closed = windows;
+    now.health = health;
+    now.members = members;
+    now.nodes = nodes;
+    now.remaining_seconds = remaining;
+    now.servers_serving = serving;
+    return now;
+  }
   absl::Status RestartElsewhere(const policy::WorkerState& member,
                                 const policy::KillRestart& restart) override {
     calls.push_back(absl::StrCat("restart ", member.id, "@", member.incarnation, " ",
@@ -67,6 +73,14 @@ class FakeBackend : public Backend {
   std::vector<std::string> skipped;
   std::vector<int> budget_used;  // each RecordBudgetUsed, in order
 };
+
+// One turn as the runner and the simulator take it: Apply(Step(Observe())),
+// the plan carried out (empty when none was due).
+absl::StatusOr<policy::Plan> RunOnce(ControlLoop& loop, const FakeBackend& b, const Clock& clock) {
+  Ready ready = loop.Step(b.Observe(clock));
+  if (absl::Status s = loop.Apply(ready); !s.ok()) return s;
+  return std::move(ready.plan);
+}
 
 // Four workers on node-0..3 at batch 64; worker `slow` reported as `cls`.
 void Job(FakeBackend& b, const std::string& slow, v1::StragglerClass cls, double score,
@@ -123,9 +137,9 @@ TEST(ControlLoop, LedgerAndSkipsReachTheBackend) {
     h->set_bpt_seconds(i == 2 ? 3 : 1);
   }
   ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
-  ASSERT_TRUE(loop.RunOnce().ok());  // ADJUST_BS now: worker-2 in its cool-down after
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());  // ADJUST_BS now: worker-2 in its cool-down after
   clock.Advance(5'000);
-  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());
   ASSERT_EQ(b.times.size(), 2u);
   EXPECT_DOUBLE_EQ(b.times[1].lost_seconds, 5.0 * (1 - 1.0 / 3));  // the view says 3 s steps
   EXPECT_DOUBLE_EQ(loop.time_ledger().lost_seconds(), b.times[1].lost_seconds);
@@ -141,7 +155,7 @@ TEST(ControlLoop, UndeliveredDirectiveIsRecordedAsSuch) {
   b.deliver = false;
   Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
   ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
-  auto plan = loop.RunOnce();
+  auto plan = RunOnce(loop, b, clock);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(plan->decisions.empty());
   bool recorded = false;
@@ -160,7 +174,7 @@ TEST(ControlLoop, TransientStragglerGetsSmallerBatchThroughItsAgent) {
   FakeBackend b;
   Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
   ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
-  auto plan = loop.RunOnce();
+  auto plan = RunOnce(loop, b, clock);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(plan->decisions.empty());
   // One directive per batch change, to the member's node, batches summing to 256.
@@ -195,7 +209,7 @@ TEST(ControlLoop, ReDeliveriesAndServerMovesAreTheLoopsDirectives) {
   LoopOptions o = Options(vocab::Policy::kAntdtNd);
   o.namespace_ = "team";
   ControlLoop loop(o, &b, &clock);
-  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());
   ASSERT_FALSE(b.directives.empty());
   const int64_t last = b.directives.back().version();
 
@@ -220,7 +234,7 @@ TEST(ControlLoop, ReDeliveriesAndServerMovesAreTheLoopsDirectives) {
   b.members.push_back(ps);
   b.serving = {{"ps-0", 1, "10.0.0.9:7000", "node-9"}};
   b.calls.clear();
-  const Ready ready = loop.Step();
+  const Ready ready = loop.Step(b.Observe(clock));
   EXPECT_FALSE(ready.decided) << "not due: the interval is 5 s";
   EXPECT_TRUE(b.calls.empty()) << "a step sends nothing";
   const std::vector<Delivery>& moved = ready.deliveries;
@@ -237,9 +251,9 @@ TEST(ControlLoop, ReDeliveriesAndServerMovesAreTheLoopsDirectives) {
   }
   ASSERT_TRUE(loop.Apply(ready).ok());
   EXPECT_EQ(b.calls.size(), 3u);
-  EXPECT_TRUE(loop.Step().deliveries.empty()) << "announced once per move";
+  EXPECT_TRUE(loop.Step(b.Observe(clock)).deliveries.empty()) << "announced once per move";
   b.serving[0].incarnation = 2;
-  EXPECT_EQ(loop.Step().deliveries.size(), 3u) << "moved again";
+  EXPECT_EQ(loop.Step(b.Observe(clock)).deliveries.size(), 3u) << "moved again";
 }
 
 // A backend whose members may run without their committed batch (the
@@ -254,29 +268,29 @@ TEST(ControlLoop, CommittedBatchesAreReDeliveredOncePerIncarnation) {
   LoopOptions o = Options(vocab::Policy::kAntdtNd);
   o.redeliver_batches = true;
   ControlLoop loop(o, &b, &clock);
-  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());
   ASSERT_EQ(b.directives.size(), 4u);
   EXPECT_EQ(b.directives[1].worker_id(), "worker-1");
   EXPECT_EQ(b.directives[1].adjust_batch().local_batch_size(), 64);
   EXPECT_EQ(b.directives[1].adjust_batch().accumulation_steps(), 4);
-  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());
   EXPECT_EQ(b.directives.size(), 4u) << "delivered: not again";
 
   b.members[2].incarnation = 1;  // restarted: its new incarnation gets it
-  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());
   ASSERT_EQ(b.directives.size(), 5u);
   EXPECT_EQ(b.directives[4].worker_id(), "worker-2");
 
   b.deliver = false;  // an agent away: tried again at the next step
   b.members[0].local_batch_size = 80;
-  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());
   b.deliver = true;
-  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());
   ASSERT_EQ(b.directives.size(), 7u);
   EXPECT_EQ(b.directives[6].adjust_batch().local_batch_size(), 80);
 
   b.members[3].local_batch_size = 32;
-  const Ready ready = loop.Step();
+  const Ready ready = loop.Step(b.Observe(clock));
   ASSERT_EQ(ready.deliveries.size(), 1u);
   // Another batch sent in between (a rescale's): the old one is not sent after it.
   ASSERT_TRUE(loop.Deliver({"node-3", loop.BatchDirective("worker-3", 40, 1, "rescale"), 0}));
@@ -295,7 +309,7 @@ TEST(ControlLoop, RecommendModeDecidesAsUsualAndCarriesNothingOut) {
   LoopOptions o = Options(vocab::Policy::kAntdtNd);
   o.mode = vocab::Mode::kRecommend;
   ControlLoop loop(o, &b, &clock);
-  auto plan = loop.RunOnce();
+  auto plan = RunOnce(loop, b, clock);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(plan->decisions.empty());
   EXPECT_TRUE(b.calls.empty()) << b.calls.front();
@@ -311,7 +325,7 @@ TEST(ControlLoop, RecommendModeDecidesAsUsualAndCarriesNothingOut) {
   EXPECT_EQ(loop.history().size(), plan->decisions.size());
   clock.Advance(5'000);
   b.recommendations.clear();
-  ASSERT_TRUE(loop.RunOnce().ok());
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());
   for (const Recommendation& r : b.recommendations) {
     EXPECT_FALSE(std::holds_alternative<policy::KillRestart>(r.decision.action))
         << "worker-1's cool-down holds";
@@ -323,17 +337,17 @@ TEST(ControlLoop, DecidesOnlyWhenDueAndOnlyWithAView) {
   FakeClock clock(kStart);
   FakeBackend b;
   ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
-  auto plan = loop.RunOnce();  // nothing reported yet
+  auto plan = RunOnce(loop, b, clock);  // nothing reported yet
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->decisions.empty());
   EXPECT_TRUE(b.calls.empty());
   Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
   clock.Advance(4'999);
-  plan = loop.RunOnce();  // not due: the interval is 5 s
+  plan = RunOnce(loop, b, clock);  // not due: the interval is 5 s
   EXPECT_TRUE(plan->decisions.empty());
   EXPECT_TRUE(b.calls.empty());
   clock.Advance(1);
-  plan = loop.RunOnce();
+  plan = RunOnce(loop, b, clock);
   EXPECT_FALSE(plan->decisions.empty());
   EXPECT_FALSE(b.calls.empty());
 }
@@ -345,16 +359,17 @@ TEST(ControlLoop, ANewWindowIsATurnAtOnce) {
   FakeBackend b;
   b.windows = 0;
   ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
-  ASSERT_TRUE(loop.RunOnce().ok());  // the first turn: nothing reported yet
+  ASSERT_TRUE(RunOnce(loop, b, clock).ok());  // the first turn: nothing reported yet
   Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
   clock.Advance(1'000);
-  EXPECT_TRUE(loop.RunOnce()->decisions.empty()) << "no new window, 4 s before the interval";
+  EXPECT_TRUE(RunOnce(loop, b, clock)->decisions.empty())
+      << "no new window, 4 s before the interval";
   b.windows = 1;
   clock.Advance(200);
-  EXPECT_FALSE(loop.RunOnce()->decisions.empty()) << "window 1 closed: a turn";
+  EXPECT_FALSE(RunOnce(loop, b, clock)->decisions.empty()) << "window 1 closed: a turn";
   const size_t calls = b.calls.size();
   clock.Advance(200);
-  EXPECT_TRUE(loop.RunOnce()->decisions.empty()) << "the same window: no second turn";
+  EXPECT_TRUE(RunOnce(loop, b, clock)->decisions.empty()) << "the same window: no second turn";
   EXPECT_EQ(b.calls.size(), calls);
 }
 
@@ -364,7 +379,7 @@ TEST(ControlLoop, PersistentStragglerRestartedOnSpareAndRelaunchTimeMeasured) {
   Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
   ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
   EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), kMinRelaunchSeconds + 10.0);
-  auto plan = loop.RunOnce();
+  auto plan = RunOnce(loop, b, clock);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(b.calls.empty());
   EXPECT_EQ(b.calls[0], "restart worker-1@0 node-1->spare-0");
@@ -378,11 +393,11 @@ TEST(ControlLoop, PersistentStragglerRestartedOnSpareAndRelaunchTimeMeasured) {
   b.members[1].node = "spare-0";
   b.members[1].alive = false;
   clock.Advance(1'000);
-  ASSERT_TRUE(loop.Observe().has_value());
+  ASSERT_TRUE(loop.PolicyInput(b.Observe(clock)).has_value());
   EXPECT_EQ(loop.measured_restarts(), 0);
   b.members[1].alive = true;
   clock.Advance(2'000);
-  std::optional<policy::Observed> obs = loop.Observe();
+  std::optional<policy::Observed> obs = loop.PolicyInput(b.Observe(clock));
   ASSERT_TRUE(obs.has_value());
   EXPECT_EQ(loop.measured_restarts(), 1);
   EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), 3.0 + 10.0);
@@ -403,7 +418,7 @@ double SavedByRestart(double remaining) {
   Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
   b.remaining = remaining;
   ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
-  auto plan = loop.RunOnce();
+  auto plan = RunOnce(loop, b, clock);
   EXPECT_TRUE(plan.ok() && !plan->decisions.empty());
   return plan.ok() && !plan->decisions.empty() ? plan->decisions[0].evidence.at("saved_seconds")
                                                : 0;
@@ -425,7 +440,7 @@ TEST(ControlLoop, RegroupSecondsAddToTheRestartCost) {
     o.regroup_seconds = regroup;
     ControlLoop loop(o, &b, &clock);
     EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), kMinRelaunchSeconds + 10.0 + regroup);
-    auto plan = loop.RunOnce();
+    auto plan = RunOnce(loop, b, clock);
     ASSERT_TRUE(plan.ok()) << plan.status();
     bool restarted = false;
     for (const std::string& call : b.calls) restarted |= call.rfind("restart worker-1", 0) == 0;
@@ -445,7 +460,7 @@ TEST(ControlLoop, SeededHistoryKeepsCooldownsAcrossABackendRestart) {
   earlier.subject = "worker-1";
   earlier.rule = "antdt-nd:persistent-restart";
   loop.Seed({earlier});
-  auto plan = loop.RunOnce();
+  auto plan = RunOnce(loop, b, clock);
   ASSERT_TRUE(plan.ok());
   for (const std::string& call : b.calls) {
     EXPECT_EQ(call.rfind("restart ", 0), std::string::npos) << call;
@@ -472,7 +487,7 @@ TEST(ControlLoop, BudgetUsedIsCountedAsThePolicyCountsIt) {
   earlier.subject = "worker-0";
   earlier.rule = "antdt-nd:persistent-restart";
   loop.Seed({earlier});
-  auto plan = loop.RunOnce();
+  auto plan = RunOnce(loop, b, clock);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_GT(plan->decisions.size(), 1u);  // the straggler's batch and the others'
   int rebalances = 0;
@@ -481,7 +496,7 @@ TEST(ControlLoop, BudgetUsedIsCountedAsThePolicyCountsIt) {
   EXPECT_EQ(b.budget_used, std::vector<int>({2}));
   EXPECT_EQ(policy::BudgetUsed(loop.history()), 2);
   clock.Advance(5'000);  // worker-2 in its cool-down: nothing decided
-  auto quiet = loop.RunOnce();
+  auto quiet = RunOnce(loop, b, clock);
   ASSERT_TRUE(quiet.ok()) << quiet.status();
   EXPECT_TRUE(quiet->decisions.empty());
   EXPECT_EQ(b.budget_used, std::vector<int>({2}));
@@ -495,7 +510,7 @@ TEST(ControlLoop, DirectiveCarriesTheDecisionsAccumulationSteps) {
   for (policy::WorkerState& m : b.members) m.max_micro_batch = 16;
   LoopOptions o = Options(vocab::Policy::kAntdtDd);
   ControlLoop loop(o, &b, &clock);
-  auto plan = loop.RunOnce();
+  auto plan = RunOnce(loop, b, clock);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(plan->decisions.empty());
   ASSERT_EQ(b.directives.size(), plan->decisions.size());

@@ -291,7 +291,7 @@ absl::Status JobController::SetReplicaFailure(const Json& job, const std::string
                                 kube::At(job, {"metadata", "generation"}).is_number_integer()
                                     ? kube::At(job, {"metadata", "generation"}).get<int64_t>()
                                     : 0,
-                                RealClock::Get().NowMillis())) {
+                                options_.clock->NowMillis())) {
     return absl::OkStatus();
   }
   return api_

@@ -300,7 +300,7 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     // operator that sent it: the committed batch goes to each incarnation.
     lo.redeliver_batches = true;
     lo.mode = spec.straggler_policy.mode;
-    rt->loop = std::make_unique<control::ControlLoop>(lo, rt->backend.get(), &RealClock::Get());
+    rt->loop = std::make_unique<control::ControlLoop>(lo, rt->backend.get(), options_.clock);
     // Decisions a previous operator committed to the status.
     rt->loop->Seed(HistoryFromStatus(job, spec));
   }
@@ -447,11 +447,12 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
   }
 }
 
-control::Ready JobController::Step(const Json& job, JobRuntime& rt) {
+control::Ready JobController::Step(const Json& job, JobRuntime& rt,
+                                   const control::Observation& now) {
   const bool finished = ConditionTrue(job, "Succeeded") || ConditionTrue(job, "Failed");
   const bool acting = rt.dataset_ready && kube::At(job, {"spec", "suspend"}) != true &&
                       ConditionTrue(job, "Running") && !finished;
-  return rt.loop->Step(/*may_decide=*/acting);
+  return rt.loop->Step(now, /*may_decide=*/acting);
 }
 
 absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_ms) {
@@ -482,7 +483,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   const Json& job = *found;
   const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
   const std::string name = NameOf(job);
-  const int64_t now_ms = RealClock::Get().NowMillis();
+  const int64_t now_ms = options_.clock->NowMillis();
 
   reconciler::Snapshot obs;
   obs.job = job;
@@ -512,9 +513,10 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     }
     const v1::GetJobHealthResponse* h = health ? &*health : nullptr;
     Observe(job, *obs.spec, obs.pods, h, *rt, &obs);
-    rt->backend->Bind(&job, &obs.pods, h, rt);
-    // The loop's step: its decisions go to the reconciler, which commits them.
-    ready = Step(job, *rt);
+    rt->backend->Bind(&job, &obs.pods, rt);
+    // The loop's step on what this pass observed: its decisions go to the
+    // reconciler, which commits them.
+    ready = Step(job, *rt, LoopObservation(obs, nodes_->List(), h, rt->serving));
     // Recommended decisions are not the reconciler's to commit.
     if (!ready->recommend_only) {
       for (const policy::Decision& d : ready->plan.decisions) {

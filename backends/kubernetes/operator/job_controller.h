@@ -45,6 +45,10 @@ struct JobControllerOptions {
   int64_t rpc_timeout_ms = 2000;  // calls to the job's sharding service and servers
   // settings.job_credentials: the key each job's token is derived from.
   std::string token_key;
+  // The time of a sync (timestamps, the control loop's turns and directive
+  // versions); borrowed, outlives the controller. A test drives syncs with a
+  // FakeClock.
+  const Clock* clock = &RealClock::Get();
 };
 
 class JobController {
@@ -91,9 +95,10 @@ class JobController {
   void ObserveMovedServers(const kube::Json& job, const manifest::Job& spec,
                            const std::vector<kube::Json>& pods, JobRuntime& rt,
                            reconciler::Snapshot* obs);
-  // The control loop's step for this pass: a plan when a decision is due and
-  // the job runs, and the deliveries due (server moves, re-deliveries).
-  control::Ready Step(const kube::Json& job, JobRuntime& rt);
+  // The control loop's step for this pass, on what it observed: a plan when a
+  // decision is due and the job runs, and the deliveries due (server moves,
+  // re-deliveries).
+  control::Ready Step(const kube::Json& job, JobRuntime& rt, const control::Observation& now);
   // A create the API server refused (admission, quota, permissions): a Warning
   // Event FailedCreate on the job, as the ReplicaSet controller reports one,
   // and its condition ReplicaFailure True (the reconciler sets it False once

@@ -16,6 +16,7 @@
 #include "api/vocab/labels.h"
 #include "api/vocab/vocab.h"
 #include "backends/kubernetes/operator/job_controller.h"
+#include "backends/kubernetes/operator/observation.h"
 #include "client/sharding_client.h"
 #include "common/credential.h"
 #include "common/job_key.h"
@@ -121,116 +122,25 @@ inline std::string PolicySpecOf(const Json& job) {
          kube::At(job, {"spec", "monitor"}).dump();
 }
 
-// The operator as a backend of the control loop, bound to what one sync
-// observed. A restart is committed by the reconciler in the same pass (the
-// new incarnation in status.workerInstances); its writes delete the old pod,
-// tell the parameter servers once it is gone, and create the new one.
+// The operator as a backend of the control loop: it carries out and records
+// the effects of one sync, bound to that sync's job and pods. A restart is committed by the
+// reconciler in the same pass (the new incarnation in status.workerInstances); its writes delete
+// the old pod, tell the parameter servers once it is gone, and create the new one.
 class JobController::LoopBackend final : public control::Backend {
  public:
   explicit LoopBackend(JobController* controller) : controller_(controller) {}
 
-  void Bind(const Json* job, const std::vector<Json>* pods, const v1::GetJobHealthResponse* health,
-            JobRuntime* rt) {
+  // What the effects of this sync are carried out with (the loop's input is
+  // its Observation: LoopObservation).
+  void Bind(const Json* job, const std::vector<Json>* pods, JobRuntime* rt) {
     job_ = job;
     pods_ = pods;
-    health_ = health;
     rt_ = rt;
   }
-
-  std::optional<v1::GetJobHealthResponse> Health() override {
-    if (health_ == nullptr) return std::nullopt;
-    return *health_;
-  }
-
-  std::vector<policy::WorkerState> Members() override {
-    std::vector<policy::WorkerState> members;
-    const Json& instances = kube::At(*job_, {"status", "workerInstances"});
-    if (!instances.is_array()) return members;
-    for (const Json& inst : instances) {
-      policy::WorkerState ws;
-      ws.id = kube::StringAt(inst, {"id"});
-      ws.role = vocab::Role::kWorker;
-      ws.local_batch_size = inst.value("localBatchSize", int64_t{0});
-      ws.accumulation_steps = std::max(1, inst.value("accumulationSteps", 1));
-      ws.incarnation = inst.value("incarnation", 0);
-      ws.alive = false;
-      const std::string desired = kube::StringAt(inst, {"pod"});
-      for (const Json& p : *pods_) {
-        if (kube::Label(p, vocab::kLabelWorkerId) == ws.id && !kube::Terminating(p) &&
-            NameOf(p) == desired &&
-            kube::Label(p, vocab::kLabelIncarnation) == std::to_string(ws.incarnation) &&
-            kube::PodPhase(p) == "Running") {
-          ws.alive = true;
-          ws.node = NodeOf(p);
-        }
-      }
-      members.push_back(ws);
-    }
-    for (policy::WorkerState& ps : ServerMembers()) members.push_back(std::move(ps));
-    return members;
-  }
-
-  // The parameter servers: each one's desired incarnation (status.serverInstances,
-  // else 0), alive while that pod runs.
-  std::vector<policy::WorkerState> ServerMembers() const {
-    std::map<int32_t, int64_t> desired;
-    const Json& moved = kube::At(*job_, {"status", "serverInstances"});
-    for (const Json& si : moved.is_array() ? moved : Json::array()) {
-      const std::optional<vocab::MemberId> id = vocab::ParseMemberId(si.value("id", ""));
-      if (id && id->role == vocab::Role::kParameterServer) {
-        desired[id->index] = si.value("incarnation", int64_t{0});
-      }
-    }
-    std::map<int32_t, policy::WorkerState> servers;
-    for (const Json& p : *pods_) {
-      int32_t k = -1;
-      if (kube::Label(p, vocab::kLabelRole) != "ps" || kube::Terminating(p) ||
-          !absl::SimpleAtoi(kube::Label(p, vocab::kLabelReplicaIndex), &k)) {
-        continue;
-      }
-      policy::WorkerState& ws = servers[k];
-      ws.id = vocab::MemberName(vocab::Role::kParameterServer, k);
-      ws.role = vocab::Role::kParameterServer;
-      ws.incarnation = static_cast<int32_t>(desired[k]);
-      const std::string incarnation = kube::Label(p, vocab::kLabelIncarnation);
-      if ((incarnation.empty() ? "0" : incarnation) == std::to_string(desired[k])) {
-        ws.alive = kube::PodPhase(p) == "Running";
-        ws.node = NodeOf(p);
-      }
-    }
-    std::vector<policy::WorkerState> out;
-    for (auto& [k, ws] : servers) out.push_back(std::move(ws));
-    return out;
-  }
-
-  std::vector<policy::NodeState> Nodes() override {
-    std::map<std::string, bool> busy;
-    for (const Json& p : *pods_) {
-      const bool member = !kube::Label(p, vocab::kLabelWorkerId).empty() ||
-                          kube::Label(p, vocab::kLabelRole) == "ps";
-      if (!member || kube::Terminating(p)) continue;
-      if (!NodeOf(p).empty() &&
-          (kube::PodPhase(p) == "Running" || kube::PodPhase(p) == "Pending")) {
-        busy[NodeOf(p)] = true;
-      }
-    }
-    std::vector<policy::NodeState> nodes;
-    for (const Json& n : controller_->nodes_->List()) {
-      policy::NodeState ns;
-      ns.name = NameOf(n);
-      ns.spare = !busy[ns.name] && kube::At(n, {"spec", "unschedulable"}) != Json(true);
-      nodes.push_back(ns);
-    }
-    return nodes;
-  }
-
-  double RemainingSeconds() override { return rt_->progress ? rt_->progress->eta_seconds : -1; }
 
   absl::Status RestartElsewhere(const policy::WorkerState&, const policy::KillRestart&) override {
     return absl::OkStatus();  // committed by this pass's reconciler (see above)
   }
-
-  std::vector<control::ServerServing> ServersServing() override { return rt_->serving; }
 
   bool SendDirective(const std::string& node, const v1::Directive& directive) override {
     if (controller_->monitor_ == nullptr) return false;
@@ -293,7 +203,6 @@ class JobController::LoopBackend final : public control::Backend {
   JobController* const controller_;
   const Json* job_ = nullptr;
   const std::vector<Json>* pods_ = nullptr;
-  const v1::GetJobHealthResponse* health_ = nullptr;
   JobRuntime* rt_ = nullptr;
 };
 

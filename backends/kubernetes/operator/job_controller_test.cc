@@ -235,6 +235,33 @@ TEST(JobControllerTest, EventsAStoppedOperatorCommittedAreWrittenAndCleared) {
   EXPECT_EQ(restarted, 1);
 }
 
+// A sync runs on the clock it is given (JobControllerOptions::clock), not the
+// wall clock: the conditions it writes carry that time.
+TEST(JobControllerTest, ASyncRunsOnTheClockItIsGiven) {
+  kube::FakeApi api;
+  ASSERT_TRUE(api.Create(kube::AntDTJobsResource(), "team-a", Job()).ok());
+  FakeClock clock(1'893'456'000'000);  // 2030-01-01T00:00:00Z
+  monitor::MonitorServiceImpl monitor_service(
+      *monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{})), &clock);
+  prometheus::Registry registry;
+  JobControllerOptions options;
+  options.identity = "test";
+  options.rpc_timeout_ms = 100;
+  options.clock = &clock;
+  JobController controller(&api, &monitor_service, options, &registry);
+  ASSERT_TRUE(controller.Start(5000));
+  Json job;
+  const bool written = Eventually([&] {
+    auto got = api.Get(kube::AntDTJobsResource(), "team-a", "refused");
+    if (got.ok()) job = *got;
+    return got.ok() && reconciler::FindCondition(job["status"], "Created") != nullptr;
+  });
+  controller.Stop();
+  ASSERT_TRUE(written) << job.dump(1);
+  EXPECT_EQ(reconciler::FindCondition(job["status"], "Created")->value("lastTransitionTime", ""),
+            "2030-01-01T00:00:00Z");
+}
+
 // An AntDT-DD job whose committed batch (status.workerInstances, as a leader
 // that died before delivering it left it) is delivered by this operator with
 // its accumulation steps, not with one micro-batch.
