@@ -118,7 +118,8 @@ void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w
 
 absl::Status JobController::Apply(const Json& job, const reconciler::Changes& plan,
                                   const std::vector<Json>& pods,
-                                  const std::set<std::string>& foreign, JobRuntime* rt) {
+                                  const std::set<std::string>& foreign, JobRuntime* rt,
+                                  const std::vector<reconciler::Event>& gathered) {
   const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
   const std::string key = kube::KeyOf(job);
   Json current = job;  // the job as last written, for ReplicaFailure
@@ -131,6 +132,7 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Changes& pl
   }
   // The decisions are committed: their Events now, before any write can fail.
   RecordCommittedEvents(plan, plan.status.has_value(), &current);
+  RecordGatheredEvents(current, gathered, rt);
 
   for (const reconciler::Write& w : plan.writes) {
     const kube::ResourceRef ref = RefOf(w);
@@ -191,8 +193,9 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Changes& pl
   return absl::OkStatus();
 }
 
-void JobController::ReportOrphans(const Json& job, const std::vector<Json>& pods,
-                                  const std::vector<Json>& services, JobRuntime* rt) {
+void JobController::ReportOrphans(const Json& /*job*/, const std::vector<Json>& pods,
+                                  const std::vector<Json>& services, JobRuntime* rt,
+                                  std::vector<reconciler::Event>* events) {
   std::vector<std::string> orphans;
   for (const Json& p : pods) {
     if (!HasController(p)) orphans.push_back("pod/" + NameOf(p));
@@ -202,16 +205,24 @@ void JobController::ReportOrphans(const Json& job, const std::vector<Json>& pods
   }
   std::sort(orphans.begin(), orphans.end());
   const std::string names = absl::StrJoin(orphans, ", ");
-  if (names == rt->reported_orphans) return;
-  rt->reported_orphans = names;
-  if (orphans.empty()) return;
-  recorder_->Record(
-      job, "Warning", "OrphanedChildren",
-      absl::StrCat(orphans.size(), orphans.size() == 1 ? " object carries" : " objects carry",
-                   " this job's label antdt.io/job but no controller (left by `kubectl delete ",
-                   "--cascade=orphan` of an earlier job?): ", names,
-                   ". The job neither counts nor adopts them (they hold an earlier run's state); "
-                   "delete them when done with them"));
+  rt->orphans_seen = names;
+  if (names == rt->reported_orphans || orphans.empty()) return;
+  events->push_back(
+      {"Warning", "OrphanedChildren",
+       absl::StrCat(orphans.size(), orphans.size() == 1 ? " object carries" : " objects carry",
+                    " this job's label antdt.io/job but no controller (left by `kubectl delete ",
+                    "--cascade=orphan` of an earlier job?): ", names,
+                    ". The job neither counts nor adopts them (they hold an earlier run's state); "
+                    "delete them when done with them")});
+}
+
+void JobController::RecordGatheredEvents(const Json& job,
+                                         const std::vector<reconciler::Event>& events,
+                                         JobRuntime* rt) {
+  for (const reconciler::Event& e : events) recorder_->Record(job, e.type, e.reason, e.message);
+  if (rt == nullptr) return;
+  rt->reported_orphans = rt->orphans_seen;
+  rt->policy_changed.reset();
 }
 
 bool JobController::SendBatch(const std::string& worker, std::optional<int64_t> incarnation,

@@ -281,11 +281,11 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     if (rt->loop != nullptr) {
       // Acted on, and said: the new policy decides from the next turn on, with
       // the decisions committed so far (cool-downs, budget) as its history.
-      recorder_->Record(
-          job, "Normal", "PolicyChanged",
+      // (The Event is the writing phase's: RecordGatheredEvents.)
+      rt->policy_changed =
           absl::StrCat("spec.stragglerPolicy or spec.monitor changed: policy ",
                        vocab::Name(spec.straggler_policy.name), " decides from now on (generation ",
-                       kube::At(job, {"metadata", "generation"}).dump(), ")"));
+                       kube::At(job, {"metadata", "generation"}).dump(), ")");
     }
     rt->policy_spec = policy_spec;
     control::LoopOptions lo;
@@ -501,10 +501,13 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   foreign.merge(Foreign(labelled_services, obs.services));
   std::optional<control::Ready> ready;
   JobRuntime* rt = nullptr;
+  std::vector<reconciler::Event> gathered_events;  // recorded in the writing phase
   std::optional<v1::GetJobHealthResponse> health;
   if (obs.spec.ok()) {
     rt = &RuntimeFor(job, *obs.spec);
-    ReportOrphans(job, labelled_pods, labelled_services, rt);
+    if (rt->policy_changed)
+      gathered_events.push_back({"Normal", "PolicyChanged", *rt->policy_changed});
+    ReportOrphans(job, labelled_pods, labelled_services, rt, &gathered_events);
     ConnectSharding(job, *obs.spec, obs.pods, *rt);
     // The Monitor's view, read once for the status and the policy.
     if (monitor_ != nullptr) {
@@ -526,7 +529,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   }
   const reconciler::Changes plan = reconciler::Reconcile(obs, options_.settings);
   // The status first: it commits every decision of this pass.
-  RETURN_IF_ERROR(Apply(job, plan, obs.pods, foreign, rt));
+  RETURN_IF_ERROR(Apply(job, plan, obs.pods, foreign, rt, gathered_events));
   if (rt != nullptr) {
     for (const reconciler::Write& w : plan.writes) {
       if (w.resource == "podgroups") rt->pod_group_created = true;  // created, or there

@@ -114,10 +114,12 @@ class JobController {
                              kube::Json* current);
   // `foreign`: names of objects with the job's labels that it does not
   // control (orphans, or an earlier job's being collected).
-  // `rt`: the job's runtime, null for a job with an invalid spec.
+  // `rt`: the job's runtime, null for a job with an invalid spec. `gathered`:
+  // the Events the gather found due, recorded with the committed ones once
+  // the status is written, before any other write can fail.
   absl::Status Apply(const kube::Json& job, const reconciler::Changes& plan,
                      const std::vector<kube::Json>& pods, const std::set<std::string>& foreign,
-                     JobRuntime* rt);
+                     JobRuntime* rt, const std::vector<reconciler::Event>& gathered);
   // The loop's ADJUST_BS directive of `batch` and `accumulation_steps` to
   // `worker` through the agent of `node`, delivered by the loop (counted for
   // `incarnation`: not re-delivered). False without a runtime or agent.
@@ -134,9 +136,16 @@ class JobController {
       const std::vector<kube::Json>& pods, const std::string& token,
       const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call);
   // A Warning Event naming the pods and Services with the job's labels and no
-  // controller, each time that set changes.
+  // controller, each time that set changes: into `events` (the gather writes
+  // nothing; the writing phase records them, RecordGatheredEvents).
   void ReportOrphans(const kube::Json& job, const std::vector<kube::Json>& pods,
-                     const std::vector<kube::Json>& services, JobRuntime* rt);
+                     const std::vector<kube::Json>& services, JobRuntime* rt,
+                     std::vector<reconciler::Event>* events);
+  // The Events the gather found due (a policy changed, orphaned children),
+  // recorded once this pass's status is written; the orphans then count as
+  // reported.
+  void RecordGatheredEvents(const kube::Json& job, const std::vector<reconciler::Event>& events,
+                            JobRuntime* rt);
   void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods,
                              const std::string& token);
 

@@ -108,7 +108,11 @@ struct JobController::JobRuntime {
   // spec.stragglerPolicy and spec.monitor as the loop was built from them: a
   // change (they may change on a running job) builds the loop again.
   std::string policy_spec;
-  std::string reported_orphans;    // the orphaned pods last reported
+  std::string reported_orphans;  // the orphaned pods last reported
+  std::string orphans_seen;      // the orphaned pods this pass's gather saw
+  // The PolicyChanged Event's message, from the gather that rebuilt the loop
+  // until the writing phase records it.
+  std::optional<std::string> policy_changed;
   bool pod_group_created = false;  // gang scheduling: the job's PodGroup exists
   std::string token;               // the job's credential ("" without)
   bool token_secret_created = false;
