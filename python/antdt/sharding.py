@@ -149,6 +149,26 @@ class Shard:
             lease_end=shard.lease_end or shard.size,
         )
 
+    def end_at(self, end: int) -> None:
+        """Ends this lease at ``end`` (counted from the shard's first record), as a
+        ``ReportProgress`` answer that shortened it says: ``record_ids``,
+        ``end``, ``slices`` and ``lease_end`` stop there. Ignored when ``end``
+        is 0 (a service that does not say), not before ``lease_end`` or before
+        what was committed."""
+        if end <= 0 or end >= self.lease_end or end < max(self.acked, self.committed):
+            return
+        keep = end - self.committed  # records still to do, from the first
+        del self.record_ids[keep:]
+        self.end = min(self.end, self.start + keep)
+        sliced: List[FileSlice] = []
+        for part in self.slices:
+            if keep <= 0:
+                break
+            sliced.append(part if part.count <= keep else FileSlice(part.path, part.offset, keep))
+            keep -= part.count
+        self.slices = sliced
+        self.lease_end = end
+
     def _ids_between(self, done_from: int, done_to: int) -> List[int]:
         """Record ids of shard positions [done_from, done_to) (counted from the shard's start)."""
         return self.record_ids[done_from - self.committed : done_to - self.committed]
@@ -172,6 +192,15 @@ class ShardingClient:
         token: the job's credential, sent with every call; ``None`` reads
             ``$ANTDT_TOKEN``, else the file ``$ANTDT_TOKEN_FILE`` names (the
             operator and the local runner set one of them), else sends none.
+        follow_shorter_leases: the caller takes no record of a lease beyond
+            what it has reported (``records()`` does: a record counts as
+            processed when the next is asked for, and it reports before it
+            hands that one out) and follows the shard's ``lease_end`` after
+            each :meth:`report`: under the guided layout the service may then
+            end a much slower worker's lease early, so that the shard's rest
+            goes to a faster worker instead of waiting at the epoch's end. Off
+            (the default, for a caller that prefetches records, e.g. a data
+            loader with workers of its own): leases end where acquired.
     """
 
     def __init__(
@@ -185,6 +214,7 @@ class ShardingClient:
         on_commit: Optional[OnCommit] = None,
         call_timeout_s: float = 5.0,
         token: Optional[str] = None,
+        follow_shorter_leases: bool = False,
     ) -> None:
         self.address = address
         self.job = job
@@ -194,6 +224,8 @@ class ShardingClient:
         self.retry_budget_s = retry_budget_s
         self.on_commit = on_commit
         self.call_timeout_s = call_timeout_s
+        self.follow_shorter_leases = follow_shorter_leases
+        self.leases_shortened = 0  #: reports whose answer ended the lease early (monitoring, tests)
         self.retries = 0  #: attempts retried so far (for monitoring and tests)
         # Reconnect quickly once a restarted service listens again (gRPC's
         # default reconnect backoff starts at 1 s and grows to 2 min). Not
@@ -321,17 +353,24 @@ class ShardingClient:
         """Commits the shard's first ``records_done`` records (counted from the
         shard's first record, so a resumed shard starts at ``shard.committed``)
         and renews the lease. Returns the records of the shard now committed.
+        With ``follow_shorter_leases`` the lease may end earlier now: the
+        shard's ``lease_end`` (and ``record_ids``) say where; take no record
+        past it.
 
         Raises :class:`LeaseLostError` when the lease is no longer held.
         """
         resp = self._call(
             "ReportProgress",
-            pb.ReportProgressRequest(dataset=self._ref(), token=shard.token, records_done=records_done),
+            pb.ReportProgressRequest(dataset=self._ref(), token=shard.token, records_done=records_done,
+                                     follow_shorter_end=self.follow_shorter_leases),
             lease_call=True,
         )
         if resp.lease.deadline_unix_ms:
             shard.lease_deadline_unix_ms = resp.lease.deadline_unix_ms
         self._acknowledge(shard, resp.committed)
+        if self.follow_shorter_leases and 0 < resp.lease_end < shard.lease_end:
+            shard.end_at(resp.lease_end)
+            self.leases_shortened += 1
         return resp.committed
 
     def complete(self, shard: Shard) -> None:
@@ -404,7 +443,9 @@ class ShardingClient:
         A record counts as processed when the caller asks for the next one.
         Progress is reported every ``commit_every`` processed records and each
         shard is completed after its last record; only what ``on_commit``
-        announces is committed. A shard whose lease was lost is abandoned (its
+        announces is committed. With ``follow_shorter_leases`` a shard whose
+        lease a report ended early is completed there (its rest goes to
+        another worker). A shard whose lease was lost is abandoned (its
         remainder is handed out again) and the loop goes on with the next.
         Leaving the loop early leaves the current lease to expire (or call
         :meth:`release`).
@@ -415,8 +456,9 @@ class ShardingClient:
         while shard is not None:
             try:
                 done = shard.committed
-                for record_id in shard.record_ids:
-                    yield shard, record_id
+                # Up to the lease's end as it is now: a report may move it closer.
+                while done < shard.lease_end and done - shard.committed < len(shard.record_ids):
+                    yield shard, shard.record_ids[done - shard.committed]
                     done += 1
                     if done < shard.lease_end and done - shard.acked >= commit_every:
                         self.report(shard, done)

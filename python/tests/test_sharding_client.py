@@ -14,12 +14,12 @@ import threading
 import time
 import unittest
 from collections import defaultdict
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from unittest import mock
 
 import grpc
 
-from antdt.sharding import FileSlice, LeaseLostError, ShardingClient, ShardingError
+from antdt.sharding import FileSlice, LeaseLostError, Shard, ShardingClient, ShardingError
 from server_process import ServerProcess
 
 JOB = "job"
@@ -246,6 +246,52 @@ class ShardingClientTest(unittest.TestCase):
             old.complete_and_acquire(held)
         self.assertEqual(old.progress().shards_doing, 1)
 
+    # (e) the guided layout: a much slower worker's lease ends early
+    def test_a_slow_workers_lease_ends_early_and_every_record_is_taken_once(self) -> None:
+        records = 3000
+        commits = Commits()
+        fast = self.client("guided", "fast", on_commit=commits)
+        slow = ShardingClient(self.address, JOB, "guided", "slow", retry_budget_s=60,
+                              on_commit=commits, follow_shorter_leases=True)
+        self.clients.append(slow)
+        fast.create_dataset(record_count=records, shard_size=200, min_shard_records=10, workers=2)
+        taken: Dict[str, List[Tuple[int, int]]] = {"fast": [], "slow": []}  # (shard, record)
+        errors: List[BaseException] = []
+
+        def loop(name: str, c: ShardingClient, per_record_s: float) -> None:
+            try:
+                for shard, record in c.records(commit_every=5):
+                    taken[name].append((shard.index, record))
+                    time.sleep(per_record_s)
+            except BaseException as e:  # noqa: BLE001  (reported by the main thread)
+                errors.append(e)
+
+        # The slow one (20 records a second) first, so that it holds a whole
+        # shard when it is seen slow; the fast one (about 20 times faster) then.
+        threads = [threading.Thread(target=loop, args=("slow", slow, 0.05), daemon=True)]
+        threads[0].start()
+        wait_until(lambda: len(taken["slow"]) > 0, 10, "the slow worker's first record")
+        threads.append(threading.Thread(target=loop, args=("fast", fast, 0.002), daemon=True))
+        threads[1].start()
+        for t in threads:
+            t.join(120)
+            self.assertFalse(t.is_alive(), "a worker did not finish in 120 s")
+        if errors:
+            raise errors[0]
+        # The slow worker was told to stop early and did: no record was taken
+        # twice (by it past its new end and again by the other), none missed,
+        # and the rest of its first shard went to the fast worker (not back
+        # to the slow one, which asks again first).
+        self.assertGreaterEqual(slow.leases_shortened, 1)
+        everything = [r for _s, r in taken["fast"] + taken["slow"]]
+        self.assertEqual(len(everything), len(set(everything)), "a record taken twice")
+        self.assertEqual(sorted(everything), list(range(records)))
+        self.assertEqual(sorted(commits.by_epoch[0]), list(range(records)))
+        first = taken["slow"][0][0]
+        self.assertIn(first, {s for s, _r in taken["fast"]},
+                      f"the fast worker took none of shard {first}, the slow worker's first")
+        self.assertTrue(fast.progress().finished)
+
     def test_invalid_shard_size_is_refused(self) -> None:
         c = self.client("d", "w0")
         with self.assertRaises(ShardingError) as err:
@@ -254,6 +300,36 @@ class ShardingClientTest(unittest.TestCase):
         self.assertIn("spec.shard_size", err.exception.message)
         self.assertEqual(c.retries, 0)
 
+
+
+class ShardEndAtTest(unittest.TestCase):
+    """What a report that ended the lease early does to the shard (no service)."""
+
+    def shard(self, shuffled: bool) -> Shard:
+        # Acquired from the shard's 10th record (of 100); 20 committed since.
+        ids = [1000 + i for i in range(90)] if shuffled else list(range(110, 200))
+        return Shard(epoch=0, index=1, token=7, committed=10, size=100, start=110, end=200,
+                     record_ids=ids, slices=[FileSlice("a.rec", 110, 50), FileSlice("b.rec", 0, 40)],
+                     acked=20, lease_end=100)
+
+    def test_the_lease_stops_where_the_service_said(self) -> None:
+        for shuffled in (False, True):
+            with self.subTest(shuffled=shuffled):
+                s = self.shard(shuffled)
+                for ignored in (150, 100, 15, 0):  # past it, at it, before what was committed, unsaid
+                    s.end_at(ignored)
+                    self.assertEqual((s.lease_end, len(s.record_ids)), (100, 90))
+                s.end_at(40)
+                self.assertEqual(s.lease_end, 40)
+                self.assertEqual(len(s.record_ids), 30)
+                self.assertEqual(s.record_ids[-1], 1029 if shuffled else 139)
+                self.assertEqual(s.end, 140)
+                self.assertEqual(s.slices, [FileSlice("a.rec", 110, 30)])
+                s.end_at(60)  # never longer again
+                self.assertEqual(s.lease_end, 40)
+                s.end_at(20)  # down to what was committed (positions 10..19 of the shard)
+                self.assertEqual((s.lease_end, len(s.record_ids), s.end), (20, 10, 120))
+                self.assertEqual(s.slices, [FileSlice("a.rec", 110, 10)])
 
 
 class ShardingClientCredentialTest(unittest.TestCase):

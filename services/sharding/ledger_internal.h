@@ -138,6 +138,10 @@ struct WorkerStats {
   int64_t incarnation = -1;  // newest seen; older ones are refused
   int64_t records_committed = 0;
   std::deque<std::pair<int64_t, int64_t>> samples;  // (time ms, cumulative)
+  // The shard whose guided lease it completed before the shard's end (found
+  // much slower than its peers): the rest, at the front of the queue, is for
+  // another worker first (in this process; -1: none).
+  int64_t left_rest_of = -1;
 };
 
 struct Ledger::Dataset {
@@ -553,8 +557,12 @@ struct Ops {
     ds.todo.push_front(row.index);
     ds.unleased += ds.ShardSize(row.index) - slot.committed;
     if (state == LeaseState::kCompleted) {
-      // A guided lease done up to its end: the shard's rest is next in line.
+      // A guided lease done up to its end: the shard's rest is next in line,
+      // for another worker than this slow one (AcquireShard).
       ++ds.leases_shortened;
+      if (auto w = ds.workers.find(row.worker); w != ds.workers.end()) {
+        w->second.left_rest_of = row.index;
+      }
       batch.push_back(RowOf(ds, row.index));
       return;
     }

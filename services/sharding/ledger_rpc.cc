@@ -95,8 +95,17 @@ Deferred<v1::AcquireShardResponse> Ledger::AcquireChecked(const v1::AcquireShard
       int64_t retry = options_.wait_retry_ms;
       resp.set_retry_after_ms(retry);
     } else {
-      const int64_t index = ds.todo.front();
-      ds.todo.pop_front();
+      // A slow worker asking again at once (CompleteShard with next) would
+      // take the rest of the shard it was just found too slow for, piece by
+      // piece, and a faster worker never would: it takes the next shard in
+      // line instead, while there is one.
+      auto pick = ds.todo.begin();
+      if (int64_t& left = worker.left_rest_of; left >= 0) {
+        if (*pick == left && ds.todo.size() > 1) ++pick;
+        left = -1;
+      }
+      const int64_t index = *pick;
+      ds.todo.erase(pick);
       ShardSlot& slot = ds.shards[index];
       const int64_t end = ds.LeaseEnd(index, slot.committed, req.worker_id());
       ds.unleased -= ds.ShardSize(index) - slot.committed;

@@ -633,6 +633,24 @@ TEST_F(LedgerTest, ACutLeaseEndsWhereTheAnswerSaidThroughARestart) {
   EXPECT_EQ(rest.shard().committed(), end);
 }
 
+// The slow holder of a cut lease asks again as soon as it completes it (a
+// CompleteShard with next): it gets the next shard in line, not the rest it
+// was just found too slow for, which waits at the front for another worker.
+TEST_F(LedgerTest, TheRestOfACutLeaseGoesToAnotherWorkerNotBackToItsSlowHolder) {
+  SlowdownRun run = RunSlowdown(/*follow=*/true, /*stop_at_cut=*/true);
+  ASSERT_TRUE(run.cut.has_value());
+  const int64_t cut_shard = run.cut->shard().index();
+  ASSERT_TRUE(Report(run.cut->lease().token(), run.cut_end, true).ok());
+  ASSERT_TRUE(Complete(run.cut->lease().token()).ok());
+  auto again = Acquire("d");
+  ASSERT_EQ(again.result(), AcquireShardResponse::SHARD);
+  EXPECT_NE(again.shard().index(), cut_shard);
+  auto other = Acquire("a");
+  ASSERT_EQ(other.result(), AcquireShardResponse::SHARD);
+  EXPECT_EQ(other.shard().index(), cut_shard);
+  EXPECT_EQ(other.shard().committed(), run.cut_end);
+}
+
 // The holder of a cut lease dies before its new end: its lease expires and
 // everything it did not commit, to the shard's end, is leased again; it can
 // commit nothing more.
