@@ -81,6 +81,8 @@ class DemoRun {
     std::filesystem::create_directories(o_.work_dir);
     std::filesystem::remove_all(o_.work_dir + "/state");  // every demo run starts afresh
     start_ = Clock::now();
+    std::error_code ec;  // the service's log is appended to: this run's part starts here
+    const auto log_from = std::filesystem::file_size(o_.work_dir + "/service.log", ec);
     RETURN_IF_ERROR(StartService());
     StartWorkers();
     PlanKills();
@@ -88,6 +90,11 @@ class DemoRun {
     if (auto progress = driver_->Progress(); progress.ok()) result_.progress = *progress;
     service_.Stop();
     result_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    std::ifstream log(o_.work_dir + "/service.log");
+    if (!ec) log.seekg(static_cast<std::streamoff>(log_from));
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("event=lease_shortened") != std::string::npos) ++result_.leases_shortened;
+    }
     ASSIGN_OR_RETURN(result_.verification, VerifyJournals(journals_, o_.records, o_.epochs));
     return result_;
   }
@@ -120,12 +127,14 @@ class DemoRun {
 
   void Spawn(WorkerSlot& w) {
     w.proc = std::make_unique<Process>(
-        std::vector<std::string>{o_.bin_dir + "/antdt-demo-worker", "--address", service_.address(),
-                                 "--job", copts_.job, "--dataset", copts_.dataset, "--worker-id",
-                                 w.id, "--incarnation", std::to_string(w.incarnation), "--journal",
-                                 o_.work_dir + "/" + w.id + ".journal", "--record-us",
-                                 std::to_string(o_.record_us), "--commit-every",
-                                 std::to_string(o_.commit_every)},
+        std::vector<std::string>{
+            o_.bin_dir + "/antdt-demo-worker", "--address", service_.address(), "--job", copts_.job,
+            "--dataset", copts_.dataset, "--worker-id", w.id, "--incarnation",
+            std::to_string(w.incarnation), "--journal", o_.work_dir + "/" + w.id + ".journal",
+            "--record-us",
+            std::to_string(w.id == "worker-0" && o_.slow_record_us > 0 ? o_.slow_record_us
+                                                                       : o_.record_us),
+            "--commit-every", std::to_string(o_.commit_every)},
         o_.work_dir + "/" + w.id + ".log");
   }
 

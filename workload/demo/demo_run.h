@@ -23,6 +23,9 @@ struct DemoOptions {
   int32_t epochs = 2;
   bool shuffle = true;
   int64_t record_us = 200;  // emulated work per record
+  // worker-0's work per record instead (a straggler: on the guided layout the
+  // service ends its leases early, and the rest goes to the others); 0: none.
+  int64_t slow_record_us = 0;
   int64_t commit_every = 25;
   int worker_kills = 1;   // SIGKILL a worker, restart it with incarnation + 1
   int service_kills = 0;  // SIGKILL the service, restart it on the same state
@@ -41,6 +44,9 @@ struct DemoResult {
   Verification verification;
   int worker_kills = 0;
   int service_kills = 0;
+  // Leases the service ended early (a much slower worker's), over every
+  // process of it (its log's lease_shortened events).
+  int64_t leases_shortened = 0;
   double seconds = 0;
   v1::GetProgressResponse progress;  // the service's view at the end
 };
