@@ -123,6 +123,60 @@ std::string SharedPlaneDir() {
   return RealControlPlane() && dir != nullptr ? dir : "";
 }
 
+// What an authorizer decides on: a request's verb, group, resource,
+// subresource, namespace and name.
+struct RequestAttributes {
+  std::string verb, api_group, resource, subresource, namespace_, name;
+  // "group/resource[/subresource]", as a role's rule names it.
+  std::string Resource() const {
+    return api_group + "/" + resource + (subresource.empty() ? "" : "/" + subresource);
+  }
+};
+
+// A request the API server served: who made it, its answer, and what the
+// authorizer decided on (verb empty for a non-resource path).
+struct ServedRequest {
+  std::string user;
+  int code = 0;
+  RequestAttributes attributes;
+};
+
+// A request of the emulator's log (method, path, query) as RBAC sees it;
+// nullopt for a non-resource path.
+std::optional<RequestAttributes> EmulatorRequestAttributes(const Json& request) {
+  std::vector<std::string> segs = absl::StrSplit(Str(request, {"path"}), '/', absl::SkipEmpty());
+  if (segs.size() < 3 || (segs[0] != "api" && segs[0] != "apis")) return std::nullopt;
+  const bool core = segs[0] == "api";
+  RequestAttributes a;
+  a.api_group = core ? "" : segs[1];
+  std::vector<std::string> rest(segs.begin() + (core ? 2 : 3), segs.end());
+  if (rest.size() >= 3 && rest[0] == "namespaces") {
+    a.namespace_ = rest[1];
+    rest.erase(rest.begin(), rest.begin() + 2);
+  }
+  if (rest.empty()) return std::nullopt;
+  a.resource = rest[0];
+  if (rest.size() >= 2) a.name = rest[1];
+  if (rest.size() >= 3) a.subresource = rest[2];
+  const std::string method = Str(request, {"method"});
+  const bool named = !a.name.empty();
+  if (method == "GET") {
+    const std::string query = "&" + Str(request, {"query"});
+    const bool watch = query.find("&watch=true") != std::string::npos ||
+                       query.find("&watch=1") != std::string::npos;
+    a.verb = watch ? "watch" : named ? "get" : "list";
+  } else if (method == "POST") {
+    a.verb = "create";
+  } else if (method == "PUT") {
+    a.verb = "update";
+  } else if (method == "PATCH") {
+    a.verb = "patch";
+  } else if (method == "DELETE") {
+    a.verb = named ? "delete" : "deletecollection";
+  }
+  return a;
+}
+
 // kShared: on a shared real control plane, when there is one, the cluster is a
 // namespace of its own whose pods only its own nodes run (PodNodeSelector), with
 // operators that watch only that namespace. kOwn: a plane of its own, for cases
@@ -611,41 +665,43 @@ class Cluster {
     return config;
   }
 
-  // The requests the API server served: the emulator's log, or the real API
-  // server's audit log (testing/control-plane) in the emulator's shape (user,
-  // code, method, path, query).
-  Json Requests() {
-    if (RealControlPlane()) return AuditedRequests();
+  // The emulator's own log of the requests it served (method, path, query,
+  // user, userAgent, code).
+  Json EmulatorRequests() {
     web::http::client::http_client c(server_, ClientConfig());
     auto r = c.request(web::http::methods::GET, "/emulator/v1/requests").get();
     return Json::parse(r.extract_string().get());
   }
 
-  Json AuditedRequests() {
-    static const std::map<std::string, std::string> kMethods = {
-        {"get", "GET"},       {"list", "GET"},
-        {"watch", "GET"},     {"create", "POST"},
-        {"update", "PUT"},    {"patch", "PATCH"},
-        {"delete", "DELETE"}, {"deletecollection", "DELETE"}};
-    Json out = Json::array();
+  // The requests the API server served, as its authorizer saw them: the real
+  // API server's audit log (testing/control-plane: the verb and objectRef it
+  // decided on), or the emulator's log, parsed.
+  std::vector<ServedRequest> Requests() {
+    std::vector<ServedRequest> out;
+    if (!RealControlPlane()) {
+      for (const Json& r : EmulatorRequests()) {
+        ServedRequest& served = out.emplace_back();
+        served.user = Str(r, {"user"});
+        served.code = r.value("code", 0);
+        served.attributes = EmulatorRequestAttributes(r).value_or(RequestAttributes{});
+      }
+      return out;
+    }
     std::ifstream in(plane_dir_ + "/audit.log");
-    std::string line;
-    while (std::getline(in, line)) {
+    for (std::string line; std::getline(in, line);) {
       const Json e = Json::parse(line, nullptr, false);
+      if (!e.is_object()) continue;
       // A watch is audited when it starts (and again when it ends).
-      const std::string stage = e.is_object() ? e.value("stage", "") : "";
-      const bool watch = e.is_object() && e.value("verb", "") == "watch";
-      if (stage != (watch ? "ResponseStarted" : "ResponseComplete")) continue;
-      const auto method = kMethods.find(e.value("verb", ""));
-      if (method == kMethods.end()) continue;
-      const std::string uri = e.value("requestURI", "");
-      const size_t q = uri.find('?');
-      out.push_back(
-          {{"user", Str(e, {"user", "username"})},
-           {"code", e.contains("responseStatus") ? e["responseStatus"].value("code", 0) : 0},
-           {"method", method->second},
-           {"path", uri.substr(0, q)},
-           {"query", q == std::string::npos ? "" : uri.substr(q + 1)}});
+      const bool watch = e.value("verb", "") == "watch";
+      if (e.value("stage", "") != (watch ? "ResponseStarted" : "ResponseComplete")) continue;
+      ServedRequest& served = out.emplace_back();
+      served.user = Str(e, {"user", "username"});
+      served.code = e.contains("responseStatus") ? e["responseStatus"].value("code", 0) : 0;
+      if (!e.contains("objectRef")) continue;  // a non-resource path (/readyz, /version)
+      const Json& ref = e["objectRef"];
+      served.attributes = {e.value("verb", ""),        ref.value("apiGroup", ""),
+                           ref.value("resource", ""),  ref.value("subresource", ""),
+                           ref.value("namespace", ""), ref.value("name", "")};
     }
     return out;
   }
@@ -913,65 +969,6 @@ TEST(OperatorE2E, JobGoesCreatedRunningSucceededExactlyOnce) {
       << events;
 }
 
-// The (verb, "group/resource[/subresource]") a request of the emulator's log
-// made, from its method, path and query.
-std::pair<std::string, std::string> VerbAndResource(const Json& request) {
-  std::vector<std::string> segs = absl::StrSplit(Str(request, {"path"}), '/', absl::SkipEmpty());
-  if (segs.size() < 3 || (segs[0] != "api" && segs[0] != "apis")) return {"", ""};
-  const bool core = segs[0] == "api";
-  const std::string group = core ? "" : segs[1];
-  std::vector<std::string> rest(segs.begin() + (core ? 2 : 3), segs.end());
-  if (rest.size() >= 3 && rest[0] == "namespaces") rest.erase(rest.begin(), rest.begin() + 2);
-  if (rest.empty()) return {"", ""};
-  std::string resource = group + "/" + rest[0];
-  if (rest.size() >= 3) resource += "/" + rest[2];
-  const std::string method = Str(request, {"method"});
-  const bool named = rest.size() >= 2;
-  std::string verb;
-  if (method == "GET") {
-    const std::string query = "&" + Str(request, {"query"});
-    const bool watch = query.find("&watch=true") != std::string::npos ||
-                       query.find("&watch=1") != std::string::npos;
-    verb = watch ? "watch" : named ? "get" : "list";
-  } else if (method == "POST") {
-    verb = "create";
-  } else if (method == "PUT") {
-    verb = "update";
-  } else if (method == "PATCH") {
-    verb = "patch";
-  } else if (method == "DELETE") {
-    verb = named ? "delete" : "deletecollection";
-  }
-  return {verb, resource};
-}
-
-// A recorded request as RBAC sees it (verb, group, resource, subresource,
-// namespace, name); nullopt for a non-resource path.
-// What an authorizer decides on: a request's verb, group, resource,
-// subresource, namespace and name.
-struct RequestAttributes {
-  std::string verb, api_group, resource, subresource, namespace_, name;
-};
-
-std::optional<RequestAttributes> RequestAttributesOf(const Json& request) {
-  std::vector<std::string> segs = absl::StrSplit(Str(request, {"path"}), '/', absl::SkipEmpty());
-  if (segs.size() < 3 || (segs[0] != "api" && segs[0] != "apis")) return std::nullopt;
-  const bool core = segs[0] == "api";
-  RequestAttributes a;
-  a.verb = VerbAndResource(request).first;
-  a.api_group = core ? "" : segs[1];
-  std::vector<std::string> rest(segs.begin() + (core ? 2 : 3), segs.end());
-  if (rest.size() >= 3 && rest[0] == "namespaces") {
-    a.namespace_ = rest[1];
-    rest.erase(rest.begin(), rest.begin() + 2);
-  }
-  if (rest.empty()) return std::nullopt;
-  a.resource = rest[0];
-  if (rest.size() >= 2) a.name = rest[1];
-  if (rest.size() >= 3) a.subresource = rest[2];
-  return a;
-}
-
 // Least privilege, the other way round: each rule of the roles bound to
 // `user` in the rendered chart, removed alone, refuses at least one of the
 // requests `user` made (replayed through the API server's RBAC rules), so a
@@ -987,9 +984,8 @@ std::optional<RequestAttributes> RequestAttributesOf(const Json& request) {
 // SubjectAccessReview for every request the operator's ServiceAccount was
 // granted this run. A rule whose removal refuses none of them is needless. Probe
 // 0 leaves nothing out and must be allowed everything (the copies are faithful).
-std::vector<std::string> RulesTheRealAuthorizerFindsNeedless(Cluster& cluster,
-                                                             const std::string& rendered,
-                                                             const Json& requests) {
+std::vector<std::string> RulesTheRealAuthorizerFindsNeedless(
+    Cluster& cluster, const std::string& rendered, const std::vector<ServedRequest>& requests) {
   const std::string operator_user = "system:serviceaccount:antdt-system:antdt-operator";
   std::vector<Json> roles, bindings;
   for (const YAML::Node& doc : YAML::LoadAllFromFile(rendered)) {
@@ -1003,16 +999,16 @@ std::vector<std::string> RulesTheRealAuthorizerFindsNeedless(Cluster& cluster,
   }
   std::set<std::string> seen;
   std::vector<Json> reviews;  // resourceAttributes of every distinct granted request
-  for (const Json& r : requests) {
-    if (Str(r, {"user"}) != operator_user || r.value("code", 0) == 403) continue;
-    const auto a = RequestAttributesOf(r);
-    if (!a || a->verb.empty()) continue;
-    const Json attrs = {{"verb", a->verb},
-                        {"group", a->api_group},
-                        {"resource", a->resource},
-                        {"subresource", a->subresource},
-                        {"namespace", a->namespace_},
-                        {"name", a->name}};
+  for (const ServedRequest& r : requests) {
+    if (r.user != operator_user || r.code == 403) continue;
+    const RequestAttributes& a = r.attributes;
+    if (a.verb.empty()) continue;
+    const Json attrs = {{"verb", a.verb},
+                        {"group", a.api_group},
+                        {"resource", a.resource},
+                        {"subresource", a.subresource},
+                        {"namespace", a.namespace_},
+                        {"name", a.name}};
     if (seen.insert(attrs.dump()).second) reviews.push_back(attrs);
   }
   EXPECT_FALSE(reviews.empty()) << "no audited request of " << operator_user;
@@ -1287,11 +1283,10 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   // against what its roles grant.
   std::set<std::pair<std::string, std::string>> used;
   int refused = 0;
-  for (const Json& r : cluster.Requests()) {
-    if (Str(r, {"user"}) != "system:serviceaccount:antdt-system:antdt-operator") continue;
-    if (r.value("code", 0) == 403) ++refused;
-    auto vr = VerbAndResource(r);
-    if (!vr.first.empty()) used.insert(vr);
+  for (const ServedRequest& r : cluster.Requests()) {
+    if (r.user != "system:serviceaccount:antdt-system:antdt-operator") continue;
+    if (r.code == 403) ++refused;
+    if (!r.attributes.verb.empty()) used.insert({r.attributes.verb, r.attributes.Resource()});
   }
   EXPECT_EQ(refused, 0);
   std::set<std::pair<std::string, std::string>> granted;
@@ -1937,7 +1932,7 @@ TEST(OperatorE2E, KilledMidReconcileConvergesWithoutDuplicatePods) {
   // server, 3 workers. A second create of a name would be a 409, and a pod
   // made under a new name after the restart a sixth 201.
   int pod_creates = 0;
-  for (const Json& r : cluster.Requests()) {
+  for (const Json& r : cluster.EmulatorRequests()) {
     const std::string path = r.value("path", "");
     if (r.value("method", "") == "POST" && r.value("code", 0) == 201 && path.size() >= 5 &&
         path.compare(path.size() - 5, 5, "/pods") == 0) {
@@ -1981,7 +1976,7 @@ TEST(OperatorE2E, ConvergesThroughExpiredWatchesConflictsAndThrottling) {
   EXPECT_TRUE(v.exactly_once()) << v.Summary();
   // The operator relisted after the 410 (a LIST of antdtjobs after the first).
   int job_lists = 0;
-  for (const Json& r : cluster.Requests()) {
+  for (const Json& r : cluster.EmulatorRequests()) {
     const std::string q = r.value("query", "");
     if (r.value("method", "") == "GET" &&
         r.value("path", "").find("antdtjobs") != std::string::npos &&
