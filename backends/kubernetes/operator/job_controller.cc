@@ -339,16 +339,19 @@ void JobController::ConnectSharding(const Json& job, const manifest::Job& spec,
     }
   }
   if (kube::At(job, {"status", "datasetCreated"}) == Json(true)) rt.dataset_ready = true;
-  if (!rt.driver || rt.dataset_ready) return;
-  const v1::DatasetSpec ds = bridge::DatasetSpecFor(spec);
-  auto created = rt.driver->CreateDataset(ds);
-  if (created.ok()) {
-    rt.dataset_ready = true;
-  } else {
+}
+
+bool JobController::CreateDataset(const Json& job, const manifest::Job& spec, JobRuntime& rt) {
+  if (!rt.driver || rt.dataset_ready) return false;
+  auto created = rt.driver->CreateDataset(bridge::DatasetSpecFor(spec));
+  if (!created.ok()) {
     LogEvent("operator", {{"event", "create_dataset_failed"},
                           {"job", kube::KeyOf(job)},
                           {"error", created.status().ToString()}});
+    return false;
   }
+  rt.dataset_ready = true;
+  return true;
 }
 
 void JobController::Observe(const Json& job, const manifest::Job& spec,
@@ -546,6 +549,9 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     *requeue_after_ms =
         std::min(plan.requeue_after_ms, bridge::ControlIntervalMs(obs.spec->monitor));
   }
+  // The dataset, once its sharding service runs: the next pass, at once,
+  // records it (status.datasetCreated) and creates the workers.
+  if (rt != nullptr && CreateDataset(job, *obs.spec, *rt)) *requeue_after_ms = 1;
   return absl::OkStatus();
 }
 

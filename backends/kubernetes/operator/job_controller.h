@@ -80,10 +80,13 @@ class JobController {
   void EnqueueOwner(const kube::Json& child);
   JobRuntime& RuntimeFor(const kube::Json& job, const manifest::Job& spec);
   // The sharding service's running pod, and a client of it (rt.driver) for
-  // its address; the dataset created on it once (status.datasetCreated, else
-  // a CreateDataset that an existing dataset answers as done).
+  // its address; the dataset known created once status.datasetCreated says so.
   void ConnectSharding(const kube::Json& job, const manifest::Job& spec,
                        const std::vector<kube::Json>& pods, JobRuntime& rt);
+  // The writing phase's: the dataset created on the connected sharding service
+  // (a CreateDataset that an existing dataset answers as done); true when it
+  // was created now, so that a pass soon records it and starts the workers.
+  bool CreateDataset(const kube::Json& job, const manifest::Job& spec, JobRuntime& rt);
   // The gather: what this pass sees beyond the API objects (progress, the
   // Monitor's stragglers, moved servers). Reads only.
   void Observe(const kube::Json& job, const manifest::Job& spec,
