@@ -197,6 +197,7 @@ class Cluster {
     master_port_ = 20000 + static_cast<int>(rd() % 10000);
     if (RealControlPlane() && plane == Plane::kShared && !SharedPlaneDir().empty()) {
       plane_dir_ = SharedPlaneDir();
+      shared_plane_ = true;
       AttachSharedPlane(rd());
     } else if (RealControlPlane()) {
       plane_dir_ = dir_.File("cp");
@@ -348,7 +349,7 @@ class Cluster {
     Stop(kubelet_.get());
     Stop(emulator_.get());
     Stop(plane_.get());
-    if (!node_prefix_.empty() && node_prefix_ != "node-") {
+    if (shared_plane_) {
       // On the shared plane the cases stay apart: every pod of this cluster's
       // namespace was bound to one of its own nodes. Then its namespace and
       // nodes go (the controllers delete what was in it meanwhile).
@@ -419,7 +420,7 @@ class Cluster {
                                   "1s",
                                   "--master-port",
                                   std::to_string(master_port_)};
-    if (ns_ != "default") {
+    if (shared_plane_) {
       argv.push_back("--namespace");
       argv.push_back(ns_);
     }
@@ -500,7 +501,7 @@ class Cluster {
         argv.push_back(a);
       }
     }
-    if (ns_ != "default") {
+    if (shared_plane_) {
       argv.push_back("--namespace");
       argv.push_back(ns_);
     }
@@ -788,7 +789,8 @@ class Cluster {
   std::unique_ptr<Process> kubelet_;
   std::unique_ptr<Process> plane_;  // the real control plane's harness, when RealControlPlane()
   std::string k8s_bin_dir_;
-  std::string plane_dir_;  // the real control plane's folder (its own or the shared one)
+  std::string plane_dir_;      // the real control plane's folder (its own or the shared one)
+  bool shared_plane_ = false;  // a namespace and nodes of its own on the shared plane
   std::string ns_ = "default";
   std::string node_prefix_ = "node-";
   std::string node_labels_;  // extra labels of its nodes (YAML flow entries)

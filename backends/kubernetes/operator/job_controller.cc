@@ -522,7 +522,13 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     rt->backend->Bind(&job, &obs.pods, rt);
     // The loop's step on what this pass observed: its decisions go to the
     // reconciler, which commits them.
-    ready = Step(job, *rt, LoopObservation(obs, nodes_->List(), h, rt->serving));
+    // The Monitor's view (a copy) and the cluster's nodes (a list of them
+    // all) only when a turn is due, as the runner and the simulator gather
+    // them: not on every sync of every job.
+    const bool due = rt->loop->Due(now_ms, /*windows_closed=*/-1);
+    ready = Step(job, *rt,
+                 LoopObservation(obs, due ? nodes_->List() : std::vector<Json>{}, due ? h : nullptr,
+                                 rt->serving));
     // Recommended decisions are not the reconciler's to commit.
     if (!ready->recommend_only) {
       for (const policy::Decision& d : ready->plan.decisions) {
