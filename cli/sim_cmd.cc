@@ -53,6 +53,7 @@ struct PolicyRuns {
   double saved = 0, lost = 0;  // means of the loop's estimates
   double wall = 0;             // sums
   int64_t reports = 0, calls = 0;
+  int64_t cut_steps = 0, cut_samples = 0;  // the step deadline's cuts
   int restarts = 0;
   double capacity_bound = 0;  // mean over seeds (SimResult::capacity_bound_seconds)
 };
@@ -91,6 +92,8 @@ void Summarize(PolicyRuns& p) {
     p.reports += r.step_reports;
     p.calls += r.ledger_calls;
     p.restarts += r.restarts;
+    p.cut_steps += r.cut_steps;
+    p.cut_samples += r.cut_samples;
     p.capacity_bound += r.capacity_bound_seconds / n;
   }
 }
@@ -164,6 +167,8 @@ std::string SimResultsJson(const std::string& scenario, const std::vector<Policy
                                                        : nlohmann::ordered_json(nullptr)},
                  {"slowdown_mitigated", nlohmann::ordered_json(nullptr)},
                  {"restarts", p.restarts},
+                 {"steps_cut_at_deadline", p.cut_steps},
+                 {"samples_moved_by_cuts", p.cut_samples},
                  {"skipped_seed_1", first.skipped},
                  {"step_reports", p.reports},
                  {"ledger_calls", p.calls},

@@ -38,6 +38,7 @@ absl::Status StepReporter::Report(const StepTiming& t) {
   s->set_role(options_.role);
   s->set_step(t.step);
   s->set_samples(t.samples);
+  s->set_batch_samples(t.batch_samples);
   s->set_bpt_seconds(t.bpt_seconds);
   s->set_data_wait_seconds(t.data_wait_seconds);
   s->set_cpu_wait_seconds(t.cpu_wait_seconds);

@@ -48,6 +48,9 @@ struct StepReporterOptions {
 struct StepTiming {
   int64_t step = 0;
   int64_t samples = 0;
+  // The batch the step was to train, when its deadline cut it short
+  // (StepReport.batch_samples); 0 otherwise.
+  int64_t batch_samples = 0;
   // The worker's own processing time for the step (data, compute), without
   // the wait for slower peers at a synchronisation barrier: in synchronous
   // training that wait makes every worker's wall-clock step time the same.

@@ -112,6 +112,11 @@ TEST(LocalRunner, RestartsAPersistentStragglerOnTheSpareNodeWithNoRecordLostOrDo
   EXPECT_GT(std::stod(entry.substr(slow + 18)), 2.5) << entry;
   EXPECT_NE(entry.find("saved_seconds="), std::string::npos) << entry;
   EXPECT_NE(entry.find("cost_seconds="), std::string::npos) << entry;
+  // Before any policy could act, the step deadline (stepDeadline 1.25, the
+  // default) cut the straggler's slow steps: it trained part of its batch and
+  // took the rest into its next step, and nothing was lost or doubled (above).
+  const std::string straggler = Read(dir.File("work/worker-2.log"));
+  EXPECT_NE(straggler.find("event=step_cut worker=worker-2"), std::string::npos) << straggler;
   const std::string html = Read(dir.File("report/report.html"));
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("KILL_RESTART"), std::string::npos);

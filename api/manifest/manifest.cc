@@ -255,9 +255,9 @@ absl::Status ParseRule(const YAML::Node& node, const std::string& path, Rule* ru
 
 absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, StragglerPolicySpec* p) {
   const std::string path = "spec.stragglerPolicy";
-  RETURN_IF_ERROR(CheckMapping(
-      node, path,
-      {"name", "mode", "cooldown", "maxActions", "minSavingRatio", "backupWorkers", "rules"}));
+  RETURN_IF_ERROR(CheckMapping(node, path,
+                               {"name", "mode", "cooldown", "maxActions", "minSavingRatio",
+                                "backupWorkers", "stepDeadline", "rules"}));
   RETURN_IF_ERROR(ReadOneOf(node, path, "name", vocab::AllPolicies(), &p->name));
   RETURN_IF_ERROR(ReadOneOf(node, path, "mode", vocab::AllModes(), &p->mode));
   p->cooldown_derived = !Present(Get(node, "cooldown"));
@@ -277,6 +277,11 @@ absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, Strag
     return Invalid(Join(path, "backupWorkers"),
                    absl::StrCat("must be between 1 and spec.workers.replicas - 1 (", workers - 1,
                                 ") with backup-workers, got ", p->backup_workers));
+  }
+  RETURN_IF_ERROR(ReadDouble(node, path, "stepDeadline", &p->step_deadline));
+  if (p->step_deadline != 0 && !(p->step_deadline >= 1.1 && p->step_deadline <= 10)) {
+    return Invalid(Join(path, "stepDeadline"),
+                   absl::StrCat("must be 0 (off) or between 1.1 and 10, got ", p->step_deadline));
   }
   const std::string rules_path = Join(path, "rules");
   const YAML::Node rules = Get(node, "rules");

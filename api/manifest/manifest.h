@@ -76,8 +76,13 @@ struct StragglerPolicySpec {
   bool cooldown_derived = true;
   // spec.stragglerPolicy.maxActions; absent: 10, or one per 5 workers when more.
   int32_t max_actions = 10;
-  double min_saving_ratio = 1.0;         // spec.stragglerPolicy.minSavingRatio
-  int32_t backup_workers = 1;            // spec.stragglerPolicy.backupWorkers
+  double min_saving_ratio = 1.0;  // spec.stragglerPolicy.minSavingRatio
+  int32_t backup_workers = 1;     // spec.stragglerPolicy.backupWorkers
+  // spec.stragglerPolicy.stepDeadline: under antdt-nd, antdt-dd and custom, a
+  // step ends for a worker still training at this multiple of its median
+  // worker's time; the worker trains what it has and takes the rest of its
+  // batch into its next step. 0: off. Other policies never cut a step.
+  double step_deadline = 1.25;
   vocab::Mode mode = vocab::Mode::kAct;  // spec.stragglerPolicy.mode
   std::vector<Rule> rules;               // required (non-empty) for custom, rejected otherwise
 };

@@ -85,6 +85,7 @@ TEST(ParseJob, BaseIsValidAndDefaultsApply) {
   EXPECT_EQ(job->straggler_policy.max_actions, 10);
   EXPECT_DOUBLE_EQ(job->straggler_policy.min_saving_ratio, 1.0);
   EXPECT_EQ(job->straggler_policy.backup_workers, 1);
+  EXPECT_DOUBLE_EQ(job->straggler_policy.step_deadline, 1.25);
   EXPECT_EQ(job->straggler_policy.mode, vocab::Mode::kAct);
   EXPECT_TRUE(job->straggler_policy.rules.empty());
   EXPECT_EQ(job->monitor.window_ms, 1'000);  // the first windows', then two steps
@@ -131,6 +132,7 @@ spec:
     maxActions: 4
     minSavingRatio: 0.5
     backupWorkers: 0
+    stepDeadline: 1.5
     rules:
       - {signal: score, threshold: 1.5, windows: 2, action: ADJUST_BS}
       - {signal: class, class: persistent, action: KILL_RESTART, cooldown: 2m, budget: 2}
@@ -164,6 +166,7 @@ spec:
   EXPECT_DOUBLE_EQ(p.min_saving_ratio, 0.5);
   EXPECT_EQ(p.mode, vocab::Mode::kRecommend);
   EXPECT_EQ(p.backup_workers, 0);
+  EXPECT_DOUBLE_EQ(p.step_deadline, 1.5);
   ASSERT_EQ(p.rules.size(), 2u);
   EXPECT_EQ(p.rules[0].signal, vocab::Signal::kScore);
   EXPECT_DOUBLE_EQ(p.rules[0].threshold, 1.5);
@@ -431,6 +434,15 @@ INSTANTIATE_TEST_SUITE_P(
                   "spec.stragglerPolicy.maxActions: must be >= 0, got -1"},
         ErrorCase{"spec.stragglerPolicy.minSavingRatio", "-0.5",
                   "spec.stragglerPolicy.minSavingRatio: must be >= 0, got -0.5"},
+        ErrorCase{"spec.stragglerPolicy.stepDeadline", "1.05",
+                  "spec.stragglerPolicy.stepDeadline: must be 0 (off) or between 1.1 and 10, got "
+                  "1.05"},
+        ErrorCase{"spec.stragglerPolicy.stepDeadline", "-1",
+                  "spec.stragglerPolicy.stepDeadline: must be 0 (off) or between 1.1 and 10, got "
+                  "-1"},
+        ErrorCase{"spec.stragglerPolicy.stepDeadline", "11",
+                  "spec.stragglerPolicy.stepDeadline: must be 0 (off) or between 1.1 and 10, got "
+                  "11"},
         ErrorCase{"spec.stragglerPolicy", "{name: backup-workers, backupWorkers: 4}",
                   "spec.stragglerPolicy.backupWorkers: must be between 1 and "
                   "spec.workers.replicas - 1 (3) with backup-workers, got 4"},

@@ -194,6 +194,7 @@ absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes
   // Backup workers (a baseline) are set on the servers as they start; the
   // policy's decision (backup-workers:start, in its budget) records it.
   so.backup = policy_ == vocab::Policy::kBackupWorkers ? job_.straggler_policy.backup_workers : 0;
+  so.step_deadline = bridge::StepDeadline(job_, policy_, mode_);
   so.learning_rate = job_.model.learning_rate;
   for (int32_t k = 0; k < static_cast<int32_t>(nodes.size()); ++k) {
     so.features.push_back(bridge::ParameterServerFeatures(job_, k));
@@ -266,6 +267,9 @@ absl::Status Runner::PollParameterServers() {
 // cgroups of the cpu-quota slowdowns created: before anything starts.
 absl::Status Runner::PrepareWorkers() {
   site_ = SiteFor(job_, o_.bin_dir, dir_, o_.manifest_dir, o_.plain);
+  // A step deadline is told between micro-batches: 8 of them, a step stops
+  // at most an eighth of its batch past it.
+  if (bridge::StepDeadline(job_, policy_, mode_) > 0) site_.micro_batches = 8;
   RETURN_IF_ERROR(CheckWorkerCommand(job_, site_));
   ASSIGN_OR_RETURN(site_.master_port, PickFreePort());
   const std::string prefix = absl::StrCat("antdt-", getpid());

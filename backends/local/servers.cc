@@ -86,6 +86,9 @@ std::vector<std::string> ServerSet::Argv(size_t k, const std::string& node) cons
       absl::StrCat(o_.learning_rate),
       "--step-timeout",
       "30s"};
+  if (o_.step_deadline > 0) {
+    argv.insert(argv.end(), {"--step-deadline", absl::StrCat(o_.step_deadline)});
+  }
   if (o_.server_time_us > 0) {
     argv.insert(argv.end(), {"--emulated-us-per-step", std::to_string(o_.server_time_us)});
   }

@@ -108,7 +108,9 @@ std::vector<std::string> DemoTrainerArgv(const manifest::Job& job, const WorkerS
           "--speed-file",
           site.work_dir + "/nodes/" + w.node + ".speed",
           "--report-interval",
-          "250ms"};
+          "250ms",
+          "--micro-batches",
+          std::to_string(site.micro_batches)};
 }
 
 }  // namespace

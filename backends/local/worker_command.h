@@ -32,6 +32,9 @@ struct WorkerSite {
   std::string path_env;                   // the PATH a command's first word is looked up in
   int64_t device_time_per_sample_us = 0;  // the demo trainer's emulated compute
   bool device_work_cpu = false;           // spec.local.deviceWork: cpu
+  // The demo trainer's --micro-batches: more than 1 when its steps have a
+  // deadline (bridge::StepDeadline) to stop at between two.
+  int32_t micro_batches = 1;
 };
 
 // Where worker `id` of a run in `work_dir` keeps its journal of commits (the

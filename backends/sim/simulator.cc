@@ -67,6 +67,7 @@ struct SimWorker {
   // This step: records taken per lease (front first) and the compute time.
   std::vector<int64_t> took;
   int64_t samples = 0;
+  int64_t batch_samples = 0;  // the step's batch before its deadline cut it; 0: not cut
   double compute = 0;
 };
 
@@ -141,6 +142,7 @@ class Sim final : public control::Backend {
   absl::Status Start();
   absl::Status Gather(SimWorker& w);
   absl::Status Commit(SimWorker& w);
+  double CutAtDeadline();
   void Report(const SimWorker& w);
   SimWorker* WorkerOn(const std::string& node);
   SimWorker* WorkerNamed(const std::string& id);
@@ -168,6 +170,7 @@ class Sim final : public control::Backend {
   std::vector<SimWorker> workers_;
   std::unordered_map<std::string, size_t> by_id_, by_node_;  // into workers_
   bool ended_ = false;                                       // the ledger answered END_OF_DATA
+  double step_deadline_ = 0;      // bridge::StepDeadline; 0: steps are never cut
   double stall_until_ = 0;        // a job without parameter servers: the group re-forms
   std::vector<uint8_t> commits_;  // per (epoch, record): times committed
   SimResult result_;
@@ -175,6 +178,7 @@ class Sim final : public control::Backend {
 
 absl::Status Sim::Start() {
   key_ = JobKey(job_.namespace_, job_.name);
+  step_deadline_ = bridge::StepDeadline(job_, o_.policy, job_.straggler_policy.mode);
   ASSIGN_OR_RETURN(ledger_, sharding::Ledger::Open(&store_, &unix_clock_, {}));
   v1::CreateDatasetRequest create;
   *create.mutable_spec() = bridge::DatasetSpecFor(job_);
@@ -288,6 +292,44 @@ absl::Status Sim::Commit(SimWorker& w) {
   return absl::OkStatus();
 }
 
+// The step's deadline: a worker still training at step_deadline_ x the
+// median worker's compute trains the samples it has by then (one at least)
+// and hands the rest back to its leases, untaken, for its next step. Returns
+// the step's slowest compute after the cut.
+double Sim::CutAtDeadline() {
+  std::vector<double> computes;
+  for (const SimWorker& w : workers_) {
+    if (w.alive && w.samples > 0) computes.push_back(w.compute);
+  }
+  if (computes.empty()) return 0;
+  auto mid = computes.begin() + static_cast<std::ptrdiff_t>(computes.size() / 2);
+  std::nth_element(computes.begin(), mid, computes.end());
+  const double deadline = step_deadline_ > 0 ? *mid * step_deadline_ : 0;
+  double slowest = 0;
+  for (SimWorker& w : workers_) {
+    w.batch_samples = 0;
+    if (!w.alive || w.samples == 0) continue;
+    if (deadline > 0 && w.compute > deadline) {
+      const int64_t done = std::max<int64_t>(
+          1, static_cast<int64_t>(static_cast<double>(w.samples) * deadline / w.compute));
+      int64_t back = w.samples - done;
+      ++result_.cut_steps;
+      result_.cut_samples += back;
+      for (size_t i = w.took.size(); i-- > 0 && back > 0;) {  // the last taken go back
+        const int64_t n = std::min(back, w.took[i]);
+        w.took[i] -= n;
+        w.leases[i].taken -= n;
+        back -= n;
+      }
+      w.compute *= static_cast<double>(done) / static_cast<double>(w.samples);
+      w.batch_samples = w.samples;
+      w.samples = done;
+    }
+    slowest = std::max(slowest, w.compute);
+  }
+  return slowest;
+}
+
 void Sim::Report(const SimWorker& w) {
   v1::StepReport r;
   r.set_job(job_.name);
@@ -297,6 +339,7 @@ void Sim::Report(const SimWorker& w) {
   r.set_node(w.node);
   r.set_step(result_.steps);
   r.set_samples(w.samples);
+  r.set_batch_samples(w.batch_samples);
   r.set_bpt_seconds(std::max(w.compute, 1e-6));
   r.set_compute_seconds(w.compute);
   r.set_communication_seconds(o_.communication_seconds);
@@ -336,7 +379,6 @@ absl::StatusOr<SimResult> Sim::Run() {
           absl::StrCat("the simulated job ran past ", o_.max_seconds, " s at step ", result_.steps,
                        "; ", result_.records_committed, " records committed"));
     }
-    double slowest = 0;
     bool any = false;
     const bool stalled = collective && t_ < stall_until_;
     for (SimWorker& w : workers_) {
@@ -348,9 +390,9 @@ absl::StatusOr<SimResult> Sim::Run() {
       for (int64_t n : w.took) w.samples += n;
       const double speed = speeds_.At(w.node, static_cast<int64_t>(t_ * 1000));
       w.compute = static_cast<double>(w.samples) * per_sample / speed * jitter(rng_);
-      slowest = std::max(slowest, w.compute);
       any = any || w.samples > 0;
     }
+    const double slowest = any ? CutAtDeadline() : 0;
     bool leases_open = false;
     for (const SimWorker& w : workers_) leases_open = leases_open || !w.leases.empty();
     if (ended_ && !any && !leases_open) break;

@@ -91,6 +91,10 @@ struct SimResult {
   // detection delay, no spare nodes), plus the communication time; what no
   // policy can beat without moving work to faster nodes.
   double capacity_bound_seconds = 0;
+  // Steps the step deadline cut (spec.stragglerPolicy.stepDeadline), one per
+  // worker cut, and the samples they took into a later step.
+  int64_t cut_steps = 0;
+  int64_t cut_samples = 0;
 
   bool exactly_once() const { return duplicates == 0 && missing == 0; }
 };

@@ -90,6 +90,30 @@ TEST(SimulatorTest, AntdtNdActsOnThePaperMixAndBeatsNoAction) {
   EXPECT_TRUE(nd.exactly_once());
 }
 
+// The step deadline (spec.stragglerPolicy.stepDeadline) under antdt-nd: a
+// straggler's step ends at 1.25x its peers' and the rest of its batch goes
+// into its next step, every record still committed exactly once; the job
+// ends sooner than with the deadline off, and `none` never cuts a step.
+TEST(SimulatorTest, TheStepDeadlineCutsStragglersStepsAndLosesNoRecord) {
+  manifest::Job job = PaperMixJob(200'000);
+  const manifest::Scenario scenario = PaperMixScenario();
+  const SimResult cut = SimulateOrFail(job, scenario, vocab::Policy::kAntdtNd);
+  const SimResult none = SimulateOrFail(job, scenario, vocab::Policy::kNone);
+  job.straggler_policy.step_deadline = 0;
+  const SimResult whole = SimulateOrFail(job, scenario, vocab::Policy::kAntdtNd);
+  EXPECT_GT(cut.cut_steps, 0);
+  EXPECT_GT(cut.cut_samples, cut.cut_steps) << "each cut moves the rest of a batch";
+  EXPECT_EQ(none.cut_steps, 0);
+  EXPECT_EQ(whole.cut_steps, 0);
+  for (const SimResult* r : {&cut, &none, &whole}) {
+    EXPECT_EQ(r->records_committed, 200'000) << r->policy;
+    EXPECT_TRUE(r->exactly_once())
+        << r->policy << ": " << r->duplicates << " duplicates, " << r->missing << " missing";
+  }
+  EXPECT_LT(cut.jct_seconds, whole.jct_seconds)
+      << "with the deadline " << cut.jct_seconds << " s, without " << whole.jct_seconds << " s";
+}
+
 TEST(SimulatorTest, ASeedGivesTheSameRunAndAnotherSeedAnother) {
   const manifest::Job job = PaperMixJob();
   const manifest::Scenario scenario = PaperMixScenario();

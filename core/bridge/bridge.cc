@@ -103,4 +103,19 @@ double RegroupSeconds(const manifest::Job& job) {
   return ParameterServerCount(job) == 0 ? control::kDefaultRegroupSeconds : 0;
 }
 
+double StepDeadline(const manifest::Job& job, vocab::Policy policy, vocab::Mode mode) {
+  if (mode != vocab::Mode::kAct) return 0;
+  switch (policy) {
+    case vocab::Policy::kAntdtNd:
+    case vocab::Policy::kAntdtDd:
+    case vocab::Policy::kCustom:
+      return job.straggler_policy.step_deadline;
+    case vocab::Policy::kNone:
+    case vocab::Policy::kBackupWorkers:
+    case vocab::Policy::kLbBsp:
+      return 0;
+  }
+  return 0;
+}
+
 }  // namespace antdt::bridge

@@ -60,4 +60,12 @@ int32_t ParameterServerFeatures(const manifest::Job& job, int32_t k);
 // otherwise.
 double RegroupSeconds(const manifest::Job& job);
 
+// The step deadline the job's workers keep under `policy` in `mode`, as a
+// multiple of the step's median worker time
+// (spec.stragglerPolicy.stepDeadline): 0 (no deadline) unless the policy is
+// one of AntDT's own (antdt-nd, antdt-dd, custom), so that `none` and the
+// baselines stay what they are, and the mode is Act (Recommend carries out
+// nothing, the deadline's cuts included).
+double StepDeadline(const manifest::Job& job, vocab::Policy policy, vocab::Mode mode);
+
 }  // namespace antdt::bridge

@@ -44,6 +44,25 @@ TEST(RegroupSeconds, OnlyForAJobWithoutParameterServers) {
   EXPECT_DOUBLE_EQ(RegroupSeconds(WithPs(0, false)), 0);
 }
 
+// The step deadline is AntDT's own: its policies keep the job's (1.25 by
+// default), the baselines and Recommend mode none.
+TEST(StepDeadline, OnlyAntdtPoliciesActingKeepIt) {
+  manifest::Job job = WithPs(1, false);
+  for (vocab::Policy p :
+       {vocab::Policy::kAntdtNd, vocab::Policy::kAntdtDd, vocab::Policy::kCustom}) {
+    EXPECT_DOUBLE_EQ(StepDeadline(job, p, vocab::Mode::kAct), 1.25) << vocab::Name(p);
+    EXPECT_DOUBLE_EQ(StepDeadline(job, p, vocab::Mode::kRecommend), 0) << vocab::Name(p);
+  }
+  for (vocab::Policy p :
+       {vocab::Policy::kNone, vocab::Policy::kLbBsp, vocab::Policy::kBackupWorkers}) {
+    EXPECT_DOUBLE_EQ(StepDeadline(job, p, vocab::Mode::kAct), 0) << vocab::Name(p);
+  }
+  job.straggler_policy.step_deadline = 2;
+  EXPECT_DOUBLE_EQ(StepDeadline(job, vocab::Policy::kAntdtNd, vocab::Mode::kAct), 2);
+  job.straggler_policy.step_deadline = 0;
+  EXPECT_DOUBLE_EQ(StepDeadline(job, vocab::Policy::kAntdtNd, vocab::Mode::kAct), 0);
+}
+
 // A lateness the job sets is the Monitor's and counts in the policy's settle
 // time; absent, it is max(500ms, window / 4).
 TEST(MonitorConfigFor, TheJobsLatenessOrTheDefault) {

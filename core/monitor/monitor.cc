@@ -59,6 +59,22 @@ double Cv(const std::vector<double>& values) {
 
 double NonNegative(double v) { return std::isfinite(v) && v > 0 ? v : 0; }
 
+// What a step cost: a step its deadline cut (StepReport.batch_samples above
+// samples) counts as the whole batch it was to train, at the pace it trained
+// the part it did, so a straggler the deadline keeps from holding up its
+// peers is still seen as slow as it is.
+struct StepCost {
+  double bpt = 0;
+  double samples = 0;
+};
+StepCost CostOf(const v1::StepReport& r) {
+  if (r.samples() > 0 && r.batch_samples() > r.samples()) {
+    const double whole = static_cast<double>(r.batch_samples());
+    return {r.bpt_seconds() * whole / static_cast<double>(r.samples()), whole};
+  }
+  return {r.bpt_seconds(), static_cast<double>(std::max<int64_t>(r.samples(), 0))};
+}
+
 using Accums = std::map<std::string, internal::Accum>;  // member id -> window sums
 using Members = std::map<std::string, internal::Member>;
 using Evidence = google::protobuf::Map<std::string, double>;
@@ -396,8 +412,9 @@ void Monitor::Ingest(const v1::StepReport& report) {
   if (!report.node().empty()) a.node = report.node();
   if (report.pid() > 0) a.pid = report.pid();
   ++a.count;
-  a.bpt += bpt;
-  a.samples += static_cast<double>(std::max<int64_t>(report.samples(), 0));
+  const StepCost cost = CostOf(report);
+  a.bpt += cost.bpt;
+  a.samples += cost.samples;
   a.data_wait += NonNegative(report.data_wait_seconds());
   a.communication += NonNegative(report.communication_seconds());
   a.cpu_wait += NonNegative(report.cpu_wait_seconds());
@@ -427,8 +444,9 @@ void Monitor::Onset(Job& job, const v1::StepReport& report, const std::string& r
       (report.pid() > 0 && m.pid > 0 && report.pid() != m.pid)) {
     return;
   }
-  const double bpt = report.bpt_seconds();
-  const double samples = static_cast<double>(report.samples());
+  const StepCost cost = CostOf(report);
+  const double bpt = cost.bpt;
+  const double samples = cost.samples;
   const double score = bpt / view.median_bpt;
   const double sample_score = bpt / samples / view.median_sample_seconds;
   const double bar = std::max(config_.straggler_threshold, config_.onset_threshold);

@@ -1167,6 +1167,67 @@ TEST(MonitorWindowTest, OneSlowStepIsAnOnsetBeforeItsWindowCloses) {
   }
 }
 
+// A step its deadline cut (batch_samples above samples) is judged by what its
+// whole batch would have taken: a straggler the deadline keeps at 1.25x its
+// peers' step is seen as the 4x straggler it is, at its onset and in its
+// windows, with its real pace in samples per second.
+TEST(MonitorWindowTest, AStepCutAtItsDeadlineIsJudgedByItsWholeBatch) {
+  MonitorConfig config;
+  config.window_ms = 1'000;
+  config.allowed_lateness_ms = 100;
+  config.steps_per_window = 2;
+  Monitor monitor = *Monitor::Create(config);
+  RunSteps(monitor, 2'000);  // everyone at 0.1 s a step for 32 samples
+  auto cut = [](int64_t t_ms) {
+    v1::StepReport r;
+    r.set_job(kJob);
+    r.set_worker_id(WorkerId(3));
+    r.set_node(NodeName(3));
+    r.set_samples(10);  // of 32: at 4x slower, 10 samples by 1.25x its peers' 0.1 s
+    r.set_batch_samples(32);
+    r.set_bpt_seconds(0.125);
+    r.set_time_unix_ms(kT0 + t_ms);
+    return r;
+  };
+  monitor.Ingest(cut(2'010));
+  v1::GetJobHealthResponse health = monitor.Health(kJob, kT0 + 2'010);
+  const v1::WorkerHealth* slow = Find(health, WorkerId(3));
+  ASSERT_NE(slow, nullptr);
+  EXPECT_EQ(Name(slow->class_()), "TRANSIENT") << "an onset from one cut step";
+  EXPECT_NEAR(slow->score(), 4.0, 0.01);
+  EXPECT_NEAR(slow->samples_per_second(), 80.0, 0.01) << "10 samples in 0.125 s";
+
+  // The same step reported without batch_samples is only 1.25x: no onset.
+  Monitor plain = *Monitor::Create(config);
+  RunSteps(plain, 2'000);
+  v1::StepReport r = cut(2'010);
+  r.clear_batch_samples();
+  plain.Ingest(r);
+  EXPECT_EQ(Name(Find(plain.Health(kJob, kT0 + 2'010), WorkerId(3))->class_()), "HEALTHY");
+
+  // Windows of cut steps: still a straggler, scored at 4x.
+  for (int64_t t = 2'100; t <= 4'000; t += 100) {
+    for (int i = 0; i < 8; ++i) {
+      v1::StepReport step = i == 3 ? cut(t) : v1::StepReport();
+      if (i != 3) {
+        step.set_job(kJob);
+        step.set_worker_id(WorkerId(i));
+        step.set_node(NodeName(i));
+        step.set_samples(32);
+        step.set_bpt_seconds(0.1);
+        step.set_time_unix_ms(kT0 + t);
+      }
+      monitor.Ingest(step);
+    }
+    monitor.CloseWindows(kT0 + t);
+  }
+  health = monitor.Health(kJob, kT0 + 4'000);
+  slow = Find(health, WorkerId(3));
+  ASSERT_NE(slow, nullptr);
+  EXPECT_TRUE(IsStraggler(slow->class_())) << Name(slow->class_());
+  EXPECT_NEAR(slow->score(), 4.0, 0.05);
+}
+
 TEST(MonitorRecordTest, ARestartedProcessFirstWindowIsNotJudged) {
   // worker 2's process is restarted in window 5 (a new pid): its first
   // window is slow for start-up's sake, then it runs at its peers' speed.

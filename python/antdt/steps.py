@@ -159,6 +159,7 @@ class StepReporter:
         compute_seconds: float = 0.0,
         communication_seconds: float = 0.0,
         ps_latency_seconds: Optional[Mapping[str, float]] = None,
+        batch_samples: int = 0,
     ) -> bool:
         """Reports one step; returns whether the agent acknowledged it.
 
@@ -170,6 +171,10 @@ class StepReporter:
                 the step's time went, where known (0: unknown).
             ps_latency_seconds: for a worker, the latency it observed per
                 parameter server (``{"ps-0": 0.004}``).
+            batch_samples: the batch the step was to train, when the step was
+                cut short and the rest went into a later step (0: ``samples``
+                was the whole batch). The Monitor then judges the step by what
+                the whole batch would have taken.
 
         Raises:
             ValueError: an argument is invalid (negative, NaN, infinite or not
@@ -191,6 +196,7 @@ class StepReporter:
                 pid=os.getpid(),
                 pod_uid=self._pod_uid,
                 ps_latency_seconds=_latencies(ps_latency_seconds),
+                batch_samples=_count("batch_samples", batch_samples),
             ),
             # A directive received but not taken yet need not be sent again.
             applied_directive_version=self._known_version(),
@@ -253,6 +259,7 @@ class StepTimer:
         self.compute_seconds = 0.0
         self.communication_seconds = 0.0
         self.ps_latency_seconds: Dict[str, float] = {}
+        self.batch_samples = 0  # set when the step was cut short (see report)
         self.bpt_seconds = 0.0
         self.reported = False
         self._reporter = reporter
@@ -279,6 +286,7 @@ class StepTimer:
             compute_seconds=self.compute_seconds,
             communication_seconds=self.communication_seconds,
             ps_latency_seconds=self.ps_latency_seconds,
+            batch_samples=self.batch_samples,
         )
 
 

@@ -156,6 +156,7 @@ class StepReporterAgentTest(unittest.TestCase):
             ("samples", dict(samples=-1)),
             ("samples", dict(samples=1.5)),
             ("step", dict(step=-1)),
+            ("batch_samples", dict(batch_samples=-1)),
             ("data_wait_seconds", dict(data_wait_seconds=nan)),
             ("compute_seconds", dict(compute_seconds=-1)),
             ("communication_seconds", dict(communication_seconds=inf)),
@@ -354,7 +355,8 @@ class StepReporterDirectiveTest(unittest.TestCase):
             s.ps_latency_seconds["ps-0"] = 0.002
         self.assertTrue(s.reported)
         with r.step(samples=8) as s2:
-            s2.samples = 5  # a short last batch
+            s2.samples = 5  # cut short: 3 samples go into a later step
+            s2.batch_samples = 8
         with self.assertRaises(RuntimeError):
             with r.step(samples=8):
                 raise RuntimeError("the step failed")  # reports nothing
@@ -365,6 +367,7 @@ class StepReporterDirectiveTest(unittest.TestCase):
         steps = [req.step for req in fake.requests]
         self.assertEqual([s.step for s in steps], [0, 1, 10, 11])
         self.assertEqual([s.samples for s in steps], [8, 5, 8, 8])
+        self.assertEqual([s.batch_samples for s in steps], [0, 8, 0, 0])
         self.assertGreaterEqual(steps[0].bpt_seconds, 0.05)
         self.assertAlmostEqual(steps[0].bpt_seconds, s.bpt_seconds)
         self.assertEqual(steps[0].data_wait_seconds, 0.01)

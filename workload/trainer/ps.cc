@@ -1,5 +1,7 @@
 #include "workload/trainer/ps.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace antdt::trainer {
@@ -15,6 +17,10 @@ absl::StatusOr<PsOptions> ParameterShard::Validate(PsOptions options) {
   if (options.step_timeout.count() <= 0) {
     return absl::InvalidArgumentError("step-timeout: must be > 0");
   }
+  if (options.step_deadline != 0 && !(options.step_deadline > 1 && options.step_deadline <= 10)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step-deadline: must be 0 (none) or in (1, 10], got ", options.step_deadline));
+  }
   return options;
 }
 
@@ -22,7 +28,8 @@ ParameterShard::ParameterShard(PsOptions options)
     : options_(options),
       workers_(options.workers),
       params_(static_cast<size_t>(options.features), 0.0f),
-      grad_sum_(static_cast<size_t>(options.features), 0.0) {}
+      grad_sum_(static_cast<size_t>(options.features), 0.0),
+      started_at_(std::chrono::steady_clock::now()) {}
 
 absl::StatusOr<PushResult> ParameterShard::Push(const std::string& worker, int64_t step,
                                                 int64_t samples, absl::Span<const float> gradient,
@@ -53,7 +60,14 @@ absl::StatusOr<PushResult> ParameterShard::Push(const std::string& worker, int64
   if (!accepted) {
     ++dropped_;  // a retried call, or a restarted worker: wait for the step
   } else {
-    if (contributors_.size() == 1) first_at_ = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
+    if (contributors_.size() == 1) first_at_ = now;
+    if (samples > 0) ++trained_;
+    if (options_.step_deadline > 0 && !deadline_ && trained_ >= (needed() + 1) / 2) {
+      deadline_ = started_at_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    (now - started_at_) * options_.step_deadline);
+      half_seconds_ = std::chrono::duration<double>(now - started_at_).count();
+    }
     for (size_t j = 0; j < gradient.size(); ++j) grad_sum_[j] += gradient[j];
     step_samples_ += samples;
     step_loss_ += loss_sum;
@@ -104,7 +118,23 @@ void ParameterShard::CompleteStep() {
   step_samples_ = 0;
   step_loss_ = 0;
   ++step_;
+  NewStep();
   cv_.notify_all();
+}
+
+void ParameterShard::NewStep() {
+  last_half_seconds_ = std::exchange(half_seconds_, 0.0);
+  trained_ = 0;
+  started_at_ = std::chrono::steady_clock::now();
+  deadline_.reset();
+  deadline_told_ = false;
+}
+
+bool ParameterShard::DeadlinePassed(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step != step_ || !deadline_ || std::chrono::steady_clock::now() < *deadline_) return false;
+  if (!std::exchange(deadline_told_, true)) ++deadlines_passed_;
+  return true;
 }
 
 PushResult ParameterShard::Current(bool accepted, bool completed) const {
@@ -116,6 +146,7 @@ PushResult ParameterShard::Current(bool accepted, bool completed) const {
   r.accepted = accepted;
   r.completed = completed;
   r.generation = generation_;
+  r.half_seconds = last_half_seconds_;
   return r;
 }
 
@@ -228,6 +259,7 @@ absl::Status ParameterShard::Load(const PsState& state) {
   contributors_.clear();
   step_samples_ = 0;
   step_loss_ = 0;
+  NewStep();
   moved_to_.clear();
   awaiting_state_ = false;
   ++generation_;
@@ -262,6 +294,7 @@ PsStats ParameterShard::Stats() const {
   s.pending = static_cast<int32_t>(contributors_.size());
   s.generation = generation_;
   s.loaded_step = loaded_step_;
+  s.deadlines_passed = deadlines_passed_;
   return s;
 }
 

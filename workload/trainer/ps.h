@@ -9,6 +9,15 @@
 // (older: its step completed without it) is dropped and answered with the
 // current parameters; so is a second one from the same worker in a step.
 //
+// The step deadline (options.step_deadline > 0): once half the gradients a
+// step needs have arrived with samples (an idle worker's empty push at an
+// epoch's end does not count), the step's deadline is its start (the last step's
+// completion) plus step_deadline x the time that half took. A worker still
+// training asks DeadlinePassed between micro-batches; past the deadline it
+// pushes the gradient of what it has trained and takes the rest of its batch
+// into its next step (worker_main.cc), so a straggler holds its peers up by
+// step_deadline x the median time at most.
+//
 // Checkpoints: with a hook set (SetCheckpointHook), the completion of every
 // step s that is a multiple of `every_steps` (or the step ScheduleCheckpoint
 // names) hands the hook the state *before* that step's gradients are applied
@@ -52,6 +61,7 @@ struct PsOptions {
   int backup = 0;        // a step needs workers - backup gradients
   double learning_rate = 0.5;
   std::chrono::milliseconds step_timeout{5000};
+  double step_deadline = 0;  // 0: none; else > 1, a multiple of the median time (above)
 };
 
 struct PushResult {
@@ -63,6 +73,9 @@ struct PushResult {
   bool completed = false;     // this call finished the step
   std::string moved_to;       // set: this server moved there; nothing was done
   int64_t generation = 0;     // Loads so far
+  // With a step deadline: how long the first half of the last finished step's
+  // gradients took from its start (0: unknown).
+  double half_seconds = 0;
 };
 
 // A server's whole state (a checkpoint, or what a move hands over). The
@@ -77,13 +90,14 @@ struct PsState {
 
 struct PsStats {
   int64_t step = 0;
-  double mean_loss = 0;        // of the last finished step
-  double first_mean_loss = 0;  // of the first finished step
-  int64_t samples = 0;         // averaged in, over all steps
-  int64_t dropped = 0;         // gradients not averaged in
-  int32_t pending = 0;         // gradients waiting in the current step
-  int64_t generation = 0;      // Loads so far
-  int64_t loaded_step = 0;     // the step of the last Load
+  double mean_loss = 0;          // of the last finished step
+  double first_mean_loss = 0;    // of the first finished step
+  int64_t samples = 0;           // averaged in, over all steps
+  int64_t dropped = 0;           // gradients not averaged in
+  int32_t pending = 0;           // gradients waiting in the current step
+  int64_t generation = 0;        // Loads so far
+  int64_t loaded_step = 0;       // the step of the last Load
+  int64_t deadlines_passed = 0;  // steps whose deadline DeadlinePassed answered true
 };
 
 class ParameterShard {
@@ -97,6 +111,9 @@ class ParameterShard {
                                   absl::Span<const float> gradient, double loss_sum);
   // The current step and parameters.
   PushResult Pull() const;
+  // Whether `step` is the step in progress and its deadline (above) has
+  // passed: a worker still training it stops and pushes what it has.
+  bool DeadlinePassed(int64_t step);
   // The worker left: steps stop waiting for it (a step it was the last one
   // missing from completes now). Returns how many gradients a step now needs.
   int Leave(const std::string& worker);
@@ -135,6 +152,7 @@ class ParameterShard {
     return std::max(1, workers_ - options_.backup - static_cast<int>(departed_.size()));
   }
   void CompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NewStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // its start, no deadline yet
   // Runs the checkpoint CompleteStep captured, if any, with `lock` released,
   // holding back the answers of the step until it is written.
   void WriteCapturedCheckpoint(std::unique_lock<std::mutex>& lock)
@@ -154,6 +172,13 @@ class ParameterShard {
   int64_t step_samples_ ABSL_GUARDED_BY(mu_) = 0;
   double step_loss_ ABSL_GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point first_at_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point started_at_ ABSL_GUARDED_BY(mu_);  // the step's start
+  std::optional<std::chrono::steady_clock::time_point> deadline_ ABSL_GUARDED_BY(mu_);
+  bool deadline_told_ ABSL_GUARDED_BY(mu_) = false;  // DeadlinePassed said so this step
+  int trained_ ABSL_GUARDED_BY(mu_) = 0;             // gradients of this step with samples
+  int64_t deadlines_passed_ ABSL_GUARDED_BY(mu_) = 0;
+  double half_seconds_ ABSL_GUARDED_BY(mu_) = 0;       // of the step in progress, once known
+  double last_half_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // of the last finished step
   // Finished steps.
   double mean_loss_ ABSL_GUARDED_BY(mu_) = 0;
   double first_mean_loss_ ABSL_GUARDED_BY(mu_) = 0;

@@ -46,6 +46,9 @@ constexpr const char* kUsage = R"(usage: antdt-ps --features N --workers N [flag
   --learning-rate R           SGD step size                          [0.5]
   --step-timeout DURATION     a step completes with what it has this long
                               after its first gradient               [5s]
+  --step-deadline X           a worker still training at X times the time half
+                              the step's gradients took pushes what it has
+                              (0: no deadline; else in (1, 10])      [0]
   --emulated-us-per-step N    extra server time per step at speed 1 (slow-PS
                               scenario)             [$ANTDT_SERVER_US_PER_STEP or 0]
   --speed-file PATH           the node's relative speed, re-read at most every
@@ -250,6 +253,7 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     resp->set_contributions(r->contributions);
     resp->set_accepted(r->accepted);
     resp->set_generation(r->generation);
+    resp->set_half_seconds(r->half_seconds);
     return grpc::Status::OK;
   }
 
@@ -261,6 +265,13 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     resp->set_step(r.step);
     resp->set_generation(r.generation);
     resp->mutable_parameters()->Add(r.parameters.begin(), r.parameters.end());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StepDeadline(grpc::ServerContext* ctx, const antdt::v1::StepDeadlineRequest* req,
+                            antdt::v1::StepDeadlineResponse* resp) override {
+    if (grpc::Status refused = Refused(ctx, "StepDeadline"); !refused.ok()) return refused;
+    resp->set_passed(shard_.DeadlinePassed(req->step()));
     return grpc::Status::OK;
   }
 
@@ -312,6 +323,7 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     resp->set_dropped_gradients(s.dropped);
     resp->set_generation(s.generation);
     resp->set_loaded_step(s.loaded_step);
+    resp->set_deadlines_passed(s.deadlines_passed);
     return grpc::Status::OK;
   }
 
@@ -523,6 +535,41 @@ absl::Status StartingState(antdt::trainer::ParameterShard& shard,
 
 }  // namespace
 
+// The aggregation's flags (--features, --workers, --backup, --learning-rate,
+// --step-timeout, --step-deadline) as checked PsOptions; InvalidArgument
+// naming the flag.
+absl::StatusOr<antdt::trainer::PsOptions> ParseShardOptions(const antdt::ParsedFlags& flags) {
+  using antdt::trainer::kMaxWorkers;
+  auto bad = [](const std::string& message) { return absl::InvalidArgumentError(message); };
+  antdt::trainer::PsOptions options;
+  int64_t workers = 0, backup = 0;
+  if (!absl::SimpleAtoi(flags.Get("features"), &options.features)) {
+    return bad("--features: must be an integer > 0");
+  }
+  if (!absl::SimpleAtoi(flags.Get("workers"), &workers) || workers > kMaxWorkers) {
+    return bad("--workers: must be an integer > 0");
+  }
+  if (!absl::SimpleAtoi(flags.Get("backup", "0"), &backup) || backup > kMaxWorkers) {
+    return bad("--backup: must be an integer in [0, workers)");
+  }
+  options.workers = static_cast<int>(workers);
+  options.backup = static_cast<int>(backup);
+  if (!absl::SimpleAtod(flags.Get("learning-rate", "0.5"), &options.learning_rate)) {
+    return bad("--learning-rate: must be a number > 0");
+  }
+  absl::StatusOr<int64_t> timeout_ms =
+      antdt::ParseDurationMs(flags.Get("step-timeout", "5s"), "--step-timeout");
+  if (!timeout_ms.ok()) return timeout_ms.status();
+  options.step_timeout = std::chrono::milliseconds(*timeout_ms);
+  if (!absl::SimpleAtod(flags.Get("step-deadline", "0"), &options.step_deadline)) {
+    return bad("--step-deadline: must be 0 (none) or a number in (1, 10]");
+  }
+  absl::StatusOr<antdt::trainer::PsOptions> valid =
+      antdt::trainer::ParameterShard::Validate(options);
+  if (!valid.ok()) return bad("--" + std::string(valid.status().message()));
+  return valid;
+}
+
 int main(int argc, char** argv) {
   using namespace antdt;
   BlockTerminationSignals();
@@ -536,6 +583,7 @@ int main(int argc, char** argv) {
                                                              "backup",
                                                              "learning-rate",
                                                              "step-timeout",
+                                                             "step-deadline",
                                                              "emulated-us-per-step",
                                                              "log-every-steps",
                                                              "speed-file",
@@ -558,25 +606,9 @@ int main(int argc, char** argv) {
   }
   const std::string listen = flags->Get("listen", "127.0.0.1:0");
   if (auto s = ValidateHostPort(listen, "--listen"); !s.ok()) return Fail(std::string(s.message()));
-  trainer::PsOptions options;
-  int64_t workers = 0, backup = 0, emulated_us = 0, log_every = 50;
-  if (!absl::SimpleAtoi(flags->Get("features"), &options.features)) {
-    return Fail("--features: must be an integer > 0");
-  }
-  if (!absl::SimpleAtoi(flags->Get("workers"), &workers) || workers > trainer::kMaxWorkers) {
-    return Fail("--workers: must be an integer > 0");
-  }
-  if (!absl::SimpleAtoi(flags->Get("backup", "0"), &backup) || backup > trainer::kMaxWorkers) {
-    return Fail("--backup: must be an integer in [0, workers)");
-  }
-  options.workers = static_cast<int>(workers);
-  options.backup = static_cast<int>(backup);
-  if (!absl::SimpleAtod(flags->Get("learning-rate", "0.5"), &options.learning_rate)) {
-    return Fail("--learning-rate: must be a number > 0");
-  }
-  auto timeout_ms = ParseDurationMs(flags->Get("step-timeout", "5s"), "--step-timeout");
-  if (!timeout_ms.ok()) return Fail(std::string(timeout_ms.status().message()));
-  options.step_timeout = std::chrono::milliseconds(*timeout_ms);
+  absl::StatusOr<trainer::PsOptions> options = ParseShardOptions(*flags);
+  if (!options.ok()) return Fail(std::string(options.status().message()));
+  int64_t emulated_us = 0, log_every = 50;
   const char* env_us = std::getenv("ANTDT_SERVER_US_PER_STEP");
   if (!absl::SimpleAtoi(flags->Get("emulated-us-per-step", env_us != nullptr ? env_us : "0"),
                         &emulated_us) ||
@@ -586,8 +618,6 @@ int main(int argc, char** argv) {
   if (!absl::SimpleAtoi(flags->Get("log-every-steps", "50"), &log_every) || log_every <= 0) {
     return Fail("--log-every-steps: must be an integer > 0");
   }
-  auto valid = trainer::ParameterShard::Validate(options);
-  if (!valid.ok()) return Fail("--" + std::string(valid.status().message()));
   const std::string id = flags->Get("id", "ps-0");
 
   absl::StatusOr<CheckpointWriter::Options> checkpoints = CheckpointOptions(*flags, id);
@@ -598,7 +628,7 @@ int main(int argc, char** argv) {
   const int64_t every = start->every, restore_step = start->restore_step;
   const std::string& take_over = start->take_over;
 
-  trainer::ParameterShard shard(*valid);
+  trainer::ParameterShard shard(*options);
   CheckpointWriter writer(*checkpoints);
   if (!checkpoints->dir.empty()) {
     shard.SetCheckpointHook(every, [&writer](const trainer::PsState& st) { writer.Write(st); });
@@ -623,11 +653,12 @@ int main(int argc, char** argv) {
   }
   LogEvent("serving", {{"ps", id},
                        {"listen", (*serving)->address()},
-                       {"features", options.features},
-                       {"workers", options.workers},
-                       {"backup", options.backup},
-                       {"learning_rate", options.learning_rate},
-                       {"step_timeout_ms", *timeout_ms}});
+                       {"features", options->features},
+                       {"workers", options->workers},
+                       {"backup", options->backup},
+                       {"learning_rate", options->learning_rate},
+                       {"step_timeout_ms", static_cast<int64_t>(options->step_timeout.count())},
+                       {"step_deadline", options->step_deadline}});
 
   const int sig = (*serving)->WaitForSignal();
   shard.Shutdown();  // blocked pushes answer now

@@ -211,6 +211,46 @@ TEST(ParameterShardTest, StepTimeoutCompletesWithWhatItHas) {
   EXPECT_FLOAT_EQ(r->parameters[0], -2.0f);
 }
 
+// The step deadline: once half the gradients a step needs are in, the step's
+// start plus step_deadline x the time they took. Before it, and for any other
+// step, DeadlinePassed says no; after it, yes, and the step still completes
+// with every gradient (the late worker pushes what it trained).
+TEST(ParameterShardTest, StepDeadlineFollowsTheFirstHalfOfTheGradients) {
+  PsOptions o = Options(3, 0);
+  for (double bad : {0.5, 1.0, 11.0}) {
+    o.step_deadline = bad;
+    EXPECT_FALSE(ParameterShard::Validate(o).ok()) << bad;
+  }
+  o.step_deadline = 10;
+  ASSERT_TRUE(ParameterShard::Validate(o).ok());
+  ParameterShard ps(o);
+  const auto t0 = std::chrono::steady_clock::now();  // the step started before
+  AsyncPush first(ps, "w0", 0, 4, 1.0f);
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 1; }, milliseconds(5000)));
+  EXPECT_FALSE(ps.DeadlinePassed(0)) << "one gradient of three is not half";
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto quorum_at = std::chrono::steady_clock::now();
+  AsyncPush second(ps, "w1", 0, 4, 1.0f);
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == 2; }, milliseconds(5000)));
+  const auto earliest = t0 + (quorum_at - t0) * 10;
+  if (std::chrono::steady_clock::now() < earliest) {
+    EXPECT_FALSE(ps.DeadlinePassed(0));
+  }
+  EXPECT_FALSE(ps.DeadlinePassed(1)) << "not the step in progress";
+  ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.DeadlinePassed(0); }, milliseconds(30'000)));
+  EXPECT_GE(std::chrono::steady_clock::now(), earliest);
+  EXPECT_TRUE(ps.DeadlinePassed(0)) << "and stays passed";
+  auto late = ps.Push("w2", 0, 1, {1.0f}, 0.5);  // a quarter of its batch
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->accepted);
+  EXPECT_EQ(late->contributions, 3);
+  EXPECT_EQ(first.Get().step, 1);
+  second.Get();
+  EXPECT_EQ(ps.Stats().samples, 9);
+  EXPECT_EQ(ps.Stats().deadlines_passed, 1);
+  EXPECT_FALSE(ps.DeadlinePassed(1)) << "a new step has no deadline before half its gradients";
+}
+
 TEST(ParameterShardTest, StepsStopWaitingForWorkersThatLeft) {
   ParameterShard ps(Options(3, 0, 1, std::chrono::milliseconds(60'000)));
   std::thread pusher([&] {

@@ -58,6 +58,10 @@ constexpr const char* kUsage = R"(usage: antdt-trainer-worker [flags]
                                 on this thread (that much thread CPU time, so
                                 CPU contention and quotas stretch it) [sleep]
   --speed-file PATH             the node's relative speed, re-read each step [1]
+  --micro-batches N             train a step in N parts and, between two,
+                                stop if the step's deadline has passed
+                                (antdt-ps --step-deadline): the rest of
+                                the batch goes into the next step     [1]
   --commit-every-steps K        commit the records every K steps       [1]
   --log-every-steps N           one log line per N steps               [50]
   --seed S                      the synthetic dataset                  [1]
@@ -253,7 +257,23 @@ class ParameterServers {
 
   const std::vector<float>& params() const { return params_; }
   int64_t step() const { return servers_.front().step; }
+  // Whether the step in progress is past its deadline (the first server's
+  // StepDeadline); false when that cannot be told within a second.
+  bool DeadlinePassed() {
+    Server& ps = servers_.front();
+    v1::StepDeadlineRequest req;
+    req.set_worker_id(worker_id_);
+    req.set_step(ps.step);
+    v1::StepDeadlineResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    AddCredential(ctx, token_);
+    return ps.stub->StepDeadline(&ctx, req, &resp).ok() && resp.passed();
+  }
   double mean_loss() const { return mean_loss_; }  // PS 0's, of its last finished step
+  // PS 0's PushGradientResponse.half_seconds: a step of this worker's that
+  // has run this long asks whether its deadline has passed.
+  double half_seconds() const { return half_seconds_; }
 
  private:
   struct Server {
@@ -290,7 +310,10 @@ class ParameterServers {
       RETURN_IF_ERROR(Take(ps, resp.step(), resp.parameters()));
       const bool replaced = resp.generation() != ps.generation;
       ps.generation = resp.generation();
-      if (first) mean_loss_ = resp.mean_loss();
+      if (first) {
+        mean_loss_ = resp.mean_loss();
+        half_seconds_ = resp.half_seconds();
+      }
       if (resp.accepted() || !replaced || attempt >= 2) return absl::OkStatus();
       LogEvent("push_again", {{"worker", worker_id_}, {"ps", ps.address}, {"step", ps.step}});
     }
@@ -349,6 +372,7 @@ class ParameterServers {
   std::vector<Server> servers_;
   std::vector<float> params_;  // slices are written by separate threads
   double mean_loss_ = 0;
+  double half_seconds_ = 0;
 };
 
 struct WorkerConfig {
@@ -356,6 +380,7 @@ struct WorkerConfig {
   client::ShardingClientOptions options;
   std::vector<std::string> ps_addresses;
   int64_t features = 0, batch = 32, commit_every = 1, log_every = 50, eval_records = 4096;
+  int64_t micro_batches = 1;
   uint64_t seed = 1;
   double device_us = 0;
   bool device_cpu = false;  // --device-work cpu
@@ -391,6 +416,10 @@ absl::StatusOr<WorkerConfig> ParseWorkerConfig(const ParsedFlags& flags) {
     return bad("--device-work: must be sleep or cpu, got \"" + work + "\"");
   }
   c.device_cpu = work == "cpu";
+  if (!absl::SimpleAtoi(flags.Get("micro-batches", "1"), &c.micro_batches) ||
+      c.micro_batches <= 0 || c.micro_batches > 1024) {
+    return bad("--micro-batches: must be an integer in [1, 1024]");
+  }
   if (!absl::SimpleAtoi(flags.Get("commit-every-steps", "1"), &c.commit_every) ||
       c.commit_every <= 0) {
     return bad("--commit-every-steps: must be an integer > 0");
@@ -465,6 +494,7 @@ class TrainingLoop {
   int64_t steps() const { return steps_; }
   int64_t samples() const { return samples_total_; }
   int64_t committed() const { return committed_; }
+  int64_t steps_cut() const { return steps_cut_; }
 
  private:
   absl::Status Commit() {
@@ -477,7 +507,11 @@ class TrainingLoop {
   // no samples instead of holding up the barrier) or *end (the end of the data).
   absl::Status Gather(std::vector<int64_t>* records, bool* end, bool* idle) {
     while (static_cast<int64_t>(records->size()) < c_.batch) {
-      if (open_.empty() || open_.back().exhausted()) {
+      // The first lease with records left: a step cut at its deadline gave
+      // some back (GiveBack), perhaps to a lease before the last.
+      auto left = std::find_if(open_.begin(), open_.end(),
+                               [](const OpenLease& o) { return !o.exhausted(); });
+      if (left == open_.end()) {
         std::optional<client::ShardLease> next;
         if (records->empty()) {
           // Commit first, so that our own unfinished leases never keep the
@@ -496,7 +530,7 @@ class TrainingLoop {
         open_.push_back({std::move(*next)});
         continue;
       }
-      OpenLease& o = open_.back();
+      OpenLease& o = *left;
       const int64_t n =
           std::min(c_.batch - static_cast<int64_t>(records->size()), o.lease.remaining() - o.taken);
       for (int64_t i = 0; i < n; ++i) records->push_back(o.lease.RecordAt(o.taken + i));
@@ -515,25 +549,66 @@ class TrainingLoop {
     return s.ok() ? s : absl::Status(s.code(), "push: " + std::string(s.message()));
   }
 
-  absl::Status Train(const std::vector<int64_t>& records, Clock::time_point t0, double wait0) {
+  // The step's device time, micro-batch by micro-batch; between two, it stops
+  // once the step's deadline has passed. Returns the samples trained (the
+  // first micro-batch at least).
+  int64_t RunDevice(int64_t batch, Clock::time_point t0) {
+    if (!c_.speed_file.empty()) speed_ = ReadSpeed(c_.speed_file, speed_);
+    // Asked only once this step has run as long as the first half of the last
+    // step's gradients took: a worker on time never asks.
+    const auto ask_after =
+        t0 + std::chrono::duration_cast<Clock::duration>(
+                 std::chrono::duration<double>(ps_.half_seconds() > 0 ? ps_.half_seconds() : 1e9));
+    const int64_t parts = std::min(c_.micro_batches, batch);
+    int64_t done = 0;
+    for (int64_t k = 1; k <= parts; ++k) {
+      const int64_t upto = batch * k / parts;
+      const double device_us = c_.device_us * static_cast<double>(upto - done) / speed_;
+      if (c_.device_cpu) {
+        BurnThreadCpu(device_us);
+      } else {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(device_us));
+      }
+      done = upto;
+      if (done < batch && Clock::now() >= ask_after && ps_.DeadlinePassed()) break;
+    }
+    return done;
+  }
+
+  // The last `n` records taken go back to their leases, untrained: the next
+  // step takes them first.
+  void GiveBack(int64_t n) {
+    for (auto it = open_.rbegin(); it != open_.rend() && n > 0; ++it) {
+      const int64_t m = std::min(n, it->taken - it->acked);
+      it->taken -= m;
+      n -= m;
+    }
+  }
+
+  absl::Status Train(std::vector<int64_t> records, Clock::time_point t0, double wait0) {
     const auto t_data = Clock::now();
+    const auto batch = static_cast<int64_t>(records.size());
+    const int64_t trained = RunDevice(batch, t0);
+    if (trained < batch) {
+      GiveBack(batch - trained);
+      records.resize(static_cast<size_t>(trained));
+      ++steps_cut_;
+      LogEvent("step_cut", {{"worker", c_.options.worker_id},
+                            {"step", ps_.step()},
+                            {"trained", trained},
+                            {"batch", batch}});
+    }
     std::vector<trainer::Example> examples;
     examples.reserve(records.size());
     for (int64_t id : records) {
       examples.push_back(trainer::SyntheticExample(id, c_.features, c_.seed));
     }
     const trainer::GradientSum g = trainer::Gradient(ps_.params(), examples);
-    if (!c_.speed_file.empty()) speed_ = ReadSpeed(c_.speed_file, speed_);
-    const double device_us = c_.device_us * static_cast<double>(records.size()) / speed_;
-    if (c_.device_cpu) {
-      BurnThreadCpu(device_us);
-    } else {
-      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(device_us));
-    }
     const auto t_compute = Clock::now();
 
     client::StepTiming timing;
     timing.step = ps_.step();
+    if (trained < batch) timing.batch_samples = batch;
     const auto samples = static_cast<int64_t>(records.size());
     if (absl::Status s = ps_.Push(g, samples, &timing.ps_latency_seconds); !s.ok()) {
       return absl::Status(s.code(), "push: " + std::string(s.message()));
@@ -597,7 +672,7 @@ class TrainingLoop {
   ParameterServers& ps_;
   client::StepReporter* const reporter_;
   std::vector<OpenLease> open_;
-  int64_t committed_ = 0, steps_ = 0, samples_total_ = 0;
+  int64_t committed_ = 0, steps_ = 0, samples_total_ = 0, steps_cut_ = 0;
   double speed_ = 1;
 };
 
@@ -643,6 +718,7 @@ int main(int argc, char** argv) {
                         "device-work",
                         "speed-file",
                         "commit-every-steps",
+                        "micro-batches",
                         "log-every-steps",
                         "seed",
                         "report-interval",
@@ -685,6 +761,7 @@ int main(int argc, char** argv) {
                            {"steps", loop.steps()},
                            {"samples", loop.samples()},
                            {"records_committed", loop.committed()},
+                           {"steps_cut", loop.steps_cut()},
                            {"step", ps.step()},
                            {"mean_loss", ps.mean_loss()}});
   return 0;

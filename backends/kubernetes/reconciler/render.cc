@@ -243,15 +243,20 @@ Json DefaultWorkerContainer(const manifest::Job& spec, const Settings& s) {
   const std::string journal = spec.checkpoint.path.empty()
                                   ? "/tmp/$(ANTDT_WORKER_ID).journal"
                                   : "$(ANTDT_CHECKPOINT_PATH)/$(ANTDT_WORKER_ID).journal";
+  Json args = {"--sharding",    "$(ANTDT_SHARDING_ADDR)", "--job",         "$(ANTDT_JOB)",
+               "--dataset",     "$(ANTDT_DATASET)",       "--worker-id",   "$(ANTDT_WORKER_ID)",
+               "--incarnation", "$(ANTDT_INCARNATION)",   "--journal",     journal,
+               "--ps",          "$(ANTDT_PS_ADDRS)",      "--features",    "$(ANTDT_FEATURES)",
+               "--agent",       "$(ANTDT_AGENT_ADDR)",    "--local-batch", "$(ANTDT_LOCAL_BATCH)"};
+  // A step deadline is told between micro-batches (as the local runner does).
+  if (bridge::StepDeadline(spec, spec.straggler_policy.name, spec.straggler_policy.mode) > 0) {
+    args.push_back("--micro-batches");
+    args.push_back("8");
+  }
   return {{"name", "trainer"},
           {"image", s.image},
           {"command", Json::array({"antdt-trainer-worker"})},
-          {"args",
-           {"--sharding",    "$(ANTDT_SHARDING_ADDR)", "--job",         "$(ANTDT_JOB)",
-            "--dataset",     "$(ANTDT_DATASET)",       "--worker-id",   "$(ANTDT_WORKER_ID)",
-            "--incarnation", "$(ANTDT_INCARNATION)",   "--journal",     journal,
-            "--ps",          "$(ANTDT_PS_ADDRS)",      "--features",    "$(ANTDT_FEATURES)",
-            "--agent",       "$(ANTDT_AGENT_ADDR)",    "--local-batch", "$(ANTDT_LOCAL_BATCH)"}}};
+          {"args", std::move(args)}};
 }
 
 // ---- Renderers ----
@@ -478,6 +483,11 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
                                    FormatDouble(spec.model.learning_rate),
                                    "--step-timeout",
                                    "30s"};
+  if (const double deadline =
+          bridge::StepDeadline(spec, spec.straggler_policy.name, spec.straggler_policy.mode);
+      deadline > 0) {
+    args.insert(args.end(), {"--step-deadline", FormatDouble(deadline)});
+  }
   const std::vector<std::string> checkpoints = CheckpointFlags(spec, k, s);
   args.insert(args.end(), checkpoints.begin(), checkpoints.end());
   if (!take_over.empty()) {

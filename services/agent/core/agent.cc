@@ -233,6 +233,10 @@ absl::Status ValidateStep(const v1::StepReport& step) {
   if (step.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step.step: must be >= 0, got ", step.step()));
   }
+  if (step.batch_samples() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step.batch_samples: must be >= 0, got ", step.batch_samples()));
+  }
   for (double v :
        {step.data_wait_seconds(), step.compute_seconds(), step.communication_seconds()}) {
     if (bad(v)) {
@@ -267,6 +271,11 @@ AgentServiceImpl::AgentServiceImpl(std::string node, Outbox* outbox,
                    .Name("antdt_worker_samples_total")
                    .Help("Samples the worker processed.")
                    .Register(registry)),
+      steps_cut_(prometheus::BuildCounter()
+                     .Name("antdt_worker_steps_cut_total")
+                     .Help("Steps the step deadline cut short: the worker trained part of its "
+                           "batch and took the rest into a later step.")
+                     .Register(registry)),
       samples_per_second_(prometheus::BuildGauge()
                               .Name("antdt_worker_samples_per_second")
                               .Help("Recent throughput of the worker (EWMA of samples / BPT).")
@@ -348,6 +357,8 @@ void AgentServiceImpl::Account(const v1::StepReport& report) {
   step_seconds_.Add(labels, kStepBuckets).Observe(step->bpt_seconds());
   steps_.Add(labels).Increment();
   samples_.Add(labels).Increment(static_cast<double>(step->samples()));
+  prometheus::Counter& cut = steps_cut_.Add(labels);  // 0 until a step is cut
+  if (step->batch_samples() > step->samples()) cut.Increment();
   const WorkerKey key{JobKey(step->namespace_(), step->job()), step->worker_id()};
   labels_[key][step->role()] = labels;
   last_report_[key] = std::chrono::steady_clock::now();
@@ -411,6 +422,7 @@ std::vector<std::pair<std::string, std::string>> AgentServiceImpl::ForgetIdle(
       step_seconds_.Remove(&step_seconds_.Add(labels, kStepBuckets));
       steps_.Remove(&steps_.Add(labels));
       samples_.Remove(&samples_.Add(labels));
+      steps_cut_.Remove(&steps_cut_.Add(labels));
       if (samples_per_second_.Has(labels)) {
         samples_per_second_.Remove(&samples_per_second_.Add(labels));
       }

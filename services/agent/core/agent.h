@@ -100,6 +100,7 @@ class AgentServiceImpl final : public v1::Agent::Service {
   prometheus::Family<prometheus::Histogram>& step_seconds_;
   prometheus::Family<prometheus::Counter>& steps_;
   prometheus::Family<prometheus::Counter>& samples_;
+  prometheus::Family<prometheus::Counter>& steps_cut_;
   prometheus::Family<prometheus::Gauge>& samples_per_second_;
   prometheus::Family<prometheus::Counter>& refused_;  // by reason
   mutable std::mutex mu_;

@@ -492,6 +492,7 @@ TEST(AgentService, TakesABatchOfStepsOfOneWorker) {
     s->set_bpt_seconds(0.1);
     s->set_samples(10);
   }
+  req.mutable_steps(1)->set_batch_samples(32);  // cut at its deadline: 10 of 32
   v1::ReportStepResponse resp;
   grpc::ServerContext ctx;
   ASSERT_TRUE(service.ReportStep(&ctx, &req, &resp).ok());
@@ -503,6 +504,10 @@ TEST(AgentService, TakesABatchOfStepsOfOneWorker) {
   EXPECT_NE(text.find("antdt_worker_steps_total{job=\"j\",role=\"worker\",worker=\"w\"} 3"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("antdt_worker_steps_cut_total{job=\"j\",role=\"worker\",worker=\"w\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(queued->steps().steps(1).batch_samples(), 32) << "forwarded to the Monitor";
   // One call carries one worker's steps; anything else is refused whole.
   req.mutable_steps(1)->set_worker_id("other");
   EXPECT_EQ(service.ReportStep(&ctx, &req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -513,6 +518,11 @@ TEST(AgentService, TakesABatchOfStepsOfOneWorker) {
   grpc::Status bad = service.ReportStep(&ctx, &req, &resp);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(bad.error_message().rfind("steps[2].bpt_seconds: ", 0), 0u) << bad.error_message();
+  req.mutable_steps(2)->set_bpt_seconds(0.1);
+  req.mutable_steps(2)->set_batch_samples(-1);
+  bad = service.ReportStep(&ctx, &req, &resp);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(bad.error_message().rfind("steps[2].batch_samples: ", 0), 0u) << bad.error_message();
   req.Clear();
   EXPECT_EQ(service.ReportStep(&ctx, &req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(box.size(), 1u);

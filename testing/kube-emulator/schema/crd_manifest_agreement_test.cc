@@ -293,6 +293,12 @@ std::vector<Variant> InvalidVariants() {
       {"negative saving ratio",
        {{"spec.stragglerPolicy.minSavingRatio", "-0.5"}},
        "spec.stragglerPolicy.minSavingRatio"},
+      {"step deadline below 1.1",
+       {{"spec.stragglerPolicy.stepDeadline", "1.05"}},
+       "spec.stragglerPolicy.stepDeadline"},
+      {"step deadline above 10",
+       {{"spec.stragglerPolicy.stepDeadline", "11"}},
+       "spec.stragglerPolicy.stepDeadline"},
       {"custom without rules",
        {{"spec.stragglerPolicy.name", kCustom}},
        "spec.stragglerPolicy.rules"},
@@ -455,6 +461,7 @@ std::vector<Variant> ValidVariants() {
         {"spec.stragglerPolicy.cooldown", "'0'"},
         {"spec.stragglerPolicy.maxActions", "0"},
         {"spec.stragglerPolicy.minSavingRatio", "0"},
+        {"spec.stragglerPolicy.stepDeadline", "0"},
         {"spec.stragglerPolicy.rules",
          "[{signal: score, threshold: 1.5, windows: 2, action: ADJUST_BS, cooldown: 500ms, budget: "
          "3},"
@@ -517,6 +524,7 @@ TEST(AgreementTest, ValidVariantsPassBothWithTheSameEffectiveValues) {
     EXPECT_EQ(a.straggler_policy.cooldown_ms, b.straggler_policy.cooldown_ms);
     EXPECT_EQ(a.straggler_policy.max_actions, b.straggler_policy.max_actions);
     EXPECT_EQ(a.straggler_policy.min_saving_ratio, b.straggler_policy.min_saving_ratio);
+    EXPECT_EQ(a.straggler_policy.step_deadline, b.straggler_policy.step_deadline);
     EXPECT_EQ(a.straggler_policy.backup_workers, b.straggler_policy.backup_workers);
     ASSERT_EQ(a.straggler_policy.rules.size(), b.straggler_policy.rules.size());
     for (size_t i = 0; i < a.straggler_policy.rules.size(); ++i) {
