@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "api/manifest/manifest.h"
 #include "backends/kubernetes/reconciler/reconciler.h"
@@ -332,6 +334,204 @@ TEST(JobControllerTest, ABatchReDeliveredKeepsItsAccumulationSteps) {
   ASSERT_TRUE(delivered) << "no ADJUST_BS reached node-a's agent";
   EXPECT_EQ(adjust()->local_batch_size(), 16);
   EXPECT_EQ(adjust()->accumulation_steps(), 4);
+}
+
+// One job's syncs on a fake clock (issue 42, part 5), through a straggler's
+// detection, the decision, its commit to the status and its delivery: three
+// workers on three nodes report steps stamped with the fake clock's time, the
+// Monitor closes its windows when the test ticks it, and worker-2 turns 4x
+// slower. The operator's control loop (on the same clock) decides ADJUST_BS
+// for it, commits the smaller batch to status.workerInstances and
+// status.lastActions at the fake time, and sends the directive to node-c's
+// agent alone.
+TEST(JobControllerTest, AStragglerOnAFakeClockIsDetectedDecidedCommittedAndDelivered) {
+  constexpr int64_t kStart = 1'893'456'000'000;  // 2030-01-01T00:00:00Z
+  FakeClock clock(kStart);
+  kube::FakeApi api;
+  Json job = Json::parse(R"({
+    "apiVersion": "antdt.io/v1alpha1", "kind": "AntDTJob",
+    "metadata": {"name": "fake-clock", "namespace": "team-a"},
+    "spec": {"dataset": {"records": 100000, "shardSize": 100},
+             "model": {"globalBatchSize": 96},
+             "workers": {"replicas": 3, "template": {"spec": {"containers": [
+                 {"name": "worker", "image": "antdt", "command": ["python3", "train.py"]}]}}},
+             "stragglerPolicy": {"name": "antdt-nd", "cooldown": "5s"},
+             "monitor": {"window": "1s", "allowedLateness": "100ms"}}})");
+  auto created = api.Create(kube::AntDTJobsResource(), "team-a", job);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::vector<std::string> nodes = {"node-a", "node-b", "node-c"};
+  Json stored = *created;
+  stored["status"] = {
+      {"conditions",
+       Json::array({{{"type", "Running"}, {"status", "True"}, {"reason", "Running"}}})},
+      {"datasetCreated", true},
+      {"workerInstances", Json::array()}};
+  for (int i = 0; i < 3; ++i) {
+    stored["status"]["workerInstances"].push_back(
+        {{"id", "worker-" + std::to_string(i)},
+         {"incarnation", 0},
+         {"node", nodes[static_cast<size_t>(i)]},
+         {"pod", "fake-clock-worker-" + std::to_string(i)},
+         {"localBatchSize", 32},
+         {"excludedNodes", Json::array()}});
+  }
+  ASSERT_TRUE(api.UpdateStatus(kube::AntDTJobsResource(), "team-a", stored).ok());
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "worker-" + std::to_string(i);
+    Json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata",
+                 {{"name", "fake-clock-" + id},
+                  {"namespace", "team-a"},
+                  {"labels",
+                   {{"antdt.io/job", "fake-clock"},
+                    {"antdt.io/role", "worker"},
+                    {"antdt.io/worker-id", id},
+                    {"antdt.io/incarnation", "0"}}},
+                  {"ownerReferences", Json::array({{{"apiVersion", "antdt.io/v1alpha1"},
+                                                    {"kind", "AntDTJob"},
+                                                    {"name", "fake-clock"},
+                                                    {"uid", (*created)["metadata"]["uid"]},
+                                                    {"controller", true}}})}}},
+                {"spec",
+                 {{"nodeName", nodes[static_cast<size_t>(i)]},
+                  {"containers", Json::array({{{"name", "worker"}, {"image", "antdt"}}})}}}};
+    auto made = api.Create(kube::PodsResource(), "team-a", pod);
+    ASSERT_TRUE(made.ok()) << made.status();
+    Json running = *made;
+    running["status"] = {{"phase", "Running"}, {"podIP", "127.0.0.1"}};
+    ASSERT_TRUE(api.UpdateStatus(kube::PodsResource(), "team-a", running).ok());
+  }
+
+  // The Monitor on the fake clock; windows close only when the test ticks it.
+  monitor::MonitorServiceImpl monitor_service(
+      *monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{})), &clock);
+  std::mutex mu;
+  std::map<std::string, std::vector<v1::Directive>> directives;  // by node
+  std::vector<std::shared_ptr<monitor::MonitorHub::AgentStream>> streams;
+  for (const std::string& node : nodes) {
+    auto stream =
+        monitor_service.hub().OpenStream("agent-" + node, [&, node](const v1::MonitorMessage& m) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (m.has_directive()) directives[node].push_back(m.directive());
+          return true;
+        });
+    v1::AgentMessage hello;
+    hello.mutable_hello()->set_node(node);
+    ASSERT_TRUE(monitor_service.hub().Receive(*stream, hello));
+    streams.push_back(stream);
+  }
+  prometheus::Registry registry;
+  JobControllerOptions options;
+  options.identity = "test";
+  options.rpc_timeout_ms = 100;
+  options.clock = &clock;
+  JobController controller(&api, &monitor_service, options, &registry);
+  ASSERT_TRUE(controller.Start(5000));
+  // The sharding service's pod, which the operator creates, runs.
+  Json sharding;
+  ASSERT_TRUE(Eventually([&] {
+    auto got = api.Get(kube::PodsResource(), "team-a", "fake-clock-sharding");
+    if (got.ok()) sharding = *got;
+    return got.ok();
+  }));
+  sharding["status"] = {{"phase", "Running"}, {"podIP", "127.0.0.1"}};
+  ASSERT_TRUE(api.UpdateStatus(kube::PodsResource(), "team-a", sharding).ok());
+
+  // 0.1 s steps of 32 samples; worker-2 takes 0.4 s from 4 s on. Each tenth
+  // of a fake second: one report per worker, the clock on, a tick.
+  int64_t step = 0;
+  auto run = [&](int64_t until_ms) {
+    while (clock.NowMillis() < kStart + until_ms) {
+      clock.Advance(100);
+      for (int i = 0; i < 3; ++i) {
+        v1::AgentMessage m;
+        v1::StepReport* r = m.mutable_step();
+        r->set_job("fake-clock");
+        r->set_namespace_("team-a");
+        r->set_worker_id("worker-" + std::to_string(i));
+        r->set_role("worker");
+        r->set_node(nodes[static_cast<size_t>(i)]);
+        r->set_step(step);
+        r->set_samples(32);
+        r->set_bpt_seconds(i == 2 && clock.NowMillis() > kStart + 4'000 ? 0.4 : 0.1);
+        r->set_time_unix_ms(clock.NowMillis());
+        monitor_service.hub().Receive(*streams[static_cast<size_t>(i)], m);
+      }
+      ++step;
+      monitor_service.Tick();
+    }
+  };
+  auto batch_of = [&](const Json& status, const std::string& id) {
+    for (const Json& w : status.value("workerInstances", Json::array())) {
+      if (w.value("id", "") == id) return w.value("localBatchSize", 0);
+    }
+    return 0;
+  };
+  auto get = [&] {
+    auto got = api.Get(kube::AntDTJobsResource(), "team-a", "fake-clock");
+    return got.ok() ? *got : Json();
+  };
+  run(4'000);
+  // Nothing slow yet: no batch moved while the clock stands still, however
+  // many syncs pass (one at least every 2 s of real time).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2'500));
+  EXPECT_EQ(batch_of(get()["status"], "worker-2"), 32) << get()["status"].dump(1);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [node, sent] : directives) {
+      for (const v1::Directive& d : sent) {
+        EXPECT_FALSE(d.has_adjust_batch() && d.adjust_batch().local_batch_size() != 32)
+            << node << ": " << d.ShortDebugString();
+      }
+    }
+  }
+  run(6'000);
+  Json status;
+  const bool committed = Eventually([&] {
+    status = get()["status"];
+    return batch_of(status, "worker-2") < 32;
+  });
+  auto adjust_for = [&](const std::string& node) -> std::optional<v1::Directive> {
+    std::lock_guard<std::mutex> lock(mu);
+    std::optional<v1::Directive> last;  // the newest (the first may re-deliver 32)
+    for (const v1::Directive& d : directives[node]) {
+      if (d.worker_id() == "worker-2" && d.has_adjust_batch()) last = d;
+    }
+    return last;
+  };
+  const bool delivered = Eventually([&] {
+    const std::optional<v1::Directive> d = adjust_for("node-c");
+    return d && d->adjust_batch().local_batch_size() < 32;
+  });
+  controller.Stop();
+  for (auto& stream : streams) monitor_service.hub().CloseStream(*stream);
+  ASSERT_TRUE(committed) << status.dump(1);
+  ASSERT_TRUE(delivered) << "no ADJUST_BS reached node-c's agent";
+  const int64_t batch = batch_of(status, "worker-2");
+  EXPECT_GE(batch, 4);
+  EXPECT_LE(batch, 16) << "a quarter of its share, give or take the rounding";
+  EXPECT_EQ(adjust_for("node-c")->adjust_batch().local_batch_size(), batch);
+  EXPECT_GT(batch_of(status, "worker-0") + batch_of(status, "worker-1"), 64)
+      << "its samples went to the faster workers";
+  const Json* action = nullptr;
+  const Json& actions = status["lastActions"];
+  ASSERT_TRUE(actions.is_array()) << status.dump(1);
+  for (const Json& a : actions) {
+    if (a.value("worker", "") == "worker-2" && a.value("action", "") == "ADJUST_BS") action = &a;
+  }
+  ASSERT_NE(action, nullptr) << status.dump(1);
+  // Decided on the fake clock, between the slowdown and the test's last tick.
+  const std::optional<int64_t> at = kube::ParseTime(action->value("time", ""));
+  ASSERT_TRUE(at.has_value()) << action->dump();
+  EXPECT_GT(*at, kStart + 4'000);
+  EXPECT_LE(*at, kStart + 6'000);
+  std::lock_guard<std::mutex> lock(mu);
+  for (const char* node : {"node-a", "node-b"}) {
+    for (const v1::Directive& d : directives[node]) {
+      EXPECT_NE(d.worker_id(), "worker-2") << "the straggler's directive went to " << node;
+    }
+  }
 }
 
 }  // namespace
