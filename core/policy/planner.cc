@@ -58,19 +58,44 @@ std::map<std::string, double> Planner::RoundEvidence(const Member& m, int64_t ta
   return e;
 }
 
+const Planner::WorkerTotals& Planner::Totals() const {
+  if (totals_) return *totals_;
+  WorkerTotals& t = totals_.emplace();
+  for (const Member& w : workers_) {
+    if (w.batch() <= 0) continue;
+    t.sum_batch += static_cast<double>(w.batch());
+    t.max_score = std::max(t.max_score, w.score());
+    t.keep += w.capacity();
+    t.capacities.push_back(w.capacity());
+  }
+  std::sort(t.capacities.begin(), t.capacities.end());
+  return t;
+}
+
+double Planner::MedianCapacityWithout(const Member& m, size_t* count) const {
+  const std::vector<double>& v = Totals().capacities;
+  // m's place among them (any of equal values: the rest is the same), or past
+  // the end when m has no batch and is not one of them.
+  size_t skip = v.size();
+  if (m.batch() > 0) {
+    skip = static_cast<size_t>(std::lower_bound(v.begin(), v.end(), m.capacity()) - v.begin());
+  }
+  const size_t n = skip < v.size() ? v.size() - 1 : v.size();
+  *count = n;
+  if (n == 0) return 0;
+  auto at = [&](size_t k) { return k < skip ? v[k] : v[k + 1]; };
+  const size_t mid = n / 2;
+  return n % 2 == 1 ? at(mid) : (at(mid - 1) + at(mid)) / 2;
+}
+
 double Planner::SavedSeconds(const Member& m, std::map<std::string, double>& e) const {
   const double r = o_.remaining_seconds;
   if (m.is_ps()) return r * (1 - 1 / m.score());
-  double sum_batch = 0, max_score = 0, keep = 0;
-  std::vector<double> others;
-  for (const Member& w : workers_) {
-    if (w.batch() <= 0) continue;
-    sum_batch += static_cast<double>(w.batch());
-    max_score = std::max(max_score, w.score());
-    keep += w.capacity();
-    if (w.id() != m.id()) others.push_back(w.capacity());
-  }
-  const double ref = others.empty() ? m.capacity() : Median(others);
+  const WorkerTotals& t = Totals();
+  const double sum_batch = t.sum_batch, max_score = t.max_score, keep = t.keep;
+  size_t others = 0;
+  const double median = MedianCapacityWithout(m, &others);
+  const double ref = others == 0 ? m.capacity() : median;
   const double restart = keep - std::max(0.0, m.capacity()) + ref;
   const double now = max_score > 0 ? sum_batch / max_score : 0;
   e["throughput_now"] = now;

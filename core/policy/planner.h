@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <queue>
 #include <set>
 #include <utility>
@@ -347,6 +348,17 @@ class Planner {
 
   // The time saved by restarting `m` (see the header), with its figures in `e`.
   double SavedSeconds(const Member& m, std::map<std::string, double>& e) const;
+  // The workers with a batch, summed once a turn (a plan's input does not
+  // change while it is made): what SavedSeconds and CapacitySlowdown read for
+  // every straggler, which made each turn O(stragglers x workers).
+  struct WorkerTotals {
+    std::vector<double> capacities;  // sorted
+    double sum_batch = 0, max_score = 0, keep = 0;
+  };
+  const WorkerTotals& Totals() const;
+  // The median capacity of the workers with a batch other than `m` (as
+  // vocab::Median of them), and how many there are.
+  double MedianCapacityWithout(const Member& m, size_t* count) const;
 
   // The first spare node by name that can take a member from `from`.
   const NodeState* PickNode(const std::string& from) const;
@@ -422,6 +434,7 @@ class Planner {
   int64_t last_round_ms_ = kNever;                    // the last ADJUST_BS round in history
   std::map<std::string, int64_t> compensated_since_;  // see CompensatedSince
   int64_t global_batch_ = 0;
+  mutable std::optional<WorkerTotals> totals_;  // Totals(), once
 };
 
 // key=value, the value quoted when it is empty or has spaces, quotes or '='.

@@ -142,13 +142,11 @@ bool Planner::Resettled(const Member& m, const Decision& last) const {
 }
 
 double Planner::CapacitySlowdown(const Member& m) const {
-  std::vector<double> others;
-  for (const Member& w : workers_) {
-    if (w.id() != m.id() && w.batch() > 0) others.push_back(w.capacity());
-  }
+  size_t others = 0;
+  const double median = MedianCapacityWithout(m, &others);
   const double cap = m.capacity();
-  if (others.empty() || !(cap > 0)) return 1;
-  return Median(others) / cap;
+  if (others == 0 || !(cap > 0)) return 1;
+  return median / cap;
 }
 
 }  // namespace antdt::policy::internal
