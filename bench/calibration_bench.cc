@@ -9,7 +9,12 @@
 // run's time moves several percent between runs on a shared machine
 // (docs/simulator.md has the figures of several runs).
 //
-// usage: antdt-bench-calibration [--out DIR] [--only paper-mix|heterogeneous]
+// usage: antdt-bench-calibration [--out DIR] [--only CASE]
+// (CASE: paper-mix, paper-mix-tail, heterogeneous). paper-mix-tail is
+// paper-mix in shards of 5,000 records (25,000 per worker): under `none` its
+// 4x persistent straggler holds a large lease at the epoch's end, which the
+// guided layout and the early lease end decide (the tail); the real run's
+// leases ended early are counted from its sharding service's log.
 // Binaries from $ANTDT_BIN_DIR (default build/bin), examples from
 // $ANTDT_SOURCE_DIR (default .). Writes DIR/calibration.json; exit 1 when a
 // run failed or committed a record other than exactly once.
@@ -25,6 +30,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "common/config.h"
 #include "common/process.h"
 #include "common/testing/testing.h"
@@ -35,18 +42,39 @@ namespace {
 using antdt::testing::BinPath;
 
 struct Case {
+  std::string label;         // --only LABEL; its files under DIR/LABEL
   std::string name;          // examples/jobs/NAME.yaml
   std::string records_line;  // replaced by `records`
   int64_t records = 0;
   std::string policies;
+  std::string from, to;  // a further line replaced, if any
 };
 
 // At 200,000 records for paper-mix: at 100,000 the two restarts and three
 // re-sizings are a quarter of the job.
 const std::vector<Case> kCases = {
-    {"paper-mix", "records: 400000", 200'000, "antdt-nd,lb-bsp,none"},
-    {"heterogeneous", "records: 200000", 100'000, "antdt-dd"},
+    {"paper-mix", "paper-mix", "records: 400000", 200'000, "antdt-nd,lb-bsp,none", "", ""},
+    {"paper-mix-tail", "paper-mix", "records: 400000", 200'000, "antdt-nd,none", "shardSize: 250",
+     "shardSize: 5000"},
+    {"heterogeneous", "heterogeneous", "records: 200000", 100'000, "antdt-dd", "", ""},
 };
+
+// Leases the real run's sharding service ended early (its log's
+// lease_shortened events), per policy.
+std::string LeasesShortened(const std::string& run_out, const std::string& policies) {
+  std::string out;
+  for (const std::string& policy : std::vector<std::string>(absl::StrSplit(policies, ','))) {
+    const std::string log =
+        ReadFile(run_out + "/runs/" + policy + "/sharding-service.log").value_or("");
+    size_t n = 0;
+    for (size_t at = log.find("event=lease_shortened"); at != std::string::npos;
+         at = log.find("event=lease_shortened", at + 1)) {
+      ++n;
+    }
+    absl::StrAppend(&out, out.empty() ? "" : ", ", policy, " ", n);
+  }
+  return out;
+}
 
 // Runs `argv` and returns results.json's JCT by policy; empty on a failure
 // (said on stderr), also when a run was not exactly once.
@@ -78,7 +106,10 @@ std::map<std::string, double> JctByPolicy(const std::vector<std::string>& argv,
 }
 
 // One case: both backends, the table, its rows into `rows`. False on a failure.
-bool RunCase(const Case& c, const std::string& dir, nlohmann::json* rows) {
+bool RunCase(const Case& c, const std::string& top, nlohmann::json* rows) {
+  const std::string dir = top + "/" + c.label;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
   const absl::StatusOr<std::string> written =
       testing::WriteExampleJob(dir, c.name, c.records_line, c.records);
   if (!written.ok()) {
@@ -86,8 +117,16 @@ bool RunCase(const Case& c, const std::string& dir, nlohmann::json* rows) {
     return false;
   }
   const std::string& job = *written;
-  const std::string run_out = dir + "/" + c.name + "-run";
-  const std::string sim_out = dir + "/" + c.name + "-sim";
+  if (!c.from.empty()) {
+    const std::string text = ReadFile(job).value_or("");
+    if (text.find(c.from) == std::string::npos ||
+        !WriteFileAtomically(job, absl::StrReplaceAll(text, {{c.from, c.to}})).ok()) {
+      std::fprintf(stderr, "%s: no line \"%s\" to replace\n", job.c_str(), c.from.c_str());
+      return false;
+    }
+  }
+  const std::string run_out = dir + "/run";
+  const std::string sim_out = dir + "/sim";
   const auto run = JctByPolicy({BinPath("antdt"), "bench", "stragglers", "--job", job, "--policies",
                                 c.policies, "--out", run_out},
                                run_out);
@@ -101,7 +140,7 @@ bool RunCase(const Case& c, const std::string& dir, nlohmann::json* rows) {
   std::printf(
       "| %s, %lld records | run (s) | sim (s) | difference | run ratio | sim ratio | "
       "difference |\n|---|---|---|---|---|---|---|\n",
-      c.name.c_str(), static_cast<long long>(c.records));
+      c.label.c_str(), static_cast<long long>(c.records));
   for (const auto& [policy, real] : run) {
     auto it = sim.find(policy);
     if (it == sim.end()) {
@@ -113,7 +152,7 @@ bool RunCase(const Case& c, const std::string& dir, nlohmann::json* rows) {
     const double ratio_diff = (sim_ratio - run_ratio) / run_ratio;
     std::printf("| %s | %.1f | %.1f | %+.1f%% | %.3f | %.3f | %+.1f%% |\n", policy.c_str(), real,
                 it->second, diff * 100, run_ratio, sim_ratio, ratio_diff * 100);
-    rows->push_back({{"job", c.name},
+    rows->push_back({{"job", c.label},
                      {"records", c.records},
                      {"policy", policy},
                      {"run_jct_seconds", real},
@@ -123,7 +162,8 @@ bool RunCase(const Case& c, const std::string& dir, nlohmann::json* rows) {
                      {"sim_ratio_to_no_slowdown", sim_ratio},
                      {"ratio_difference", ratio_diff}});
   }
-  std::printf("\n");
+  std::printf("\nleases ended early in the real runs: %s\n\n",
+              LeasesShortened(run_out, c.policies).c_str());
   std::fflush(stdout);
   return true;
 }
@@ -140,7 +180,7 @@ int main(int argc, char** argv) {
       (arg == "--out" ? out : only) = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: antdt-bench-calibration [--out DIR] [--only paper-mix|heterogeneous]\n"
+                   "usage: antdt-bench-calibration [--out DIR] [--only CASE]\n"
                    "unknown argument: %s\n",
                    arg.c_str());
       return 2;
@@ -157,12 +197,13 @@ int main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array();
   bool ok = true, ran = false;
   for (const Case& c : kCases) {
-    if (!only.empty() && c.name != only) continue;
+    if (!only.empty() && c.label != only) continue;
     ran = true;
     ok = RunCase(c, out, &rows) && ok;
   }
   if (!ran) {
-    std::fprintf(stderr, "--only %s: no such case (paper-mix, heterogeneous)\n", only.c_str());
+    std::fprintf(stderr, "--only %s: no such case (paper-mix, paper-mix-tail, heterogeneous)\n",
+                 only.c_str());
     return 2;
   }
   const nlohmann::json doc = {{"benchmark", "calibration"}, {"seeds", 3}, {"rows", rows}};
