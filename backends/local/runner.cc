@@ -267,9 +267,9 @@ absl::Status Runner::PollParameterServers() {
 // cgroups of the cpu-quota slowdowns created: before anything starts.
 absl::Status Runner::PrepareWorkers() {
   site_ = SiteFor(job_, o_.bin_dir, dir_, o_.manifest_dir, o_.plain);
-  // A step deadline is told between micro-batches: 8 of them, a step stops
-  // at most an eighth of its batch past it.
-  if (bridge::StepDeadline(job_, policy_, mode_) > 0) site_.micro_batches = 8;
+  if (bridge::StepDeadline(job_, policy_, mode_) > 0) {
+    site_.micro_batches = bridge::kDeadlineMicroBatches;
+  }
   RETURN_IF_ERROR(CheckWorkerCommand(job_, site_));
   ASSIGN_OR_RETURN(site_.master_port, PickFreePort());
   const std::string prefix = absl::StrCat("antdt-", getpid());

@@ -67,5 +67,8 @@ double RegroupSeconds(const manifest::Job& job);
 // baselines stay what they are, and the mode is Act (Recommend carries out
 // nothing, the deadline's cuts included).
 double StepDeadline(const manifest::Job& job, vocab::Policy policy, vocab::Mode mode);
+// The demo trainer's --micro-batches under a step deadline: the deadline is
+// told between two, so a step stops at most an eighth of its batch past it.
+inline constexpr int kDeadlineMicroBatches = 8;
 
 }  // namespace antdt::bridge

@@ -425,10 +425,11 @@ void Monitor::Ingest(const v1::StepReport& report) {
     ++sum.second;
   }
   ++stats_.step_reports;
-  if (config_.steps_per_window > 0) Onset(job, report, a.role);
+  if (config_.steps_per_window > 0) Onset(job, report, a.role, cost.bpt, cost.samples);
 }
 
-void Monitor::Onset(Job& job, const v1::StepReport& report, const std::string& role) {
+void Monitor::Onset(Job& job, const v1::StepReport& report, const std::string& role, double bpt,
+                    double samples) {
   auto mit = job.members.find(report.worker_id());
   auto vit = job.roles.find(role);
   if (mit == job.members.end() || vit == job.roles.end() || report.samples() <= 0) return;
@@ -444,9 +445,6 @@ void Monitor::Onset(Job& job, const v1::StepReport& report, const std::string& r
       (report.pid() > 0 && m.pid > 0 && report.pid() != m.pid)) {
     return;
   }
-  const StepCost cost = CostOf(report);
-  const double bpt = cost.bpt;
-  const double samples = cost.samples;
   const double score = bpt / view.median_bpt;
   const double sample_score = bpt / samples / view.median_sample_seconds;
   const double bar = std::max(config_.straggler_threshold, config_.onset_threshold);

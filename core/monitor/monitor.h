@@ -338,7 +338,10 @@ class Monitor {
 
   void CloseWindow(Job& job, int64_t window, int64_t now_ms);
   // Flags a member TRANSIENT from one step report (see Onsets above).
-  void Onset(Job& job, const v1::StepReport& report, const std::string& role);
+  // `bpt` and `samples` are the step's cost as Ingest counted it (a cut step:
+  // its whole batch).
+  void Onset(Job& job, const v1::StepReport& report, const std::string& role, double bpt,
+             double samples);
   // Names the cause of every member slow in the window just closed and
   // updates its straggler record; ends the records of members no longer slow.
   void UpdateRecords(Job& job, const std::map<std::string, bool>& observed, int64_t start_ms,

@@ -137,7 +137,7 @@ void NodeMemory::Fold(v1::NodeHistory& h, const v1::NodeEpisode& e) const {
 }
 
 void NodeMemory::Touch(v1::NodeHistory& h, int64_t now_unix_ms) {
-  by_update_.erase({h.updated_unix_ms(), h.node()});
+  by_update_.erase({h.updated_unix_ms(), h.node()});  // none for a new node
   h.set_updated_unix_ms(std::max(h.updated_unix_ms(), now_unix_ms));
   by_update_.insert({h.updated_unix_ms(), h.node()});
 }
@@ -167,11 +167,7 @@ absl::Status NodeMemory::Record(const v1::StragglerRecord& r, int64_t now_unix_m
 
   auto [it, inserted] = nodes_.try_emplace(r.node());
   v1::NodeHistory& h = it->second;
-  if (inserted) {
-    h.set_node(r.node());
-    h.set_updated_unix_ms(now_unix_ms);
-    by_update_.insert({now_unix_ms, r.node()});
-  }
+  if (inserted) h.set_node(r.node());  // Touch files it in the index
   // The same episode again (the Monitor re-sends a record while it goes on).
   v1::NodeEpisode* same = nullptr;
   for (v1::NodeEpisode& kept : *h.mutable_episodes()) {

@@ -63,10 +63,8 @@ absl::StatusOr<PushResult> ParameterShard::Push(const std::string& worker, int64
     const auto now = std::chrono::steady_clock::now();
     if (contributors_.size() == 1) first_at_ = now;
     if (samples > 0) ++trained_;
-    if (options_.step_deadline > 0 && !deadline_ && trained_ >= (needed() + 1) / 2) {
-      deadline_ = started_at_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                    (now - started_at_) * options_.step_deadline);
-      half_seconds_ = std::chrono::duration<double>(now - started_at_).count();
+    if (options_.step_deadline > 0 && !half_ && trained_ >= (needed() + 1) / 2) {
+      half_ = now - started_at_;
     }
     for (size_t j = 0; j < gradient.size(); ++j) grad_sum_[j] += gradient[j];
     step_samples_ += samples;
@@ -123,16 +121,20 @@ void ParameterShard::CompleteStep() {
 }
 
 void ParameterShard::NewStep() {
-  last_half_seconds_ = std::exchange(half_seconds_, 0.0);
+  last_half_seconds_ = half_ ? std::chrono::duration<double>(*half_).count() : 0.0;
+  half_.reset();
   trained_ = 0;
   started_at_ = std::chrono::steady_clock::now();
-  deadline_.reset();
   deadline_told_ = false;
 }
 
 bool ParameterShard::DeadlinePassed(int64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (step != step_ || !deadline_ || std::chrono::steady_clock::now() < *deadline_) return false;
+  if (step != step_ || !half_) return false;
+  const auto deadline =
+      started_at_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        *half_ * options_.step_deadline);
+  if (std::chrono::steady_clock::now() < deadline) return false;
   if (!std::exchange(deadline_told_, true)) ++deadlines_passed_;
   return true;
 }

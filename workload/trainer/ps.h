@@ -173,12 +173,13 @@ class ParameterShard {
   double step_loss_ ABSL_GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point first_at_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point started_at_ ABSL_GUARDED_BY(mu_);  // the step's start
-  std::optional<std::chrono::steady_clock::time_point> deadline_ ABSL_GUARDED_BY(mu_);
+  // How long the first half of the step's gradients took, once they are in:
+  // the deadline is started_at_ + step_deadline x that.
+  std::optional<std::chrono::steady_clock::duration> half_ ABSL_GUARDED_BY(mu_);
   bool deadline_told_ ABSL_GUARDED_BY(mu_) = false;  // DeadlinePassed said so this step
   int trained_ ABSL_GUARDED_BY(mu_) = 0;             // gradients of this step with samples
   int64_t deadlines_passed_ ABSL_GUARDED_BY(mu_) = 0;
-  double half_seconds_ ABSL_GUARDED_BY(mu_) = 0;       // of the step in progress, once known
-  double last_half_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // of the last finished step
+  double last_half_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // half_ of the last finished step
   // Finished steps.
   double mean_loss_ ABSL_GUARDED_BY(mu_) = 0;
   double first_mean_loss_ ABSL_GUARDED_BY(mu_) = 0;

@@ -555,10 +555,10 @@ class TrainingLoop {
   int64_t RunDevice(int64_t batch, Clock::time_point t0) {
     if (!c_.speed_file.empty()) speed_ = ReadSpeed(c_.speed_file, speed_);
     // Asked only once this step has run as long as the first half of the last
-    // step's gradients took: a worker on time never asks.
-    const auto ask_after =
-        t0 + std::chrono::duration_cast<Clock::duration>(
-                 std::chrono::duration<double>(ps_.half_seconds() > 0 ? ps_.half_seconds() : 1e9));
+    // step's gradients took (unknown before a step has finished): a worker on
+    // time never asks.
+    const double half = ps_.half_seconds();
+    auto late = [&] { return half > 0 && Seconds(Clock::now() - t0) >= half; };
     const int64_t parts = std::min(c_.micro_batches, batch);
     int64_t done = 0;
     for (int64_t k = 1; k <= parts; ++k) {
@@ -570,7 +570,7 @@ class TrainingLoop {
         std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(device_us));
       }
       done = upto;
-      if (done < batch && Clock::now() >= ask_after && ps_.DeadlinePassed()) break;
+      if (done < batch && late() && ps_.DeadlinePassed()) break;
     }
     return done;
   }

@@ -237,6 +237,35 @@ TEST(JobControllerTest, EventsAStoppedOperatorCommittedAreWrittenAndCleared) {
   EXPECT_EQ(restarted, 1);
 }
 
+// Worker `id`'s incarnation-0 pod of job `job` (uid `uid`) in team-a, on
+// `node`, Running at 127.0.0.1 (as the operator would have created it).
+absl::Status RunningWorkerPod(kube::FakeApi& api, const std::string& job, const Json& uid,
+                              const std::string& id, const std::string& node) {
+  Json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", job + "-" + id},
+                {"namespace", "team-a"},
+                {"labels",
+                 {{"antdt.io/job", job},
+                  {"antdt.io/role", "worker"},
+                  {"antdt.io/worker-id", id},
+                  {"antdt.io/incarnation", "0"}}},
+                {"ownerReferences", Json::array({{{"apiVersion", "antdt.io/v1alpha1"},
+                                                  {"kind", "AntDTJob"},
+                                                  {"name", job},
+                                                  {"uid", uid},
+                                                  {"controller", true}}})}}},
+              {"spec",
+               {{"nodeName", node},
+                {"containers", Json::array({{{"name", "worker"}, {"image", "antdt"}}})}}}};
+  auto made = api.Create(kube::PodsResource(), "team-a", pod);
+  if (!made.ok()) return made.status();
+  Json running = *made;
+  running["status"] = {{"phase", "Running"}, {"podIP", "127.0.0.1"}};
+  return api.UpdateStatus(kube::PodsResource(), "team-a", running).status();
+}
+
 // A sync runs on the clock it is given (JobControllerOptions::clock), not the
 // wall clock: the conditions it writes carry that time.
 TEST(JobControllerTest, ASyncRunsOnTheClockItIsGiven) {
@@ -285,21 +314,8 @@ TEST(JobControllerTest, ABatchReDeliveredKeepsItsAccumulationSteps) {
                          "pod": "dd-worker-0", "localBatchSize": 16,
                          "accumulationSteps": 4, "excludedNodes": []}]})");
   ASSERT_TRUE(api.UpdateStatus(kube::AntDTJobsResource(), "team-a", stored).ok());
-  Json pod = Json::parse(R"({"apiVersion": "v1", "kind": "Pod",
-    "metadata": {"name": "dd-worker-0", "namespace": "team-a",
-                 "labels": {"antdt.io/job": "dd", "antdt.io/role": "worker",
-                            "antdt.io/worker-id": "worker-0", "antdt.io/incarnation": "0"}},
-    "spec": {"nodeName": "node-a", "containers": [{"name": "worker", "image": "antdt"}]}})");
-  pod["metadata"]["ownerReferences"] = Json::array({{{"apiVersion", "antdt.io/v1alpha1"},
-                                                     {"kind", "AntDTJob"},
-                                                     {"name", "dd"},
-                                                     {"uid", (*created)["metadata"]["uid"]},
-                                                     {"controller", true}}});
-  auto made = api.Create(kube::PodsResource(), "team-a", pod);
-  ASSERT_TRUE(made.ok()) << made.status();
-  Json running = *made;
-  running["status"] = {{"phase", "Running"}, {"podIP", "127.0.0.1"}};
-  ASSERT_TRUE(api.UpdateStatus(kube::PodsResource(), "team-a", running).ok());
+  ASSERT_TRUE(
+      RunningWorkerPod(api, "dd", (*created)["metadata"]["uid"], "worker-0", "node-a").ok());
 
   monitor::MonitorServiceImpl monitor_service(
       *monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{})),
@@ -377,30 +393,9 @@ TEST(JobControllerTest, AStragglerOnAFakeClockIsDetectedDecidedCommittedAndDeliv
   }
   ASSERT_TRUE(api.UpdateStatus(kube::AntDTJobsResource(), "team-a", stored).ok());
   for (int i = 0; i < 3; ++i) {
-    const std::string id = "worker-" + std::to_string(i);
-    Json pod = {{"apiVersion", "v1"},
-                {"kind", "Pod"},
-                {"metadata",
-                 {{"name", "fake-clock-" + id},
-                  {"namespace", "team-a"},
-                  {"labels",
-                   {{"antdt.io/job", "fake-clock"},
-                    {"antdt.io/role", "worker"},
-                    {"antdt.io/worker-id", id},
-                    {"antdt.io/incarnation", "0"}}},
-                  {"ownerReferences", Json::array({{{"apiVersion", "antdt.io/v1alpha1"},
-                                                    {"kind", "AntDTJob"},
-                                                    {"name", "fake-clock"},
-                                                    {"uid", (*created)["metadata"]["uid"]},
-                                                    {"controller", true}}})}}},
-                {"spec",
-                 {{"nodeName", nodes[static_cast<size_t>(i)]},
-                  {"containers", Json::array({{{"name", "worker"}, {"image", "antdt"}}})}}}};
-    auto made = api.Create(kube::PodsResource(), "team-a", pod);
-    ASSERT_TRUE(made.ok()) << made.status();
-    Json running = *made;
-    running["status"] = {{"phase", "Running"}, {"podIP", "127.0.0.1"}};
-    ASSERT_TRUE(api.UpdateStatus(kube::PodsResource(), "team-a", running).ok());
+    ASSERT_TRUE(RunningWorkerPod(api, "fake-clock", (*created)["metadata"]["uid"],
+                                 "worker-" + std::to_string(i), nodes[static_cast<size_t>(i)])
+                    .ok());
   }
 
   // The Monitor on the fake clock; windows close only when the test ticks it.

@@ -251,7 +251,7 @@ Json DefaultWorkerContainer(const manifest::Job& spec, const Settings& s) {
   // A step deadline is told between micro-batches (as the local runner does).
   if (bridge::StepDeadline(spec, spec.straggler_policy.name, spec.straggler_policy.mode) > 0) {
     args.push_back("--micro-batches");
-    args.push_back("8");
+    args.push_back(std::to_string(bridge::kDeadlineMicroBatches));
   }
   return {{"name", "trainer"},
           {"image", s.image},
