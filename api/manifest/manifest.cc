@@ -257,9 +257,10 @@ absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, Strag
   const std::string path = "spec.stragglerPolicy";
   RETURN_IF_ERROR(CheckMapping(node, path,
                                {"name", "mode", "cooldown", "maxActions", "minSavingRatio",
-                                "backupWorkers", "stepDeadline", "rules"}));
+                                "backupWorkers", "stepDeadline", "decideBy", "rules"}));
   RETURN_IF_ERROR(ReadOneOf(node, path, "name", vocab::AllPolicies(), &p->name));
   RETURN_IF_ERROR(ReadOneOf(node, path, "mode", vocab::AllModes(), &p->mode));
+  RETURN_IF_ERROR(ReadOneOf(node, path, "decideBy", vocab::AllDecideBy(), &p->decide_by));
   p->cooldown_derived = !Present(Get(node, "cooldown"));
   RETURN_IF_ERROR(ReadDurationMs(node, path, "cooldown", &p->cooldown_ms));
   if (!Present(Get(node, "maxActions"))) p->max_actions = std::max(10, (workers + 4) / 5);

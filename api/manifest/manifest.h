@@ -84,7 +84,11 @@ struct StragglerPolicySpec {
   // batch into its next step. 0: off. Other policies never cut a step.
   double step_deadline = 1.25;
   vocab::Mode mode = vocab::Mode::kAct;  // spec.stragglerPolicy.mode
-  std::vector<Rule> rules;               // required (non-empty) for custom, rejected otherwise
+  // spec.stragglerPolicy.decideBy: antdt-nd restarts a straggler when its
+  // slowdown is expected to last long enough to pay (expectedDuration), or by
+  // its thresholds and the rest of the job (thresholds). Other policies: unused.
+  vocab::DecideBy decide_by = vocab::DecideBy::kExpectedDuration;
+  std::vector<Rule> rules;  // required (non-empty) for custom, rejected otherwise
 };
 
 struct MonitorSpec {  // spec.monitor

@@ -87,6 +87,7 @@ TEST(ParseJob, BaseIsValidAndDefaultsApply) {
   EXPECT_EQ(job->straggler_policy.backup_workers, 1);
   EXPECT_DOUBLE_EQ(job->straggler_policy.step_deadline, 1.25);
   EXPECT_EQ(job->straggler_policy.mode, vocab::Mode::kAct);
+  EXPECT_EQ(job->straggler_policy.decide_by, vocab::DecideBy::kExpectedDuration);
   EXPECT_TRUE(job->straggler_policy.rules.empty());
   EXPECT_EQ(job->monitor.window_ms, 1'000);  // the first windows', then two steps
   EXPECT_EQ(job->monitor.window_steps, 2);
@@ -133,6 +134,7 @@ spec:
     minSavingRatio: 0.5
     backupWorkers: 0
     stepDeadline: 1.5
+    decideBy: thresholds
     rules:
       - {signal: score, threshold: 1.5, windows: 2, action: ADJUST_BS}
       - {signal: class, class: persistent, action: KILL_RESTART, cooldown: 2m, budget: 2}
@@ -167,6 +169,7 @@ spec:
   EXPECT_EQ(p.mode, vocab::Mode::kRecommend);
   EXPECT_EQ(p.backup_workers, 0);
   EXPECT_DOUBLE_EQ(p.step_deadline, 1.5);
+  EXPECT_EQ(p.decide_by, vocab::DecideBy::kThresholds);
   ASSERT_EQ(p.rules.size(), 2u);
   EXPECT_EQ(p.rules[0].signal, vocab::Signal::kScore);
   EXPECT_DOUBLE_EQ(p.rules[0].threshold, 1.5);
@@ -430,6 +433,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "\"2m\", got \"60\""},
         ErrorCase{"spec.stragglerPolicy.mode", "Advise",
                   "spec.stragglerPolicy.mode: must be one of Act, Recommend, got \"Advise\""},
+        ErrorCase{"spec.stragglerPolicy.decideBy", "hunch",
+                  "spec.stragglerPolicy.decideBy: must be one of expectedDuration, thresholds, got "
+                  "\"hunch\""},
         ErrorCase{"spec.stragglerPolicy.maxActions", "-1",
                   "spec.stragglerPolicy.maxActions: must be >= 0, got -1"},
         ErrorCase{"spec.stragglerPolicy.minSavingRatio", "-0.5",

@@ -50,6 +50,12 @@ const Table<Mode>& Modes() {
   return *kTable;
 }
 
+const Table<DecideBy>& DecideBys() {
+  static const auto* const kTable = new Table<DecideBy>{
+      {DecideBy::kExpectedDuration, "expectedDuration"}, {DecideBy::kThresholds, "thresholds"}};
+  return *kTable;
+}
+
 // Lower case, then Kubernetes style; UNSPECIFIED is not in the table.
 struct ClassNames {
   v1::StragglerClass cls;
@@ -106,6 +112,7 @@ const ClassNames* FindClass(v1::StragglerClass cls) {
 
 const std::vector<Policy>& AllPolicies() { return Values(Policies()); }
 const std::vector<Mode>& AllModes() { return Values(Modes()); }
+const std::vector<DecideBy>& AllDecideBy() { return Values(DecideBys()); }
 const std::vector<Role>& AllRoles() { return Values(Roles()); }
 const std::vector<ActionKind>& AllActionKinds() { return Values(ActionKinds()); }
 const std::vector<Signal>& AllSignals() { return Values(Signals()); }
@@ -120,6 +127,7 @@ const std::string& Name(Role role) { return NameIn(Roles(), role); }
 const std::string& Name(ActionKind kind) { return NameIn(ActionKinds(), kind); }
 const std::string& Name(Signal signal) { return NameIn(Signals(), signal); }
 const std::string& Name(Mode mode) { return NameIn(Modes(), mode); }
+const std::string& Name(DecideBy by) { return NameIn(DecideBys(), by); }
 
 const std::string& Name(v1::StragglerClass cls) {
   static const auto* const kNone = new std::string("-");

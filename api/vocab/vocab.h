@@ -32,6 +32,11 @@ enum class Signal { kScore, kSelfScore, kClass };
 // spec.stragglerPolicy.mode: carry decisions out, or only recommend them
 // (observe and decide as usual, execute nothing).
 enum class Mode { kAct, kRecommend };
+// spec.stragglerPolicy.decideBy: how antdt-nd weighs a restart — by how long
+// the slowdown is expected to last (policy/expected_duration.h), or by its
+// thresholds (a PERSISTENT class, a compensated slowdown) and the saving over
+// the rest of the job.
+enum class DecideBy { kExpectedDuration, kThresholds };
 
 // Every value, in the order "must be one of" messages list them. AllPolicies()
 // is the one list of policy names.
@@ -40,6 +45,7 @@ const std::vector<Role>& AllRoles();
 const std::vector<ActionKind>& AllActionKinds();
 const std::vector<Signal>& AllSignals();
 const std::vector<Mode>& AllModes();
+const std::vector<DecideBy>& AllDecideBy();
 // The actions a custom rule may take: ADJUST_BS, KILL_RESTART.
 const std::vector<ActionKind>& RuleActionKinds();
 
@@ -49,11 +55,13 @@ const std::vector<ActionKind>& RuleActionKinds();
 //   ActionKind  ADJUST_BS, KILL_RESTART, BACKUP_WORKERS
 //   Signal      score, self_score, class
 //   Mode        Act, Recommend
+//   DecideBy    expectedDuration, thresholds
 const std::string& Name(Policy policy);
 const std::string& Name(Role role);
 const std::string& Name(ActionKind kind);
 const std::string& Name(Signal signal);
 const std::string& Name(Mode mode);
+const std::string& Name(DecideBy by);
 // A straggler class in lower case, as manifests and `antdt run`'s report
 // spell it: healthy, leader, deterministic, transient, persistent; "-" for
 // STRAGGLER_CLASS_UNSPECIFIED.

@@ -15,6 +15,8 @@ policy::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
   spec.max_actions = job.straggler_policy.max_actions;
   spec.min_saving_ratio = job.straggler_policy.min_saving_ratio;
   spec.backup_workers = job.straggler_policy.backup_workers;
+  spec.by_expected_duration = job.straggler_policy.decide_by == vocab::DecideBy::kExpectedDuration;
+  spec.step_deadline = StepDeadline(job, policy, job.straggler_policy.mode);
   spec.interval_ms = interval_ms;
   const monitor::MonitorConfig mc = MonitorConfigFor(job.monitor);
   spec.settle_ms = 2 * mc.window_ms + mc.allowed_lateness_ms;

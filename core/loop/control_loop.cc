@@ -28,7 +28,32 @@ absl::Status Backend::Retire(const std::string& worker, int32_t incarnation) {
 }
 
 ControlLoop::ControlLoop(LoopOptions options, Backend* backend, const Clock* clock)
-    : options_(std::move(options)), backend_(backend), clock_(clock) {}
+    : options_(std::move(options)), backend_(backend), clock_(clock) {
+  memory_ = options_.node_memory;
+  if (memory_ == nullptr) {
+    own_memory_.emplace(*nodememory::NodeMemory::Create());  // the defaults are valid
+    memory_ = &*own_memory_;
+  }
+}
+
+void ControlLoop::RememberNodes(const v1::GetJobHealthResponse& health,
+                                std::vector<policy::NodeState>* nodes) {
+  const int64_t now = health.time_unix_ms();
+  for (const v1::StragglerRecord& r : health.stragglers()) {
+    auto [it, inserted] = remembered_.try_emplace({r.worker_id(), r.first_seen_unix_ms()});
+    const std::pair<int64_t, bool> seen{r.last_seen_unix_ms(), r.active()};
+    if (!inserted && it->second == seen) continue;
+    it->second = seen;
+    // A record the memory cannot take (no node) is simply not remembered.
+    memory_->Record(r, std::max(now, r.last_seen_unix_ms())).IgnoreError();
+  }
+  for (policy::NodeState& n : *nodes) {
+    const nodememory::Estimate e = memory_->For(n.name, now);
+    n.slowdown_expected_seconds = e.expected_duration_seconds;
+    n.chronic = e.chronic;
+    n.avoid = e.avoid;
+  }
+}
 
 void ControlLoop::Seed(std::vector<policy::Decision> decisions) {
   for (policy::Decision& d : decisions) history_.push_back(std::move(d));
@@ -164,6 +189,7 @@ std::optional<policy::Observed> ControlLoop::PolicyInput(const Observation& now)
     if (it != restarted.end()) m.last_restart_ms = std::max(m.last_restart_ms, it->second);
   }
   obs.nodes = now.nodes;
+  RememberNodes(health, &obs.nodes);
   obs.global_batch_size = options_.global_batch_size;
   obs.remaining_seconds = now.remaining_seconds;
   obs.restart_cost_seconds = RestartCostSeconds();

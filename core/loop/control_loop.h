@@ -55,6 +55,7 @@
 #include "antdt/v1/monitor.pb.h"
 #include "common/clock.h"
 #include "core/loop/time_ledger.h"
+#include "core/nodememory/node_memory.h"
 #include "core/policy/policy.h"
 
 namespace antdt::control {
@@ -203,6 +204,11 @@ struct LoopOptions {
   // re-formed around it; kDefaultRegroupSeconds there, 0 for a job with
   // parameter servers (a restarted worker only leaves and rejoins the barrier).
   double regroup_seconds = 0;
+  // What AntDT saw on each node across jobs (borrowed; a fleet, or a backend
+  // that keeps it). Null: the loop keeps its own, for this job. Each turn the
+  // loop folds the Monitor's straggler records in and gives the policy each
+  // node's estimate (policy::NodeState).
+  nodememory::NodeMemory* node_memory = nullptr;
 };
 
 // The regroup cost of a job without parameter servers: a torch.distributed
@@ -294,6 +300,9 @@ class ControlLoop {
   // loop rebuilt after a restart of its backend still outranks its past).
   int64_t NextDirectiveVersion();
   void MeasureRelaunches(const std::vector<policy::WorkerState>& members, int64_t now_ms);
+  // Folds the records of `health` that changed since the last turn into the
+  // node memory, and sets each of `nodes` to what the memory says of it.
+  void RememberNodes(const v1::GetJobHealthResponse& health, std::vector<policy::NodeState>* nodes);
 
   const LoopOptions options_;
   Backend* const backend_;
@@ -324,6 +333,11 @@ class ControlLoop {
   };
   Measured measured_[2];  // [0] workers, [1] parameter servers
   TimeLedger time_ledger_;
+  std::optional<nodememory::NodeMemory> own_memory_;  // when LoopOptions has none
+  nodememory::NodeMemory* memory_ = nullptr;
+  // Per episode (worker, start): its end and whether it was active, as last
+  // folded in; an episode re-sent unchanged is not folded again.
+  std::map<std::pair<std::string, int64_t>, std::pair<int64_t, bool>> remembered_;
 };
 
 }  // namespace antdt::control

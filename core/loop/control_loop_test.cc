@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace antdt::control {
 namespace {
@@ -299,6 +300,15 @@ TEST(ControlLoop, CommittedBatchesAreReDeliveredOncePerIncarnation) {
   EXPECT_EQ(b.directives.back().adjust_batch().local_batch_size(), 40);
 }
 
+// antdt-nd restarting by its thresholds (decideBy: thresholds): the loop's
+// handling of a restart is the same whichever way it was decided, and a
+// PERSISTENT class restarts at once this way.
+LoopOptions ThresholdOptions() {
+  LoopOptions o = Options(vocab::Policy::kAntdtNd);
+  o.policy.by_expected_duration = false;
+  return o;
+}
+
 // Mode Recommend: the same decisions, none carried out (no directive, no
 // restart, no action recorded), each recommended with its predicted saving
 // and cost, and in the history so that its cool-down holds as it would have.
@@ -306,7 +316,7 @@ TEST(ControlLoop, RecommendModeDecidesAsUsualAndCarriesNothingOut) {
   FakeClock clock(kStart);
   FakeBackend b;
   Job(b, "worker-1", v1::PERSISTENT, 3.0, 5);
-  LoopOptions o = Options(vocab::Policy::kAntdtNd);
+  LoopOptions o = ThresholdOptions();
   o.mode = vocab::Mode::kRecommend;
   ControlLoop loop(o, &b, &clock);
   auto plan = RunOnce(loop, b, clock);
@@ -377,7 +387,7 @@ TEST(ControlLoop, PersistentStragglerRestartedOnSpareAndRelaunchTimeMeasured) {
   FakeClock clock(kStart);
   FakeBackend b;
   Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
-  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
+  ControlLoop loop(ThresholdOptions(), &b, &clock);
   EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), kMinRelaunchSeconds + 10.0);
   auto plan = RunOnce(loop, b, clock);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -417,7 +427,7 @@ double SavedByRestart(double remaining) {
   FakeBackend b;
   Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
   b.remaining = remaining;
-  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
+  ControlLoop loop(ThresholdOptions(), &b, &clock);
   auto plan = RunOnce(loop, b, clock);
   EXPECT_TRUE(plan.ok() && !plan->decisions.empty());
   return plan.ok() && !plan->decisions.empty() ? plan->decisions[0].evidence.at("saved_seconds")
@@ -436,7 +446,7 @@ TEST(ControlLoop, RegroupSecondsAddToTheRestartCost) {
     FakeBackend b;
     Job(b, "worker-1", v1::PERSISTENT, 4.0, 6);
     b.remaining = remaining;
-    LoopOptions o = Options(vocab::Policy::kAntdtNd);
+    LoopOptions o = ThresholdOptions();
     o.regroup_seconds = regroup;
     ControlLoop loop(o, &b, &clock);
     EXPECT_DOUBLE_EQ(loop.RestartCostSeconds(), kMinRelaunchSeconds + 10.0 + regroup);
@@ -446,6 +456,58 @@ TEST(ControlLoop, RegroupSecondsAddToTheRestartCost) {
     for (const std::string& call : b.calls) restarted |= call.rfind("restart worker-1", 0) == 0;
     // 13.5 s saved: worth 11 s, not 16 s.
     EXPECT_EQ(restarted, regroup == 0);
+  }
+}
+
+// The loop folds the Monitor's records into the node memory and the policy
+// weighs a slowdown by it: node-1, slow for five minutes in two jobs before,
+// is chronically slow, so a third job restarts its worker there at once; a
+// job with a memory of its own (nothing seen) sizes its batch instead.
+TEST(ControlLoop, ANodeSlowInEarlierJobsIsRememberedAndShortensTheWait) {
+  absl::StatusOr<nodememory::NodeMemory> memory = nodememory::NodeMemory::Create();
+  ASSERT_TRUE(memory.ok());
+  FakeClock clock(kStart);
+  for (const std::string job : {"team/a", "team/b"}) {
+    FakeBackend b;
+    Job(b, "worker-1", v1::PERSISTENT, 3.0, 30);
+    b.health->set_time_unix_ms(clock.NowMillis());
+    v1::StragglerRecord* r = b.health->add_stragglers();
+    r->set_job(job);
+    r->set_worker_id("worker-1");
+    r->set_node("node-1");
+    r->set_first_seen_unix_ms(clock.NowMillis() - 300'000);
+    r->set_last_seen_unix_ms(clock.NowMillis());
+    r->set_windows(30);
+    r->set_max_score(3.0);
+    LoopOptions o = Options(vocab::Policy::kNone);
+    o.job = job;
+    o.node_memory = &*memory;
+    ControlLoop loop(o, &b, &clock);
+    ASSERT_TRUE(loop.PolicyInput(b.Observe(clock)).has_value());
+    clock.Advance(600'000);
+  }
+  EXPECT_TRUE(memory->For("node-1", clock.NowMillis()).chronic);
+  EXPECT_FALSE(memory->For("node-2", clock.NowMillis()).chronic);
+
+  for (const bool remembered : {true, false}) {
+    SCOPED_TRACE(remembered);
+    FakeBackend b;
+    Job(b, "worker-1", v1::PERSISTENT, 3.0, 2);
+    b.health->set_time_unix_ms(clock.NowMillis());
+    LoopOptions o = Options(vocab::Policy::kAntdtNd);
+    if (remembered) o.node_memory = &*memory;
+    ControlLoop loop(o, &b, &clock);
+    std::optional<policy::Observed> obs = loop.PolicyInput(b.Observe(clock));
+    ASSERT_TRUE(obs.has_value());
+    EXPECT_EQ(obs->nodes[1].chronic, remembered);
+    EXPECT_EQ(obs->nodes[1].avoid > 0.5, remembered) << obs->nodes[1].avoid;
+    auto plan = RunOnce(loop, b, clock);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    bool restarted = false;
+    for (const std::string& call : b.calls) {
+      restarted |= call == "restart worker-1@0 node-1->spare-0";
+    }
+    EXPECT_EQ(restarted, remembered) << absl::StrJoin(b.calls, "\n");
   }
 }
 

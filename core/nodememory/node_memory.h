@@ -38,8 +38,10 @@ struct Options {
   int32_t max_episodes_per_node = 16;
   int32_t max_nodes = 5000;
   // A slowdown on a node with no history lasts this long (s), and this much
-  // evidence (in full-confidence episodes) weighs as much as the prior.
-  double prior_duration_seconds = 20;
+  // evidence (in full-confidence episodes) weighs as much as the prior. 0: no
+  // history says nothing, and mitigation by expected duration waits as long
+  // as a slowdown has lasted (the break-even rule, policy/expected_duration.h).
+  double prior_duration_seconds = 0;
   double prior_weight = 1;
   // A node is "chronically slow" when its slow weight is at least this (2: two
   // sure, fresh episodes twice as slow, or fewer and slower ones) and it was

@@ -98,6 +98,41 @@ TEST(ExpectedDurationTest, TheRulesTable) {
   }
 }
 
+// paper-mix's node-3 (issue 43): a 3x transient among 8 workers on a node
+// with no history, weighed with the policy's measured loss rate and the
+// job's minSavingRatio 0.5. Ridden with ADJUST_BS for as long as it lasted
+// (5 s); restarted only once it had lasted long enough to pay.
+TEST(ExpectedDurationTest, NoHistoryIsTheBreakEvenRule) {
+  DurationInput in;
+  in.straggler_class = v1::PERSISTENT;  // the Monitor's class after 11 windows
+  in.slowdown = 3;
+  in.workers = 8;
+  in.remaining_seconds = 55;
+  in.restart_cost_seconds = 1.3;
+  in.step_deadline = 1.25;
+  in.adjust_loss_rate = 4.34 / 55.5;  // the policy's figure at 9.7 s
+  in.min_saving_ratio = 0.5;
+  for (double elapsed : {0.5, 3.3, 5.0, 8.0}) {
+    in.elapsed_seconds = elapsed;
+    const DurationChoice c = ChooseByExpectedDuration(in);
+    EXPECT_EQ(c.action, DurationAction::kAdjustBatch) << elapsed << ": " << c.why;
+    EXPECT_DOUBLE_EQ(c.expected_remaining_seconds, elapsed);
+    EXPECT_NE(c.why.find("no history on its node"), std::string::npos) << c.why;
+  }
+  in.elapsed_seconds = 9;  // 9 s x 0.078 = 0.70 s > 0.5 x 1.3 s
+  DurationChoice c = ChooseByExpectedDuration(in);
+  EXPECT_EQ(c.action, DurationAction::kKillRestart) << c.why;
+  EXPECT_NE(c.why.find("(x0.5)"), std::string::npos) << c.why;
+  in.min_saving_ratio = 1;  // the same with no margin: not yet (0.70 s < 1.3 s)
+  c = ChooseByExpectedDuration(in);
+  EXPECT_EQ(c.action, DurationAction::kAdjustBatch) << c.why;
+  in.node_expected_seconds = 60;  // a node whose slowdowns last a minute: at once
+  in.elapsed_seconds = 1;
+  c = ChooseByExpectedDuration(in);
+  EXPECT_EQ(c.action, DurationAction::kKillRestart) << c.why;
+  EXPECT_DOUBLE_EQ(c.expected_remaining_seconds, 55);  // 59 s, capped at the job's rest
+}
+
 // The losses behind the choice, which the decision's record shows.
 TEST(ExpectedDurationTest, TheLossesAreTheRulesArithmetic) {
   DurationInput in;

@@ -1,5 +1,7 @@
 #include "core/policy/planner.h"
 
+#include <tuple>
+
 namespace antdt::policy::internal {
 
 // ---- shared pieces ------------------------------------------------------------------
@@ -109,10 +111,11 @@ double Planner::SavedSeconds(const Member& m, std::map<std::string, double>& e) 
 const NodeState* Planner::PickNode(const std::string& from) const {
   std::vector<const NodeState*> nodes;
   for (const NodeState& n : o_.nodes) nodes.push_back(&n);
-  std::sort(nodes.begin(), nodes.end(),
-            [](const NodeState* a, const NodeState* b) { return a->name < b->name; });
+  std::sort(nodes.begin(), nodes.end(), [](const NodeState* a, const NodeState* b) {
+    return std::tie(a->avoid, a->name) < std::tie(b->avoid, b->name);
+  });
   for (const NodeState* n : nodes) {
-    if (!n->spare || n->excluded_until_ms > o_.now_ms || n->name == from ||
+    if (!n->spare || n->chronic || n->excluded_until_ms > o_.now_ms || n->name == from ||
         chosen_nodes_.count(n->name)) {
       continue;
     }
@@ -129,7 +132,7 @@ const NodeState* Planner::PickNode(const std::string& from) const {
 }
 
 bool Planner::TryRestart(const Member& m, const std::string& rule, const std::string& what,
-                         std::string* why, SkipReason* reason) {
+                         std::string* why, SkipReason* reason, const DurationChoice* weighed) {
   const WorkerState& w = *m.state;
   if (w.last_restart_ms >= 0 && w.last_restart_ms + spec_.cooldown_ms > o_.now_ms) {
     WaitUntil(w.last_restart_ms + spec_.cooldown_ms);
@@ -144,7 +147,16 @@ bool Planner::TryRestart(const Member& m, const std::string& rule, const std::st
     return false;
   }
   auto evidence = BaseEvidence(m);
-  const double saved = SavedSeconds(m, evidence);
+  double saved = SavedSeconds(m, evidence);
+  std::string over = absl::StrCat(Num(o_.remaining_seconds), "s left");
+  if (weighed != nullptr) {
+    saved = std::min(weighed->loss_ride_out, weighed->loss_adjust);
+    evidence["expected_remaining_seconds"] = weighed->expected_remaining_seconds;
+    evidence["loss_ride_out_seconds"] = weighed->loss_ride_out;
+    evidence["loss_adjust_seconds"] = weighed->loss_adjust;
+    over = absl::StrCat("the ", Num(weighed->expected_remaining_seconds),
+                        "s its slowdown is expected to last (", over, ")");
+  }
   const double cost =
       std::max(0.0, m.is_ps() ? o_.ps_restart_cost_seconds : o_.restart_cost_seconds);
   evidence["remaining_seconds"] = o_.remaining_seconds;
@@ -181,10 +193,9 @@ bool Planner::TryRestart(const Member& m, const std::string& rule, const std::st
   ++used_by_rule_[rule];
   const int64_t exclude_until = o_.now_ms + spec_.cooldown_ms;
   Emit(KillRestart{w.id, w.node, node->name, exclude_until}, rule, w.id,
-       absl::StrCat(what, ": restart on ", node->name, " saves ", Num(saved), "s of ",
-                    Num(o_.remaining_seconds), "s left, cost ", Num(cost), "s; ",
-                    w.node.empty() ? "source node" : w.node, " excluded until its cool-down ends (",
-                    Secs(spec_.cooldown_ms), ")"),
+       absl::StrCat(what, ": restart on ", node->name, " saves ", Num(saved), "s of ", over,
+                    ", cost ", Num(cost), "s; ", w.node.empty() ? "source node" : w.node,
+                    " excluded until its cool-down ends (", Secs(spec_.cooldown_ms), ")"),
        std::move(evidence));
   return true;
 }

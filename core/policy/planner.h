@@ -11,10 +11,12 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/policy/expected_duration.h"
 #include "core/policy/policy.h"
 
 namespace antdt::policy::internal {
@@ -30,6 +32,7 @@ inline constexpr char kNdPsRestart[] = "antdt-nd:ps-restart";
 inline constexpr char kNdPersistentRestart[] = "antdt-nd:persistent-restart";
 inline constexpr char kNdPersistentAdjust[] = "antdt-nd:persistent-adjust";
 inline constexpr char kNdCompensatedRestart[] = "antdt-nd:compensated-restart";
+inline constexpr char kNdDurationRestart[] = "antdt-nd:duration-restart";
 inline constexpr char kNdTransientAdjust[] = "antdt-nd:transient-adjust";
 inline constexpr char kNdDeterministicAdjust[] = "antdt-nd:deterministic-adjust";
 inline constexpr char kNdLeaderAdjust[] = "antdt-nd:leader-adjust";
@@ -291,6 +294,8 @@ class Planner {
  private:
   // ---- antdt-nd ------------------------------------------------------------------
   void Nd();
+  // antdt-nd's parameter servers: a PERSISTENT one restarted when that pays.
+  void NdServers();
 
   // A drift below the Monitor's straggler threshold still slows every step (a
   // step waits for the slowest worker): a worker left 10% slow after a round
@@ -318,6 +323,16 @@ class Planner {
 
   // How many times slower than its peers' median capacity a worker is.
   double CapacitySlowdown(const Member& m) const;
+
+  // decideBy expectedDuration: the least-loss choice for a slow worker.
+  DurationChoice ByDuration(const Member& m) const;
+  // How long the worker's current slowdown has lasted, from its open
+  // straggler record (the Monitor's clock); its slow windows when none.
+  double SlowSeconds(const Member& m) const;
+  // Whether the node memory calls the member's node chronically slow.
+  bool OnChronicNode(const Member& m) const;
+  // The node by name in the observation; null when it is not there.
+  const NodeState* FindNode(const std::string& name) const;
 
   // ---- antdt-dd and lb-bsp ------------------------------------------------------
   void Proportional(const std::string& rule, double hysteresis);
@@ -360,12 +375,15 @@ class Planner {
   // vocab::Median of them), and how many there are.
   double MedianCapacityWithout(const Member& m, size_t* count) const;
 
-  // The first spare node by name that can take a member from `from`.
+  // The spare node that can take a member from `from`: never a chronic one,
+  // the least to avoid first, then by name.
   const NodeState* PickNode(const std::string& from) const;
 
   // Restarts `m` when every safeguard allows it; otherwise says why not.
+  // `weighed`: the expected-duration choice that called for it; its saving
+  // is then over the slowdown's expected duration, not the rest of the job.
   bool TryRestart(const Member& m, const std::string& rule, const std::string& what,
-                  std::string* why, SkipReason* reason);
+                  std::string* why, SkipReason* reason, const DurationChoice* weighed = nullptr);
 
   // Integer batches for `parts` proportional to `weight`, summing with the other
   // workers' (fixed) batches to the global batch. False, with a note, when the
@@ -435,6 +453,9 @@ class Planner {
   std::map<std::string, int64_t> compensated_since_;  // see CompensatedSince
   int64_t global_batch_ = 0;
   mutable std::optional<WorkerTotals> totals_;  // Totals(), once
+  // FindNode's and SlowSeconds' indexes, built on first use.
+  mutable std::optional<std::unordered_map<std::string, const NodeState*>> node_index_;
+  mutable std::optional<std::unordered_map<std::string, const v1::StragglerRecord*>> records_;
 };
 
 // key=value, the value quoted when it is empty or has spaces, quotes or '='.

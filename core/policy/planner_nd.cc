@@ -10,27 +10,7 @@ void Planner::Nd() {
          "job_slowdown: everyone slowed together, not a straggler; no action");
     return;
   }
-  for (const Member& m : servers_) {
-    const v1::StragglerClass cls = m.straggler_class();
-    if (!IsStraggler(cls) || !OutOfCooldown(m, Summary(m))) continue;
-    if (cls == v1::PERSISTENT) {
-      std::string why;
-      SkipReason reason = SkipReason::kNotApplicable;
-      if (!TryRestart(m, kNdPsRestart, Summary(m), &why, &reason)) {
-        Skip(m.id(), reason,
-             absl::StrCat("KILL_RESTART skipped (", kNdPsRestart, "): ", why,
-                          "; batch sizing cannot help a parameter server"));
-      }
-    } else if (cls == v1::TRANSIENT) {
-      Skip(m.id(), SkipReason::kNotApplicable,
-           absl::StrCat(Summary(m),
-                        ": batch sizing cannot help a parameter server; a restart "
-                        "waits until it is PERSISTENT"));
-    } else {
-      Skip(m.id(), SkipReason::kNotApplicable,
-           absl::StrCat(Summary(m), ": a restart will not change its hardware"));
-    }
-  }
+  NdServers();
 
   std::map<std::string, Subject> subjects;
   std::set<std::string> frozen;
@@ -59,13 +39,44 @@ void Planner::Nd() {
       subjects[m.id()] = {kNdLeaderAdjust, Summary(m)};
       continue;
     }
-    if (cls == v1::DETERMINISTIC) {
+    // Slower hardware stays slower wherever the job's member goes, unless the
+    // node memory says it is this node that is slow, across jobs.
+    if (cls == v1::DETERMINISTIC && !(spec_.by_expected_duration && OnChronicNode(m))) {
       subjects[m.id()] = {kNdDeterministicAdjust, Summary(m)};
       continue;
     }
     std::string restart_rule;
     std::string what = Summary(m);
-    if (cls == v1::PERSISTENT) {
+    std::optional<DurationChoice> weighed;
+    if (spec_.by_expected_duration) {
+      const bool still_slow = compensated && CapacitySlowdown(m) >= spec_.compensated_slowdown;
+      if (straggler || still_slow) {
+        weighed = ByDuration(m);
+        if (weighed->action == DurationAction::kKillRestart) {
+          restart_rule = kNdDurationRestart;
+          if (!straggler) {
+            what = absl::StrCat(what, ", compensated by ADJUST_BS ", Secs(o_.now_ms - last->at_ms),
+                                " ago and still ", Num(CapacitySlowdown(m)),
+                                "x slower than its peers");
+          }
+          what = absl::StrCat(what, "; ", weighed->why);
+        } else if (!straggler) {
+          Skip(m.id(), SkipReason::kCostAboveSaving,
+               absl::StrCat(what, ": no KILL_RESTART yet (", kNdDurationRestart,
+                            "): ", weighed->why, "; stays compensated by its smaller batch"));
+          continue;
+        } else if (weighed->action == DurationAction::kRideOut) {
+          Skip(m.id(), SkipReason::kNotNeeded, absl::StrCat(what, ": ridden out: ", weighed->why));
+          continue;
+        } else {
+          subjects[m.id()] = {cls == v1::PERSISTENT      ? kNdPersistentAdjust
+                              : cls == v1::DETERMINISTIC ? kNdDeterministicAdjust
+                                                         : kNdTransientAdjust,
+                              absl::StrCat(what, "; ", weighed->why)};
+          continue;
+        }
+      }
+    } else if (cls == v1::PERSISTENT) {
       restart_rule = kNdPersistentRestart;
     } else if (compensated) {
       const double slowdown = CapacitySlowdown(m);
@@ -78,7 +89,7 @@ void Planner::Nd() {
     if (!restart_rule.empty()) {
       std::string why;
       SkipReason reason = SkipReason::kNotApplicable;
-      if (TryRestart(m, restart_rule, what, &why, &reason)) {
+      if (TryRestart(m, restart_rule, what, &why, &reason, weighed ? &*weighed : nullptr)) {
         // On a healthy node it is a median worker again: its share back at
         // once, not after a LEADER window and a cool-down.
         fresh_.insert(m.id());
@@ -106,6 +117,30 @@ void Planner::Nd() {
     Tidy(frozen);
   } else {
     Round(subjects, frozen, kNdRebalance);
+  }
+}
+
+void Planner::NdServers() {
+  for (const Member& m : servers_) {
+    const v1::StragglerClass cls = m.straggler_class();
+    if (!IsStraggler(cls) || !OutOfCooldown(m, Summary(m))) continue;
+    if (cls == v1::PERSISTENT) {
+      std::string why;
+      SkipReason reason = SkipReason::kNotApplicable;
+      if (!TryRestart(m, kNdPsRestart, Summary(m), &why, &reason)) {
+        Skip(m.id(), reason,
+             absl::StrCat("KILL_RESTART skipped (", kNdPsRestart, "): ", why,
+                          "; batch sizing cannot help a parameter server"));
+      }
+    } else if (cls == v1::TRANSIENT) {
+      Skip(m.id(), SkipReason::kNotApplicable,
+           absl::StrCat(Summary(m),
+                        ": batch sizing cannot help a parameter server; a restart "
+                        "waits until it is PERSISTENT"));
+    } else {
+      Skip(m.id(), SkipReason::kNotApplicable,
+           absl::StrCat(Summary(m), ": a restart will not change its hardware"));
+    }
   }
 }
 
@@ -139,6 +174,61 @@ int64_t Planner::CompensatedSince(const std::string& id) const {
 bool Planner::Resettled(const Member& m, const Decision& last) const {
   return spec_.settle_ms > 0 && last.at_ms + spec_.settle_ms <= o_.now_ms &&
          m.score() >= 1 + kTidyMargin;
+}
+
+DurationChoice Planner::ByDuration(const Member& m) const {
+  DurationInput in;
+  if (m.health != nullptr) {
+    in.straggler_class = m.health->compensated() ? m.health->speed_class() : m.straggler_class();
+  }
+  in.slowdown = CapacitySlowdown(m);
+  in.elapsed_seconds = SlowSeconds(m);
+  if (const NodeState* node = FindNode(m.state->node); node != nullptr) {
+    in.node_expected_seconds = node->slowdown_expected_seconds;
+    in.node_chronic = node->chronic;
+  }
+  in.remaining_seconds = o_.remaining_seconds;
+  in.restart_cost_seconds = o_.restart_cost_seconds;
+  in.step_deadline = spec_.step_deadline;
+  in.workers = static_cast<int>(workers_.size());
+  in.min_saving_ratio = spec_.min_saving_ratio;
+  if (o_.remaining_seconds > 0) {
+    std::map<std::string, double> figures;
+    in.adjust_loss_rate = SavedSeconds(m, figures) / o_.remaining_seconds;
+  }
+  return ChooseByExpectedDuration(in);
+}
+
+double Planner::SlowSeconds(const Member& m) const {
+  if (!records_) {
+    records_.emplace();
+    // Oldest first: the last record of a worker is its current episode.
+    for (const v1::StragglerRecord& r : o_.health.stragglers()) (*records_)[r.worker_id()] = &r;
+  }
+  auto it = records_->find(m.id());
+  if (it != records_->end()) {
+    const v1::StragglerRecord& r = *it->second;
+    const int64_t now =
+        o_.health.time_unix_ms() > 0 ? o_.health.time_unix_ms() : r.last_seen_unix_ms();
+    return std::max<int64_t>(0, now - r.first_seen_unix_ms()) / 1000.0;
+  }
+  const int slow = m.health != nullptr && m.health->compensated() ? m.health->speed_windows_slow()
+                                                                  : m.windows_slow();
+  return slow * static_cast<double>(o_.health.window_ms()) / 1000.0;
+}
+
+bool Planner::OnChronicNode(const Member& m) const {
+  const NodeState* node = FindNode(m.state->node);
+  return node != nullptr && node->chronic;
+}
+
+const NodeState* Planner::FindNode(const std::string& name) const {
+  if (!node_index_) {
+    node_index_.emplace();
+    for (const NodeState& n : o_.nodes) (*node_index_)[n.name] = &n;
+  }
+  auto it = node_index_->find(name);
+  return it == node_index_->end() ? nullptr : it->second;
 }
 
 double Planner::CapacitySlowdown(const Member& m) const {

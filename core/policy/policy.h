@@ -48,9 +48,23 @@
 //                                    still found and restarted once it has proven
 //                                    persistent. (If it is TRANSIENT again, a failed
 //                                    restart falls back to ADJUST_BS.)
+//   (The two restarts above are decideBy: thresholds. By default, decideBy
+//   expectedDuration, a TRANSIENT or PERSISTENT worker, and a compensated one
+//   still compensated_slowdown slower, is weighed by ChooseByExpectedDuration
+//   (expected_duration.h): how long its slowdown has lasted, its node's
+//   history, the job's remaining time, the restart's measured cost and the
+//   saving below over the expected duration rather than the rest of the job.
+//   KILL_RESTART (antdt-nd:duration-restart) when that says so and the
+//   safeguards allow it; otherwise the ADJUST_BS below, or nothing when
+//   riding it out loses least. The reason and evidence carry the expected
+//   duration and each choice's expected loss.)
 //   worker TRANSIENT              -> ADJUST_BS (antdt-nd:transient-adjust)
 //   worker DETERMINISTIC          -> ADJUST_BS (antdt-nd:deterministic-adjust), never
-//                                    a restart (the hardware will not change).
+//                                    a restart (the hardware will not change) — but
+//                                    under expectedDuration, on a node the memory
+//                                    calls chronic (it is the node that is slow, in
+//                                    job after job) it is weighed as above, its
+//                                    slowdown expected to last the rest of the job.
 //   worker LEADER                 -> ADJUST_BS (antdt-nd:leader-adjust): leaders take
 //                                    the samples of stragglers, and a recovered straggler
 //                                    (a LEADER at its reduced batch) gets its share back.
@@ -256,6 +270,12 @@ struct NodeState {
   std::string name;
   bool spare = false;  // unused, can take a restarted member
   int64_t excluded_until_ms = 0;
+  // What the node memory (core/nodememory) says of it; the defaults when it
+  // has no history. antdt-nd weighs a slowdown on the node by the first two,
+  // and restarts onto the spare node with the least `avoid`, never a chronic one.
+  double slowdown_expected_seconds = 0;  // how long a slowdown that starts there lasts
+  bool chronic = false;                  // slow in jobs before, by the memory's measure
+  double avoid = 0;                      // in [0, 1): how strongly new work should avoid it
 };
 
 struct Observed {
@@ -313,6 +333,15 @@ struct PolicySpec {
   // the settle time, so that a decision's effect is measured before the next
   // (a manifest without a cooldown). Used once the health says its windows.
   bool derive_cooldown = false;
+  // antdt-nd: weigh a worker's restart by how long its slowdown is expected to
+  // last (expected_duration.h: from how long it has lasted and its node's
+  // history, restarted once that makes the restart pay); false: by the
+  // thresholds (a PERSISTENT class, a compensated slowdown) and the saving over
+  // the rest of the job (decideBy: thresholds). Parameter servers: thresholds.
+  bool by_expected_duration = true;
+  // The step deadline in force (spec.stragglerPolicy.stepDeadline under a
+  // policy that cuts steps; 0: none): what riding a slowdown out costs.
+  double step_deadline = 0;
   std::vector<Rule> rules;  // custom only
 };
 

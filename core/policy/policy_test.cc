@@ -91,6 +91,15 @@ PolicySpec Spec(Policy name) {
   return s;
 }
 
+// antdt-nd weighing restarts by its thresholds (decideBy: thresholds): the
+// restart safeguards below are the same under both ways of deciding, and
+// these tests pin them with the thresholds' simpler trigger.
+PolicySpec Thresholds() {
+  PolicySpec s = Spec(Policy::kAntdtNd);
+  s.by_expected_duration = false;
+  return s;
+}
+
 // The local batches once the plan's ADJUST_BS actions are applied.
 std::map<std::string, int64_t> Batches(const Observed& o, const Plan& p) {
   std::map<std::string, int64_t> out;
@@ -221,7 +230,7 @@ TEST(NdPolicy, EachKindLeadsToItsAction) {
     SCOPED_TRACE(c.name);
     Observed o = Make(c.members);
     o.health.set_job_slowdown(c.job_slowdown);
-    const Plan p = Decide(o, Spec(Policy::kAntdtNd));
+    const Plan p = Decide(o, Thresholds());
     SCOPED_TRACE(Dump(p));
     EXPECT_EQ(Sum(Batches(o, p)), o.global_batch_size) << "global batch must stay constant";
     if (c.action.empty()) {
@@ -408,7 +417,7 @@ TEST(NdPolicy, ADriftBelowTheStragglerThresholdIsRebalancedOncePerCooldown) {
 // compensated.
 TEST(NdPolicy, AnUnderSizedStragglerIsSizedAgainAfterOneWindow) {
   Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 2.0, 1}}));
-  PolicySpec spec = Spec(Policy::kAntdtNd);
+  PolicySpec spec = Thresholds();
   spec.settle_ms = 2'500;
   const Plan first = Decide(o, spec);
   const Decision* d = Find(first, "w-3");
@@ -445,7 +454,7 @@ TEST(NdPolicy, AnUnderSizedStragglerIsSizedAgainAfterOneWindow) {
 TEST(NdPolicy, RestartedWorkerIsNotRestartedWithinTheCooldown) {
   Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
   o.workers[3].last_restart_ms = kNow - 20'000;  // restarted by someone else
-  const Plan p = Decide(o, Spec(Policy::kAntdtNd));
+  const Plan p = Decide(o, Thresholds());
   SCOPED_TRACE(Dump(p));
   EXPECT_EQ(Count(p, "KILL_RESTART"), 0);
   EXPECT_TRUE(Skipped(p, "w-3", "within the cool-down"));
@@ -464,8 +473,7 @@ TEST(NdPolicy, SentencesSayDurationsInSeconds) {
     }
     for (const std::string& s : p.skipped) EXPECT_FALSE(absl::StrContains(s, "170000")) << s;
   };
-  const Plan restart =
-      Decide(Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}})), Spec(Policy::kAntdtNd));
+  const Plan restart = Decide(Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}})), Thresholds());
   const Decision* d = Find(restart, "w-3");
   ASSERT_NE(d, nullptr) << Dump(restart);
   EXPECT_TRUE(absl::StrContains(d->reason, "node-w-3 excluded until its cool-down ends (60 s)"))
@@ -473,9 +481,9 @@ TEST(NdPolicy, SentencesSayDurationsInSeconds) {
   no_clock(restart);
 
   Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 1.6, 1}}));
-  o.history = Decide(o, Spec(Policy::kAntdtNd)).decisions;
+  o.history = Decide(o, Thresholds()).decisions;
   o.now_ms = kNow + 12'500;
-  const Plan again = Decide(o, Spec(Policy::kAntdtNd));
+  const Plan again = Decide(o, Thresholds());
   EXPECT_TRUE(Skipped(again, "w-3",
                       "in cool-down until 47.5 s from now after ADJUST_BS "
                       "(antdt-nd:transient-adjust) 12.5 s ago"))
@@ -484,7 +492,7 @@ TEST(NdPolicy, SentencesSayDurationsInSeconds) {
 
   o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
   o.workers[3].last_restart_ms = kNow - 20'000;
-  const Plan recent = Decide(o, Spec(Policy::kAntdtNd));
+  const Plan recent = Decide(o, Thresholds());
   EXPECT_TRUE(Skipped(recent, "w-3", "restarted 20 s ago, within the cool-down (60 s)"))
       << Dump(recent);
   no_clock(recent);
@@ -497,7 +505,7 @@ TEST(NdPolicy, BudgetIsRespected) {
     o.history.push_back(Past(KillRestart{absl::StrCat("old-", i), "n", "m", 0}, 600'000 + i * 1000,
                              "antdt-nd:persistent-restart", absl::StrCat("old-", i)));
   }
-  Plan p = Decide(o, Spec(Policy::kAntdtNd));
+  Plan p = Decide(o, Thresholds());
   EXPECT_TRUE(p.decisions.empty()) << Dump(p);
   EXPECT_TRUE(Skipped(p, "w-3", "action budget spent (10 of 10")) << Dump(p);
   EXPECT_TRUE(SkippedFor(p, "w-3", SkipReason::kBudget));
@@ -518,7 +526,7 @@ TEST(NdPolicy, BudgetIsRespected) {
     n.history = o.history;
     return n;
   }();
-  p = Decide(o, Spec(Policy::kAntdtNd));
+  p = Decide(o, Thresholds());
   SCOPED_TRACE(Dump(p));
   EXPECT_EQ(Count(p, "KILL_RESTART"), 1);
   EXPECT_EQ(Count(p, "ADJUST_BS"), 0);
@@ -547,7 +555,7 @@ TEST(NdPolicy, RestartSkippedWhenItCostsMoreThanItSaves) {
     Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
     o.remaining_seconds = c.remaining;
     o.restart_cost_seconds = c.cost;
-    PolicySpec spec = Spec(Policy::kAntdtNd);
+    PolicySpec spec = Thresholds();
     spec.min_saving_ratio = c.ratio;
     const Plan p = Decide(o, spec);
     SCOPED_TRACE(Dump(p));
@@ -614,7 +622,7 @@ TEST(NdPolicy, SpareNodeChoice) {
     Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
     o.nodes = c.nodes;
     o.history = c.history;
-    const Plan p = Decide(o, Spec(Policy::kAntdtNd));
+    const Plan p = Decide(o, Thresholds());
     SCOPED_TRACE(Dump(p));
     const Decision* d = Find(p, "w-3");
     ASSERT_NE(d, nullptr);
@@ -629,15 +637,15 @@ TEST(NdPolicy, SpareNodeChoice) {
   }
   // Two restarts in one plan take two different nodes.
   Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}, {"w-5", v1::PERSISTENT, 2.0, 4}}));
-  const Plan p = Decide(o, Spec(Policy::kAntdtNd));
+  const Plan p = Decide(o, Thresholds());
   ASSERT_EQ(Count(p, "KILL_RESTART"), 2) << Dump(p);
   EXPECT_EQ(std::get<KillRestart>(Find(p, "w-3")->action).to_node, "spare-a");
   EXPECT_EQ(std::get<KillRestart>(Find(p, "w-5")->action).to_node, "spare-b");
 }
 
-TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
-  // 70 s ago w-3 was shrunk to 34 as a TRANSIENT straggler; it now scores 1 at
-  // that batch (so the Monitor calls it HEALTHY) but is still half as fast.
+// 70 s ago w-3 was shrunk to 34 as a TRANSIENT straggler; it now scores 1 at
+// that batch (so the Monitor calls it HEALTHY) but is still half as fast.
+Observed CompensatedW3() {
   std::vector<M> members = Eight({{"w-3", v1::HEALTHY, 1.0, 0, 34}});
   for (M& m : members) {
     if (m.id != "w-3") m.batch = m.id < "w-2" ? 69 : 68;
@@ -645,7 +653,12 @@ TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
   Observed o = Make(members, 512);
   o.history.push_back(
       Past(AdjustBatchSize{"w-3", 34, 1}, 70'000, "antdt-nd:transient-adjust", "w-3"));
-  Plan p = Decide(o, Spec(Policy::kAntdtNd));
+  return o;
+}
+
+TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
+  Observed o = CompensatedW3();
+  Plan p = Decide(o, Thresholds());
   SCOPED_TRACE(Dump(p));
   const Decision* d = Find(p, "w-3");
   ASSERT_NE(d, nullptr);
@@ -666,13 +679,13 @@ TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
 
   // Still inside the shrink's cool-down: nothing.
   o.history[0].at_ms = kNow - 30'000;
-  EXPECT_TRUE(Decide(o, Spec(Policy::kAntdtNd)).decisions.empty());
+  EXPECT_TRUE(Decide(o, Thresholds()).decisions.empty());
 
   // Recovered: at its small batch it is now a LEADER, and gets its share back.
   o.history[0].at_ms = kNow - 70'000;
   o.health.mutable_workers(3)->set_class_(v1::LEADER);
   o.health.mutable_workers(3)->set_score(0.5);
-  p = Decide(o, Spec(Policy::kAntdtNd));
+  p = Decide(o, Thresholds());
   d = Find(p, "w-3");
   ASSERT_NE(d, nullptr) << Dump(p);
   EXPECT_EQ(d->rule, "antdt-nd:leader-adjust");
@@ -683,7 +696,129 @@ TEST(NdPolicy, CompensatedStragglerIsRestartedOnceItProvesPersistent) {
   o.health.mutable_workers(3)->set_class_(v1::HEALTHY);
   o.health.mutable_workers(3)->set_score(1.0);
   o.history[0].rule = "antdt-nd:deterministic-adjust";
-  EXPECT_TRUE(Decide(o, Spec(Policy::kAntdtNd)).decisions.empty());
+  EXPECT_TRUE(Decide(o, Thresholds()).decisions.empty());
+}
+
+// ---- antdt-nd, decideBy expectedDuration (the default) -------------------------
+
+// The Monitor's record of `id`'s slowdown, begun `seconds_ago`.
+void SlowSince(Observed& o, const std::string& id, int64_t seconds_ago) {
+  v1::StragglerRecord* r = o.health.add_stragglers();
+  r->set_worker_id(id);
+  r->set_node("node-" + id);
+  r->set_first_seen_unix_ms(kNow - seconds_ago * 1000);
+  r->set_last_seen_unix_ms(kNow);
+  r->set_active(true);
+}
+
+// w-3 runs 2x slower among eight: restarting it buys back 1/30 of the job's
+// throughput (256/480 - 256/512 of a step), so at 60 s a restart pays once
+// the slowdown is expected to last 1,800 s. With no history on its node, it
+// is expected to last as long as it has.
+TEST(NdPolicy, ByExpectedDurationARestartWaitsUntilItPays) {
+  Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
+  SlowSince(o, "w-3", 60);
+  Plan p = Decide(o, Spec(Policy::kAntdtNd));
+  SCOPED_TRACE(Dump(p));
+  const Decision* d = Find(p, "w-3");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->rule, "antdt-nd:persistent-adjust");
+  EXPECT_TRUE(absl::StrContains(d->reason, "expected to last 60.0s more (60.0s so far, no history"))
+      << d->reason;
+  EXPECT_EQ(Count(p, "KILL_RESTART"), 0);
+
+  o.health.mutable_stragglers(0)->set_first_seen_unix_ms(kNow - 2'000'000);  // 2,000 s in
+  p = Decide(o, Spec(Policy::kAntdtNd));
+  d = Find(p, "w-3");
+  ASSERT_NE(d, nullptr) << Dump(p);
+  ASSERT_TRUE(std::holds_alternative<KillRestart>(d->action)) << Dump(p);
+  EXPECT_EQ(d->rule, "antdt-nd:duration-restart");
+  EXPECT_DOUBLE_EQ(d->evidence.at("expected_remaining_seconds"), 2000);
+  EXPECT_NEAR(d->evidence.at("saved_seconds"), 2000.0 / 30, 0.01);
+  EXPECT_DOUBLE_EQ(d->evidence.at("cost_seconds"), 60);
+  EXPECT_TRUE(absl::StrContains(d->reason, "saves 66.667s of the 2000s its slowdown is expected"))
+      << d->reason;
+
+  // The same 60 s in, on a node the memory calls chronic: the rest of the job.
+  o.health.mutable_stragglers(0)->set_first_seen_unix_ms(kNow - 60'000);
+  o.nodes.push_back({"node-w-3", false, 0, 0, /*chronic=*/true, 0.9});
+  p = Decide(o, Spec(Policy::kAntdtNd));
+  d = Find(p, "w-3");
+  ASSERT_NE(d, nullptr) << Dump(p);
+  EXPECT_TRUE(std::holds_alternative<KillRestart>(d->action)) << Dump(p);
+  EXPECT_TRUE(absl::StrContains(d->reason, "a chronically slow node")) << d->reason;
+
+  // A node whose slowdowns last 10 s: 60 s in, expected to last 60 s more.
+  o.nodes.back().chronic = false;
+  o.nodes.back().slowdown_expected_seconds = 10;
+  p = Decide(o, Spec(Policy::kAntdtNd));
+  EXPECT_EQ(Count(p, "KILL_RESTART"), 0) << Dump(p);
+
+  // Near the end, even on a chronic node: 50 s left, a restart costs 60 s.
+  o.nodes.back().chronic = true;
+  o.remaining_seconds = 50;
+  p = Decide(o, Spec(Policy::kAntdtNd));
+  EXPECT_EQ(Count(p, "KILL_RESTART"), 0) << Dump(p);
+  d = Find(p, "w-3");
+  ASSERT_NE(d, nullptr);
+  EXPECT_TRUE(absl::StrContains(d->reason, "not with this little of the job left")) << d->reason;
+}
+
+// A straggler compensated by its smaller batch is restarted once its
+// slowdown has lasted long enough, and until then says why not.
+TEST(NdPolicy, ByExpectedDurationACompensatedStragglerIsRestartedOnceItPays) {
+  Observed o = CompensatedW3();
+  SlowSince(o, "w-3", 75);
+  Plan p = Decide(o, Spec(Policy::kAntdtNd));
+  EXPECT_TRUE(p.decisions.empty()) << Dump(p);
+  EXPECT_TRUE(Skipped(p, "w-3", "no KILL_RESTART yet")) << Dump(p);
+  EXPECT_TRUE(SkippedFor(p, "w-3", SkipReason::kCostAboveSaving));
+
+  o.health.mutable_stragglers(0)->set_first_seen_unix_ms(kNow - 2'000'000);
+  p = Decide(o, Spec(Policy::kAntdtNd));
+  const Decision* d = Find(p, "w-3");
+  ASSERT_NE(d, nullptr) << Dump(p);
+  EXPECT_EQ(d->rule, "antdt-nd:duration-restart");
+  EXPECT_TRUE(absl::StrContains(d->reason, "compensated by ADJUST_BS 70 s ago and still 2"))
+      << d->reason;
+  EXPECT_EQ(Batches(o, p).at("w-3"), 64) << "a median worker's share on its new node";
+}
+
+// Slower hardware is not restarted (it stays slower wherever the member
+// goes), unless the memory says it is the node that is slow, job after job.
+TEST(NdPolicy, ByExpectedDurationADeterministicStragglerOnAChronicNodeIsMoved) {
+  Observed o = Make(Eight({{"w-3", v1::DETERMINISTIC, 2.0, 6}}));
+  SlowSince(o, "w-3", 30);
+  Plan p = Decide(o, Spec(Policy::kAntdtNd));
+  const Decision* d = Find(p, "w-3");
+  ASSERT_NE(d, nullptr) << Dump(p);
+  EXPECT_EQ(d->rule, "antdt-nd:deterministic-adjust");
+  o.nodes.push_back({"node-w-3", false, 0, 0, /*chronic=*/true, 0.9});
+  p = Decide(o, Spec(Policy::kAntdtNd));
+  d = Find(p, "w-3");
+  ASSERT_NE(d, nullptr) << Dump(p);
+  EXPECT_EQ(d->rule, "antdt-nd:duration-restart");
+  EXPECT_EQ(std::get<KillRestart>(d->action).to_node, "spare-a");
+  // decideBy thresholds: never.
+  p = Decide(o, Thresholds());
+  EXPECT_EQ(Count(p, "KILL_RESTART"), 0) << Dump(p);
+}
+
+// A restart goes to the spare the memory says least to avoid, never to a
+// chronic one.
+TEST(NdPolicy, RestartsAvoidTheNodesTheMemoryMarks) {
+  Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
+  o.nodes = {{"spare-a", true, 0, 0, /*chronic=*/true, 0.9},
+             {"spare-b", true, 0, 0, false, 0.3},
+             {"spare-c", true, 0, 0, false, 0.1}};
+  Plan p = Decide(o, Thresholds());
+  const Decision* d = Find(p, "w-3");
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(std::holds_alternative<KillRestart>(d->action)) << Dump(p);
+  EXPECT_EQ(std::get<KillRestart>(d->action).to_node, "spare-c");
+  o.nodes = {{"spare-a", true, 0, 0, /*chronic=*/true, 0.9}};
+  p = Decide(o, Thresholds());
+  EXPECT_TRUE(Skipped(p, "w-3", "no spare node")) << Dump(p);
 }
 
 TEST(NdPolicy, DeadWorkersKeepTheirBatch) {
