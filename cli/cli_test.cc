@@ -297,6 +297,58 @@ TEST(Cli, SimWritesEachPolicysRunsBesideTheNoSlowdownRun) {
   EXPECT_TRUE(std::filesystem::exists(dir.File("out/chart.svg")));
 }
 
+// `antdt sim --fleet`: the example fleet, three ways beside the ideal, every
+// record of every job once; node memory keeps workers off the slow nodes.
+TEST(Cli, SimFleetComparesNodeMemoryWithoutAndTheOracle) {
+  testing::TempDir dir;
+  const Outcome o = Antdt({"sim", "--fleet", testing::SourcePath("examples/sim/fleet.yaml"),
+                           "--seeds", "2", "--out", dir.File("out")});
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_FALSE(Has(o.err, "event=")) << "the jobs' ledger events go to ledger.log";
+  std::ifstream in(dir.File("out/results.json"));
+  const nlohmann::json r = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(r.is_object()) << o.out;
+  for (const char* way : {"without_node_memory", "with_node_memory", "oracle"}) {
+    SCOPED_TRACE(way);
+    ASSERT_TRUE(r.contains(way)) << r.dump(2);
+    EXPECT_EQ(r[way]["exactly_once"], true);
+    EXPECT_EQ(r[way]["total_jct_seconds"]["per_seed"].size(), 2u);
+    for (const char* key : {"mean_job_slowdown", "p95_job_slowdown", "restarts"}) {
+      EXPECT_TRUE(r[way].contains(key)) << key;
+    }
+    EXPECT_GE(r[way]["mean_job_slowdown"]["mean"].get<double>(), 1.0);
+  }
+  EXPECT_LT(r["with_node_memory"]["workers_placed_on_slow_nodes"]["mean"].get<double>(),
+            r["without_node_memory"]["workers_placed_on_slow_nodes"]["mean"].get<double>());
+  EXPECT_TRUE(std::filesystem::exists(dir.File("out/results.md")));
+  EXPECT_TRUE(std::filesystem::exists(dir.File("out/ledger.log")));
+}
+
+TEST(Cli, SimFleetRefusesABadFleetNamingTheFieldAndRunsNothing) {
+  testing::TempDir dir;
+  std::ofstream(dir.File("big.yaml")) << "job: j.yaml\npool: {nodes: 8}\njobs: {workers: [2, 7]}\n";
+  Outcome o = Antdt({"sim", "--fleet", dir.File("big.yaml"), "--out", dir.File("a")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err,
+                  "big.yaml: jobs.workers: the largest job (7 workers and 2 spares) is "
+                  "larger than the pool (pool.nodes 8)"))
+      << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("a")));
+  std::ofstream(dir.File("rate.yaml")) << "job: j.yaml\njobs: {arrivalEvery: -1s}\n";
+  o = Antdt({"sim", "--fleet", dir.File("rate.yaml"), "--out", dir.File("b")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "rate.yaml: jobs.arrivalEvery")) << o.err;
+  std::ofstream(dir.File("unknown.yaml")) << "job: j.yaml\npool: {slownodes: 3}\n";
+  o = Antdt({"sim", "--fleet", dir.File("unknown.yaml"), "--out", dir.File("c")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "pool.slownodes: unknown field; did you mean \"slowNodes\"?")) << o.err;
+  o = Antdt({"sim", "--fleet", dir.File("big.yaml"), "--job", "x.yaml", "--out", dir.File("d")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "--fleet: the fleet file names its job")) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("b")) || std::filesystem::exists(dir.File("c")) ||
+               std::filesystem::exists(dir.File("d")));
+}
+
 TEST(Cli, SimRefusesWhatItCannotModelAndBadScenariosNamingTheField) {
   testing::TempDir dir;
   const std::string job = testing::SourcePath("examples/jobs/paper-mix.yaml");

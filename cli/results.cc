@@ -1,5 +1,7 @@
 #include "cli/results.h"
 
+#include <cmath>
+#include <iterator>
 #include <utility>
 
 namespace antdt::cli {
@@ -10,7 +12,28 @@ nlohmann::ordered_json OrNull(const std::optional<T>& v) {
   return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
 }
 
+// Student's t at 97.5% for n - 1 degrees of freedom (1.96 beyond 30).
+double T975(size_t n) {
+  static const double kT[] = {0,     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365,
+                              2.306, 2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+                              2.120, 2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069,
+                              2.064, 2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+  return n >= 2 && n - 1 < std::size(kT) ? kT[n - 1] : 1.96;
+}
+
 }  // namespace
+
+MeanCi MeanAndCi(const std::vector<double>& values) {
+  MeanCi out;
+  if (values.empty()) return out;
+  const double n = static_cast<double>(values.size());
+  for (double v : values) out.mean += v / n;
+  double ss = 0;
+  for (double v : values) ss += (v - out.mean) * (v - out.mean);
+  out.half_width =
+      values.size() < 2 ? 0 : T975(values.size()) * std::sqrt(ss / (n - 1)) / std::sqrt(n);
+  return out;
+}
 
 std::string ResultsJson(const std::string& scenario, const std::vector<ResultRow>& rows,
                         const nlohmann::ordered_json& header) {

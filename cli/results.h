@@ -44,6 +44,14 @@ struct ResultRow {
   std::vector<ResultAction> actions;
 };
 
+// The mean of `values` and the half width of its 95% confidence interval
+// (Student's t; 0 with fewer than two values).
+struct MeanCi {
+  double mean = 0;
+  double half_width = 0;
+};
+MeanCi MeanAndCi(const std::vector<double>& values);
+
 // The document, two-space indented with a final newline. `header`: keys
 // after "scenario" (an object).
 std::string ResultsJson(const std::string& scenario, const std::vector<ResultRow>& rows,

@@ -23,6 +23,7 @@
 #include "backends/sim/scenario_file.h"
 #include "backends/sim/simulator.h"
 #include "cli/commands.h"
+#include "cli/fleet_cmd.h"
 #include "cli/results.h"
 #include "common/config.h"
 #include "common/spelling.h"
@@ -34,6 +35,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct SimFlags {
+  std::string fleet;
   std::string job;
   std::string scenario;
   std::string policies = "antdt-nd,none,antdt-dd,lb-bsp";
@@ -66,24 +68,13 @@ std::optional<double> Mitigated(double policy, double none, double ideal) {
   return (none - policy) / (none - ideal);
 }
 
-// Student's t at 97.5% for n - 1 degrees of freedom (1.96 beyond 30).
-double T975(size_t n) {
-  static const double kT[] = {0,     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365,
-                              2.306, 2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-                              2.120, 2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069,
-                              2.064, 2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
-  return n >= 2 && n - 1 < std::size(kT) ? kT[n - 1] : 1.96;
-}
-
 void Summarize(PolicyRuns& p) {
-  double sum = 0;
-  for (const auto& r : p.runs) sum += r.jct_seconds;
+  std::vector<double> jcts;
+  for (const auto& r : p.runs) jcts.push_back(r.jct_seconds);
+  const MeanCi ci = MeanAndCi(jcts);
+  p.mean = ci.mean;
+  p.half_width = ci.half_width;
   const double n = static_cast<double>(p.runs.size());
-  p.mean = sum / n;
-  double ss = 0;
-  for (const auto& r : p.runs) ss += (r.jct_seconds - p.mean) * (r.jct_seconds - p.mean);
-  p.half_width =
-      p.runs.size() < 2 ? 0 : T975(p.runs.size()) * std::sqrt(ss / (n - 1)) / std::sqrt(n);
   for (const sim::SimResult& r : p.runs) {
     p.exactly_once = p.exactly_once && r.exactly_once();
     p.saved += r.estimated_saved_seconds / n;
@@ -262,6 +253,19 @@ absl::StatusOr<std::pair<manifest::Job, manifest::Scenario>> Load(const SimFlags
 }
 
 int Simulate(const SimFlags& f) {
+  if (!f.fleet.empty()) {
+    if (!f.job.empty() || !f.scenario.empty()) {
+      std::fprintf(stderr,
+                   "antdt sim: --fleet: the fleet file names its job; no --job or "
+                   "--scenario with it\n");
+      return 2;
+    }
+    return SimulateFleet(f.fleet, f.seeds, f.out);
+  }
+  if (f.job.empty()) {
+    std::fprintf(stderr, "antdt sim: --job: required (or --fleet)\n");
+    return 2;
+  }
   auto loaded = Load(f);
   auto plans = loaded.ok() ? Plans(f) : loaded.status();
   if (!plans.ok()) {
@@ -316,9 +320,15 @@ Command AddSimCommand(CLI::App* parent) {
       "Each policy runs once per seed, and once with no slowdown, through the real Monitor,\n"
       "control loop and sharding ledger on a simulated clock. Writes results.json (the shape\n"
       "of `antdt bench stragglers`, with 95% confidence intervals), results.md and chart.svg.\n"
-      "A scenario may draw its stragglers for many nodes (generate:, see docs/simulator.md).");
+      "A scenario may draw its stragglers for many nodes (generate:, see docs/simulator.md).\n"
+      "--fleet FILE: a pool of nodes and arriving jobs instead (docs/node-memory.md).");
   auto f = std::make_shared<SimFlags>();
-  app->add_option("--job", f->job, "the AntDTJob manifest")->type_name("JOB.yaml")->required();
+  app->add_option("--job", f->job, "the AntDTJob manifest (required unless --fleet)")
+      ->type_name("JOB.yaml");
+  app->add_option("--fleet", f->fleet,
+                  "a fleet instead: jobs arriving on a pool of shared nodes, some chronically "
+                  "slow, run without node memory, with it and with an oracle")
+      ->type_name("FILE");
   app->add_option("--scenario", f->scenario,
                   "the scenario instead of spec.local.scenario (nodes and slowdowns, or generate:)")
       ->type_name("FILE");

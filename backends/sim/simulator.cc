@@ -27,7 +27,6 @@ namespace {
 
 // Reports carry Unix milliseconds; a window boundary, so that window n of the
 // simulation is window n of the Monitor.
-constexpr int64_t kUnixBaseMs = 1'700'000'000'000;
 constexpr char kDataset[] = "train";
 
 // A shard lease a worker reads from.
@@ -133,7 +132,9 @@ class Sim final : public control::Backend {
   std::vector<policy::WorkerState> Members() const;
   std::vector<policy::NodeState> Nodes() const;
   double RemainingSeconds() const;
-  int64_t UnixNow() const { return kUnixBaseMs + static_cast<int64_t>(std::llround(t_ * 1000)); }
+  int64_t UnixNow() const {
+    return o_.start_unix_ms + static_cast<int64_t>(std::llround(t_ * 1000));
+  }
   void SetTime(double t) {
     t_ = t;
     loop_clock_.Set(static_cast<int64_t>(std::llround(t_ * 1000)));
@@ -160,7 +161,7 @@ class Sim final : public control::Backend {
   std::mt19937_64 rng_;
   double t_ = 0;  // simulated seconds since the job started
   FakeClock loop_clock_{0};
-  FakeClock unix_clock_{kUnixBaseMs};
+  FakeClock unix_clock_{o_.start_unix_ms};
   std::string key_;  // the Monitor's job key
 
   sharding::MemoryStore store_;
@@ -220,6 +221,7 @@ absl::Status Sim::Start() {
   lo.global_batch_size = job_.model.global_batch_size;
   lo.window_ms = job_.monitor.window_ms;
   lo.regroup_seconds = bridge::RegroupSeconds(job_);
+  lo.node_memory = o_.node_memory;
   loop_ = std::make_unique<control::ControlLoop>(lo, this, &loop_clock_);
   // The first decision one interval in.
   (void)loop_->TakeTurn(loop_clock_.NowMillis(), monitor_->WindowsClosed(key_));
@@ -419,6 +421,8 @@ absl::StatusOr<SimResult> Sim::Run() {
     if (c > 1) result_.duplicates += c - 1;
     if (c > 0) ++result_.records_committed;
   }
+  const v1::GetJobHealthResponse last = monitor_->Health(key_, UnixNow());
+  result_.stragglers.assign(last.stragglers().begin(), last.stragglers().end());
   result_.estimated_saved_seconds = loop_->time_ledger().saved_seconds();
   result_.estimated_lost_seconds = loop_->time_ledger().lost_seconds();
   result_.wall_seconds =

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "api/manifest/manifest.h"
 #include "api/vocab/vocab.h"
+#include "core/nodememory/node_memory.h"
 
 namespace antdt::sim {
 
@@ -55,6 +56,12 @@ struct SimOptions {
   double relaunch_seconds = 1.0;
   // A simulated job longer than this is stopped (an error).
   double max_seconds = 86'400;
+  // The Unix time (ms) at which the job starts: the Monitor's and the
+  // ledger's clocks start there (a fleet's jobs start at different times).
+  int64_t start_unix_ms = 1'700'000'000'000;
+  // The node memory the control loop reads and feeds (borrowed; a fleet's).
+  // Null: the loop keeps its own, for this job.
+  nodememory::NodeMemory* node_memory = nullptr;
 };
 
 struct SimAction {
@@ -95,6 +102,9 @@ struct SimResult {
   // worker cut, and the samples they took into a later step.
   int64_t cut_steps = 0;
   int64_t cut_samples = 0;
+  // The Monitor's straggler records at the end of the job: what a fleet's
+  // node memory learns from it.
+  std::vector<v1::StragglerRecord> stragglers;
 
   bool exactly_once() const { return duplicates == 0 && missing == 0; }
 };
