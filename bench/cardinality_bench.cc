@@ -1,5 +1,5 @@
 // Series after many short jobs: the agent (a worker's series removed once it
-// is idle), the operator's per-job series (control::JobMetrics, one per job
+// is idle), the operator's per-job series (metrics::JobMetrics, one per job
 // runtime) and the Monitor's per-member series (a deleted job forgotten),
 // each beside the same jobs without removal, in one run. Prints figures;
 // asserts nothing.
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/loop/job_metrics.h"
+#include "backends/metrics/job_metrics.h"
 #include "core/monitor/monitor.h"
 #include "prometheus/registry.h"
 #include "services/agent/core/agent.h"
@@ -98,17 +98,17 @@ GetJobHealthResponse Health(const std::string& job, int workers) {
 // or (the baseline) all kept.
 Figures Operator(int jobs, int workers) {
   prometheus::Registry forgetting, keeping;
-  std::vector<std::unique_ptr<antdt::control::JobMetrics>> kept;
+  std::vector<std::unique_ptr<antdt::metrics::JobMetrics>> kept;
   Figures f;
   f.start = SeriesIn(forgetting);
   for (int j = 0; j < jobs; ++j) {
     const std::string job = absl::StrCat("job-", j);
     for (prometheus::Registry* r : {&forgetting, &keeping}) {
-      auto m = std::make_unique<antdt::control::JobMetrics>(*r, "default", job, 10);
+      auto m = std::make_unique<antdt::metrics::JobMetrics>(*r, "default", job, 10);
       m->Progress(100, 1000, 50, 18);
       m->Action("KILL_RESTART", "antdt-nd:persistent-restart", "done");
       m->Skipped("cooldown");
-      antdt::control::TimeLedger ledger;
+      antdt::loop::TimeLedger ledger;
       m->Time(ledger.Observe(1'000, Health(job, workers)));
       m->Time(ledger.Observe(2'000, Health(job, workers)));
       if (r == &keeping) kept.push_back(std::move(m));

@@ -1,28 +1,12 @@
 // Status helpers shared by every part: the RETURN_IF_ERROR / ASSIGN_OR_RETURN
-// macros Debian's Abseil lacks, and conversion to grpc::Status.
+// macros (status_macros.h) and conversion to grpc::Status.
 #pragma once
 
 #include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-
-#define ANTDT_CONCAT_INNER(a, b) a##b
-#define ANTDT_CONCAT(a, b) ANTDT_CONCAT_INNER(a, b)
-
-#define RETURN_IF_ERROR(expr)                      \
-  do {                                             \
-    ::absl::Status _antdt_status = (expr);         \
-    if (!_antdt_status.ok()) return _antdt_status; \
-  } while (0)
-
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ANTDT_ASSIGN_OR_RETURN_IMPL(ANTDT_CONCAT(_antdt_statusor_, __LINE__), lhs, expr)
-
-#define ANTDT_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                \
-  if (!tmp.ok()) return std::move(tmp).status();    \
-  lhs = std::move(tmp).value()
+#include "common/status_macros.h"
 
 namespace antdt {
 

@@ -29,6 +29,7 @@
 #include "backends/local/servers.h"
 #include "backends/local/worker_command.h"
 #include "backends/local/workers.h"
+#include "backends/metrics/job_metrics.h"
 #include "client/sharding_client.h"
 #include "common/config.h"
 #include "common/credential.h"
@@ -39,7 +40,6 @@
 #include "common/tls.h"
 #include "core/bridge/bridge.h"
 #include "core/loop/control_loop.h"
-#include "core/loop/job_metrics.h"
 #include "core/policy/policy.h"
 #include "services/monitor/monitor_service.h"
 
@@ -96,7 +96,7 @@ absl::Status Runner::StartMonitor() {
   ASSIGN_OR_RETURN(monitor_server_,
                    Serving::Start({"127.0.0.1:0", "", "127.0.0.1:0", registry_, {monitor_.get()}}));
   monitor_address_ = monitor_server_->address();
-  monitor_collector_ = control::WithNamespace(monitor_->Collector(), job_.namespace_);
+  monitor_collector_ = metrics::WithNamespace(monitor_->Collector(), job_.namespace_);
   if (auto* exposer = monitor_server_->exposer()) {
     exposer->RegisterCollectable(monitor_collector_, "/metrics");
   }
@@ -355,7 +355,7 @@ absl::Status Runner::ApplyScenario() {
 }
 
 void Runner::StartLoop() {
-  control::LoopOptions lo;
+  loop::LoopOptions lo;
   lo.job = job_.name;
   lo.namespace_ = job_.namespace_;
   lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
@@ -364,7 +364,7 @@ void Runner::StartLoop() {
   lo.window_ms = job_.monitor.window_ms;
   lo.regroup_seconds = bridge::RegroupSeconds(job_);
   lo.mode = mode_;
-  loop_ = std::make_unique<control::ControlLoop>(lo, this, &clock_);
+  loop_ = std::make_unique<loop::ControlLoop>(lo, this, &clock_);
   // The first decision one interval after the job started (its clock), when
   // the Monitor has a window.
   (void)loop_->TakeTurn(clock_.NowMillis(), WindowsClosed());

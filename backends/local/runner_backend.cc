@@ -31,6 +31,7 @@
 #include "backends/local/servers.h"
 #include "backends/local/worker_command.h"
 #include "backends/local/workers.h"
+#include "backends/metrics/job_metrics.h"
 #include "client/sharding_client.h"
 #include "common/config.h"
 #include "common/credential.h"
@@ -41,7 +42,6 @@
 #include "common/tls.h"
 #include "core/bridge/bridge.h"
 #include "core/loop/control_loop.h"
-#include "core/loop/job_metrics.h"
 #include "core/policy/policy.h"
 #include "services/monitor/monitor_service.h"
 
@@ -65,8 +65,8 @@ std::optional<v1::GetJobHealthResponse> Runner::Health() {
   return *std::move(health);
 }
 
-control::Observation Runner::Observe() {
-  control::Observation now;
+loop::Observation Runner::Observe() {
+  loop::Observation now;
   now.now_ms = clock_.NowMillis();
   now.windows_closed = WindowsClosed();
   if (loop_->Due(now.now_ms, now.windows_closed)) now.health = Health();
@@ -107,7 +107,7 @@ bool Runner::SendDirective(const std::string& node, const v1::Directive& directi
   return false;
 }
 
-void Runner::RecordAction(const policy::Decision& d, control::Outcome outcome) {
+void Runner::RecordAction(const policy::Decision& d, loop::Outcome outcome) {
   ActionRecord rec;
   rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
   rec.action = policy::KindOf(d.action);
@@ -124,9 +124,9 @@ void Runner::RecordAction(const policy::Decision& d, control::Outcome outcome) {
     rec.cause = p->cause;
     break;
   }
-  metrics_.Decided(d, control::OutcomeName(outcome));
-  if (outcome != control::Outcome::kDone) {
-    rec.reason = absl::StrCat("(", control::OutcomeName(outcome), ") ", rec.reason);
+  metrics_.Decided(d, loop::OutcomeName(outcome));
+  if (outcome != loop::Outcome::kDone) {
+    rec.reason = absl::StrCat("(", loop::OutcomeName(outcome), ") ", rec.reason);
   }
   if (const auto* b = std::get_if<policy::UseBackupWorkers>(&d.action)) {
     rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
@@ -146,7 +146,7 @@ void Runner::RecordAction(const policy::Decision& d, control::Outcome outcome) {
   result_.actions.push_back(rec);
 }
 
-void Runner::RecordRecommendation(const control::Recommendation& r) {
+void Runner::RecordRecommendation(const loop::Recommendation& r) {
   const policy::Decision& d = r.decision;
   metrics_.Recommended(d, r.predicted_saving_seconds);
   const vocab::ActionKind kind = policy::KindOf(d.action);

@@ -32,6 +32,7 @@
 #include "backends/local/servers.h"
 #include "backends/local/worker_command.h"
 #include "backends/local/workers.h"
+#include "backends/metrics/job_metrics.h"
 #include "client/sharding_client.h"
 #include "common/config.h"
 #include "common/credential.h"
@@ -42,7 +43,6 @@
 #include "common/tls.h"
 #include "core/bridge/bridge.h"
 #include "core/loop/control_loop.h"
-#include "core/loop/job_metrics.h"
 #include "core/policy/policy.h"
 #include "services/monitor/monitor_service.h"
 
@@ -82,7 +82,7 @@ class JobClock final : public Clock {
 };
 
 // The local backend of the control loop: the job's processes on this machine.
-class Runner final : public control::Backend {
+class Runner final : public loop::Backend {
  public:
   Runner(const manifest::Job& job, const manifest::Scenario& scenario, const RunOptions& o)
       : job_(job), scenario_(scenario), o_(o) {}
@@ -91,9 +91,9 @@ class Runner final : public control::Backend {
 
   // What the control loop sees now (the Monitor's view, the nodes and the ETA
   // only when a turn is due).
-  control::Observation Observe();
+  loop::Observation Observe();
 
-  // ---- control::Backend
+  // ---- loop::Backend
   absl::Status RestartElsewhere(const policy::WorkerState& member,
                                 const policy::KillRestart& restart) override {
     // The source node's exclusion is the decision's (exclude_node_until_ms),
@@ -111,8 +111,8 @@ class Runner final : public control::Backend {
     copts.incarnation = incarnation;
     return client::ReleaseWorker(sharding_.address, copts);
   }
-  void RecordAction(const policy::Decision& d, control::Outcome outcome) override;
-  void RecordTime(const control::TimeDelta& delta) override { metrics_.Time(delta); }
+  void RecordAction(const policy::Decision& d, loop::Outcome outcome) override;
+  void RecordTime(const loop::TimeDelta& delta) override { metrics_.Time(delta); }
   void RecordSkipped(const std::string& line, policy::SkipReason reason) override {
     metrics_.Skipped(policy::SkipReasonName(reason));
     // Why nothing was done, in the run's log (not on the terminal: a skip
@@ -123,7 +123,7 @@ class Runner final : public control::Backend {
                          {"message", line}});
   }
   void RecordBudgetUsed(int used) override { metrics_.BudgetUsed(used); }
-  void RecordRecommendation(const control::Recommendation& r) override;
+  void RecordRecommendation(const loop::Recommendation& r) override;
 
  private:
   // The parts of an Observation.
@@ -185,7 +185,7 @@ class Runner final : public control::Backend {
   std::unique_ptr<client::ShardingClient> driver_;
   std::unique_ptr<monitor::MonitorServiceImpl> monitor_;
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
-  control::JobMetrics metrics_{*registry_, job_.namespace_, job_.name,
+  metrics::JobMetrics metrics_{*registry_, job_.namespace_, job_.name,
                                job_.straggler_policy.max_actions};
   std::shared_ptr<prometheus::Collectable> monitor_collector_;  // the exposer holds it weakly
   std::unique_ptr<Serving> monitor_server_;  // the Monitor's gRPC, the runner's /metrics
@@ -195,7 +195,7 @@ class Runner final : public control::Backend {
   std::unique_ptr<ServerSet> servers_;
   std::unique_ptr<Launcher> launcher_ = NewProcessLauncher();
   std::unique_ptr<WorkerSet> workers_;
-  std::unique_ptr<control::ControlLoop> loop_;
+  std::unique_ptr<loop::ControlLoop> loop_;
   WorkerSite site_;
   std::optional<NodeCgroups> cgroups_;               // nodes with a cpu-quota slowdown
   std::unique_ptr<Interference> interference_;       // the other real slowdowns
@@ -203,8 +203,8 @@ class Runner final : public control::Backend {
   std::map<std::string, std::string> speeds_written_;
   // Each moved parameter server where it serves now (the loop points the
   // workers there once per move).
-  std::map<std::string, control::ServerServing> moved_servers_;  // by id
-  std::vector<std::string> rebalanced_;      // batch changes of the current plan
+  std::map<std::string, loop::ServerServing> moved_servers_;  // by id
+  std::vector<std::string> rebalanced_;                       // batch changes of the current plan
   std::vector<std::string> rebalanced_for_;  // its other actions: "worker-2's ADJUST_BS"
   RunResult result_;
 };

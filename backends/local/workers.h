@@ -77,7 +77,7 @@ struct WorkerSetOptions {
   // empty); an error stops the run.
   std::function<absl::Status(const WorkerSlot&, int pid)> on_spawn;
   // A stopped incarnation is retired: the servers told it left, its shards
-  // released (control::Backend::Retire).
+  // released (loop::Backend::Retire).
   std::function<absl::Status(const std::string& worker, int32_t incarnation)> retire;
   // One line per lifecycle event.
   std::function<void(const std::string&)> on_event;

@@ -99,7 +99,7 @@ class Speeds {
   std::unordered_map<std::string, Node> nodes_;
 };
 
-class Sim final : public control::Backend {
+class Sim final : public loop::Backend {
  public:
   Sim(const manifest::Job& job, const manifest::Scenario& scenario, const SimOptions& o)
       : job_(job), scenario_(scenario), o_(o), speeds_(scenario, o.no_slowdown), rng_(o.seed) {}
@@ -110,15 +110,15 @@ class Sim final : public control::Backend {
 
   // What the control loop sees now (the Monitor's view, the nodes and the ETA
   // only when a turn is due: a view of 10,000 workers is not free).
-  control::Observation Observe();
+  loop::Observation Observe();
 
-  // ---- control::Backend
+  // ---- loop::Backend
   absl::Status RestartElsewhere(const policy::WorkerState& member,
                                 const policy::KillRestart& restart) override;
   bool SendDirective(const std::string& node, const v1::Directive& directive) override;
   void LeaveParameterServers(const std::string& /*worker*/) override {}
   absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override;
-  void RecordAction(const policy::Decision& d, control::Outcome outcome) override;
+  void RecordAction(const policy::Decision& d, loop::Outcome outcome) override;
   void RecordSkipped(const std::string& /*line*/, policy::SkipReason reason) override {
     ++result_.skipped[policy::SkipReasonName(reason)];
   }
@@ -167,7 +167,7 @@ class Sim final : public control::Backend {
   sharding::MemoryStore store_;
   std::unique_ptr<sharding::Ledger> ledger_;
   std::optional<monitor::Monitor> monitor_;
-  std::unique_ptr<control::ControlLoop> loop_;
+  std::unique_ptr<loop::ControlLoop> loop_;
   std::vector<SimWorker> workers_;
   std::unordered_map<std::string, size_t> by_id_, by_node_;  // into workers_
   bool ended_ = false;                                       // the ledger answered END_OF_DATA
@@ -213,7 +213,7 @@ absl::Status Sim::Start() {
     workers_.push_back(std::move(w));
   }
 
-  control::LoopOptions lo;
+  loop::LoopOptions lo;
   lo.job = job_.name;
   lo.namespace_ = job_.namespace_;
   lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
@@ -222,7 +222,7 @@ absl::Status Sim::Start() {
   lo.window_ms = job_.monitor.window_ms;
   lo.regroup_seconds = bridge::RegroupSeconds(job_);
   lo.node_memory = o_.node_memory;
-  loop_ = std::make_unique<control::ControlLoop>(lo, this, &loop_clock_);
+  loop_ = std::make_unique<loop::ControlLoop>(lo, this, &loop_clock_);
   // The first decision one interval in.
   (void)loop_->TakeTurn(loop_clock_.NowMillis(), monitor_->WindowsClosed(key_));
   return absl::OkStatus();
@@ -430,8 +430,8 @@ absl::StatusOr<SimResult> Sim::Run() {
   return result_;
 }
 
-control::Observation Sim::Observe() {
-  control::Observation now;
+loop::Observation Sim::Observe() {
+  loop::Observation now;
   now.now_ms = loop_clock_.NowMillis();
   now.windows_closed = monitor_->WindowsClosed(key_);
   if (loop_->Due(now.now_ms, now.windows_closed)) now.health = Health();
@@ -523,7 +523,7 @@ absl::Status Sim::ReleaseShards(const std::string& worker, int32_t incarnation) 
   return ledger_->ReleaseWorker(req).status();
 }
 
-void Sim::RecordAction(const policy::Decision& d, control::Outcome /*outcome*/) {
+void Sim::RecordAction(const policy::Decision& d, loop::Outcome /*outcome*/) {
   SimAction a;
   a.at_seconds = t_;
   a.action = policy::KindOf(d.action);

@@ -102,7 +102,7 @@ int32_t ParameterServerFeatures(const manifest::Job& job, int32_t k) {
 }
 
 double RegroupSeconds(const manifest::Job& job) {
-  return ParameterServerCount(job) == 0 ? control::kDefaultRegroupSeconds : 0;
+  return ParameterServerCount(job) == 0 ? loop::kDefaultRegroupSeconds : 0;
 }
 
 double StepDeadline(const manifest::Job& job, vocab::Policy policy, vocab::Mode mode) {

@@ -55,7 +55,7 @@ bool RunsDemoTrainer(const manifest::Job& job);
 int32_t ParameterServerCount(const manifest::Job& job);
 int32_t ParameterServerFeatures(const manifest::Job& job, int32_t k);
 
-// LoopOptions::regroup_seconds for the job: control::kDefaultRegroupSeconds
+// LoopOptions::regroup_seconds for the job: loop::kDefaultRegroupSeconds
 // when it runs no parameter server (its ranks form one collective group), 0
 // otherwise.
 double RegroupSeconds(const manifest::Job& job);

@@ -39,7 +39,7 @@ TEST(ParameterServerCount, TheDemoTrainerNeedsOneAWorkerCommandMayHaveNone) {
 }
 
 TEST(RegroupSeconds, OnlyForAJobWithoutParameterServers) {
-  EXPECT_DOUBLE_EQ(RegroupSeconds(WithPs(0, true)), control::kDefaultRegroupSeconds);
+  EXPECT_DOUBLE_EQ(RegroupSeconds(WithPs(0, true)), loop::kDefaultRegroupSeconds);
   EXPECT_DOUBLE_EQ(RegroupSeconds(WithPs(1, true)), 0);
   EXPECT_DOUBLE_EQ(RegroupSeconds(WithPs(0, false)), 0);
 }

@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "common/status_macros.h"
 
-namespace antdt::control {
+namespace antdt::loop {
 
 const char* OutcomeName(Outcome outcome) {
   switch (outcome) {
@@ -325,4 +325,4 @@ bool ControlLoop::TakeTurn(int64_t now_ms, int64_t windows_closed) {
   return true;
 }
 
-}  // namespace antdt::control
+}  // namespace antdt::loop

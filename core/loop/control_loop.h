@@ -58,7 +58,7 @@
 #include "core/nodememory/node_memory.h"
 #include "core/policy/policy.h"
 
-namespace antdt::control {
+namespace antdt::loop {
 
 // How a decision's execution went (a label of antdt_controller_actions_total).
 enum class Outcome {
@@ -340,4 +340,4 @@ class ControlLoop {
   std::map<std::pair<std::string, int64_t>, std::pair<int64_t, bool>> remembered_;
 };
 
-}  // namespace antdt::control
+}  // namespace antdt::loop

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace antdt::control {
+namespace antdt::loop {
 namespace {
 
 constexpr int64_t kStart = 1'700'000'000'000;
@@ -592,4 +592,4 @@ TEST(ControlLoop, RetireTellsServersThenReleasesShards) {
 }
 
 }  // namespace
-}  // namespace antdt::control
+}  // namespace antdt::loop

@@ -7,7 +7,7 @@
 
 #include "api/vocab/vocab.h"
 
-namespace antdt::control {
+namespace antdt::loop {
 
 void TimeLedger::Restarted(const std::string& worker) {
   auto it = last_slowdown_.find(worker);
@@ -63,4 +63,4 @@ TimeDelta TimeLedger::Observe(int64_t now_ms, const v1::GetJobHealthResponse& he
   return delta;
 }
 
-}  // namespace antdt::control
+}  // namespace antdt::loop

@@ -30,7 +30,7 @@
 
 #include "antdt/v1/monitor.pb.h"
 
-namespace antdt::control {
+namespace antdt::loop {
 
 // One view's increments.
 struct TimeDelta {
@@ -61,4 +61,4 @@ class TimeLedger {
   double saved_ = 0;
 };
 
-}  // namespace antdt::control
+}  // namespace antdt::loop

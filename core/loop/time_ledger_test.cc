@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace antdt::control {
+namespace antdt::loop {
 namespace {
 
 // A view of `paces` (samples per second) at `batches` (samples per step).
@@ -89,4 +89,4 @@ TEST(TimeLedger, GapsAndEmptyViewsAddNothing) {
 }
 
 }  // namespace
-}  // namespace antdt::control
+}  // namespace antdt::loop

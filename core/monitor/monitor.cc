@@ -467,7 +467,7 @@ void Monitor::Ingest(const v1::NodeSample& sample) {
     ++stats_.rejected;
     return;
   }
-  NodeState& node = nodes_[sample.node()];
+  NodeSeen& node = nodes_[sample.node()];
   if (sample.time_unix_ms() < node.sample.time_unix_ms()) return;  // an older one
   node.sample = sample;
   if (!sample.labels().empty()) {

@@ -366,7 +366,8 @@ class Monitor {
   bool LabelDeterministic(const Member& member, const Majorities& majorities,
                           google::protobuf::Map<std::string, double>* evidence) const;
 
-  struct NodeState {
+  // What the Monitor knows of one node: its newest sample and its labels.
+  struct NodeSeen {
     v1::NodeSample sample;  // newest; time_unix_ms == 0 when none yet
     std::map<std::string, std::string> labels;
   };
@@ -374,7 +375,7 @@ class Monitor {
   MonitorConfig config_;
   uint64_t labels_version_ = 0;  // advanced whenever a node's labels change
   std::map<std::string, Job> jobs_;
-  std::map<std::string, NodeState> nodes_;
+  std::map<std::string, NodeSeen> nodes_;
   MonitorStats stats_;
 };
 

@@ -1,4 +1,4 @@
-// The job controller's writes: a pass's plan applied (status first, then
+// The job controller's writes: a pass's changes applied (status first, then
 // creates, deletes and the writes to AntDT's own servers), and what the API
 // server refused, as Events and a condition.
 #include <grpcpp/grpcpp.h>
@@ -14,6 +14,7 @@
 #include "api/vocab/vocab.h"
 #include "backends/kubernetes/operator/job_controller.h"
 #include "backends/kubernetes/operator/job_controller_internal.h"
+#include "backends/metrics/job_metrics.h"
 #include "client/sharding_client.h"
 #include "common/credential.h"
 #include "common/job_key.h"
@@ -22,7 +23,6 @@
 #include "common/tls.h"
 #include "core/bridge/bridge.h"
 #include "core/loop/control_loop.h"
-#include "core/loop/job_metrics.h"
 
 namespace antdt::kube_operator {
 
@@ -116,25 +116,25 @@ void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w
                         {"added", absl::StrJoin(w.added, ",")}});
 }
 
-absl::Status JobController::Apply(const Json& job, const reconciler::Changes& plan,
+absl::Status JobController::Apply(const Json& job, const reconciler::Changes& changes,
                                   const std::vector<Json>& pods,
                                   const std::set<std::string>& foreign, JobRuntime* rt,
                                   const std::vector<reconciler::Event>& gathered) {
   const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
   const std::string key = kube::KeyOf(job);
   Json current = job;  // the job as last written, for ReplicaFailure
-  if (plan.status) {
+  if (changes.status) {
     Json updated = job;
-    updated["status"] = *plan.status;
+    updated["status"] = *changes.status;
     auto r = api_->UpdateStatus(kube::AntDTJobsResource(), ns, updated);
     if (!r.ok()) return r.status();  // a conflict: requeued, nothing else done
     current = *r;
   }
   // The decisions are committed: their Events now, before any write can fail.
-  RecordCommittedEvents(plan, plan.status.has_value(), &current);
+  RecordCommittedEvents(changes, changes.status.has_value(), &current);
   RecordGatheredEvents(current, gathered, rt);
 
-  for (const reconciler::Write& w : plan.writes) {
+  for (const reconciler::Write& w : changes.writes) {
     const kube::ResourceRef ref = RefOf(w);
     switch (w.kind) {
       case reconciler::Write::Kind::kCreate: {
@@ -229,15 +229,14 @@ bool JobController::SendBatch(const std::string& worker, std::optional<int64_t> 
                               const std::string& node, int64_t batch, int32_t accumulation_steps,
                               const std::string& reason, JobRuntime* rt) {
   if (monitor_ == nullptr || rt == nullptr) return false;
-  control::Delivery delivery{node,
-                             rt->loop->BatchDirective(worker, batch, accumulation_steps, reason),
-                             static_cast<int32_t>(incarnation.value_or(-1))};
+  loop::Delivery delivery{node, rt->loop->BatchDirective(worker, batch, accumulation_steps, reason),
+                          static_cast<int32_t>(incarnation.value_or(-1))};
   return rt->loop->Deliver(delivery);
 }
 
-void JobController::RecordCommittedEvents(const reconciler::Changes& plan, bool status_written,
+void JobController::RecordCommittedEvents(const reconciler::Changes& changes, bool status_written,
                                           Json* current) {
-  if (plan.events.empty()) return;
+  if (changes.events.empty()) return;
   if (!status_written) {
     // The status is as this pass found it, pendingEvents and all: left by an
     // operator that stopped before writing them, or written by this one a
@@ -250,7 +249,7 @@ void JobController::RecordCommittedEvents(const reconciler::Changes& plan, bool 
       return;
     }
   }
-  for (const reconciler::Event& e : plan.events) {
+  for (const reconciler::Event& e : changes.events) {
     recorder_->Record(*current, e.type, e.reason, e.message);
   }
   if (!kube::At(*current, {"status", "pendingEvents"}).is_array()) return;

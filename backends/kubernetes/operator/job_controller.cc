@@ -12,6 +12,7 @@
 #include "api/vocab/labels.h"
 #include "api/vocab/vocab.h"
 #include "backends/kubernetes/operator/job_controller_internal.h"
+#include "backends/metrics/job_metrics.h"
 #include "client/sharding_client.h"
 #include "common/credential.h"
 #include "common/job_key.h"
@@ -20,7 +21,6 @@
 #include "common/tls.h"
 #include "core/bridge/bridge.h"
 #include "core/loop/control_loop.h"
-#include "core/loop/job_metrics.h"
 
 namespace antdt::kube_operator {
 
@@ -256,7 +256,7 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     rt.reset();  // a re-created job's series start again, not shared with the old one's
     rt = std::make_unique<JobRuntime>();
     if (registry_ != nullptr) {
-      rt->metrics = std::make_unique<control::JobMetrics>(
+      rt->metrics = std::make_unique<metrics::JobMetrics>(
           *registry_, kube::StringAt(job, {"metadata", "namespace"}), spec.name,
           spec.straggler_policy.max_actions);
     }
@@ -288,7 +288,7 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
                        kube::At(job, {"metadata", "generation"}).dump(), ")");
     }
     rt->policy_spec = policy_spec;
-    control::LoopOptions lo;
+    loop::LoopOptions lo;
     lo.job = spec.name;
     lo.namespace_ = spec.namespace_;
     lo.interval_ms = bridge::ControlIntervalMs(spec.monitor);
@@ -300,7 +300,7 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     // operator that sent it: the committed batch goes to each incarnation.
     lo.redeliver_batches = true;
     lo.mode = spec.straggler_policy.mode;
-    rt->loop = std::make_unique<control::ControlLoop>(lo, rt->backend.get(), options_.clock);
+    rt->loop = std::make_unique<loop::ControlLoop>(lo, rt->backend.get(), options_.clock);
     // Decisions a previous operator committed to the status.
     rt->loop->Seed(HistoryFromStatus(job, spec));
   }
@@ -450,8 +450,7 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
   }
 }
 
-control::Ready JobController::Step(const Json& job, JobRuntime& rt,
-                                   const control::Observation& now) {
+loop::Ready JobController::Step(const Json& job, JobRuntime& rt, const loop::Observation& now) {
   const bool finished = ConditionTrue(job, "Succeeded") || ConditionTrue(job, "Failed");
   const bool acting = rt.dataset_ready && kube::At(job, {"spec", "suspend"}) != true &&
                       ConditionTrue(job, "Running") && !finished;
@@ -502,7 +501,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   obs.services = ControlledBy(labelled_services, uid);
   std::set<std::string> foreign = Foreign(labelled_pods, obs.pods);
   foreign.merge(Foreign(labelled_services, obs.services));
-  std::optional<control::Ready> ready;
+  std::optional<loop::Ready> ready;
   JobRuntime* rt = nullptr;
   std::vector<reconciler::Event> gathered_events;  // recorded in the writing phase
   std::optional<v1::GetJobHealthResponse> health;
@@ -536,11 +535,11 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
       }
     }
   }
-  const reconciler::Changes plan = reconciler::Reconcile(obs, options_.settings);
+  const reconciler::Changes changes = reconciler::Reconcile(obs, options_.settings);
   // The status first: it commits every decision of this pass.
-  RETURN_IF_ERROR(Apply(job, plan, obs.pods, foreign, rt, gathered_events));
+  RETURN_IF_ERROR(Apply(job, changes, obs.pods, foreign, rt, gathered_events));
   if (rt != nullptr) {
-    for (const reconciler::Write& w : plan.writes) {
+    for (const reconciler::Write& w : changes.writes) {
       if (w.resource == "podgroups") rt->pod_group_created = true;  // created, or there
       if (w.resource == "secrets") rt->token_secret_created = true;
       if (w.resource == "persistentvolumeclaims") rt->sharding_claim_created = true;
@@ -550,10 +549,10 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   // were committed above), re-deliveries, server moves, and the history
   // (cool-downs, budgets).
   if (ready) RETURN_IF_ERROR(rt->loop->Apply(*ready));
-  *requeue_after_ms = plan.requeue_after_ms;
-  if (obs.spec.ok() && plan.requeue_after_ms > 0) {
+  *requeue_after_ms = changes.requeue_after_ms;
+  if (obs.spec.ok() && changes.requeue_after_ms > 0) {
     *requeue_after_ms =
-        std::min(plan.requeue_after_ms, bridge::ControlIntervalMs(obs.spec->monitor));
+        std::min(changes.requeue_after_ms, bridge::ControlIntervalMs(obs.spec->monitor));
   }
   // The dataset, once its sharding service runs: the next pass, at once,
   // records it (status.datasetCreated) and creates the workers.

@@ -2,8 +2,8 @@
 // pods and services, and the cluster's nodes feed a rate-limited work queue of
 // job keys; one worker syncs a key at a time. A sync gathers what the
 // reconciler cannot see in the API (the sharding service's progress, the
-// Monitor's view, the Controller's decisions), asks the pure reconciler for a
-// plan, and carries it out: the status first (the commit point of every
+// Monitor's view, the Controller's decisions), asks the pure reconciler for its
+// changes, and carries them out: the status first (the commit point of every
 // decision), then the children, then the directives to agents and the Events.
 #pragma once
 
@@ -101,7 +101,7 @@ class JobController {
   // The control loop's step for this pass, on what it observed: a plan when a
   // decision is due and the job runs, and the deliveries due (server moves,
   // re-deliveries).
-  control::Ready Step(const kube::Json& job, JobRuntime& rt, const control::Observation& now);
+  loop::Ready Step(const kube::Json& job, JobRuntime& rt, const loop::Observation& now);
   // A create the API server refused (admission, quota, permissions): a Warning
   // Event FailedCreate on the job, as the ReplicaSet controller reports one,
   // and its condition ReplicaFailure True (the reconciler sets it False once
@@ -113,14 +113,14 @@ class JobController {
   // Writes the Events the status committed, then clears status.pendingEvents
   // (`current` is the job as last written, or as this pass found it when it
   // wrote no status; updated).
-  void RecordCommittedEvents(const reconciler::Changes& plan, bool status_written,
+  void RecordCommittedEvents(const reconciler::Changes& changes, bool status_written,
                              kube::Json* current);
   // `foreign`: names of objects with the job's labels that it does not
   // control (orphans, or an earlier job's being collected).
   // `rt`: the job's runtime, null for a job with an invalid spec. `gathered`:
   // the Events the gather found due, recorded with the committed ones once
   // the status is written, before any other write can fail.
-  absl::Status Apply(const kube::Json& job, const reconciler::Changes& plan,
+  absl::Status Apply(const kube::Json& job, const reconciler::Changes& changes,
                      const std::vector<kube::Json>& pods, const std::set<std::string>& foreign,
                      JobRuntime* rt, const std::vector<reconciler::Event>& gathered);
   // The loop's ADJUST_BS directive of `batch` and `accumulation_steps` to
@@ -177,7 +177,7 @@ class JobController {
   prometheus::Family<prometheus::Counter>* reconcile_errors_ = nullptr;
   prometheus::Family<prometheus::Histogram>* reconcile_time_ = nullptr;
   prometheus::Family<prometheus::Counter>* actions_total_ = nullptr;
-  prometheus::Registry* registry_ = nullptr;  // each job's series (control::JobMetrics)
+  prometheus::Registry* registry_ = nullptr;  // each job's series (metrics::JobMetrics)
   prometheus::Family<prometheus::Gauge>* jobs_gauge_ = nullptr;
 };
 

@@ -17,6 +17,7 @@
 #include "api/vocab/vocab.h"
 #include "backends/kubernetes/operator/job_controller.h"
 #include "backends/kubernetes/operator/observation.h"
+#include "backends/metrics/job_metrics.h"
 #include "client/sharding_client.h"
 #include "common/credential.h"
 #include "common/job_key.h"
@@ -25,7 +26,6 @@
 #include "common/tls.h"
 #include "core/bridge/bridge.h"
 #include "core/loop/control_loop.h"
-#include "core/loop/job_metrics.h"
 
 namespace antdt::kube_operator {
 
@@ -102,9 +102,9 @@ struct JobController::JobRuntime {
   std::optional<reconciler::Progress> progress;
   // The control loop of this job and the operator's backend of it.
   std::unique_ptr<LoopBackend> backend;
-  std::unique_ptr<control::ControlLoop> loop;
+  std::unique_ptr<loop::ControlLoop> loop;
   // Its series on the operator's /metrics; they go with the runtime.
-  std::unique_ptr<control::JobMetrics> metrics;
+  std::unique_ptr<metrics::JobMetrics> metrics;
   // spec.stragglerPolicy and spec.monitor as the loop was built from them: a
   // change (they may change on a running job) builds the loop again.
   std::string policy_spec;
@@ -118,7 +118,7 @@ struct JobController::JobRuntime {
   bool token_secret_created = false;
   bool sharding_claim_created = false;
   // Moved parameter servers serving from their new pod (this pass's gather).
-  std::vector<control::ServerServing> serving;
+  std::vector<loop::ServerServing> serving;
 };
 
 inline std::string PolicySpecOf(const Json& job) {
@@ -130,7 +130,7 @@ inline std::string PolicySpecOf(const Json& job) {
 // the effects of one sync, bound to that sync's job and pods. A restart is committed by the
 // reconciler in the same pass (the new incarnation in status.workerInstances); its writes delete
 // the old pod, tell the parameter servers once it is gone, and create the new one.
-class JobController::LoopBackend final : public control::Backend {
+class JobController::LoopBackend final : public loop::Backend {
  public:
   explicit LoopBackend(JobController* controller) : controller_(controller) {}
 
@@ -168,16 +168,16 @@ class JobController::LoopBackend final : public control::Backend {
     return client::ReleaseWorker(rt_->sharding_address, co);
   }
 
-  void RecordAction(const policy::Decision& d, control::Outcome outcome) override {
-    if (controller_->actions_total_ != nullptr && outcome == control::Outcome::kDone) {
+  void RecordAction(const policy::Decision& d, loop::Outcome outcome) override {
+    if (controller_->actions_total_ != nullptr && outcome == loop::Outcome::kDone) {
       controller_->actions_total_->Add({{"action", policy::ActionName(d.action)}}).Increment();
     }
     if (rt_->metrics) {
-      rt_->metrics->Decided(d, control::OutcomeName(outcome));
+      rt_->metrics->Decided(d, loop::OutcomeName(outcome));
     }
   }
 
-  void RecordTime(const control::TimeDelta& delta) override {
+  void RecordTime(const loop::TimeDelta& delta) override {
     if (rt_->metrics) rt_->metrics->Time(delta);
   }
 
@@ -186,7 +186,7 @@ class JobController::LoopBackend final : public control::Backend {
   }
 
   // Mode Recommend: an Event on the job and the metrics; nothing carried out.
-  void RecordRecommendation(const control::Recommendation& r) override {
+  void RecordRecommendation(const loop::Recommendation& r) override {
     if (rt_->metrics) rt_->metrics->Recommended(r.decision, r.predicted_saving_seconds);
     if (policy::IsRebalance(r.decision)) return;  // only keeps the global batch around another
     const std::string& target = policy::ActionTarget(r.decision.action);

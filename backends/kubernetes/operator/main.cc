@@ -19,6 +19,7 @@
 #include "backends/kubernetes/operator/job_controller.h"
 #include "backends/kubernetes/operator/readiness.h"
 #include "backends/kubernetes/runtime/leader_election.h"
+#include "backends/metrics/job_metrics.h"
 #include "common/config.h"
 #include "common/credential.h"
 #include "common/log.h"
@@ -26,7 +27,6 @@
 #include "common/server.h"
 #include "common/tls.h"
 #include "core/bridge/bridge.h"
-#include "core/loop/job_metrics.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -356,7 +356,7 @@ int main(int argc, char** argv) {
   kube_operator::JobController controller(client->get(), &monitor_service, controller_options,
                                           registry.get());
   // The Monitor's series with each job's namespace (the exposer holds it weakly).
-  auto monitor_series = control::WithNamespaces(
+  auto monitor_series = metrics::WithNamespaces(
       monitor_collector,
       [&controller](const std::string& job) { return controller.NamespaceOf(job); });
   if (auto* exposer = (*serving)->exposer()) {

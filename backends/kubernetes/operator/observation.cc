@@ -98,11 +98,11 @@ std::vector<policy::NodeState> LoopNodes(const std::vector<Json>& pods,
   return out;
 }
 
-control::Observation LoopObservation(const reconciler::Snapshot& snapshot,
-                                     const std::vector<Json>& nodes,
-                                     const v1::GetJobHealthResponse* health,
-                                     std::vector<control::ServerServing> serving) {
-  control::Observation now;
+loop::Observation LoopObservation(const reconciler::Snapshot& snapshot,
+                                  const std::vector<Json>& nodes,
+                                  const v1::GetJobHealthResponse* health,
+                                  std::vector<loop::ServerServing> serving) {
+  loop::Observation now;
   now.now_ms = snapshot.now_ms;
   if (health != nullptr) now.health = *health;
   now.members = LoopMembers(snapshot.job, snapshot.pods);

@@ -30,9 +30,9 @@ std::vector<policy::NodeState> LoopNodes(const std::vector<kube::Json>& pods,
 // cluster's `nodes`, the Monitor's view (`health`, null: nothing reported) and
 // the moved servers serving. The nodes and the ETA only with a view (they are
 // a decision's input only).
-control::Observation LoopObservation(const reconciler::Snapshot& snapshot,
-                                     const std::vector<kube::Json>& nodes,
-                                     const v1::GetJobHealthResponse* health,
-                                     std::vector<control::ServerServing> serving);
+loop::Observation LoopObservation(const reconciler::Snapshot& snapshot,
+                                  const std::vector<kube::Json>& nodes,
+                                  const v1::GetJobHealthResponse* health,
+                                  std::vector<loop::ServerServing> serving);
 
 }  // namespace antdt::kube_operator

@@ -97,8 +97,8 @@ TEST(LoopObservation, SpareNodesHoldNoMemberAndAreNotCordoned) {
 
 TEST(LoopObservation, NodesAndTheEtaComeWithTheMonitorsView) {
   const reconciler::Snapshot s = Snapshot();
-  const std::vector<control::ServerServing> serving = {{"ps-0", 1, "10.0.0.4:50052", "pod"}};
-  control::Observation blind = LoopObservation(s, {Node("node-5")}, nullptr, serving);
+  const std::vector<loop::ServerServing> serving = {{"ps-0", 1, "10.0.0.4:50052", "pod"}};
+  loop::Observation blind = LoopObservation(s, {Node("node-5")}, nullptr, serving);
   EXPECT_EQ(blind.now_ms, s.now_ms);
   EXPECT_FALSE(blind.health.has_value());
   EXPECT_EQ(blind.members.size(), 3u);
@@ -109,7 +109,7 @@ TEST(LoopObservation, NodesAndTheEtaComeWithTheMonitorsView) {
 
   v1::GetJobHealthResponse health;
   health.set_job("j");
-  control::Observation seen = LoopObservation(s, {Node("node-5")}, &health, serving);
+  loop::Observation seen = LoopObservation(s, {Node("node-5")}, &health, serving);
   ASSERT_TRUE(seen.health.has_value());
   EXPECT_EQ(seen.health->job(), "j");
   ASSERT_EQ(seen.nodes.size(), 1u);

@@ -43,7 +43,7 @@ std::string BatchesText(const std::vector<WorkerInstance>& instances) {
 // and the servers their new members, before any new worker starts; a
 // collective job's running ranks begin their next incarnation (their
 // WORLD_SIZE changed). Neither is a restart. A suspended job only records it.
-void Rescale(const Pass& pass, Records& r, Changes& plan) {
+void Rescale(const Pass& pass, Records& r, Changes& changes) {
   if (r.scaled_from < 0 || r.Finished()) return;
   const bool collective = pass.p == 0;
   const bool acting = !r.suspended;
@@ -67,13 +67,14 @@ void Rescale(const Pass& pass, Records& r, Changes& plan) {
       adjust.accumulation_steps = w.accumulation_steps;
       adjust.reason = absl::StrCat("scaled to ", pass.n, " workers: the global batch ",
                                    pass.spec.model.global_batch_size, " split evenly");
-      AddWrite(plan, std::move(adjust));
+      AddWrite(changes, std::move(adjust));
     }
     w.local_batch_size = batch;
   }
   if (acting && !collective) {
-    AddWrite(plan, Resize(pass.n, r.newly_removed, r.added,
-                          absl::StrCat("scaled from ", r.scaled_from, " to ", pass.n, " workers")));
+    AddWrite(changes,
+             Resize(pass.n, r.newly_removed, r.added,
+                    absl::StrCat("scaled from ", r.scaled_from, " to ", pass.n, " workers")));
   }
   std::string message =
       absl::StrCat("spec.workers.replicas changed from ", r.scaled_from, " to ", pass.n);
@@ -89,7 +90,7 @@ void Rescale(const Pass& pass, Records& r, Changes& plan) {
                     " restart with WORLD_SIZE=", pass.n, " (not counted as restarts)");
   }
   if (r.suspended) absl::StrAppend(&message, "; the job is suspended: applied when it resumes");
-  plan.events.push_back({"Normal", "Scaled", message});
+  changes.events.push_back({"Normal", "Scaled", message});
 }
 
 // The removed workers: their pods deleted, and once gone their shards
@@ -97,15 +98,16 @@ void Rescale(const Pass& pass, Records& r, Changes& plan) {
 // parameter servers told again that they are no members (the same Resize as
 // the scale's: harmless twice, and a second chance when an operator stopped
 // before the first).
-void PlanRemoved(const Pass& pass, Records& r, Changes& plan) {
+void PlanRemoved(const Pass& pass, Records& r, Changes& changes) {
   std::vector<std::string> gone;
   for (WorkerInstance& w : r.removed) {
     if (w.retired) continue;
     const std::vector<const Json*>& pods = pass.children.PodsOfWorker(w.id);
     for (const Json* pod : pods) {
       if (kube::Terminating(*pod)) continue;
-      AddWrite(plan, Delete(*pod, -1,
-                            absl::StrCat(w.id, " was removed: spec.workers.replicas is ", pass.n)));
+      AddWrite(
+          changes,
+          Delete(*pod, -1, absl::StrCat(w.id, " was removed: spec.workers.replicas is ", pass.n)));
     }
     if (!pods.empty()) continue;
     Write release;
@@ -113,24 +115,24 @@ void PlanRemoved(const Pass& pass, Records& r, Changes& plan) {
     release.worker = w.id;
     release.incarnation = w.incarnation;
     release.reason = absl::StrCat(w.id, " was removed and its pod is gone");
-    AddWrite(plan, std::move(release));
+    AddWrite(changes, std::move(release));
     w.retired = true;
     gone.push_back(w.id);
   }
   if (pass.p > 0 && !gone.empty()) {
-    AddWrite(plan, Resize(pass.n, gone, {}, "removed workers' pods are gone"));
+    AddWrite(changes, Resize(pass.n, gone, {}, "removed workers' pods are gone"));
   }
 }
 
 // A server pod is created when missing; one that failed (evicted, say) is
 // deleted, and created again once it is gone.
 void EnsureServer(const Pass& pass, const std::string& name, const std::function<Json()>& render,
-                  Changes& plan) {
+                  Changes& changes) {
   const Json* pod = pass.children.Pod(name);
   if (pod == nullptr) {
-    AddWrite(plan, Create("pods", render(), "missing"));
+    AddWrite(changes, Create("pods", render(), "missing"));
   } else if (!kube::Terminating(*pod) && kube::PodPhase(*pod) == "Failed") {
-    AddWrite(plan,
+    AddWrite(changes,
              Delete(*pod, -1,
                     absl::StrCat("failed (", FailureText(*pod), "); created again once gone")));
   }
@@ -138,13 +140,13 @@ void EnsureServer(const Pass& pass, const std::string& name, const std::function
 
 // Parameter server `si`'s desired pod; while it is being moved, its earlier
 // incarnation hands over to it and is deleted once followed.
-void EnsureParameterServer(const Pass& pass, const ServerInstance& si, Changes& plan) {
+void EnsureParameterServer(const Pass& pass, const ServerInstance& si, Changes& changes) {
   const std::string desired = PsPodName(pass.job, si.index, si.incarnation);
   std::string take_over;
   for (const Json* pod : pass.children.PodsOfServer(si.index)) {
     if (Name(*pod) == desired || kube::Terminating(*pod)) continue;
     if (pass.o.servers_followed.count(si.id) > 0 || Finished(*pod)) {
-      AddWrite(plan,
+      AddWrite(changes,
                Delete(*pod, -1,
                       absl::StrCat(si.id, " moved to ", desired, " and every worker follows")));
     } else if (IsRunning(pod) && !PodIp(*pod).empty()) {
@@ -156,7 +158,7 @@ void EnsureParameterServer(const Pass& pass, const ServerInstance& si, Changes& 
       [&] {
         return RenderParameterServerPod(pass.o.job, pass.spec, si.index, pass.s, si, take_over);
       },
-      plan);
+      changes);
 }
 
 // True when some worker still has a pod of an earlier incarnation.
@@ -173,14 +175,14 @@ bool AnySuperseded(const Pass& pass, const Records& r) {
 // A worker's other pods are deleted at once; its desired pod is created once
 // they are gone (and, with `hold`, not yet), after a restarted worker left the
 // parameter servers.
-void EnsureWorker(const Pass& pass, const WorkerInstance& w, bool hold, Changes& plan) {
+void EnsureWorker(const Pass& pass, const WorkerInstance& w, bool hold, Changes& changes) {
   bool others = false;
   const Json* desired = pass.children.Worker(w);
   for (const Json* pod : pass.children.PodsOfWorker(w.id)) {
     if (pod == desired) continue;
     others = true;
     if (!kube::Terminating(*pod)) {
-      AddWrite(plan, Delete(*pod, 0, absl::StrCat("superseded by incarnation ", w.incarnation)));
+      AddWrite(changes, Delete(*pod, 0, absl::StrCat("superseded by incarnation ", w.incarnation)));
     }
   }
   if (others || desired != nullptr || hold) return;
@@ -189,41 +191,41 @@ void EnsureWorker(const Pass& pass, const WorkerInstance& w, bool hold, Changes&
     leave.kind = Write::Kind::kLeaveParameterServers;
     leave.worker = w.id;
     leave.reason = absl::StrCat("incarnation ", w.incarnation - 1, " is gone");
-    AddWrite(plan, std::move(leave));
+    AddWrite(changes, std::move(leave));
   }
-  AddWrite(plan,
+  AddWrite(changes,
            Create("pods", RenderWorkerPod(pass.o.job, pass.spec, w, pass.s),
                   w.incarnation > 0 ? absl::StrCat("incarnation ", w.incarnation) : "missing"));
 }
 
 // A running job: the services and the sharding pod, then, once the sharding
 // service holds the dataset, the parameter servers and the workers.
-void PlanChildren(const Pass& pass, const Records& r, Changes& plan) {
+void PlanChildren(const Pass& pass, const Records& r, Changes& changes) {
   for (Json& svc : RenderServices(pass.o.job, pass.spec, pass.s)) {
     if (!pass.children.HasService(Name(svc))) {
-      AddWrite(plan, Create("services", std::move(svc), "missing"));
+      AddWrite(changes, Create("services", std::move(svc), "missing"));
     }
   }
   // The sharding service's claim before its pod.
   if (ShardingStateOnClaim(pass.o.job, pass.spec) && !pass.o.sharding_claim_exists) {
-    AddWrite(plan, Create("persistentvolumeclaims",
-                          RenderShardingClaim(pass.o.job, pass.spec, pass.s), "missing"));
+    AddWrite(changes, Create("persistentvolumeclaims",
+                             RenderShardingClaim(pass.o.job, pass.spec, pass.s), "missing"));
   }
   // The job's credential before the pods that read it.
   if (pass.s.job_credentials && !pass.o.token_secret_exists && !pass.o.job_token.empty()) {
-    AddWrite(plan,
+    AddWrite(changes,
              Create("secrets", RenderTokenSecret(pass.o.job, pass.spec, pass.o.job_token, pass.s),
                     "missing"));
   }
   EnsureServer(
       pass, ShardingName(pass.job),
-      [&] { return RenderShardingPod(pass.o.job, pass.spec, pass.s); }, plan);
+      [&] { return RenderShardingPod(pass.o.job, pass.spec, pass.s); }, changes);
   if (!r.dataset_created) return;
   if (Get(pass.old_status, "datasetCreated") != true) {
     // Said once, when the status first records it: a job of an old name
     // starts from nothing, in its own folder.
     const std::string dir = JobStateDir(pass.spec);
-    plan.events.push_back(
+    changes.events.push_back(
         {"Normal", "DatasetCreated",
          absl::StrCat(pass.spec.dataset.records, " records x ", pass.spec.dataset.epochs,
                       " epochs to train, from the start",
@@ -232,14 +234,15 @@ void PlanChildren(const Pass& pass, const Records& r, Changes& plan) {
   }
   // The gang's PodGroup before its members (the parameter servers, workers).
   if (!pass.s.gang_scheduler.empty() && !pass.o.pod_group_exists) {
-    AddWrite(plan, Create("podgroups", RenderPodGroup(pass.o.job, pass.spec, pass.s), "missing"));
+    AddWrite(changes,
+             Create("podgroups", RenderPodGroup(pass.o.job, pass.spec, pass.s), "missing"));
   }
-  for (const ServerInstance& si : r.servers) EnsureParameterServer(pass, si, plan);
+  for (const ServerInstance& si : r.servers) EnsureParameterServer(pass, si, changes);
   // A collective job's group forms once: while an earlier incarnation of some
   // rank is still there (a scale restarts them all), no new rank starts, so
   // none meets the old group at its rendezvous.
   const bool hold = pass.p == 0 && AnySuperseded(pass, r);
-  for (const WorkerInstance& w : r.instances) EnsureWorker(pass, w, hold, plan);
+  for (const WorkerInstance& w : r.instances) EnsureWorker(pass, w, hold, changes);
 }
 
 // A suspended job holds no pods: each unfinished worker's pod goes (the
@@ -247,7 +250,7 @@ void PlanChildren(const Pass& pass, const Records& r, Changes& plan) {
 // leases and journal pick up where the last one committed), the parameter
 // servers' go, and the sharding service's unless its state would go with it
 // (ephemeral storage).
-void PlanSuspend(const Pass& pass, Records& r, Changes& plan) {
+void PlanSuspend(const Pass& pass, Records& r, Changes& changes) {
   std::set<std::string> kept;
   if (!ShardingStateIsDurable(pass.o.job, pass.spec)) kept.insert(ShardingName(pass.job));
   for (WorkerInstance& w : r.instances) {
@@ -260,7 +263,7 @@ void PlanSuspend(const Pass& pass, Records& r, Changes& plan) {
   }
   for (const Json* pod : ByName(pass.o.pods)) {
     if (kube::Terminating(*pod) || kept.count(Name(*pod)) > 0) continue;
-    AddWrite(plan, Delete(*pod, -1, "the job is suspended (spec.suspend)"));
+    AddWrite(changes, Delete(*pod, -1, "the job is suspended (spec.suspend)"));
   }
 }
 

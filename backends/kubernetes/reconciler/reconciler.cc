@@ -303,7 +303,7 @@ Event MoveServer(const Action& a, ServerInstance& si, const std::string& job) {
                        EvidenceText(a))};
 }
 
-void ApplyActions(const Pass& pass, Records& r, Changes& plan) {
+void ApplyActions(const Pass& pass, Records& r, Changes& changes) {
   for (const Action& a : pass.o.actions) {
     const std::optional<vocab::MemberId> target = vocab::ParseMemberId(a.worker);
     if (a.kind == vocab::ActionKind::kKillRestart && target &&
@@ -311,34 +311,35 @@ void ApplyActions(const Pass& pass, Records& r, Changes& plan) {
       auto si = std::find_if(r.servers.begin(), r.servers.end(),
                              [&](const ServerInstance& x) { return x.id == a.worker; });
       if (si != r.servers.end()) {
-        plan.events.push_back(MoveServer(a, *si, pass.job));
+        changes.events.push_back(MoveServer(a, *si, pass.job));
         r.last_actions.push_back(ActionRecord(a, pass.now));
         continue;
       }
     }
     if (a.kind == vocab::ActionKind::kBackupWorkers) {
       // The parameter servers were started with the backups (spec): recorded.
-      plan.events.push_back({"Normal", "BackupWorkers",
-                             absl::StrCat("each step takes the first workers to push, ",
-                                          pass.spec.straggler_policy.backup_workers,
-                                          " of them backups (spec.stragglerPolicy.backupWorkers): "
-                                          "rule ",
-                                          a.rule, "; ", a.reason)});
+      changes.events.push_back(
+          {"Normal", "BackupWorkers",
+           absl::StrCat("each step takes the first workers to push, ",
+                        pass.spec.straggler_policy.backup_workers,
+                        " of them backups (spec.stragglerPolicy.backupWorkers): "
+                        "rule ",
+                        a.rule, "; ", a.reason)});
       r.last_actions.push_back(ActionRecord(a, pass.now));
       continue;
     }
     WorkerInstance* w = FindInstance(r.instances, a.worker);
     if (w == nullptr) {
-      plan.events.push_back({"Warning", "ActionIgnored",
-                             absl::StrCat(vocab::Name(a.kind), " for ", a.worker,
-                                          ": not a member of the job (status.workerInstances, "
-                                          "status.serverInstances)")});
+      changes.events.push_back({"Warning", "ActionIgnored",
+                                absl::StrCat(vocab::Name(a.kind), " for ", a.worker,
+                                             ": not a member of the job (status.workerInstances, "
+                                             "status.serverInstances)")});
       continue;
     }
     if (a.kind == vocab::ActionKind::kKillRestart) {
-      plan.events.push_back(KillRestart(a, *w));
+      changes.events.push_back(KillRestart(a, *w));
     } else {
-      AdjustBatch(a, pass.o.stragglers, *w, plan.events);
+      AdjustBatch(a, pass.o.stragglers, *w, changes.events);
     }
     r.last_actions.push_back(ActionRecord(a, pass.now));
   }
@@ -367,9 +368,9 @@ std::string DisruptionOf(const Json& pod) {
 // A disrupted worker restarts as its next incarnation, not counted against
 // the backoff limit (as a Job's podFailurePolicy Ignore on DisruptionTarget).
 void RestartDisrupted(const std::string& disruption, const std::string& what, WorkerInstance& w,
-                      Changes& plan) {
+                      Changes& changes) {
   NextIncarnation(w);
-  plan.events.push_back(
+  changes.events.push_back(
       {"Warning", "WorkerDisrupted",
        absl::StrCat(what, "; disrupted (", disruption, "), restarting as incarnation ",
                     w.incarnation, ", not counted against spec.runPolicy.backoffLimit")});
@@ -377,7 +378,7 @@ void RestartDisrupted(const std::string& disruption, const std::string& what, Wo
 
 // A worker whose desired pod failed is restarted in place (its next
 // incarnation, on any node) until the failures exceed the backoff limit.
-void ApplyFailures(const Pass& pass, Records& r, Changes& plan) {
+void ApplyFailures(const Pass& pass, Records& r, Changes& changes) {
   const int32_t limit = pass.spec.run_policy.backoff_limit;
   for (WorkerInstance& w : r.instances) {
     const Json* pod = pass.children.Worker(w);
@@ -388,7 +389,7 @@ void ApplyFailures(const Pass& pass, Records& r, Changes& plan) {
                      FailureText(*pod), ")");
     const std::string disruption = DisruptionOf(*pod);
     if (!disruption.empty()) {
-      RestartDisrupted(disruption, what, w, plan);
+      RestartDisrupted(disruption, what, w, changes);
       continue;
     }
     ++r.failures;
@@ -397,11 +398,11 @@ void ApplyFailures(const Pass& pass, Records& r, Changes& plan) {
       r.failed_reason = "BackoffLimitExceeded";
       r.failed_message = absl::StrCat(what, "; ", r.failures, " worker failures exceed ",
                                       "spec.runPolicy.backoffLimit ", limit);
-      plan.events.push_back({"Warning", "BackoffLimitExceeded", r.failed_message});
+      changes.events.push_back({"Warning", "BackoffLimitExceeded", r.failed_message});
       return;
     }
     NextIncarnation(w);
-    plan.events.push_back(
+    changes.events.push_back(
         {"Warning", "WorkerFailed",
          absl::StrCat(what, "; restarting as incarnation ", w.incarnation, " (failure ", r.failures,
                       " of backoffLimit ", limit, ")")});
@@ -409,13 +410,13 @@ void ApplyFailures(const Pass& pass, Records& r, Changes& plan) {
 }
 
 // Success: every worker's desired pod succeeded.
-void CheckSuccess(const Pass& pass, Records& r, Changes& plan) {
+void CheckSuccess(const Pass& pass, Records& r, Changes& changes) {
   bool all = pass.n > 0;
   for (const WorkerInstance& w : r.instances) all = all && IsSucceeded(pass.children.Worker(w));
   if (!all) return;
   r.succeeded = true;
   const std::optional<Progress>& progress = pass.o.progress;
-  plan.events.push_back(
+  changes.events.push_back(
       {"Normal", "JobSucceeded",
        absl::StrCat(
            "all ", Plural(pass.n, "worker", "workers"), " succeeded",
@@ -432,7 +433,7 @@ int64_t StartMs(const Pass& pass, const Records& r) {
 
 // spec.runPolicy.activeDeadlineSeconds: the job fails once it has run that
 // long (never while suspended).
-void CheckDeadline(const Pass& pass, Records& r, Changes& plan) {
+void CheckDeadline(const Pass& pass, Records& r, Changes& changes) {
   const int64_t deadline = pass.spec.run_policy.active_deadline_seconds;
   if (deadline < 0 || r.suspended || r.Finished()) return;
   if (pass.now - StartMs(pass, r) < deadline * 1000) return;
@@ -440,14 +441,14 @@ void CheckDeadline(const Pass& pass, Records& r, Changes& plan) {
   r.failed_reason = "DeadlineExceeded";
   r.failed_message = absl::StrCat("the job ran longer than spec.runPolicy.activeDeadlineSeconds (",
                                   deadline, "s) since ", GetString(pass.old_status, "startTime"));
-  plan.events.push_back({"Warning", "DeadlineExceeded", r.failed_message});
+  changes.events.push_back({"Warning", "DeadlineExceeded", r.failed_message});
 }
 
 // The sharding service answered without the job's dataset: its state is gone
 // (in the pod without spec.checkpoint.path, or a wiped volume). Creating the
 // dataset again would train committed records a second time; the job fails,
 // saying why and what keeps the state.
-void CheckShardingState(const Pass& pass, Records& r, Changes& plan) {
+void CheckShardingState(const Pass& pass, Records& r, Changes& changes) {
   if (!pass.o.dataset_lost || !r.dataset_created) return;
   r.failed = true;
   r.failed_reason = "ShardingStateLost";
@@ -462,21 +463,21 @@ void CheckShardingState(const Pass& pass, Records& r, Changes& plan) {
           ? absl::StrCat("its claim ", ShardingClaimName(pass.spec), " holds no state")
           : absl::StrCat("its state under ", JobStateDir(pass.spec), "/sharding is gone"),
       "; create the job again to train from the start");
-  plan.events.push_back({"Warning", "ShardingStateLost", r.failed_message});
+  changes.events.push_back({"Warning", "ShardingStateLost", r.failed_message});
 }
 
 // Steps 2 and 3, for a job not finished before this pass. A suspended job
 // carries out no decision (it has no workers to act on).
-void DecideActions(const Pass& pass, Records& r, Changes& plan) {
-  CheckShardingState(pass, r, plan);
+void DecideActions(const Pass& pass, Records& r, Changes& changes) {
+  CheckShardingState(pass, r, changes);
   if (r.failed) {
     r.completion = (pass.now / 1000) * 1000;
     return;
   }
-  if (!r.suspended) ApplyActions(pass, r, plan);
-  ApplyFailures(pass, r, plan);
-  if (!r.failed) CheckSuccess(pass, r, plan);
-  if (!r.failed && !r.succeeded) CheckDeadline(pass, r, plan);
+  if (!r.suspended) ApplyActions(pass, r, changes);
+  ApplyFailures(pass, r, changes);
+  if (!r.failed) CheckSuccess(pass, r, changes);
+  if (!r.failed && !r.succeeded) CheckDeadline(pass, r, changes);
   if (r.Finished()) r.completion = (pass.now / 1000) * 1000;
 }
 
@@ -494,16 +495,16 @@ void RecordNodes(const Pass& pass, Records& r) {
 
 // Soon while the job runs; once it finished, when
 // spec.runPolicy.ttlSecondsAfterFinished has passed, and then the job is deleted.
-void PlanRequeue(const Pass& pass, const Records& r, Changes& plan) {
+void PlanRequeue(const Pass& pass, const Records& r, Changes& changes) {
   if (!r.Finished()) {
-    plan.requeue_after_ms = kRunningRequeueMs;
+    changes.requeue_after_ms = kRunningRequeueMs;
     return;
   }
   const int64_t ttl = pass.spec.run_policy.ttl_seconds_after_finished;
   if (ttl < 0 || !r.completion) return;
   const int64_t deadline = *r.completion + ttl * 1000;
   if (pass.now < deadline) {
-    plan.requeue_after_ms = deadline - pass.now;
+    changes.requeue_after_ms = deadline - pass.now;
     return;
   }
   Write w;
@@ -512,7 +513,7 @@ void PlanRequeue(const Pass& pass, const Records& r, Changes& plan) {
   w.uid = Uid(pass.o.job);
   w.reason =
       absl::StrCat("spec.runPolicy.ttlSecondsAfterFinished (", ttl, "s) passed since completion");
-  AddWrite(plan, std::move(w));
+  AddWrite(changes, std::move(w));
 }
 
 Changes Reconcile(const Snapshot& o, const Settings& s) {
@@ -522,33 +523,33 @@ Changes Reconcile(const Snapshot& o, const Settings& s) {
   if (!o.spec.ok()) return InvalidSpecPlan(o, Get(o.job, "status"), GetInt(meta, "generation", 0));
 
   const Pass pass(o, s);
-  Changes plan;
+  Changes changes;
   Records r = LoadRecords(pass);
-  if (!r.Finished()) DecideActions(pass, r, plan);
+  if (!r.Finished()) DecideActions(pass, r, changes);
   RecordNodes(pass, r);
-  Rescale(pass, r, plan);
+  Rescale(pass, r, changes);
   if (r.Finished()) {
-    PlanCleanup(pass, r, plan);
+    PlanCleanup(pass, r, changes);
   } else if (r.suspended) {
     if (!ConditionTrue(pass.old_status, "Suspended")) {
-      plan.events.push_back(
+      changes.events.push_back(
           {"Normal", "Suspended", "spec.suspend is set: deleting the job's pods"});
     }
-    PlanSuspend(pass, r, plan);
+    PlanSuspend(pass, r, changes);
   } else {
     if (r.resuming) {
-      plan.events.push_back(
+      changes.events.push_back(
           {"Normal", "Resumed", "spec.suspend was cleared: creating the job's pods again"});
     }
-    PlanRemoved(pass, r, plan);
-    PlanChildren(pass, r, plan);
+    PlanRemoved(pass, r, changes);
+    PlanChildren(pass, r, changes);
   }
   Json status = NewStatus(pass, r);
-  ClearReplicaFailure(pass, plan, status);
-  CommitEvents(pass, plan, status);
-  if (status != pass.old_status) plan.status = std::move(status);
-  PlanRequeue(pass, r, plan);
-  return plan;
+  ClearReplicaFailure(pass, changes, status);
+  CommitEvents(pass, changes, status);
+  if (status != pass.old_status) changes.status = std::move(status);
+  PlanRequeue(pass, r, changes);
+  return changes;
 }
 
 }  // namespace antdt::reconciler

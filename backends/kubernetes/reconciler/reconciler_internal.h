@@ -237,35 +237,35 @@ std::pair<const Json*, const Json*> CheckpointVolume(const Json& job, const mani
 // and the servers their new members, before any new worker starts; a
 // collective job's running ranks begin their next incarnation (their
 // WORLD_SIZE changed). Neither is a restart. A suspended job only records it.
-void Rescale(const Pass& pass, Records& r, Changes& plan);
+void Rescale(const Pass& pass, Records& r, Changes& changes);
 
 // A suspended job holds no pods: each unfinished worker's pod goes (the
 // worker resumes as its next incarnation: a new process, whose sharding
 // leases and journal pick up where the last one committed), the parameter
 // servers' go, and the sharding service's unless its state would go with it
 // (ephemeral storage).
-void PlanSuspend(const Pass& pass, Records& r, Changes& plan);
+void PlanSuspend(const Pass& pass, Records& r, Changes& changes);
 
 // The removed workers: their pods deleted, and once gone their shards
 // released (their incarnation fenced on the sharding service) and the
 // parameter servers told again that they are no members (the same Resize as
 // the scale's: harmless twice, and a second chance when an operator stopped
 // before the first).
-void PlanRemoved(const Pass& pass, Records& r, Changes& plan);
+void PlanRemoved(const Pass& pass, Records& r, Changes& changes);
 
 // A running job: the services and the sharding pod, then, once the sharding
 // service holds the dataset, the parameter servers and the workers.
-void PlanChildren(const Pass& pass, const Records& r, Changes& plan);
+void PlanChildren(const Pass& pass, const Records& r, Changes& changes);
 
 Json NewStatus(const Pass& pass, const Records& r);
 
-// The plan for a spec that does not parse: Failed=True InvalidSpec, nothing
+// The changes for a spec that does not parse: Failed=True InvalidSpec, nothing
 // else touched.
 Changes InvalidSpecPlan(const Snapshot& o, const Json& old_status, int64_t generation);
 
 // Events committed with the status: those a pass before left pending (its
 // operator stopped before writing them), then this pass's.
-void CommitEvents(const Pass& pass, Changes& plan, Json& status);
+void CommitEvents(const Pass& pass, Changes& changes, Json& status);
 
 // ---- Small helpers every file uses ----
 
@@ -283,7 +283,7 @@ inline std::vector<const Json*> ByName(const std::vector<Json>& pods) {
   return sorted;
 }
 
-inline void AddWrite(Changes& plan, Write w) { plan.writes.push_back(std::move(w)); }
+inline void AddWrite(Changes& changes, Write w) { changes.writes.push_back(std::move(w)); }
 
 inline Write Create(const std::string& resource, Json object, std::string reason) {
   Write w;
@@ -343,10 +343,10 @@ inline bool ConditionTrue(const Json& status, const std::string& type) {
 }
 
 // A finished job: stop what still runs (the servers never exit by themselves).
-inline void PlanCleanup(const Pass& pass, const Records& r, Changes& plan) {
+inline void PlanCleanup(const Pass& pass, const Records& r, Changes& changes) {
   for (const Json* pod : ByName(pass.o.pods)) {
     if (kube::Terminating(*pod) || Finished(*pod)) continue;
-    AddWrite(plan, Delete(*pod, -1, r.succeeded ? "the job succeeded" : "the job failed"));
+    AddWrite(changes, Delete(*pod, -1, r.succeeded ? "the job succeeded" : "the job failed"));
   }
 }
 
@@ -362,9 +362,9 @@ inline bool NamesStraggler(const Action& a, const std::vector<Straggler>& stragg
 
 // ReplicaFailure (set True by the controller when the API server refuses a
 // create) turns False once a pass finds every child it needs in place.
-inline void ClearReplicaFailure(const Pass& pass, const Changes& plan, Json& status) {
+inline void ClearReplicaFailure(const Pass& pass, const Changes& changes, Json& status) {
   if (!ConditionTrue(pass.old_status, kReplicaFailure)) return;
-  for (const Write& w : plan.writes) {
+  for (const Write& w : changes.writes) {
     if (w.kind == Write::Kind::kCreate) return;
   }
   SetCondition(status["conditions"], kReplicaFailure, "False", "Created",

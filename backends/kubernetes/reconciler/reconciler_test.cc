@@ -58,7 +58,7 @@ manifest::Job MustParse(const Json& job) {
   return *spec;
 }
 
-// ---- A fake cluster that applies plans as the operator's glue does ----
+// ---- A fake cluster that applies changes as the operator's glue does ----
 
 struct Cluster {
   Json job = QuickstartJob();
@@ -102,11 +102,11 @@ struct Cluster {
 
   // Status first (through a JSON round trip, as the API server stores it),
   // then the writes in order.
-  void Apply(const Changes& plan) {
-    if (plan.status) job["status"] = Json::parse(plan.status->dump());
+  void Apply(const Changes& changes) {
+    if (changes.status) job["status"] = Json::parse(changes.status->dump());
     // The operator writes the committed Events, then clears the list.
     if (clear_pending_events) job["status"].erase("pendingEvents");
-    for (const Write& w : plan.writes) {
+    for (const Write& w : changes.writes) {
       switch (w.kind) {
         case Write::Kind::kCreate: {
           Json obj = w.object;
@@ -170,9 +170,9 @@ struct Cluster {
   }
 
   Changes Pass(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) {
-    Changes plan = Reconcile(Observe(std::move(actions), std::move(stragglers)), settings);
-    Apply(plan);
-    return plan;
+    Changes changes = Reconcile(Observe(std::move(actions), std::move(stragglers)), settings);
+    Apply(changes);
+    return changes;
   }
 
   // Terminating pods disappear (the kubelet confirmed).
@@ -207,9 +207,9 @@ struct Cluster {
       Pass();
       RunAll();
     }
-    Changes plan = Pass();
-    ASSERT_THAT(plan.writes, IsEmpty());
-    ASSERT_FALSE(plan.status.has_value()) << plan.status->dump(2);
+    Changes changes = Pass();
+    ASSERT_THAT(changes.writes, IsEmpty());
+    ASSERT_FALSE(changes.status.has_value()) << changes.status->dump(2);
   }
 
   const Json& Status() const { return job["status"]; }
@@ -256,9 +256,9 @@ std::vector<std::string> Describe(const std::vector<Write>& writes) {
   return out;
 }
 
-std::vector<std::string> EventReasons(const Changes& plan) {
+std::vector<std::string> EventReasons(const Changes& changes) {
   std::vector<std::string> out;
-  for (const Event& e : plan.events) out.push_back(e.type + " " + e.reason);
+  for (const Event& e : changes.events) out.push_back(e.type + " " + e.reason);
   return out;
 }
 
@@ -700,16 +700,16 @@ TEST(TimeTest, Rfc3339RoundTrips) {
 
 TEST(ReconcileTest, FirstPassCreatesServicesAndShardingPodAndSetsAllConditions) {
   Cluster c;
-  const Changes plan = Reconcile(c.Observe(), Settings{});
+  const Changes changes = Reconcile(c.Observe(), Settings{});
   EXPECT_THAT(
-      Describe(plan.writes),
+      Describe(changes.writes),
       ElementsAre("create services quickstart-k8s-sharding", "create services quickstart-k8s-ps",
                   "create services quickstart-k8s-workers",
                   "create persistentvolumeclaims "
                   "quickstart-k8s-sharding-state-0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10",
                   "create pods quickstart-k8s-sharding"));
-  ASSERT_TRUE(plan.status.has_value());
-  const Json& st = *plan.status;
+  ASSERT_TRUE(changes.status.has_value());
+  const Json& st = *changes.status;
   EXPECT_EQ(st["observedGeneration"], 1);
   std::vector<std::string> types;
   for (const Json& cond : st["conditions"]) {
@@ -735,10 +735,10 @@ TEST(ReconcileTest, FirstPassCreatesServicesAndShardingPodAndSetsAllConditions) 
     EXPECT_EQ(st["workerInstances"][i]["pod"], absl::StrCat("quickstart-k8s-worker-", i));
   }
   EXPECT_EQ(st["datasetCreated"], false);
-  EXPECT_EQ(plan.requeue_after_ms, 2000);
+  EXPECT_EQ(changes.requeue_after_ms, 2000);
 
   // Services and pods carry the labels and the owner reference.
-  const Json& pod = plan.writes[3].object;
+  const Json& pod = changes.writes[3].object;
   EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/role"], "sharding");
   EXPECT_EQ(pod["metadata"]["labels"]["app.kubernetes.io/managed-by"], "antdt-operator");
   EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], kJobUid);
@@ -750,18 +750,18 @@ TEST(ReconcileTest, DatasetReadyCreatesParameterServersAndWorkers) {
   c.Pass();
   EXPECT_THAT(Reconcile(c.Observe(), Settings{}).writes, IsEmpty());  // waiting for the dataset
   c.dataset_ready = true;
-  const Changes plan = c.Pass();
+  const Changes changes = c.Pass();
   EXPECT_THAT(
-      Describe(plan.writes),
+      Describe(changes.writes),
       ElementsAre("create pods quickstart-k8s-ps-0", "create pods quickstart-k8s-worker-0",
                   "create pods quickstart-k8s-worker-1", "create pods quickstart-k8s-worker-2",
                   "create pods quickstart-k8s-worker-3"));
   EXPECT_EQ(c.Status()["datasetCreated"], true);
-  EXPECT_EQ(Env(plan.writes[1].object, "ANTDT_LOCAL_BATCH"), "64");
+  EXPECT_EQ(Env(changes.writes[1].object, "ANTDT_LOCAL_BATCH"), "64");
   EXPECT_EQ(c.Status()["state"], "Created");
   // Said once, with where the job's own state lives (its UID's folder).
-  ASSERT_THAT(EventReasons(plan), ElementsAre("Normal DatasetCreated"));
-  EXPECT_THAT(plan.events[0].message,
+  ASSERT_THAT(EventReasons(changes), ElementsAre("Normal DatasetCreated"));
+  EXPECT_THAT(changes.events[0].message,
               HasSubstr("from the start; this job's state under "
                         "/var/lib/antdt/quickstart-k8s/0b6f3a52-4c1e-4d7a-9a43-5f0e8c2d7b10"));
   EXPECT_THAT(c.Pass().events, IsEmpty());
@@ -771,28 +771,28 @@ TEST(ReconcileTest, IsIdempotent) {
   Cluster c;
   c.dataset_ready = true;
   EXPECT_EQ(c.Pass().writes.size(), 10u);  // 3 services, claim, sharding pod, 1 PS, 4 workers
-  Changes plan = c.Pass();  // everything exists now: Created turns True, nothing to write
-  EXPECT_THAT(plan.writes, IsEmpty());
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ(Condition(*plan.status, "Created")["status"], "True");
-  plan = c.Pass();
-  EXPECT_THAT(plan.writes, IsEmpty());
-  EXPECT_FALSE(plan.status.has_value()) << plan.status->dump(2);
+  Changes changes = c.Pass();  // everything exists now: Created turns True, nothing to write
+  EXPECT_THAT(changes.writes, IsEmpty());
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ(Condition(*changes.status, "Created")["status"], "True");
+  changes = c.Pass();
+  EXPECT_THAT(changes.writes, IsEmpty());
+  EXPECT_FALSE(changes.status.has_value()) << changes.status->dump(2);
 
   c.RunAll();
   c.now += 4000;
-  plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ(Condition(*plan.status, "Running")["status"], "True");
-  EXPECT_EQ(Condition(*plan.status, "Running")["message"], "4/4 workers running");
-  EXPECT_EQ((*plan.status)["workers"]["summary"], "4/4");
-  EXPECT_EQ((*plan.status)["parameterServers"]["summary"], "1/1");
+  changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ(Condition(*changes.status, "Running")["status"], "True");
+  EXPECT_EQ(Condition(*changes.status, "Running")["message"], "4/4 workers running");
+  EXPECT_EQ((*changes.status)["workers"]["summary"], "4/4");
+  EXPECT_EQ((*changes.status)["parameterServers"]["summary"], "1/1");
   c.now += 4000;
-  plan = c.Pass();
-  EXPECT_THAT(plan.writes, IsEmpty());
-  EXPECT_FALSE(plan.status.has_value());
-  EXPECT_THAT(plan.events, IsEmpty());
-  EXPECT_EQ(plan.requeue_after_ms, 2000);
+  changes = c.Pass();
+  EXPECT_THAT(changes.writes, IsEmpty());
+  EXPECT_FALSE(changes.status.has_value());
+  EXPECT_THAT(changes.events, IsEmpty());
+  EXPECT_EQ(changes.requeue_after_ms, 2000);
 }
 
 TEST(ReconcileTest, ConditionsKeepTransitionTimeWhenUnchanged) {
@@ -817,12 +817,12 @@ TEST(ReconcileTest, ProgressFromTheShardingService) {
   c.Settle();
   Snapshot o = c.Observe();
   o.progress = Progress{10000, 40000, 0, 2, 12.6, false};
-  Changes plan = Reconcile(o, Settings{});
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ((*plan.status)["progress"],
+  Changes changes = Reconcile(o, Settings{});
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ((*changes.status)["progress"],
             Json::parse(R"({"recordsCommitted":10000,"recordsTotal":40000,"epoch":0,"epochs":2,
                             "percent":25,"etaSeconds":13})"));
-  c.Apply(plan);
+  c.Apply(changes);
   o = c.Observe();
   o.progress = Progress{10000, 40000, 0, 2, 12.9, false};  // rounds to the same second
   EXPECT_FALSE(Reconcile(o, Settings{}).status.has_value());
@@ -847,10 +847,10 @@ TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
   Cluster c;
   c.Settle();
   const std::string old_uid = c.FindPod("quickstart-k8s-worker-2")->at("metadata").at("uid");
-  Changes plan = Reconcile(c.Observe({KillRestart("worker-2", "node-2", "node-5")}), Settings{});
+  Changes changes = Reconcile(c.Observe({KillRestart("worker-2", "node-2", "node-5")}), Settings{});
 
-  ASSERT_TRUE(plan.status.has_value());
-  const Json& st = *plan.status;
+  ASSERT_TRUE(changes.status.has_value());
+  const Json& st = *changes.status;
   const Json& w2 = st["workerInstances"][2];
   EXPECT_EQ(w2["incarnation"], 1);
   EXPECT_EQ(w2["pod"], "quickstart-k8s-worker-2");
@@ -867,30 +867,30 @@ TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
   EXPECT_EQ(Condition(st, "Mitigating")["status"], "True");
   EXPECT_EQ(Condition(st, "Mitigating")["reason"], "RestartingWorker");
   // The old pod goes at once; the new one waits for it.
-  EXPECT_THAT(Describe(plan.writes),
+  EXPECT_THAT(Describe(changes.writes),
               ElementsAre("delete pods quickstart-k8s-worker-2 uid=" + old_uid + " grace=0"));
-  ASSERT_EQ(plan.events.size(), 1u);
-  EXPECT_EQ(plan.events[0].type, "Warning");
-  EXPECT_EQ(plan.events[0].reason, "StragglerRestarted");
+  ASSERT_EQ(changes.events.size(), 1u);
+  EXPECT_EQ(changes.events[0].type, "Warning");
+  EXPECT_EQ(changes.events[0].reason, "StragglerRestarted");
   for (const char* part :
        {"worker-2", "quickstart-k8s-worker-2", "node-2", "node-5", "antdt-nd:persistent-restart",
         "PERSISTENT straggler", "saved_seconds=31"}) {
-    EXPECT_THAT(plan.events[0].message, HasSubstr(part));
+    EXPECT_THAT(changes.events[0].message, HasSubstr(part));
   }
-  c.Apply(plan);
+  c.Apply(changes);
 
   // Terminating: nothing is created.
   c.now += 1000;
-  plan = c.Pass();
-  EXPECT_THAT(plan.writes, IsEmpty());
+  changes = c.Pass();
+  EXPECT_THAT(changes.writes, IsEmpty());
   EXPECT_THAT(c.left, IsEmpty());
 
   // Gone: the parameter servers stop waiting for it, then the new pod.
   c.RemoveTerminating();
-  plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes),
+  changes = c.Pass();
+  EXPECT_THAT(Describe(changes.writes),
               ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2"));
-  const Json& pod = plan.writes[1].object;
+  const Json& pod = changes.writes[1].object;
   EXPECT_EQ(Env(pod, "ANTDT_INCARNATION"), "1");
   EXPECT_EQ(pod["metadata"]["labels"]["antdt.io/incarnation"], "1");
   const Json& affinity = pod["spec"]["affinity"]["nodeAffinity"];
@@ -917,18 +917,18 @@ TEST(ReconcileTest, ASlowServerMovesToItsNextIncarnationWhichTakesOverThenTheOld
   (*c.FindPod("quickstart-k8s-ps-0"))["status"]["podIP"] = "10.0.0.9";
   Action move = KillRestart("ps-0", "node-9", "node-5");
   move.rule = "antdt-nd:ps-restart";
-  Changes plan = c.Pass({move});
+  Changes changes = c.Pass({move});
   ASSERT_TRUE(c.job["status"].contains("serverInstances")) << c.Status().dump(2);
   EXPECT_EQ(c.Status()["serverInstances"],
             Json::parse(R"([{"id":"ps-0","incarnation":1,"node":"node-5",
                              "excludedNodes":["node-9"]}])"));
   EXPECT_EQ(c.Status()["lastActions"].back()["worker"], "ps-0");
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning ParameterServerMoved"));
-  EXPECT_THAT(plan.events[0].message, HasSubstr("quickstart-k8s-ps-0-1"));
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Warning ParameterServerMoved"));
+  EXPECT_THAT(changes.events[0].message, HasSubstr("quickstart-k8s-ps-0-1"));
   // The old server keeps serving; the new one is created beside it, taking
   // its state over, with the stable host name and off the node it left.
-  ASSERT_THAT(Describe(plan.writes), ElementsAre("create pods quickstart-k8s-ps-0-1"));
-  const Json& pod = plan.writes[0].object;
+  ASSERT_THAT(Describe(changes.writes), ElementsAre("create pods quickstart-k8s-ps-0-1"));
+  const Json& pod = changes.writes[0].object;
   const Json& args = pod["spec"]["containers"][0]["args"];
   auto arg = [&](const std::string& flag) {
     for (size_t i = 0; i + 1 < args.size(); ++i) {
@@ -950,11 +950,11 @@ TEST(ReconcileTest, ASlowServerMovesToItsNextIncarnationWhichTakesOverThenTheOld
   // Then the old pod goes, and the job's Running condition follows the new.
   Snapshot o = c.Observe();
   o.servers_followed = {"ps-0"};
-  plan = Reconcile(o, Settings{});
-  c.Apply(plan);
-  ASSERT_EQ(plan.writes.size(), 1u);
-  EXPECT_EQ(Describe(plan.writes)[0].rfind("delete pods quickstart-k8s-ps-0 ", 0), 0u)
-      << Describe(plan.writes)[0];
+  changes = Reconcile(o, Settings{});
+  c.Apply(changes);
+  ASSERT_EQ(changes.writes.size(), 1u);
+  EXPECT_EQ(Describe(changes.writes)[0].rfind("delete pods quickstart-k8s-ps-0 ", 0), 0u)
+      << Describe(changes.writes)[0];
   c.RemoveTerminating();
   c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Running")["status"], "True");
@@ -984,15 +984,15 @@ TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {
 TEST(ReconcileTest, JobWithoutParameterServersCreatesAndWaitsForNone) {
   Cluster c;
   c.job = PytorchJob();
-  Changes plan = c.Pass();
+  Changes changes = c.Pass();
   EXPECT_THAT(
-      Describe(plan.writes),
+      Describe(changes.writes),
       ElementsAre("create services pytorch-k8s-sharding", "create services pytorch-k8s-workers",
                   HasSubstr("create persistentvolumeclaims pytorch-k8s-sharding-state"),
                   "create pods pytorch-k8s-sharding"));
   c.dataset_ready = true;
-  plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes),
+  changes = c.Pass();
+  EXPECT_THAT(Describe(changes.writes),
               ElementsAre("create pods pytorch-k8s-worker-0", "create pods pytorch-k8s-worker-1"));
   c.Settle();
   EXPECT_EQ(Condition(c.Status(), "Created")["status"], "True");
@@ -1004,19 +1004,19 @@ TEST(ReconcileTest, JobWithoutParameterServersCreatesAndWaitsForNone) {
   // A restart: no parameter server to leave.
   c.Pass({KillRestart("worker-1", "node-1", "node-5")});
   c.RemoveTerminating();
-  plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes), ElementsAre("create pods pytorch-k8s-worker-1"));
+  changes = c.Pass();
+  EXPECT_THAT(Describe(changes.writes), ElementsAre("create pods pytorch-k8s-worker-1"));
   EXPECT_THAT(c.left, IsEmpty());
-  EXPECT_EQ(plan.writes[0].object["spec"]["hostname"], "pytorch-k8s-worker-1");
+  EXPECT_EQ(changes.writes[0].object["spec"]["hostname"], "pytorch-k8s-worker-1");
   c.RunAll();
   c.Pass();
 
   // Success: only the sharding service is left to stop.
   c.SetPhase("pytorch-k8s-worker-0", "Succeeded");
   c.SetPhase("pytorch-k8s-worker-1", "Succeeded");
-  plan = c.Pass();
+  changes = c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Succeeded")["status"], "True");
-  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods pytorch-k8s-sharding")));
+  EXPECT_THAT(Describe(changes.writes), ElementsAre(HasSubstr("delete pods pytorch-k8s-sharding")));
 }
 
 TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
@@ -1025,8 +1025,9 @@ TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
   // Three restarts of the same worker before any old pod is gone.
   for (int i = 0; i < 3; ++i) {
     c.now += 1000;
-    const Changes plan = c.Pass({KillRestart("worker-1", absl::StrCat("node-", 1 + 10 * i), "")});
-    for (const Write& w : plan.writes) EXPECT_NE(w.kind, Write::Kind::kCreate);
+    const Changes changes =
+        c.Pass({KillRestart("worker-1", absl::StrCat("node-", 1 + 10 * i), "")});
+    for (const Write& w : changes.writes) EXPECT_NE(w.kind, Write::Kind::kCreate);
     c.SetPhase("quickstart-k8s-worker-1", "Failed");  // terminating pods may fail too
   }
   EXPECT_EQ(c.Status()["workerInstances"][1]["incarnation"], 3);
@@ -1034,8 +1035,8 @@ TEST(ReconcileTest, NeverTwoPodsOfOneWorker) {
             Json::array({"node-1", "node-11", "node-21"}));
   EXPECT_EQ(c.Status()["workers"]["failed"], 0);  // not a failure: we deleted it
   c.RemoveTerminating();
-  const Changes plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes),
+  const Changes changes = c.Pass();
+  EXPECT_THAT(Describe(changes.writes),
               ElementsAre("leave worker-1", "create pods quickstart-k8s-worker-1"));
   c.created_pods.clear();
   for (int i = 0; i < 3; ++i) c.Pass();  // Apply asserts on every create
@@ -1048,21 +1049,22 @@ TEST(ReconcileTest, FailedWorkerWithinBackoffLimitIsRestarted) {
   c.SetPhase("quickstart-k8s-worker-1", "Failed");
   c.FindPod("quickstart-k8s-worker-1")->at("status")["containerStatuses"] =
       Json::parse(R"([{"name":"trainer","state":{"terminated":{"exitCode":2,"reason":"Error"}}}])");
-  Changes plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ((*plan.status)["workers"]["failed"], 1);
-  EXPECT_EQ((*plan.status)["workers"]["restarts"], 1);
-  EXPECT_EQ((*plan.status)["workerInstances"][1]["incarnation"], 1);
-  EXPECT_EQ((*plan.status)["workerInstances"][1]["excludedNodes"], Json::array());
-  EXPECT_EQ(Condition(*plan.status, "Failed")["status"], "False");
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning WorkerFailed"));
-  EXPECT_THAT(plan.events[0].message, HasSubstr("exit code 2"));
-  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods quickstart-k8s-worker-1")));
+  Changes changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ((*changes.status)["workers"]["failed"], 1);
+  EXPECT_EQ((*changes.status)["workers"]["restarts"], 1);
+  EXPECT_EQ((*changes.status)["workerInstances"][1]["incarnation"], 1);
+  EXPECT_EQ((*changes.status)["workerInstances"][1]["excludedNodes"], Json::array());
+  EXPECT_EQ(Condition(*changes.status, "Failed")["status"], "False");
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Warning WorkerFailed"));
+  EXPECT_THAT(changes.events[0].message, HasSubstr("exit code 2"));
+  EXPECT_THAT(Describe(changes.writes),
+              ElementsAre(HasSubstr("delete pods quickstart-k8s-worker-1")));
   c.RemoveTerminating();
-  plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes),
+  changes = c.Pass();
+  EXPECT_THAT(Describe(changes.writes),
               ElementsAre("leave worker-1", "create pods quickstart-k8s-worker-1"));
-  const Json& affinity = plan.writes[1].object["spec"];
+  const Json& affinity = changes.writes[1].object["spec"];
   EXPECT_FALSE(affinity.contains("affinity"));    // no node excluded, none preferred
   EXPECT_EQ(c.Status()["workers"]["failed"], 1);  // counted once
 }
@@ -1079,23 +1081,23 @@ TEST(ReconcileTest, FailuresOverBackoffLimitFailTheJob) {
   c.Pass();
   c.SetPhase("quickstart-k8s-worker-3", "Failed");
   c.now += 10000;
-  const Changes plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  const Json& failed = Condition(*plan.status, "Failed");
+  const Changes changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  const Json& failed = Condition(*changes.status, "Failed");
   EXPECT_EQ(failed["status"], "True");
   EXPECT_EQ(failed["reason"], "BackoffLimitExceeded");
   EXPECT_THAT(failed["message"].get<std::string>(), HasSubstr("worker-3"));
-  EXPECT_EQ((*plan.status)["workers"]["failed"], 2);
-  EXPECT_EQ((*plan.status)["completionTime"], "2026-11-29T21:00:10Z");
-  EXPECT_EQ(Condition(*plan.status, "Running")["status"], "False");
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning BackoffLimitExceeded"));
+  EXPECT_EQ((*changes.status)["workers"]["failed"], 2);
+  EXPECT_EQ((*changes.status)["completionTime"], "2026-11-29T21:00:10Z");
+  EXPECT_EQ(Condition(*changes.status, "Running")["status"], "False");
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Warning BackoffLimitExceeded"));
   // Every pod still running is deleted; the failed one stays for its logs.
   EXPECT_THAT(
-      Describe(plan.writes),
+      Describe(changes.writes),
       ElementsAre(HasSubstr("quickstart-k8s-ps-0"), HasSubstr("quickstart-k8s-sharding"),
                   HasSubstr("quickstart-k8s-worker-0"), HasSubstr("quickstart-k8s-worker-1"),
                   HasSubstr("quickstart-k8s-worker-2")));
-  EXPECT_EQ(plan.requeue_after_ms, 0);
+  EXPECT_EQ(changes.requeue_after_ms, 0);
   // Terminal: later passes write nothing, emit nothing.
   c.now += 10000;
   const Changes later = c.Pass();
@@ -1110,10 +1112,10 @@ TEST(ReconcileTest, SuccessStopsTheServers) {
   c.now += 90000;
   Snapshot o = c.Observe();
   o.progress = Progress{40000, 40000, 2, 2, 0, true};
-  const Changes plan = Reconcile(o, Settings{});
-  c.Apply(plan);
-  ASSERT_TRUE(plan.status.has_value());
-  const Json& st = *plan.status;
+  const Changes changes = Reconcile(o, Settings{});
+  c.Apply(changes);
+  ASSERT_TRUE(changes.status.has_value());
+  const Json& st = *changes.status;
   EXPECT_EQ(Condition(st, "Succeeded")["status"], "True");
   EXPECT_EQ(Condition(st, "Succeeded")["reason"], "AllWorkersSucceeded");
   EXPECT_EQ(Condition(st, "Running")["status"], "False");
@@ -1121,10 +1123,11 @@ TEST(ReconcileTest, SuccessStopsTheServers) {
   EXPECT_EQ(st["progress"]["percent"], 100);
   EXPECT_EQ(st["workers"]["succeeded"], 4);
   EXPECT_EQ(st["state"], "Succeeded");
-  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods quickstart-k8s-ps-0"),
-                                                 HasSubstr("delete pods quickstart-k8s-sharding")));
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal JobSucceeded"));
-  EXPECT_EQ(plan.requeue_after_ms, 0);
+  EXPECT_THAT(Describe(changes.writes),
+              ElementsAre(HasSubstr("delete pods quickstart-k8s-ps-0"),
+                          HasSubstr("delete pods quickstart-k8s-sharding")));
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Normal JobSucceeded"));
+  EXPECT_EQ(changes.requeue_after_ms, 0);
   c.RemoveTerminating();
   Changes later = c.Pass();
   EXPECT_THAT(later.writes, IsEmpty());
@@ -1140,44 +1143,44 @@ TEST(ReconcileTest, TtlAfterFinishedDeletesTheJob) {
   c.Settle();
   for (int i = 0; i < 4; ++i) c.SetPhase(absl::StrCat("quickstart-k8s-worker-", i), "Succeeded");
   const int64_t done = c.now;
-  Changes plan = c.Pass();
-  EXPECT_EQ(plan.requeue_after_ms, 60000);
+  Changes changes = c.Pass();
+  EXPECT_EQ(changes.requeue_after_ms, 60000);
   c.now = done + 10000;
-  plan = c.Pass();
-  EXPECT_EQ(plan.requeue_after_ms, 50000);
+  changes = c.Pass();
+  EXPECT_EQ(changes.requeue_after_ms, 50000);
   EXPECT_FALSE(c.job_deleted);
   c.now = done + 60000;
-  plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes), ElementsAre("delete job quickstart-k8s"));
+  changes = c.Pass();
+  EXPECT_THAT(Describe(changes.writes), ElementsAre("delete job quickstart-k8s"));
   EXPECT_TRUE(c.job_deleted);
 }
 
 TEST(ReconcileTest, InvalidSpecFailsWithoutChildren) {
   Cluster c;
   c.job["spec"]["workers"]["replicas"] = -2;
-  Changes plan = c.Pass();
-  EXPECT_THAT(plan.writes, IsEmpty());
-  ASSERT_TRUE(plan.status.has_value());
-  const Json& failed = Condition(*plan.status, "Failed");
+  Changes changes = c.Pass();
+  EXPECT_THAT(changes.writes, IsEmpty());
+  ASSERT_TRUE(changes.status.has_value());
+  const Json& failed = Condition(*changes.status, "Failed");
   EXPECT_EQ(failed["status"], "True");
   EXPECT_EQ(failed["reason"], "InvalidSpec");
   EXPECT_THAT(failed["message"].get<std::string>(), HasSubstr("spec.workers.replicas"));
-  EXPECT_EQ(plan.status->at("conditions").size(), 6u);
-  EXPECT_EQ(plan.status->at("state"), "Failed");
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning InvalidSpec"));
-  EXPECT_EQ(plan.requeue_after_ms, 0);
-  plan = c.Pass();
-  EXPECT_FALSE(plan.status.has_value());
-  EXPECT_THAT(plan.events, IsEmpty());
+  EXPECT_EQ(changes.status->at("conditions").size(), 6u);
+  EXPECT_EQ(changes.status->at("state"), "Failed");
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Warning InvalidSpec"));
+  EXPECT_EQ(changes.requeue_after_ms, 0);
+  changes = c.Pass();
+  EXPECT_FALSE(changes.status.has_value());
+  EXPECT_THAT(changes.events, IsEmpty());
 
   // Fixed (a new generation): the job starts.
   c.job["spec"]["workers"]["replicas"] = 4;
   c.job["metadata"]["generation"] = 2;
-  plan = c.Pass();
+  changes = c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Failed")["status"], "False");
   EXPECT_EQ(Condition(c.Status(), "Failed")["observedGeneration"], 2);
   EXPECT_EQ(c.Status()["observedGeneration"], 2);
-  EXPECT_THAT(Describe(plan.writes), Not(IsEmpty()));
+  EXPECT_THAT(Describe(changes.writes), Not(IsEmpty()));
 }
 
 TEST(ReconcileTest, StragglersInStatusAndCondition) {
@@ -1187,9 +1190,9 @@ TEST(ReconcileTest, StragglersInStatusAndCondition) {
       {"worker-2", "node-2", "quickstart-k8s-worker-2", v1::PERSISTENT,
        "cpu contention from co-located pods", 2.3456, kT0 + 12000},
       {"worker-0", "node-0", "quickstart-k8s-worker-0", v1::LEADER, "faster device", 0.61, kT0}};
-  Changes plan = c.Pass({}, view);
-  ASSERT_TRUE(plan.status.has_value());
-  const Json& st = *plan.status;
+  Changes changes = c.Pass({}, view);
+  ASSERT_TRUE(changes.status.has_value());
+  const Json& st = *changes.status;
   EXPECT_EQ(st["stragglerCount"], 1);
   ASSERT_EQ(st["stragglers"].size(), 2u);
   EXPECT_EQ(st["stragglers"][0],
@@ -1205,7 +1208,7 @@ TEST(ReconcileTest, StragglersInStatusAndCondition) {
   }
   EXPECT_THAT(message, Not(HasSubstr("worker-0")));
   EXPECT_FALSE(c.Pass({}, view).status.has_value());
-  plan = c.Pass();
+  changes = c.Pass();
   EXPECT_EQ(Condition(c.Status(), "StragglersDetected")["status"], "False");
   EXPECT_EQ(Condition(c.Status(), "StragglersDetected")["reason"], "NoStragglers");
 }
@@ -1244,15 +1247,15 @@ TEST(ReconcileTest, AdjustBatchSize) {
     a.local_batch_size = 40;
     a.rule = tc.rule;
     a.reason = tc.reason;
-    const Changes plan = c.Pass({a}, tc.stragglers);
-    EXPECT_THAT(plan.writes, IsEmpty());
+    const Changes changes = c.Pass({a}, tc.stragglers);
+    EXPECT_THAT(changes.writes, IsEmpty());
     EXPECT_EQ(c.Status()["workerInstances"][2]["localBatchSize"], 40);
     EXPECT_EQ(c.Status()["lastActions"].back()["action"], "ADJUST_BS");
     EXPECT_EQ(Condition(c.Status(), "Mitigating")["reason"], "BatchSizesAdjusted");
     if (tc.event) {
-      EXPECT_THAT(EventReasons(plan), ElementsAre("Normal BatchSizeAdjusted"));
+      EXPECT_THAT(EventReasons(changes), ElementsAre("Normal BatchSizeAdjusted"));
     } else {
-      EXPECT_THAT(plan.events, IsEmpty());
+      EXPECT_THAT(changes.events, IsEmpty());
     }
   }
 }
@@ -1282,9 +1285,9 @@ TEST(ReconcileTest, BackupWorkersAreRecordedAndEveryRecordReadsBack) {
   backups.kind = vocab::ActionKind::kBackupWorkers;
   backups.rule = "backup-workers:start";
   backups.reason = "baseline";
-  const Changes plan = c.Pass({backups, KillRestart("worker-2", "node-2", "node-9")});
-  EXPECT_THAT(EventReasons(plan), Contains("Normal BackupWorkers"));
-  EXPECT_THAT(EventReasons(plan), Not(Contains("Warning ActionIgnored")));
+  const Changes changes = c.Pass({backups, KillRestart("worker-2", "node-2", "node-9")});
+  EXPECT_THAT(EventReasons(changes), Contains("Normal BackupWorkers"));
+  EXPECT_THAT(EventReasons(changes), Not(Contains("Warning ActionIgnored")));
   const Json& last = c.Status()["lastActions"];
   ASSERT_EQ(last.size(), 2u);
   EXPECT_EQ(last[0]["action"], "BACKUP_WORKERS");
@@ -1307,18 +1310,18 @@ TEST(ReconcileTest, RestartedWorkerGetsItsAdjustedBatch) {
   adjust.local_batch_size = 40;
   c.Pass({adjust, KillRestart("worker-2", "node-2", "")});
   c.RemoveTerminating();
-  const Changes plan = c.Pass();
-  ASSERT_EQ(plan.writes.size(), 2u);
-  EXPECT_EQ(Env(plan.writes[1].object, "ANTDT_LOCAL_BATCH"), "40");
+  const Changes changes = c.Pass();
+  ASSERT_EQ(changes.writes.size(), 2u);
+  EXPECT_EQ(Env(changes.writes[1].object, "ANTDT_LOCAL_BATCH"), "40");
 }
 
 TEST(ReconcileTest, JobBeingDeletedIsLeftToTheGarbageCollector) {
   Cluster c;
   c.Settle();
   c.job["metadata"]["deletionTimestamp"] = "2026-11-29T21:05:00Z";
-  const Changes plan = Reconcile(c.Observe(), Settings{});
-  EXPECT_THAT(plan.writes, IsEmpty());
-  EXPECT_FALSE(plan.status.has_value());
+  const Changes changes = Reconcile(c.Observe(), Settings{});
+  EXPECT_THAT(changes.writes, IsEmpty());
+  EXPECT_FALSE(changes.status.has_value());
 }
 
 TEST(ReconcileTest, SuspendDeletesEveryPodAndResumeStartsTheNextIncarnations) {
@@ -1330,49 +1333,50 @@ TEST(ReconcileTest, SuspendDeletesEveryPodAndResumeStartsTheNextIncarnations) {
   c.job["spec"]["suspend"] = true;
   c.job["metadata"]["generation"] = 2;
   c.now += 1000;
-  Changes plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ(Condition(*plan.status, "Suspended")["status"], "True");
-  EXPECT_EQ(Condition(*plan.status, "Running")["reason"], "JobSuspended");
-  EXPECT_EQ((*plan.status)["state"], "Suspended");
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Suspended"));
+  Changes changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ(Condition(*changes.status, "Suspended")["status"], "True");
+  EXPECT_EQ(Condition(*changes.status, "Running")["reason"], "JobSuspended");
+  EXPECT_EQ((*changes.status)["state"], "Suspended");
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Normal Suspended"));
   // Every running pod goes, the sharding service's too (its state is under the
   // checkpoint path); the succeeded worker's pod stays: it is its result.
-  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods quickstart-k8s-ps-0"),
-                                                 HasSubstr("delete pods quickstart-k8s-sharding"),
-                                                 HasSubstr("delete pods quickstart-k8s-worker-0"),
-                                                 HasSubstr("delete pods quickstart-k8s-worker-1"),
-                                                 HasSubstr("delete pods quickstart-k8s-worker-3")));
-  EXPECT_EQ((*plan.status)["workerInstances"][0]["incarnation"], 1);
-  EXPECT_EQ((*plan.status)["workerInstances"][2]["incarnation"], 0);
-  EXPECT_EQ((*plan.status)["workers"]["restarts"], 0);  // a suspension is no restart
+  EXPECT_THAT(Describe(changes.writes),
+              ElementsAre(HasSubstr("delete pods quickstart-k8s-ps-0"),
+                          HasSubstr("delete pods quickstart-k8s-sharding"),
+                          HasSubstr("delete pods quickstart-k8s-worker-0"),
+                          HasSubstr("delete pods quickstart-k8s-worker-1"),
+                          HasSubstr("delete pods quickstart-k8s-worker-3")));
+  EXPECT_EQ((*changes.status)["workerInstances"][0]["incarnation"], 1);
+  EXPECT_EQ((*changes.status)["workerInstances"][2]["incarnation"], 0);
+  EXPECT_EQ((*changes.status)["workers"]["restarts"], 0);  // a suspension is no restart
   c.RemoveTerminating();
   c.now += 60000;
   for (int i = 0; i < 3; ++i) {
-    plan = c.Pass();
-    EXPECT_THAT(plan.writes, IsEmpty());  // nothing while suspended
-    EXPECT_THAT(plan.events, IsEmpty());
+    changes = c.Pass();
+    EXPECT_THAT(changes.writes, IsEmpty());  // nothing while suspended
+    EXPECT_THAT(changes.events, IsEmpty());
   }
   ASSERT_EQ(c.pods.size(), 1u);
 
   c.job["spec"]["suspend"] = false;
   c.job["metadata"]["generation"] = 3;
   c.now += 1000;
-  plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ(Condition(*plan.status, "Suspended")["status"], "False");
-  EXPECT_EQ(Condition(*plan.status, "Suspended")["reason"], "JobResumed");
-  EXPECT_EQ((*plan.status)["startTime"], kube::FormatTime(c.now));  // a Job's deadline restarts
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Resumed"));
-  EXPECT_THAT(Describe(plan.writes),
+  changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ(Condition(*changes.status, "Suspended")["status"], "False");
+  EXPECT_EQ(Condition(*changes.status, "Suspended")["reason"], "JobResumed");
+  EXPECT_EQ((*changes.status)["startTime"], kube::FormatTime(c.now));  // a Job's deadline restarts
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Normal Resumed"));
+  EXPECT_THAT(Describe(changes.writes),
               ElementsAre("create pods quickstart-k8s-sharding", "create pods quickstart-k8s-ps-0",
                           "leave worker-0", "create pods quickstart-k8s-worker-0", "leave worker-1",
                           "create pods quickstart-k8s-worker-1", "leave worker-3",
                           "create pods quickstart-k8s-worker-3"));
   // A resumed worker is not a worker being restarted.
-  EXPECT_EQ(Condition(*plan.status, "Mitigating")["status"], "False");
+  EXPECT_EQ(Condition(*changes.status, "Mitigating")["status"], "False");
   c.RunAll();
-  plan = c.Pass();
+  changes = c.Pass();
   EXPECT_EQ(c.Status()["state"], "Running");
   EXPECT_EQ(c.Status()["workers"]["restarts"], 0);
   EXPECT_EQ(c.Status()["workerInstances"][0]["resumes"], 1);
@@ -1396,13 +1400,13 @@ TEST(ReconcileTest, ScalingDownAndUpKeepsTheGlobalBatchAndReleasesTheRemoved) {
   c.job["spec"]["workers"]["replicas"] = 2;
   c.job["metadata"]["generation"] = 2;
   c.now += 1000;
-  Changes plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Scaled"));
-  EXPECT_THAT(plan.events[0].message, HasSubstr("from 4 to 2; removed worker-2, worker-3"));
-  EXPECT_THAT(plan.events[0].message, HasSubstr("global batch 256 kept"));
+  Changes changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Normal Scaled"));
+  EXPECT_THAT(changes.events[0].message, HasSubstr("from 4 to 2; removed worker-2, worker-3"));
+  EXPECT_THAT(changes.events[0].message, HasSubstr("global batch 256 kept"));
   EXPECT_THAT(
-      Describe(plan.writes),
+      Describe(changes.writes),
       ElementsAre("adjust worker-0 on node-0 to 128", "adjust worker-1 on node-1 to 128",
                   "resize 2 -worker-2,worker-3 +", HasSubstr("delete pods quickstart-k8s-worker-2"),
                   HasSubstr("delete pods quickstart-k8s-worker-3")));
@@ -1416,27 +1420,28 @@ TEST(ReconcileTest, ScalingDownAndUpKeepsTheGlobalBatchAndReleasesTheRemoved) {
   EXPECT_EQ(Condition(c.Status(), "Running")["status"], "True");
 
   // Their pods still terminating: nothing more; once gone, their shards go back.
-  plan = c.Pass();
-  EXPECT_THAT(plan.writes, IsEmpty());
+  changes = c.Pass();
+  EXPECT_THAT(changes.writes, IsEmpty());
   c.RemoveTerminating();
-  plan = c.Pass();
-  EXPECT_THAT(Describe(plan.writes), ElementsAre("release worker-2 <= 0", "release worker-3 <= 0",
-                                                 "resize 2 -worker-2,worker-3 +"));
+  changes = c.Pass();
+  EXPECT_THAT(Describe(changes.writes),
+              ElementsAre("release worker-2 <= 0", "release worker-3 <= 0",
+                          "resize 2 -worker-2,worker-3 +"));
   EXPECT_TRUE(c.Status()["removedWorkers"][0].value("retired", false));
-  plan = c.Pass();
-  EXPECT_THAT(plan.writes, IsEmpty());
-  EXPECT_FALSE(plan.status.has_value());
+  changes = c.Pass();
+  EXPECT_THAT(changes.writes, IsEmpty());
+  EXPECT_FALSE(changes.status.has_value());
 
   // Up to 3: worker-2 comes back as incarnation 1.
   c.job["spec"]["workers"]["replicas"] = 3;
   c.job["metadata"]["generation"] = 3;
-  plan = c.Pass();
+  changes = c.Pass();
   EXPECT_THAT(
-      Describe(plan.writes),
+      Describe(changes.writes),
       ElementsAre("adjust worker-0 on node-0 to 86", "adjust worker-1 on node-1 to 85",
                   "resize 3 - +worker-2", "leave worker-2", "create pods quickstart-k8s-worker-2"));
-  EXPECT_EQ(plan.writes[4].object["metadata"]["labels"]["antdt.io/incarnation"], "1");
-  EXPECT_EQ(Env(plan.writes[4].object, "ANTDT_LOCAL_BATCH"), "85");
+  EXPECT_EQ(changes.writes[4].object["metadata"]["labels"]["antdt.io/incarnation"], "1");
+  EXPECT_EQ(Env(changes.writes[4].object, "ANTDT_LOCAL_BATCH"), "85");
   EXPECT_EQ(BatchSum(c.Status()), 256);
   EXPECT_EQ(c.Status()["workerInstances"][2]["incarnation"], 1);
   EXPECT_EQ(c.Status()["workerInstances"][2]["resumes"], 1);
@@ -1458,22 +1463,22 @@ TEST(ReconcileTest, ScalingACollectiveJobRestartsItsRanksWithTheNewWorldSize) {
   c.Settle();
   c.job["spec"]["workers"]["replicas"] = 3;
   c.job["metadata"]["generation"] = 2;
-  Changes plan = c.Pass();
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Normal Scaled"));
-  EXPECT_THAT(plan.events[0].message, HasSubstr("2 running ranks restart with WORLD_SIZE=3"));
+  Changes changes = c.Pass();
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Normal Scaled"));
+  EXPECT_THAT(changes.events[0].message, HasSubstr("2 running ranks restart with WORLD_SIZE=3"));
   // No rank starts while the old group is still there (it would meet it at
   // its rendezvous).
-  EXPECT_THAT(Describe(plan.writes), ElementsAre(HasSubstr("delete pods pytorch-k8s-worker-0"),
-                                                 HasSubstr("delete pods pytorch-k8s-worker-1")));
+  EXPECT_THAT(Describe(changes.writes), ElementsAre(HasSubstr("delete pods pytorch-k8s-worker-0"),
+                                                    HasSubstr("delete pods pytorch-k8s-worker-1")));
   c.RemoveTerminating();
-  plan = c.Pass();
-  ASSERT_THAT(Describe(plan.writes),
+  changes = c.Pass();
+  ASSERT_THAT(Describe(changes.writes),
               ElementsAre("create pods pytorch-k8s-worker-0", "create pods pytorch-k8s-worker-1",
                           "create pods pytorch-k8s-worker-2"));
-  EXPECT_EQ(Env(plan.writes[2].object, "WORLD_SIZE"), "3");
-  EXPECT_EQ(Env(plan.writes[0].object, "WORLD_SIZE"), "3");
-  EXPECT_EQ(Env(plan.writes[0].object, "ANTDT_LOCAL_BATCH"), "22");  // 64 = 22 + 21 + 21
-  EXPECT_EQ(Env(plan.writes[1].object, "ANTDT_LOCAL_BATCH"), "21");
+  EXPECT_EQ(Env(changes.writes[2].object, "WORLD_SIZE"), "3");
+  EXPECT_EQ(Env(changes.writes[0].object, "WORLD_SIZE"), "3");
+  EXPECT_EQ(Env(changes.writes[0].object, "ANTDT_LOCAL_BATCH"), "22");  // 64 = 22 + 21 + 21
+  EXPECT_EQ(Env(changes.writes[1].object, "ANTDT_LOCAL_BATCH"), "21");
   EXPECT_EQ(BatchSum(c.Status()), 64);
   c.RunAll();
   c.Pass();
@@ -1487,13 +1492,13 @@ TEST(ReconcileTest, SuspendWithEphemeralStorageKeepsTheShardingServicesState) {
   c.job["spec"]["shardingService"]["storage"] = {{"ephemeral", true}};
   c.Settle();
   c.job["spec"]["suspend"] = true;
-  Changes plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  for (const std::string& write : Describe(plan.writes)) {
+  Changes changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  for (const std::string& write : Describe(changes.writes)) {
     EXPECT_THAT(write, Not(HasSubstr("sharding")));
   }
-  EXPECT_EQ(plan.writes.size(), 5u);  // ps-0 and four workers
-  EXPECT_THAT(Condition(*plan.status, "Suspended")["message"].get<std::string>(),
+  EXPECT_EQ(changes.writes.size(), 5u);  // ps-0 and four workers
+  EXPECT_THAT(Condition(*changes.status, "Suspended")["message"].get<std::string>(),
               HasSubstr("spec.shardingService.storage.ephemeral"));
 }
 
@@ -1501,13 +1506,13 @@ TEST(ReconcileTest, AJobCreatedSuspendedCreatesNoPodAndHasNotStarted) {
   Cluster c;
   c.job["spec"]["suspend"] = true;
   c.job["spec"]["checkpoint"] = {{"path", "/data/ckpt"}};
-  const Changes plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  for (const std::string& write : Describe(plan.writes)) {
+  const Changes changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  for (const std::string& write : Describe(changes.writes)) {
     EXPECT_THAT(write, Not(HasSubstr("create pods")));
   }
-  EXPECT_FALSE(plan.status->contains("startTime"));
-  EXPECT_EQ((*plan.status)["state"], "Suspended");
+  EXPECT_FALSE(changes.status->contains("startTime"));
+  EXPECT_EQ((*changes.status)["state"], "Suspended");
 }
 
 TEST(ReconcileTest, ActiveDeadlineFailsTheJob) {
@@ -1515,17 +1520,17 @@ TEST(ReconcileTest, ActiveDeadlineFailsTheJob) {
   c.job["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 60}};
   c.Settle();
   c.now += 59000;
-  Changes plan = c.Pass();
+  Changes changes = c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Failed")["status"], "False");
   c.now += 1000;
-  plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ(Condition(*plan.status, "Failed")["reason"], "DeadlineExceeded");
-  EXPECT_THAT(Condition(*plan.status, "Failed")["message"].get<std::string>(),
+  changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ(Condition(*changes.status, "Failed")["reason"], "DeadlineExceeded");
+  EXPECT_THAT(Condition(*changes.status, "Failed")["message"].get<std::string>(),
               HasSubstr("activeDeadlineSeconds (60s)"));
-  EXPECT_EQ((*plan.status)["state"], "Failed");
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning DeadlineExceeded"));
-  EXPECT_EQ(plan.writes.size(), 6u);  // every pod still running stops
+  EXPECT_EQ((*changes.status)["state"], "Failed");
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Warning DeadlineExceeded"));
+  EXPECT_EQ(changes.writes.size(), 6u);  // every pod still running stops
   c.now += 1000;
   c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Failed")["reason"], "DeadlineExceeded");
@@ -1538,12 +1543,12 @@ TEST(ReconcileTest, EvictedOrPreemptedWorkerIsRestartedWithoutCountingAFailure) 
   Json* pod = c.FindPod("quickstart-k8s-worker-1");
   (*pod)["status"] = Json::parse(
       R"({"phase":"Failed","reason":"Evicted","message":"The node was low on resource: memory."})");
-  Changes plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ((*plan.status)["workers"]["failed"], 0);
-  EXPECT_EQ(Condition(*plan.status, "Failed")["status"], "False");
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning WorkerDisrupted"));
-  EXPECT_THAT(plan.events[0].message, HasSubstr("Evicted"));
+  Changes changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ((*changes.status)["workers"]["failed"], 0);
+  EXPECT_EQ(Condition(*changes.status, "Failed")["status"], "False");
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Warning WorkerDisrupted"));
+  EXPECT_THAT(changes.events[0].message, HasSubstr("Evicted"));
   c.RemoveTerminating();
   c.Pass();
   c.RunAll();
@@ -1553,15 +1558,15 @@ TEST(ReconcileTest, EvictedOrPreemptedWorkerIsRestartedWithoutCountingAFailure) 
   (*pod)["status"]["phase"] = "Failed";
   (*pod)["status"]["conditions"] = Json::parse(
       R"([{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}])");
-  plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ((*plan.status)["workers"]["failed"], 0);
-  EXPECT_THAT(plan.events[0].message, HasSubstr("PreemptionByScheduler"));
+  changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ((*changes.status)["workers"]["failed"], 0);
+  EXPECT_THAT(changes.events[0].message, HasSubstr("PreemptionByScheduler"));
   // A failure of its own still counts (and here, with backoffLimit 0, fails the job).
   c.SetPhase("quickstart-k8s-worker-0", "Failed");
-  plan = c.Pass();
-  ASSERT_TRUE(plan.status.has_value());
-  EXPECT_EQ(Condition(*plan.status, "Failed")["reason"], "BackoffLimitExceeded");
+  changes = c.Pass();
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ(Condition(*changes.status, "Failed")["reason"], "BackoffLimitExceeded");
 }
 
 TEST(ReconcileTest, QueueLabelsOfTheJobGoToEveryPod) {
@@ -1584,17 +1589,17 @@ TEST(ReconcileTest, EventsOfACommittedDecisionAreWrittenAfterACrash) {
   c.Settle();
   // The operator commits a KILL_RESTART and stops before writing its Event.
   c.clear_pending_events = false;
-  Changes plan = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
-  EXPECT_THAT(EventReasons(plan), ElementsAre("Warning StragglerRestarted"));
+  Changes changes = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
+  EXPECT_THAT(EventReasons(changes), ElementsAre("Warning StragglerRestarted"));
   ASSERT_TRUE(c.Status().contains("pendingEvents"));
   EXPECT_EQ(c.Status()["pendingEvents"][0]["reason"], "StragglerRestarted");
   // Its successor's first pass writes it again, before its own.
   c.clear_pending_events = true;
   c.RemoveTerminating();
-  plan = c.Pass();
-  ASSERT_FALSE(plan.events.empty());
-  EXPECT_EQ(plan.events[0].reason, "StragglerRestarted");
-  EXPECT_THAT(plan.events[0].message, HasSubstr("worker-2"));
+  changes = c.Pass();
+  ASSERT_FALSE(changes.events.empty());
+  EXPECT_EQ(changes.events[0].reason, "StragglerRestarted");
+  EXPECT_THAT(changes.events[0].message, HasSubstr("worker-2"));
   EXPECT_FALSE(c.Status().contains("pendingEvents"));
   // Once written, never again.
   c.RunAll();
@@ -1611,9 +1616,9 @@ TEST(ReconcileTest, GangSchedulingPutsTheServersAndWorkersInAPodGroup) {
     c.Pass();
     ASSERT_TRUE(c.podgroups.empty()) << "not before the dataset";
     c.dataset_ready = true;
-    const Changes plan = c.Pass();
-    ASSERT_FALSE(plan.writes.empty());
-    EXPECT_EQ(plan.writes[0].resource, "podgroups");  // before its members
+    const Changes changes = c.Pass();
+    ASSERT_FALSE(changes.writes.empty());
+    EXPECT_EQ(changes.writes[0].resource, "podgroups");  // before its members
     ASSERT_EQ(c.podgroups.size(), 1u);
     const Json& group = c.podgroups[0];
     EXPECT_EQ(group["kind"], "PodGroup");
@@ -1653,9 +1658,9 @@ TEST(ReconcileTest, JobCredentialsGoInAnOwnedSecretThePodsReference) {
   Cluster c;
   c.settings.job_credentials = true;
   c.job_token = "t0k3n";
-  Changes plan = c.Pass();
+  Changes changes = c.Pass();
   EXPECT_THAT(
-      Describe(plan.writes),
+      Describe(changes.writes),
       ElementsAre("create services quickstart-k8s-sharding", "create services quickstart-k8s-ps",
                   "create services quickstart-k8s-workers",
                   "create persistentvolumeclaims "
@@ -1699,19 +1704,19 @@ TEST(ReconcileTest, AShardingServiceBackWithoutItsStateFailsTheJobSayingWhy) {
   c.Settle();
   c.dataset_lost = true;
   c.now += 1000;
-  Changes plan = c.Pass();
+  Changes changes = c.Pass();
   EXPECT_EQ(Condition(c.Status(), "Failed")["status"], "True");
   EXPECT_EQ(Condition(c.Status(), "Failed")["reason"], "ShardingStateLost");
   EXPECT_THAT(Condition(c.Status(), "Failed")["message"].get<std::string>(),
               HasSubstr("drop ephemeral, or mount a shared volume at spec.checkpoint.path"));
   EXPECT_EQ(c.Status()["state"], "Failed");
-  EXPECT_THAT(EventReasons(plan), Contains("Warning ShardingStateLost"));
-  EXPECT_THAT(Describe(plan.writes), Contains(HasSubstr("delete pods quickstart-k8s-worker-0")));
+  EXPECT_THAT(EventReasons(changes), Contains("Warning ShardingStateLost"));
+  EXPECT_THAT(Describe(changes.writes), Contains(HasSubstr("delete pods quickstart-k8s-worker-0")));
   // Said once; nothing created again.
   c.RemoveTerminating();
-  plan = c.Pass();
-  EXPECT_THAT(EventReasons(plan), Not(Contains("Warning ShardingStateLost")));
-  for (const Write& w : plan.writes) EXPECT_NE(w.kind, Write::Kind::kCreate);
+  changes = c.Pass();
+  EXPECT_THAT(EventReasons(changes), Not(Contains("Warning ShardingStateLost")));
+  for (const Write& w : changes.writes) EXPECT_NE(w.kind, Write::Kind::kCreate);
 }
 
 TEST(RenderTest, NoPodGroupWithoutGangScheduling) {

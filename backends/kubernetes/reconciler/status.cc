@@ -67,10 +67,10 @@ Json ProgressJson(int64_t committed, int64_t total, int64_t epoch, int64_t epoch
   return p;
 }
 
-// The plan for a spec that does not parse: Failed=True InvalidSpec, nothing
+// The changes for a spec that does not parse: Failed=True InvalidSpec, nothing
 // else touched.
 Changes InvalidSpecPlan(const Snapshot& o, const Json& old_status, int64_t generation) {
-  Changes plan;
+  Changes changes;
   Json status = old_status.is_object() ? old_status : Json::object();
   const std::string message(o.spec.status().message());
   const Json* failed = FindCondition(status, "Failed");
@@ -90,9 +90,9 @@ Changes InvalidSpecPlan(const Snapshot& o, const Json& old_status, int64_t gener
   status["state"] = JobState(status);
   status["observedGeneration"] = generation;
   if (!status.contains("startTime")) status["startTime"] = kube::FormatTime(o.now_ms);
-  if (!already) plan.events.push_back({"Warning", "InvalidSpec", message});
-  if (status != old_status) plan.status = std::move(status);
-  return plan;
+  if (!already) changes.events.push_back({"Warning", "InvalidSpec", message});
+  if (status != old_status) changes.status = std::move(status);
+  return changes;
 }
 
 const Json* FindCondition(const Json& status, const std::string& type) {
@@ -425,7 +425,7 @@ Json NewStatus(const Pass& pass, const Records& r) {
 
 // Events committed with the status: those a pass before left pending (its
 // operator stopped before writing them), then this pass's.
-void CommitEvents(const Pass& pass, Changes& plan, Json& status) {
+void CommitEvents(const Pass& pass, Changes& changes, Json& status) {
   std::vector<Event> events;
   const Json& pending = Get(pass.old_status, "pendingEvents");
   if (pending.is_array()) {
@@ -433,14 +433,14 @@ void CommitEvents(const Pass& pass, Changes& plan, Json& status) {
       events.push_back({GetString(e, "type"), GetString(e, "reason"), GetString(e, "message")});
     }
   }
-  events.insert(events.end(), plan.events.begin(), plan.events.end());
+  events.insert(events.end(), changes.events.begin(), changes.events.end());
   if (events.size() > kMaxPendingEvents) {
     events.erase(events.begin(), events.end() - static_cast<std::ptrdiff_t>(kMaxPendingEvents));
   }
-  plan.events = std::move(events);
-  if (plan.events.empty()) return;
+  changes.events = std::move(events);
+  if (changes.events.empty()) return;
   Json list = Json::array();
-  for (const Event& e : plan.events) {
+  for (const Event& e : changes.events) {
     list.push_back({{"type", e.type}, {"reason", e.reason}, {"message", e.message}});
   }
   status["pendingEvents"] = std::move(list);

@@ -1,4 +1,4 @@
-#include "core/loop/job_metrics.h"
+#include "backends/metrics/job_metrics.h"
 
 #include <algorithm>
 #include <optional>
@@ -7,7 +7,7 @@
 #include "core/policy/policy.h"
 #include "prometheus/metric_family.h"
 
-namespace antdt::control {
+namespace antdt::metrics {
 
 JobMetrics::JobMetrics(prometheus::Registry& registry, std::string ns, std::string job,
                        int64_t action_budget)
@@ -141,7 +141,7 @@ void JobMetrics::Skipped(const std::string& reason) {
   }
 }
 
-void JobMetrics::Time(const TimeDelta& delta) {
+void JobMetrics::Time(const loop::TimeDelta& delta) {
   std::lock_guard<std::mutex> lock(mu_);
   job_lost_.Add(Job()).Increment(std::max(0.0, delta.lost_seconds));
   if (delta.saved_seconds > 0) saved_.Add(Job()).Increment(delta.saved_seconds);
@@ -257,4 +257,4 @@ std::shared_ptr<prometheus::Collectable> WithNamespaces(
   return std::make_shared<NamespaceAdder>(std::move(inner), std::move(namespace_of));
 }
 
-}  // namespace antdt::control
+}  // namespace antdt::metrics

@@ -1,4 +1,4 @@
-#include "core/loop/job_metrics.h"
+#include "backends/metrics/job_metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "prometheus/metric_family.h"
 
-namespace antdt::control {
+namespace antdt::metrics {
 namespace {
 
 using ::testing::HasSubstr;
@@ -195,4 +195,4 @@ TEST(WithNamespace, AddsTheNamespaceToJobSeriesOnly) {
 }
 
 }  // namespace
-}  // namespace antdt::control
+}  // namespace antdt::metrics

@@ -21,7 +21,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
-namespace antdt::control {
+namespace antdt::metrics {
 
 class JobMetrics {
  public:
@@ -57,7 +57,7 @@ class JobMetrics {
   // The time ledger's increments for one view (time_ledger.h): time lost to
   // stragglers, per job and per worker, and saved (or, when negative, cost)
   // by the actions.
-  void Time(const TimeDelta& delta);
+  void Time(const loop::TimeDelta& delta);
 
  private:
   prometheus::Labels Job() const { return {{"namespace", ns_}, {"job", job_}}; }
@@ -100,4 +100,4 @@ using NamespaceOf = std::function<std::optional<std::string>(const std::string& 
 std::shared_ptr<prometheus::Collectable> WithNamespaces(
     std::shared_ptr<prometheus::Collectable> inner, NamespaceOf namespace_of);
 
-}  // namespace antdt::control
+}  // namespace antdt::metrics
