@@ -95,6 +95,9 @@ std::string BenchResultsJson(const std::string& scenario,
       row.held_out_accuracy = r.held_out_accuracy;
     }
     row.steps = r.steps;
+    row.extra["leases_shortened"] = r.leases_shortened < 0
+                                        ? nlohmann::ordered_json(nullptr)
+                                        : nlohmann::ordered_json(r.leases_shortened);
     row.estimated_saved_seconds = r.estimated_saved_seconds;
     row.estimated_lost_seconds = r.estimated_lost_seconds;
     if (r.none_jct_seconds >= 0) row.saved_vs_none_seconds = r.none_jct_seconds - r.jct_seconds;

@@ -285,8 +285,8 @@ TEST(Cli, SimWritesEachPolicysRunsBesideTheNoSlowdownRun) {
     const double jct = r["jct_seconds"];
     EXPECT_LE(r["jct_ci95_seconds"][0].get<double>(), jct);
     EXPECT_GE(r["jct_ci95_seconds"][1].get<double>(), jct);
-    for (const char* key :
-         {"ratio_to_no_slowdown", "steps", "estimated_saved_seconds", "actions", "wall_seconds"}) {
+    for (const char* key : {"ratio_to_no_slowdown", "steps", "estimated_saved_seconds", "actions",
+                            "wall_seconds", "leases_shortened"}) {
       EXPECT_TRUE(r.contains(key)) << key;
     }
   }

@@ -160,6 +160,7 @@ std::string SimResultsJson(const std::string& scenario, const std::vector<Policy
                  {"restarts", p.restarts},
                  {"steps_cut_at_deadline", p.cut_steps},
                  {"samples_moved_by_cuts", p.cut_samples},
+                 {"leases_shortened", first.leases_shortened},
                  {"skipped_seed_1", first.skipped},
                  {"step_reports", p.reports},
                  {"ledger_calls", p.calls},

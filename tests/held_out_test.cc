@@ -70,6 +70,10 @@ void ExpectNotWorse(const std::string& name, const std::string& records_line, in
                           accuracy - ideal_accuracy);
     EXPECT_EQ(r["records_committed"].get<int64_t>(), records) << policy;
     EXPECT_EQ(r["exactly_once"], true) << policy;
+    // The sharding service's own count of leases it ended early (a figure
+    // of the run, 0 or more; null only without a service).
+    ASSERT_TRUE(r["leases_shortened"].is_number_integer()) << policy << ": " << r;
+    EXPECT_GE(r["leases_shortened"].get<int64_t>(), 0) << policy;
     EXPECT_LE(std::abs(loss - ideal_loss), kLogLossTolerance)
         << policy << ": held-out log-loss " << loss << " against " << ideal_loss;
     EXPECT_LE(std::abs(accuracy - ideal_accuracy), kAccuracyTolerance)

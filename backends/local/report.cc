@@ -143,7 +143,8 @@ std::string ReportJson(const RunResult& r) {
   std::string json = absl::StrFormat(
       "{\n  \"job\": \"%s\",\n  \"policy\": \"%s\",\n  \"jct_seconds\": %.3f,\n"
       "  \"records_committed\": %d,\n  \"exactly_once\": %s,\n  \"exactly_once_checked\": %s,\n"
-      "  \"steps\": %d,\n  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n"
+      "  \"steps\": %d,\n  \"leases_shortened\": %s,\n  \"first_loss\": %.6f,\n  \"final_loss\": "
+      "%.6f,\n"
       "  \"held_out_log_loss\": %.6f,\n  \"held_out_accuracy\": %.6f,\n"
       "  \"estimated_saved_seconds\": %.3f,\n  \"estimated_lost_seconds\": %.3f,\n"
       "  \"none_jct_seconds\": %s,\n  \"actions\": [",
@@ -151,8 +152,10 @@ std::string ReportJson(const RunResult& r) {
       !r.journals_checked             ? "null"
       : r.verification.exactly_once() ? "true"
                                       : "false",
-      r.journals_checked ? "true" : "false", r.steps, r.first_loss, r.final_loss,
-      r.held_out_log_loss, r.held_out_accuracy, r.estimated_saved_seconds, r.estimated_lost_seconds,
+      r.journals_checked ? "true" : "false", r.steps,
+      r.leases_shortened < 0 ? std::string("null") : absl::StrCat(r.leases_shortened), r.first_loss,
+      r.final_loss, r.held_out_log_loss, r.held_out_accuracy, r.estimated_saved_seconds,
+      r.estimated_lost_seconds,
       r.none_jct_seconds < 0 ? "null" : absl::StrFormat("%.3f", r.none_jct_seconds));
   for (size_t i = 0; i < r.actions.size(); ++i) {
     const ActionRecord& a = r.actions[i];

@@ -174,7 +174,12 @@ TEST(WriteReport, TheWhyIsTheSentenceWithTheFieldsBehindAToggle) {
   const std::string json = Read(dir.File("report.json"));
   EXPECT_THAT(json, HasSubstr("\"estimated_saved_seconds\": 3.411,"));
   EXPECT_THAT(json, HasSubstr("\"none_jct_seconds\": null,"));
+  EXPECT_THAT(json, HasSubstr("\"leases_shortened\": null,"));  // no sharding service's figure
   EXPECT_THAT(json, HasSubstr("\"cause\": \"cpu_throttling\", \"reason\": \"PERSISTENT"));
+  RunResult counted = Sample();
+  counted.leases_shortened = 7;
+  ASSERT_TRUE(WriteReport(counted, dir.path()).ok());
+  EXPECT_THAT(Read(dir.File("report.json")), HasSubstr("\"leases_shortened\": 7,"));
   EXPECT_THAT(json, HasSubstr("\"worker\": \"ps-0\", \"role\": \"ps\""));
 }
 

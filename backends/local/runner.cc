@@ -490,6 +490,7 @@ absl::Status Runner::Collect() {
   }
   if (auto p = driver_->Progress(); p.ok()) {
     result_.records_committed = p->records_committed_total();
+    if (!o_.plain) result_.leases_shortened = p->leases_shortened();
   }
   CollectLoss();
   Teardown();

@@ -108,6 +108,10 @@ struct RunResult {
   std::string policy;  // its name, "no-slowdown" for the ideal run, "plain" for the baseline
   double jct_seconds = 0;
   int64_t records_committed = 0;
+  // Leases the sharding service ended before their shard's end (guided
+  // leasing at an epoch's tail, or a cut step's records given back): its
+  // GetProgress at the end; -1 when there was none (plain).
+  int64_t leases_shortened = -1;
   bool journals_checked = true;  // false: plain, `verification` is empty
   demo::Verification verification;
   std::vector<ActionRecord> actions;

@@ -421,6 +421,11 @@ absl::StatusOr<SimResult> Sim::Run() {
     if (c > 1) result_.duplicates += c - 1;
     if (c > 0) ++result_.records_committed;
   }
+  v1::GetProgressRequest progress;
+  *progress.mutable_dataset() = Ref();
+  if (auto p = ledger_->GetProgress(progress); p.ok()) {
+    result_.leases_shortened = p->leases_shortened();
+  }
   const v1::GetJobHealthResponse last = monitor_->Health(key_, UnixNow());
   result_.stragglers.assign(last.stragglers().begin(), last.stragglers().end());
   result_.estimated_saved_seconds = loop_->time_ledger().saved_seconds();

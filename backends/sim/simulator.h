@@ -102,6 +102,8 @@ struct SimResult {
   // worker cut, and the samples they took into a later step.
   int64_t cut_steps = 0;
   int64_t cut_samples = 0;
+  // Leases the ledger ended before their shard's end (its GetProgress).
+  int64_t leases_shortened = 0;
   // The Monitor's straggler records at the end of the job: what a fleet's
   // node memory learns from it.
   std::vector<v1::StragglerRecord> stragglers;
