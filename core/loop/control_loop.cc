@@ -47,8 +47,12 @@ void ControlLoop::RememberNodes(const v1::GetJobHealthResponse& health,
     // A record the memory cannot take (no node) is simply not remembered.
     memory_->Record(r, std::max(now, r.last_seen_unix_ms())).IgnoreError();
   }
+  // Nothing seen anywhere yet (most turns of most jobs): every node gets the
+  // answer for a node with no history, without a lookup per node per turn.
+  const bool empty = memory_->nodes() == 0;
+  const nodememory::Estimate unseen = memory_->For("", now);
   for (policy::NodeState& n : *nodes) {
-    const nodememory::Estimate e = memory_->For(n.name, now);
+    const nodememory::Estimate e = empty ? unseen : memory_->For(n.name, now);
     n.slowdown_expected_seconds = e.expected_duration_seconds;
     n.chronic = e.chronic;
     n.avoid = e.avoid;

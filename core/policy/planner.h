@@ -323,6 +323,9 @@ class Planner {
 
   // How many times slower than its peers' median capacity a worker is.
   double CapacitySlowdown(const Member& m) const;
+  // ", compensated by ADJUST_BS <t> ago and still <s>x slower than its peers":
+  // a compensated worker's case for a restart, `last` its shrink.
+  std::string StillSlow(const Decision& last, double slowdown) const;
 
   // decideBy expectedDuration: the least-loss choice for a slow worker.
   DurationChoice ByDuration(const Member& m) const;

@@ -48,17 +48,15 @@ void Planner::Nd() {
     std::string restart_rule;
     std::string what = Summary(m);
     std::optional<DurationChoice> weighed;
+    // A compensated worker's slowdown per sample, against its peers'.
+    const double slowdown = compensated ? CapacitySlowdown(m) : 1;
     if (spec_.by_expected_duration) {
-      const bool still_slow = compensated && CapacitySlowdown(m) >= spec_.compensated_slowdown;
+      const bool still_slow = compensated && slowdown >= spec_.compensated_slowdown;
       if (straggler || still_slow) {
         weighed = ByDuration(m);
         if (weighed->action == DurationAction::kKillRestart) {
           restart_rule = kNdDurationRestart;
-          if (!straggler) {
-            what = absl::StrCat(what, ", compensated by ADJUST_BS ", Secs(o_.now_ms - last->at_ms),
-                                " ago and still ", Num(CapacitySlowdown(m)),
-                                "x slower than its peers");
-          }
+          if (!straggler) absl::StrAppend(&what, StillSlow(*last, slowdown));
           what = absl::StrCat(what, "; ", weighed->why);
         } else if (!straggler) {
           Skip(m.id(), SkipReason::kCostAboveSaving,
@@ -78,13 +76,9 @@ void Planner::Nd() {
       }
     } else if (cls == v1::PERSISTENT) {
       restart_rule = kNdPersistentRestart;
-    } else if (compensated) {
-      const double slowdown = CapacitySlowdown(m);
-      if (slowdown >= spec_.compensated_slowdown) {
-        restart_rule = kNdCompensatedRestart;
-        what = absl::StrCat(what, ", compensated by ADJUST_BS ", Secs(o_.now_ms - last->at_ms),
-                            " ago and still ", Num(slowdown), "x slower than its peers");
-      }
+    } else if (compensated && slowdown >= spec_.compensated_slowdown) {
+      restart_rule = kNdCompensatedRestart;
+      absl::StrAppend(&what, StillSlow(*last, slowdown));
     }
     if (!restart_rule.empty()) {
       std::string why;
@@ -215,6 +209,11 @@ double Planner::SlowSeconds(const Member& m) const {
   const int slow = m.health != nullptr && m.health->compensated() ? m.health->speed_windows_slow()
                                                                   : m.windows_slow();
   return slow * static_cast<double>(o_.health.window_ms()) / 1000.0;
+}
+
+std::string Planner::StillSlow(const Decision& last, double slowdown) const {
+  return absl::StrCat(", compensated by ADJUST_BS ", Secs(o_.now_ms - last.at_ms),
+                      " ago and still ", Num(slowdown), "x slower than its peers");
 }
 
 bool Planner::OnChronicNode(const Member& m) const {
