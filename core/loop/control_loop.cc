@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -60,7 +62,7 @@ void ControlLoop::RememberNodes(const v1::GetJobHealthResponse& health,
 }
 
 void ControlLoop::Seed(std::vector<policy::Decision> decisions) {
-  for (policy::Decision& d : decisions) history_.push_back(std::move(d));
+  for (policy::Decision& d : decisions) Remember(std::move(d));
   budget_reported_ = false;
 }
 
@@ -163,12 +165,7 @@ void ControlLoop::MeasureRelaunches(const std::vector<policy::WorkerState>& memb
 }
 
 std::optional<policy::Observed> ControlLoop::PolicyInput(const Observation& now) {
-  observed_members_ = now.members;
-  observed_index_.clear();
-  for (size_t i = 0; i < observed_members_.size(); ++i) {
-    observed_index_[observed_members_[i].id] = i;  // the last of an id, as a scan found
-  }
-  MeasureRelaunches(observed_members_, now.now_ms);
+  MeasureRelaunches(now.members, now.now_ms);
   if (!now.health) return std::nullopt;
   const v1::GetJobHealthResponse& health = *now.health;
   if (health.window_ms() > 0) window_ms_seen_ = health.window_ms();
@@ -177,20 +174,13 @@ std::optional<policy::Observed> ControlLoop::PolicyInput(const Observation& now)
   backend_->RecordTime(time_ledger_.Observe(obs.now_ms, health));
   obs.job = options_.job;
   obs.health = health;
-  obs.workers = observed_members_;
+  obs.workers = now.members;
   // A member restarted by a decision in the history was restarted then, even
   // when its backend does not remember it (after the backend's own restart).
-  // One pass over each: thousands of members and decisions.
-  std::unordered_map<std::string, int64_t> restarted;
-  for (const policy::Decision& d : history_) {
-    if (std::holds_alternative<policy::KillRestart>(d.action)) {
-      int64_t& at = restarted.try_emplace(d.subject, d.at_ms).first->second;
-      at = std::max(at, d.at_ms);
+  if (!history_index_.Restarts().empty()) {
+    for (policy::WorkerState& m : obs.workers) {
+      m.last_restart_ms = std::max(m.last_restart_ms, history_index_.LastRestartMs(m.id));
     }
-  }
-  for (policy::WorkerState& m : obs.workers) {
-    auto it = restarted.find(m.id);
-    if (it != restarted.end()) m.last_restart_ms = std::max(m.last_restart_ms, it->second);
   }
   obs.nodes = now.nodes;
   RememberNodes(health, &obs.nodes);
@@ -201,15 +191,26 @@ std::optional<policy::Observed> ControlLoop::PolicyInput(const Observation& now)
   return obs;
 }
 
+void ControlLoop::Remember(policy::Decision decision) {
+  history_index_.Add(decision);
+  history_.push_back(std::move(decision));
+}
+
 policy::Plan ControlLoop::Decide(const policy::Observed& observed) const {
   return policy::Decide(observed, options_.policy);
 }
 
-std::vector<Effect> ControlLoop::Effects(const policy::Plan& plan,
-                                         const policy::Observed& observed) {
-  std::unordered_map<std::string, double> scores;
-  for (const v1::WorkerHealth& h : observed.health.workers()) scores[h.worker_id()] = h.score();
+std::vector<Effect> ControlLoop::Effects(const policy::Plan& plan, const policy::Observed& observed,
+                                         const std::vector<policy::WorkerState>& members) {
   std::vector<Effect> effects;
+  if (plan.decisions.empty()) return effects;
+  // Views of the observation's own strings: thousands of members a turn.
+  std::unordered_map<std::string_view, double> scores;
+  for (const v1::WorkerHealth& h : observed.health.workers()) scores[h.worker_id()] = h.score();
+  std::unordered_map<std::string_view, size_t> index;
+  for (size_t i = 0; i < members.size(); ++i) {
+    index[members[i].id] = i;  // the last of an id, as a scan finds
+  }
   for (const policy::Decision& d : plan.decisions) {
     Effect& e = effects.emplace_back();
     e.decision = d;
@@ -223,9 +224,8 @@ std::vector<Effect> ControlLoop::Effects(const policy::Plan& plan,
       auto cost = d.evidence.find("cost_seconds");
       e.cost_seconds = cost != d.evidence.end() ? cost->second : observed.restart_cost_seconds;
     }
-    auto found = observed_index_.find(policy::ActionTarget(d.action));
-    const policy::WorkerState* member =
-        found == observed_index_.end() ? nullptr : &observed_members_[found->second];
+    auto found = index.find(policy::ActionTarget(d.action));
+    const policy::WorkerState* member = found == index.end() ? nullptr : &members[found->second];
     // A member not running now (being started) gets no directive; the decision
     // stands (committed, recorded) and it starts with the batch the next plan sees.
     if (const auto* a = std::get_if<policy::AdjustBatchSize>(&d.action)) {
@@ -272,10 +272,12 @@ Ready ControlLoop::Step(const Observation& now, bool may_decide) {
     if (observed) {
       // The history is lent to the policy, not copied: thousands of decisions.
       observed->history.swap(history_);
+      observed->history_index = &history_index_;
       ready.plan = Decide(*observed);
       ready.decided = true;
       history_.swap(observed->history);
-      ready.effects = Effects(ready.plan, *observed);
+      observed->history_index = nullptr;
+      ready.effects = Effects(ready.plan, *observed, now.members);
     }
   }
   const std::vector<policy::WorkerState>& members = now.members;
@@ -290,6 +292,11 @@ Ready ControlLoop::Step(const Observation& now, bool may_decide) {
 }
 
 absl::Status ControlLoop::Apply(const Ready& ready) {
+  for (const Departure& d : ready.departures) {
+    if (d.leave_servers) backend_->LeaveParameterServers(d.worker);
+    // Not fatal: the leases expire by themselves (the backend logs it).
+    if (d.release_shards) (void)backend_->ReleaseShards(d.worker, d.incarnation);
+  }
   const policy::Plan& plan = ready.plan;
   for (size_t i = 0; i < plan.skipped.size() && i < plan.skip_reasons.size(); ++i) {
     backend_->RecordSkipped(plan.skipped[i], plan.skip_reasons[i]);
@@ -298,15 +305,15 @@ absl::Status ControlLoop::Apply(const Ready& ready) {
   for (const Effect& e : ready.effects) {
     if (ready.recommend_only) {
       backend_->RecordRecommendation({e.decision, e.predicted_saving_seconds, e.cost_seconds});
-      history_.push_back(e.decision);
+      Remember(e.decision);
       continue;
     }
     status = ApplyOne(e);
     if (!status.ok()) break;
-    history_.push_back(e.decision);
+    Remember(e.decision);
   }
   if (ready.decided && (!plan.decisions.empty() || !budget_reported_)) {
-    backend_->RecordBudgetUsed(policy::BudgetUsed(history_));
+    backend_->RecordBudgetUsed(history_index_.BudgetUsed());
     budget_reported_ = true;
   }
   RETURN_IF_ERROR(status);

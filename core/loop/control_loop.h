@@ -172,15 +172,29 @@ struct Effect {
   std::optional<policy::WorkerState> restart;
 };
 
+// A member whose part in the job ended outside the loop's decisions, by its
+// backend's own writes (the operator: a worker removed by a scale, once its
+// pod is gone; a restarted worker's earlier pod gone): the parameter servers
+// stop waiting for it, and/or its shards go back to the queue.
+struct Departure {
+  std::string worker;
+  int32_t incarnation = 0;  // release_shards: this one and older are fenced
+  bool leave_servers = false;
+  bool release_shards = false;
+};
+
 // One step's output: what was decided and every effect of it.
 struct Ready {
   bool decided = false;  // the policy ran (a turn was due, the Monitor had a view)
   // Mode Recommend: Apply carries nothing out, and a backend persists none
   // of the decisions as taken (the operator commits none to the status).
   bool recommend_only = false;
-  policy::Plan plan;                 // what it decided and passed over
-  std::vector<Effect> effects;       // one per plan.decisions, in order
-  std::vector<Delivery> deliveries;  // of no decision: server moves, batches re-delivered
+  policy::Plan plan;            // what it decided and passed over
+  std::vector<Effect> effects;  // one per plan.decisions, in order
+  // Of no decision: the backend's own batch changes (a scale), server moves,
+  // batches re-delivered; in this order.
+  std::vector<Delivery> deliveries;
+  std::vector<Departure> departures;  // the backend's own (Step adds none)
 };
 
 struct LoopOptions {
@@ -259,10 +273,12 @@ class ControlLoop {
   // nothing outside the loop but directive versions and what it measured.
   Ready Step(const Observation& now, bool may_decide = true);
   // Carries out `ready` (from the last Step, its decisions persisted where the
-  // backend keeps them): reports the plan's skipped actions, carries out each
-  // effect in order and adds its decision to the history (so it counts for
-  // cool-downs and budgets), then sends the other deliveries. Stops at the
-  // first error: the decisions before it are in the history, the rest are not.
+  // backend keeps them, and the backend's own departures and batch changes
+  // added): the departures first, then reports the plan's skipped actions,
+  // carries out each effect in order and adds its decision to the history (so
+  // it counts for cool-downs and budgets), then sends the other deliveries.
+  // Stops at the first error: the decisions before it are in the history, the
+  // rest are not.
   absl::Status Apply(const Ready& ready);
   // Sends `delivery` through the backend, counting an ADJUST_BS delivered
   // for the member's incarnation (it is not re-delivered); false when its
@@ -285,7 +301,11 @@ class ControlLoop {
 
  private:
   absl::Status ApplyOne(const Effect& effect);
-  std::vector<Effect> Effects(const policy::Plan& plan, const policy::Observed& observed);
+  // Appends `decision` to the history and its index.
+  void Remember(policy::Decision decision);
+  // The effects of `plan`, decided on `observed`, for `members` as observed.
+  std::vector<Effect> Effects(const policy::Plan& plan, const policy::Observed& observed,
+                              const std::vector<policy::WorkerState>& members);
   // Parameter server `s` serves from its new place: a directive for each
   // worker of `members` that runs on a node, pointing it there between two
   // steps (one that pushes to the old server first is sent on by it).
@@ -308,8 +328,7 @@ class ControlLoop {
   Backend* const backend_;
   const Clock* const clock_;
   std::vector<policy::Decision> history_;
-  std::vector<policy::WorkerState> observed_members_;       // of the last turn's Observation
-  std::unordered_map<std::string, size_t> observed_index_;  // id -> index in it
+  policy::HistoryIndex history_index_;  // of history_, kept as it grows (Remember)
   int64_t next_run_ms_ = 0;
   int64_t windows_seen_ = -1;   // Observation::windows_closed at the last turn
   int64_t window_ms_seen_ = 0;  // the Monitor's window length, as its health last said

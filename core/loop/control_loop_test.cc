@@ -257,6 +257,31 @@ TEST(ControlLoop, ReDeliveriesAndServerMovesAreTheLoopsDirectives) {
   EXPECT_EQ(loop.Step(b.Observe(clock)).deliveries.size(), 3u) << "moved again";
 }
 
+// A backend's own departures (the operator's: a removed worker's pod gone, a
+// restarted worker's earlier pod gone) go out through the loop's Apply, before
+// the step's decisions are carried out, and only there: one stream of effects.
+TEST(ControlLoop, ABackendsDeparturesAreCarriedOutFirstByApply) {
+  FakeClock clock(kStart);
+  FakeBackend b;
+  Job(b, "worker-2", v1::TRANSIENT, 3.0, 1);
+  ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
+  Ready ready = loop.Step(b.Observe(clock));
+  ASSERT_TRUE(ready.decided);
+  ASSERT_FALSE(ready.effects.empty());
+  ready.departures.push_back({"worker-7", 0, /*leave_servers=*/true, false});
+  ready.departures.push_back({"worker-9", 3, false, /*release_shards=*/true});
+  EXPECT_TRUE(b.calls.empty()) << "a step sends nothing";
+  ASSERT_TRUE(loop.Apply(ready).ok());
+  ASSERT_GE(b.calls.size(), 3u);
+  EXPECT_EQ(b.calls[0], "leave worker-7");
+  EXPECT_EQ(b.calls[1], "release worker-9@3");
+  EXPECT_EQ(b.calls[2].rfind("directive worker-", 0), 0u) << b.calls[2];
+  for (size_t i = 2; i < b.calls.size(); ++i) {
+    EXPECT_EQ(b.calls[i].find("leave"), std::string::npos) << "each departure once";
+    EXPECT_EQ(b.calls[i].find("release"), std::string::npos) << "each departure once";
+  }
+}
+
 // A backend whose members may run without their committed batch (the
 // operator's pods) has it re-delivered once to each incarnation; a worker the
 // same step sizes is not sent its old batch, and a re-delivery overtaken by

@@ -17,7 +17,7 @@ void TimeLedger::Restarted(const std::string& worker) {
 
 TimeDelta TimeLedger::Observe(int64_t now_ms, const v1::GetJobHealthResponse& health) {
   struct Pace {
-    std::string id;
+    const std::string* id;  // the health's own
     double bpt = 0;
     double pace = 0;  // samples per second
   };
@@ -26,7 +26,7 @@ TimeDelta TimeLedger::Observe(int64_t now_ms, const v1::GetJobHealthResponse& he
     if (w.role() == "ps") continue;
     const double bpt = w.bpt_seconds(), pace = w.samples_per_second();
     if (std::isfinite(bpt) && bpt > 0 && std::isfinite(pace) && pace > 0) {
-      workers.push_back({w.worker_id(), bpt, pace});
+      workers.push_back({&w.worker_id(), bpt, pace});
     }
   }
   TimeDelta delta;
@@ -43,8 +43,8 @@ TimeDelta TimeLedger::Observe(int64_t now_ms, const v1::GetJobHealthResponse& he
   const double share = batch / static_cast<double>(workers.size());
   double untouched = 0;
   for (const Pace& w : workers) {
-    last_slowdown_[w.id] = median / w.pace;
-    auto r = restarted_.find(w.id);
+    last_slowdown_[*w.id] = median / w.pace;
+    auto r = restarted_.find(*w.id);
     const double pace = r != restarted_.end() ? median / r->second : w.pace;
     untouched = std::max(untouched, share / pace);
   }
@@ -56,7 +56,7 @@ TimeDelta TimeLedger::Observe(int64_t now_ms, const v1::GetJobHealthResponse& he
   const double ratio = untouched / step;
   delta.saved_seconds = std::abs(ratio - 1) < 1e-9 ? 0 : dt * (ratio - 1);
   for (const Pace& w : workers) {
-    if (w.pace < median) delta.worker_lost_seconds[w.id] = dt * (1 - w.pace / median);
+    if (w.pace < median) delta.worker_lost_seconds[*w.id] = dt * (1 - w.pace / median);
   }
   lost_ += delta.lost_seconds;
   saved_ += delta.saved_seconds;

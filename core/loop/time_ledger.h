@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 
 #include "antdt/v1/monitor.pb.h"
 
@@ -55,8 +56,8 @@ class TimeLedger {
 
  private:
   int64_t last_ms_ = -1;
-  std::map<std::string, double> last_slowdown_;  // worker -> m / c_i in the last view
-  std::map<std::string, double> restarted_;      // worker -> slowdown kept at its restart
+  std::unordered_map<std::string, double> last_slowdown_;  // worker -> m / c_i in the last view
+  std::map<std::string, double> restarted_;                // worker -> slowdown kept at its restart
   double lost_ = 0;
   double saved_ = 0;
 };

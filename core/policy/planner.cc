@@ -7,8 +7,8 @@ namespace antdt::policy::internal {
 // ---- shared pieces ------------------------------------------------------------------
 
 const Decision* Planner::LastOwn(const std::string& id) const {
-  auto it = last_own_.find(id);
-  return it == last_own_.end() ? nullptr : it->second;
+  const std::optional<size_t> at = history_->LastOwn(id);
+  return at ? &o_.history[*at] : nullptr;
 }
 
 int64_t Planner::RuleCooldown(const std::string& rule) const {
@@ -120,9 +120,9 @@ const NodeState* Planner::PickNode(const std::string& from) const {
       continue;
     }
     bool blocked = false;
-    for (const Decision& d : o_.history) {
+    for (size_t at : history_->Restarts()) {
+      const Decision& d = o_.history[at];
       const auto* k = std::get_if<KillRestart>(&d.action);
-      if (k == nullptr) continue;
       blocked |= k->from_node == n->name && k->exclude_node_until_ms > o_.now_ms;
       blocked |= k->to_node == n->name && d.at_ms + spec_.cooldown_ms > o_.now_ms;
     }

@@ -11,7 +11,9 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -202,9 +204,12 @@ inline std::string Summary(const Member& m) {
 class Planner {
  public:
   Planner(const Observed& observed, const PolicySpec& spec) : o_(observed), spec_(spec) {
-    std::map<std::string, const v1::WorkerHealth*> health;
+    // Hashed by views of the observation's own strings: ten thousand members a turn.
+    std::unordered_map<std::string_view, const v1::WorkerHealth*> health;
+    health.reserve(static_cast<size_t>(o_.health.workers_size()));
     for (const v1::WorkerHealth& h : o_.health.workers()) health[h.worker_id()] = &h;
-    std::set<std::string> known;
+    std::unordered_set<std::string_view> known;
+    known.reserve(o_.workers.size());
     for (const WorkerState& w : o_.workers) {
       known.insert(w.id);
       if (!w.alive) continue;
@@ -215,43 +220,25 @@ class Planner {
     auto by_id = [](const Member& a, const Member& b) { return a.id() < b.id(); };
     std::sort(workers_.begin(), workers_.end(), by_id);
     std::sort(servers_.begin(), servers_.end(), by_id);
+    std::vector<std::string_view> strangers;  // stragglers not among the members, by id
     for (const auto& [id, h] : health) {
-      if (!known.count(id) && IsStraggler(h->class_())) {
-        Skip(id, SkipReason::kNotApplicable,
-             "in the Monitor's view but not among the job's members; ignored");
-      }
+      if (!known.count(id) && IsStraggler(h->class_())) strangers.push_back(id);
+    }
+    std::sort(strangers.begin(), strangers.end());
+    for (std::string_view id : strangers) {
+      Skip(std::string(id), SkipReason::kNotApplicable,
+           "in the Monitor's view but not among the job's members; ignored");
     }
 
-    for (const Decision& d : o_.history) {
-      if (!d.subject.empty()) {
-        const Decision*& last = last_own_[d.subject];
-        if (last == nullptr || d.at_ms >= last->at_ms) last = &d;
-      }
+    // What the history says, from the caller's index when it has one (the
+    // control loop keeps it as it appends: no pass over thousands of decisions).
+    if (o_.history_index == nullptr || o_.history_index->size() != o_.history.size()) {
+      own_index_.emplace(o_.history);
     }
-    // The history is in time order: each subject's trailing run of own
-    // straggler ADJUST_BS decisions, from its first.
-    for (const Decision& d : o_.history) {
-      if (d.subject.empty()) continue;
-      if (std::holds_alternative<AdjustBatchSize>(d.action) &&
-          (d.rule == kNdTransientAdjust || d.rule == kNdPersistentAdjust)) {
-        compensated_since_.try_emplace(d.subject, d.at_ms);
-      } else {
-        compensated_since_.erase(d.subject);
-      }
-    }
-    // Interventions so far: per job (BudgetUsed), and per rule the same way.
-    used_ = BudgetUsed(o_.history);
-    std::map<std::string, std::set<int64_t>> rule_rounds;
-    for (const Decision& d : o_.history) {
-      if (std::holds_alternative<AdjustBatchSize>(d.action)) {
-        last_round_ms_ = std::max(last_round_ms_, d.at_ms);
-        if (d.rule == kNdRebalance && d.subject.empty()) continue;  // a tidy round's, or shares one
-        rule_rounds[d.rule].insert(d.at_ms);
-      } else {
-        ++used_by_rule_[d.rule];
-      }
-    }
-    for (const auto& [rule, at] : rule_rounds) used_by_rule_[rule] += static_cast<int>(at.size());
+    history_ = own_index_ ? &*own_index_ : o_.history_index;
+    used_ = history_->BudgetUsed();
+    used_by_rule_ = history_->UsedByRule();
+    last_round_ms_ = history_->LastRoundMs();
     for (size_t i = 0; i < spec_.rules.size(); ++i) {
       rules_[RuleName(spec_.rules[i], i)] = &spec_.rules[i];
     }
@@ -436,7 +423,7 @@ class Planner {
 
   void WaitUntil(int64_t until_ms);
 
-  static constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
+  static constexpr int64_t kNever = HistoryIndex::kNever;
   // A worker this much slower than the median slows every step by as much;
   // a window's noise on a shared machine stays below it.
   static constexpr double kTidyMargin = 0.08;
@@ -444,16 +431,16 @@ class Planner {
   const Observed& o_;
   const PolicySpec& spec_;
   Plan plan_;
-  std::vector<Member> workers_;                      // alive workers, by id
-  std::vector<Member> servers_;                      // alive parameter servers, by id
-  std::map<std::string, const Decision*> last_own_;  // member id -> its last own decision
-  std::map<std::string, const Rule*> rules_;         // custom rules by name
-  std::set<std::string> chosen_nodes_;               // restart targets in this plan
-  std::set<std::string> fresh_;                      // workers restarted in this plan
-  int used_ = 0;                                     // job interventions, history + plan
+  std::vector<Member> workers_;               // alive workers, by id
+  std::vector<Member> servers_;               // alive parameter servers, by id
+  std::optional<HistoryIndex> own_index_;     // o_.history's, when the caller has none
+  const HistoryIndex* history_ = nullptr;     // o_.history's index
+  std::map<std::string, const Rule*> rules_;  // custom rules by name
+  std::set<std::string> chosen_nodes_;        // restart targets in this plan
+  std::set<std::string> fresh_;               // workers restarted in this plan
+  int used_ = 0;                              // job interventions, history + plan
   std::map<std::string, int> used_by_rule_;
-  int64_t last_round_ms_ = kNever;                    // the last ADJUST_BS round in history
-  std::map<std::string, int64_t> compensated_since_;  // see CompensatedSince
+  int64_t last_round_ms_ = kNever;  // the last ADJUST_BS round in history
   int64_t global_batch_ = 0;
   mutable std::optional<WorkerTotals> totals_;  // Totals(), once
   // FindNode's and SlowSeconds' indexes, built on first use.

@@ -82,9 +82,7 @@ void Planner::Custom() {
 // ---- backup-workers ---------------------------------------------------------------
 
 void Planner::BackupWorkers() {
-  for (const Decision& d : o_.history) {
-    if (std::holds_alternative<UseBackupWorkers>(d.action)) return;
-  }
+  if (history_->BackupWorkersStarted()) return;
   const int64_t n = static_cast<int64_t>(workers_.size());
   if (spec_.backup_workers >= n) {
     Skip("job", SkipReason::kNotApplicable,

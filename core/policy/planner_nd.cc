@@ -161,8 +161,7 @@ void Planner::Tidy(const std::set<std::string>& frozen) {
 }
 
 int64_t Planner::CompensatedSince(const std::string& id) const {
-  auto it = compensated_since_.find(id);
-  return it == compensated_since_.end() ? kNever : it->second;
+  return history_->CompensatedSince(id);
 }
 
 bool Planner::Resettled(const Member& m, const Decision& last) const {

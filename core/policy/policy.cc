@@ -52,17 +52,52 @@ vocab::ActionKind KindOf(const Action& action) {
   return ActionKind::kBackupWorkers;
 }
 
-int BudgetUsed(const std::vector<Decision>& history) {
-  std::set<int64_t> rounds;  // the at_ms of each ADJUST_BS round
-  int used = 0;
-  for (const Decision& d : history) {
-    if (!std::holds_alternative<AdjustBatchSize>(d.action)) {
-      ++used;
-    } else if (!(d.rule == kNdRebalance && d.subject.empty())) {  // a tidy round's, or shares one
-      rounds.insert(d.at_ms);
+int BudgetUsed(const std::vector<Decision>& history) { return HistoryIndex(history).BudgetUsed(); }
+
+void HistoryIndex::Add(const Decision& d) {
+  const size_t at = size_++;
+  const bool adjust = std::holds_alternative<AdjustBatchSize>(d.action);
+  if (!d.subject.empty()) {
+    auto [last, added] = last_own_.try_emplace(d.subject, at, d.at_ms);
+    if (!added && d.at_ms >= last->second.second) last->second = {at, d.at_ms};
+    if (adjust &&
+        (d.rule == internal::kNdTransientAdjust || d.rule == internal::kNdPersistentAdjust)) {
+      compensated_since_.try_emplace(d.subject, d.at_ms);
+    } else {
+      compensated_since_.erase(d.subject);
     }
   }
-  return used + static_cast<int>(rounds.size());
+  if (adjust) {
+    last_round_ms_ = std::max(last_round_ms_, d.at_ms);
+    if (d.rule == kNdRebalance && d.subject.empty()) return;  // a tidy round's, or shares one
+    rounds_.insert(d.at_ms);
+    if (rule_rounds_[d.rule].insert(d.at_ms).second) ++used_by_rule_[d.rule];
+    return;
+  }
+  ++non_adjust_;
+  ++used_by_rule_[d.rule];
+  if (std::holds_alternative<KillRestart>(d.action)) {
+    restarts_.push_back(at);
+    int64_t& restarted = last_restart_ms_.try_emplace(d.subject, d.at_ms).first->second;
+    restarted = std::max(restarted, d.at_ms);
+  }
+  if (std::holds_alternative<UseBackupWorkers>(d.action)) backup_started_ = true;
+}
+
+std::optional<size_t> HistoryIndex::LastOwn(const std::string& subject) const {
+  auto it = last_own_.find(subject);
+  if (it == last_own_.end()) return std::nullopt;
+  return it->second.first;
+}
+
+int64_t HistoryIndex::CompensatedSince(const std::string& subject) const {
+  auto it = compensated_since_.find(subject);
+  return it == compensated_since_.end() ? kNever : it->second;
+}
+
+int64_t HistoryIndex::LastRestartMs(const std::string& subject) const {
+  auto it = last_restart_ms_.find(subject);
+  return it == last_restart_ms_.end() ? -1 : it->second;
 }
 
 bool IsRebalance(const Decision& decision) {

@@ -149,9 +149,13 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -213,6 +217,54 @@ struct Decision {
 // each ADJUST_BS round (decisions sharing at_ms) one, antdt-nd's tidy rounds
 // none.
 int BudgetUsed(const std::vector<Decision>& history);
+
+// What the policies read of a history of decisions on every turn, kept as the
+// history grows (Add each decision in order), so that a turn of a job with
+// thousands of past decisions costs no pass over them. Positions are indexes
+// into that history.
+class HistoryIndex {
+ public:
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
+
+  HistoryIndex() = default;
+  explicit HistoryIndex(const std::vector<Decision>& history) {
+    for (const Decision& d : history) Add(d);
+  }
+  // `d` is the history's next decision (at position size()).
+  void Add(const Decision& d);
+  // How many decisions were added.
+  size_t size() const { return size_; }
+
+  // The position of `subject`'s last own decision (the latest at_ms, the later
+  // of a tie); nullopt when it has none.
+  std::optional<size_t> LastOwn(const std::string& subject) const;
+  // When `subject`'s trailing run of own straggler ADJUST_BS decisions
+  // (antdt-nd's transient and persistent adjust) began; kNever outside one.
+  int64_t CompensatedSince(const std::string& subject) const;
+  // When `subject` was last restarted (KILL_RESTART); -1 never.
+  int64_t LastRestartMs(const std::string& subject) const;
+  // BudgetUsed(history), and the same count per rule (tidy rounds in none).
+  int BudgetUsed() const { return non_adjust_ + static_cast<int>(rounds_.size()); }
+  const std::map<std::string, int>& UsedByRule() const { return used_by_rule_; }
+  // The latest ADJUST_BS decision's at_ms (tidy rounds too); kNever none.
+  int64_t LastRoundMs() const { return last_round_ms_; }
+  // The positions of the KILL_RESTART decisions, in order.
+  const std::vector<size_t>& Restarts() const { return restarts_; }
+  bool BackupWorkersStarted() const { return backup_started_; }
+
+ private:
+  size_t size_ = 0;
+  std::unordered_map<std::string, std::pair<size_t, int64_t>> last_own_;  // position, at_ms
+  std::unordered_map<std::string, int64_t> compensated_since_;
+  std::unordered_map<std::string, int64_t> last_restart_ms_;
+  int non_adjust_ = 0;        // KILL_RESTART and UseBackupWorkers decisions
+  std::set<int64_t> rounds_;  // the at_ms of each ADJUST_BS round but tidy ones
+  std::map<std::string, std::set<int64_t>> rule_rounds_;
+  std::map<std::string, int> used_by_rule_;
+  int64_t last_round_ms_ = kNever;
+  std::vector<size_t> restarts_;
+  bool backup_started_ = false;
+};
 // A batch change that only keeps the global batch constant (ADJUST_BS with
 // no subject: around another member's action, a tidy round, an antdt-dd or
 // lb-bsp round): counted apart from the actions users read first.
@@ -291,6 +343,9 @@ struct Observed {
   // restore from its checkpoint and the replay after it) + warm-up, or a default.
   double ps_restart_cost_seconds = 60;
   std::vector<Decision> history;  // decisions already taken for this job
+  // An index of `history` its holder keeps as it appends (the control loop);
+  // null, or not of the history's size: the policy builds its own.
+  const HistoryIndex* history_index = nullptr;
 };
 
 // ---- The policy specification (spec.stragglerPolicy in the manifest) ---------------

@@ -821,6 +821,74 @@ TEST(NdPolicy, RestartsAvoidTheNodesTheMemoryMarks) {
   EXPECT_TRUE(Skipped(p, "w-3", "no spare node")) << Dump(p);
 }
 
+// The control loop lends the policy an index of the history that it keeps as
+// it appends (HistoryIndex): the plans are the ones the policy makes from the
+// history alone, turn after turn, and an index of another length is not used.
+TEST(HistoryIndexTest, AnIndexKeptAsTheHistoryGrowsGivesTheSamePlans) {
+  Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 2.0, 1}, {"w-5", v1::PERSISTENT, 2.0, 4}}));
+  PolicySpec spec = Thresholds();
+  spec.settle_ms = 2'500;
+  HistoryIndex index;
+  int decided = 0;
+  for (int turn = 0; turn < 6; ++turn) {
+    o.now_ms = kNow + turn * 20'000;
+    o.history_index = nullptr;
+    const Plan alone = Decide(o, spec);
+    o.history_index = &index;
+    const Plan indexed = Decide(o, spec);
+    EXPECT_EQ(Dump(indexed), Dump(alone)) << "turn " << turn;
+    for (WorkerState& w : o.workers) {
+      if (w.role != Role::kParameterServer) w.local_batch_size = Batches(o, indexed).at(w.id);
+    }
+    for (const Decision& d : indexed.decisions) {
+      o.history.push_back(d);
+      index.Add(d);
+    }
+    decided += static_cast<int>(indexed.decisions.size());
+    EXPECT_EQ(index.size(), o.history.size());
+    EXPECT_EQ(index.BudgetUsed(), BudgetUsed(o.history));
+  }
+  EXPECT_GT(decided, 0);
+  Plan taken;
+  taken.decisions = o.history;
+  EXPECT_GT(Count(taken, "KILL_RESTART"), 0) << "restarts: the spare node's choice reads them";
+  // An index of fewer decisions than the history (stale) is not read.
+  HistoryIndex stale;
+  o.history_index = &stale;
+  o.now_ms += 20'000;
+  Observed alone = o;
+  alone.history_index = nullptr;
+  EXPECT_EQ(Dump(Decide(o, spec)), Dump(Decide(alone, spec)));
+}
+
+TEST(HistoryIndexTest, WhatThePoliciesReadOfAHistory) {
+  const HistoryIndex index({
+      Past(AdjustBatchSize{"w-3", 40, 1}, 30'000, "antdt-nd:transient-adjust", "w-3"),
+      Past(AdjustBatchSize{"w-4", 72, 1}, 30'000, "antdt-nd:restart-share", ""),
+      Past(AdjustBatchSize{"w-3", 30, 1}, 20'000, "antdt-nd:persistent-adjust", "w-3"),
+      Past(KillRestart{"w-5", "node-w-5", "node-s", kNow + 60'000}, 15'000,
+           "antdt-nd:persistent-restart", "w-5"),
+      Past(AdjustBatchSize{"w-1", 60, 1}, 10'000, "antdt-nd:rebalance", ""),
+      Past(AdjustBatchSize{"w-5", 64, 1}, 5'000, "antdt-nd:leader-adjust", "w-5"),
+  });
+  EXPECT_EQ(index.size(), 6u);
+  EXPECT_EQ(index.LastOwn("w-3"), std::optional<size_t>(2));
+  EXPECT_EQ(index.LastOwn("w-5"), std::optional<size_t>(5));
+  EXPECT_EQ(index.LastOwn("w-4"), std::nullopt) << "sized around another's action only";
+  EXPECT_EQ(index.CompensatedSince("w-3"), kNow - 30'000) << "from the first of its run";
+  EXPECT_EQ(index.CompensatedSince("w-5"), HistoryIndex::kNever) << "its last is no shrink";
+  EXPECT_EQ(index.LastRestartMs("w-5"), kNow - 15'000);
+  EXPECT_EQ(index.LastRestartMs("w-3"), -1);
+  // Rounds at -30 s, -20 s and -5 s, one restart; the tidy round counts for none.
+  EXPECT_EQ(index.BudgetUsed(), 4);
+  EXPECT_EQ(index.UsedByRule().at("antdt-nd:transient-adjust"), 1);
+  EXPECT_EQ(index.UsedByRule().at("antdt-nd:persistent-restart"), 1);
+  EXPECT_EQ(index.UsedByRule().count("antdt-nd:rebalance"), 0u);
+  EXPECT_EQ(index.LastRoundMs(), kNow - 5'000);
+  EXPECT_EQ(index.Restarts(), std::vector<size_t>{3});
+  EXPECT_FALSE(index.BackupWorkersStarted());
+}
+
 TEST(NdPolicy, DeadWorkersKeepTheirBatch) {
   Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 2.0, 1}}));
   o.workers[7].alive = false;  // being restarted

@@ -26,14 +26,22 @@
 
 namespace antdt::kube_operator {
 
-void JobController::ForEachParameterServer(
-    const std::vector<Json>& pods, const std::string& token,
-    const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call) {
+std::vector<JobController::ServerPod> JobController::ServerPods(const std::vector<Json>& pods,
+                                                                int port) {
+  std::vector<ServerPod> out;
   for (const Json& p : pods) {
     if (kube::Label(p, vocab::kLabelRole) != "ps" || PodIp(p).empty() || kube::Terminating(p))
       continue;
-    auto stub = v1::ParameterServer::NewStub(
-        antdt::CreateChannel(absl::StrCat(PodIp(p), ":", options_.settings.ps_port)));
+    out.push_back({NameOf(p), absl::StrCat(PodIp(p), ":", port)});
+  }
+  return out;
+}
+
+void JobController::ForEachParameterServer(
+    const std::vector<ServerPod>& servers, const std::string& token,
+    const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call) {
+  for (const ServerPod& server : servers) {
+    auto stub = v1::ParameterServer::NewStub(antdt::CreateChannel(server.address));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(options_.rpc_timeout_ms));
@@ -41,16 +49,17 @@ void JobController::ForEachParameterServer(
     const grpc::Status s = call(*stub, ctx);
     if (!s.ok()) {
       LogEvent("operator", {{"event", "parameter_server_call_failed"},
-                            {"pod", NameOf(p)},
+                            {"pod", server.name},
                             {"code", static_cast<int>(s.error_code())},
                             {"error", s.error_message()}});
     }
   }
 }
 
-void JobController::LeaveParameterServers(const std::string& worker, const std::vector<Json>& pods,
+void JobController::LeaveParameterServers(const std::string& worker,
+                                          const std::vector<ServerPod>& servers,
                                           const std::string& token) {
-  ForEachParameterServer(pods, token,
+  ForEachParameterServer(servers, token,
                          [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
                            v1::LeaveRequest req;
                            req.set_worker_id(worker);
@@ -59,81 +68,87 @@ void JobController::LeaveParameterServers(const std::string& worker, const std::
                          });
 }
 
-void JobController::ApplyServerWrite(const Json& job, const reconciler::Write& w,
-                                     const std::vector<Json>& pods, JobRuntime* rt) {
-  const std::string key = kube::KeyOf(job);
-  switch (w.kind) {
-    case reconciler::Write::Kind::kLeaveParameterServers:
-      LeaveParameterServers(w.worker, pods, rt == nullptr ? "" : rt->token);
-      return;
-    case reconciler::Write::Kind::kResizeParameterServers:
-      ForEachParameterServer(pods, rt == nullptr ? "" : rt->token,
-                             [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
-                               v1::ResizeRequest req;
-                               req.set_workers(w.workers);
-                               for (const std::string& id : w.removed) req.add_removed(id);
-                               for (const std::string& id : w.added) req.add_added(id);
-                               v1::ResizeResponse resp;
-                               return stub.Resize(&ctx, req, &resp);
-                             });
-      break;
-    case reconciler::Write::Kind::kAdjustBatch: {
-      std::optional<int64_t> incarnation;
-      for (const Json& p : pods) {
-        int64_t i = 0;
-        if (kube::Label(p, vocab::kLabelWorkerId) == w.worker && !kube::Terminating(p) &&
-            absl::SimpleAtoi(kube::Label(p, vocab::kLabelIncarnation), &i)) {
-          incarnation = i;
-        }
-      }
-      const bool sent = SendBatch(w.worker, incarnation, w.node, w.local_batch_size,
-                                  w.accumulation_steps, w.reason, rt);
-      LogEvent("operator", {{"event", sent ? "directive_sent" : "directive_not_delivered"},
-                            {"job", key},
-                            {"worker", w.worker},
-                            {"node", w.node},
-                            {"local_batch", w.local_batch_size}});
-      return;
-    }
-    case reconciler::Write::Kind::kReleaseShards: {
-      const absl::Status s =
-          rt == nullptr ? absl::FailedPreconditionError("no runtime")
-                        : rt->backend->ReleaseShards(w.worker, static_cast<int32_t>(w.incarnation));
-      // Not fatal: the leases expire by themselves.
-      LogEvent("operator", {{"event", s.ok() ? "shards_released" : "shards_not_released"},
-                            {"job", key},
-                            {"worker", w.worker},
-                            {"error", std::string(s.message())}});
-      return;
-    }
-    default:
-      return;
-  }
+void JobController::ResizeParameterServers(const Json& job, const reconciler::Write& w,
+                                           const std::vector<Json>& pods, JobRuntime* rt) {
+  ForEachParameterServer(ServerPods(pods, options_.settings.ps_port),
+                         rt == nullptr ? "" : rt->token,
+                         [&](v1::ParameterServer::Stub& stub, grpc::ClientContext& ctx) {
+                           v1::ResizeRequest req;
+                           req.set_workers(w.workers);
+                           for (const std::string& id : w.removed) req.add_removed(id);
+                           for (const std::string& id : w.added) req.add_added(id);
+                           v1::ResizeResponse resp;
+                           return stub.Resize(&ctx, req, &resp);
+                         });
   LogEvent("operator", {{"event", "parameter_servers_resized"},
-                        {"job", key},
+                        {"job", kube::KeyOf(job)},
                         {"workers", w.workers},
                         {"removed", absl::StrJoin(w.removed, ",")},
                         {"added", absl::StrJoin(w.added, ",")}});
 }
 
-absl::Status JobController::Apply(const Json& job, const reconciler::Changes& changes,
-                                  const std::vector<Json>& pods,
-                                  const std::set<std::string>& foreign, JobRuntime* rt,
-                                  const std::vector<reconciler::Event>& gathered) {
-  const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
-  const std::string key = kube::KeyOf(job);
+void JobController::AddReconcilerEffects(const reconciler::Changes& changes,
+                                         const std::vector<Json>& pods, loop::ControlLoop& loop,
+                                         loop::Ready* ready) {
+  std::vector<loop::Delivery> batches;
+  for (const reconciler::Write& w : changes.writes) {
+    switch (w.kind) {
+      case reconciler::Write::Kind::kAdjustBatch: {
+        // To the incarnation that runs now (counted for it: not re-delivered).
+        int64_t incarnation = -1;
+        for (const Json& p : pods) {
+          int64_t i = 0;
+          if (kube::Label(p, vocab::kLabelWorkerId) == w.worker && !kube::Terminating(p) &&
+              absl::SimpleAtoi(kube::Label(p, vocab::kLabelIncarnation), &i)) {
+            incarnation = i;
+          }
+        }
+        batches.push_back(
+            {w.node,
+             loop.BatchDirective(w.worker, w.local_batch_size, w.accumulation_steps, w.reason),
+             static_cast<int32_t>(incarnation)});
+        break;
+      }
+      case reconciler::Write::Kind::kLeaveParameterServers:
+        ready->departures.push_back({w.worker, 0, /*leave_servers=*/true, false});
+        break;
+      case reconciler::Write::Kind::kReleaseShards:
+        ready->departures.push_back(
+            {w.worker, static_cast<int32_t>(w.incarnation), false, /*release_shards=*/true});
+        break;
+      default:
+        break;
+    }
+  }
+  // Before the loop's own: a re-delivery of the batch a scale replaced is
+  // then passed over.
+  ready->deliveries.insert(ready->deliveries.begin(), batches.begin(), batches.end());
+}
+
+absl::StatusOr<Json> JobController::Commit(const Json& job, const reconciler::Changes& changes,
+                                           JobRuntime* rt,
+                                           const std::vector<reconciler::Event>& gathered) {
   Json current = job;  // the job as last written, for ReplicaFailure
   if (changes.status) {
     Json updated = job;
     updated["status"] = *changes.status;
-    auto r = api_->UpdateStatus(kube::AntDTJobsResource(), ns, updated);
+    auto r = api_->UpdateStatus(kube::AntDTJobsResource(),
+                                kube::StringAt(job, {"metadata", "namespace"}), updated);
     if (!r.ok()) return r.status();  // a conflict: requeued, nothing else done
     current = *r;
   }
   // The decisions are committed: their Events now, before any write can fail.
   RecordCommittedEvents(changes, changes.status.has_value(), &current);
   RecordGatheredEvents(current, gathered, rt);
+  return current;
+}
 
+absl::Status JobController::WriteObjects(const Json& job, const Json& current,
+                                         const reconciler::Changes& changes,
+                                         const std::vector<Json>& pods,
+                                         const std::set<std::string>& foreign, JobRuntime* rt) {
+  const std::string ns = kube::StringAt(job, {"metadata", "namespace"});
+  const std::string key = kube::KeyOf(job);
   for (const reconciler::Write& w : changes.writes) {
     const kube::ResourceRef ref = RefOf(w);
     switch (w.kind) {
@@ -174,12 +189,13 @@ absl::Status JobController::Apply(const Json& job, const reconciler::Changes& ch
                               {"reason", w.reason}});
         break;
       }
-      case reconciler::Write::Kind::kLeaveParameterServers:
       case reconciler::Write::Kind::kResizeParameterServers:
+        ResizeParameterServers(job, w, pods, rt);
+        break;
+      case reconciler::Write::Kind::kLeaveParameterServers:
       case reconciler::Write::Kind::kAdjustBatch:
       case reconciler::Write::Kind::kReleaseShards:
-        ApplyServerWrite(job, w, pods, rt);
-        break;
+        break;  // the loop's: carried out by its Apply (AddReconcilerEffects)
       case reconciler::Write::Kind::kDeleteJob: {
         kube::DeleteOptions d;
         d.propagation_policy = "Background";
@@ -223,15 +239,6 @@ void JobController::RecordGatheredEvents(const Json& job,
   if (rt == nullptr) return;
   rt->reported_orphans = rt->orphans_seen;
   rt->policy_changed.reset();
-}
-
-bool JobController::SendBatch(const std::string& worker, std::optional<int64_t> incarnation,
-                              const std::string& node, int64_t batch, int32_t accumulation_steps,
-                              const std::string& reason, JobRuntime* rt) {
-  if (monitor_ == nullptr || rt == nullptr) return false;
-  loop::Delivery delivery{node, rt->loop->BatchDirective(worker, batch, accumulation_steps, reason),
-                          static_cast<int32_t>(incarnation.value_or(-1))};
-  return rt->loop->Deliver(delivery);
 }
 
 void JobController::RecordCommittedEvents(const reconciler::Changes& changes, bool status_written,

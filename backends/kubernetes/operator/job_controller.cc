@@ -274,7 +274,7 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
                                          TokenDigest(rt->token));
       }
     }
-    rt->backend = std::make_unique<LoopBackend>(this);
+    rt->backend = std::make_unique<LoopBackend>(this, rt.get());
   }
   const std::string policy_spec = PolicySpecOf(job);
   if (rt->loop == nullptr || rt->policy_spec != policy_spec) {
@@ -518,7 +518,8 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     }
     const v1::GetJobHealthResponse* h = health ? &*health : nullptr;
     Observe(job, *obs.spec, obs.pods, h, *rt, &obs);
-    rt->backend->Bind(&job, &obs.pods, rt);
+    rt->job = job;
+    rt->server_pods = ServerPods(obs.pods, options_.settings.ps_port);
     // The loop's step on what this pass observed: its decisions go to the
     // reconciler, which commits them.
     // The Monitor's view (a copy) and the cluster's nodes (a list of them
@@ -537,7 +538,19 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   }
   const reconciler::Changes changes = reconciler::Reconcile(obs, options_.settings);
   // The status first: it commits every decision of this pass.
-  RETURN_IF_ERROR(Apply(job, changes, obs.pods, foreign, rt, gathered_events));
+  absl::StatusOr<Json> current = Commit(job, changes, rt, gathered_events);
+  if (!current.ok()) return current.status();
+  // Then the loop carries out every effect, its own and the reconciler's:
+  // departures (the parameter servers told, shards released), directives to
+  // the agents (restarts were committed above), a scale's batches,
+  // re-deliveries, server moves, and the history (cool-downs, budgets).
+  if (ready) {
+    AddReconcilerEffects(changes, obs.pods, *rt->loop, &*ready);
+    RETURN_IF_ERROR(rt->loop->Apply(*ready));
+  }
+  // Then the objects: a restarted worker's new pod once its earlier
+  // incarnation left the parameter servers (above).
+  RETURN_IF_ERROR(WriteObjects(job, *current, changes, obs.pods, foreign, rt));
   if (rt != nullptr) {
     for (const reconciler::Write& w : changes.writes) {
       if (w.resource == "podgroups") rt->pod_group_created = true;  // created, or there
@@ -545,10 +558,6 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
       if (w.resource == "persistentvolumeclaims") rt->sharding_claim_created = true;
     }
   }
-  // Then the loop carries out its effects: directives to the agents (restarts
-  // were committed above), re-deliveries, server moves, and the history
-  // (cool-downs, budgets).
-  if (ready) RETURN_IF_ERROR(rt->loop->Apply(*ready));
   *requeue_after_ms = changes.requeue_after_ms;
   if (obs.spec.ok() && changes.requeue_after_ms > 0) {
     *requeue_after_ms =

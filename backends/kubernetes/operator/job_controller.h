@@ -74,6 +74,7 @@ class JobController {
 
  private:
   struct JobRuntime;
+  struct ServerPod;
   class LoopBackend;
   absl::Status Sync(const std::string& key, int64_t* requeue_after_ms);
   void Worker();
@@ -115,28 +116,40 @@ class JobController {
   // wrote no status; updated).
   void RecordCommittedEvents(const reconciler::Changes& changes, bool status_written,
                              kube::Json* current);
-  // `foreign`: names of objects with the job's labels that it does not
-  // control (orphans, or an earlier job's being collected).
-  // `rt`: the job's runtime, null for a job with an invalid spec. `gathered`:
-  // the Events the gather found due, recorded with the committed ones once
-  // the status is written, before any other write can fail.
-  absl::Status Apply(const kube::Json& job, const reconciler::Changes& changes,
-                     const std::vector<kube::Json>& pods, const std::set<std::string>& foreign,
-                     JobRuntime* rt, const std::vector<reconciler::Event>& gathered);
-  // The loop's ADJUST_BS directive of `batch` and `accumulation_steps` to
-  // `worker` through the agent of `node`, delivered by the loop (counted for
-  // `incarnation`: not re-delivered). False without a runtime or agent.
-  bool SendBatch(const std::string& worker, std::optional<int64_t> incarnation,
-                 const std::string& node, int64_t batch, int32_t accumulation_steps,
-                 const std::string& reason, JobRuntime* rt);
-  // A write to AntDT's own servers (parameter servers, sharding service, an
-  // agent), best effort: logged when it fails (a lease expires by itself).
-  void ApplyServerWrite(const kube::Json& job, const reconciler::Write& w,
-                        const std::vector<kube::Json>& pods, JobRuntime* rt);
-  // Calls each running parameter server of `pods` (a deadline set, the job's
-  // credential `token` added); logs failures.
+  // The commit point of a pass: the status written (every decision of the
+  // pass with it), then the Events it committed and the ones the gather found
+  // due (`gathered`), before any other write can fail. The job as written (as
+  // found, when the pass writes no status); a conflict: nothing else done.
+  // `rt`: the job's runtime, null for a job with an invalid spec.
+  absl::StatusOr<kube::Json> Commit(const kube::Json& job, const reconciler::Changes& changes,
+                                    JobRuntime* rt, const std::vector<reconciler::Event>& gathered);
+  // The pass's object writes in order (creates, deletes, the parameter
+  // servers' new members on a scale), after the loop carried out its effects.
+  // `current`: the job as Commit left it. `foreign`: names of objects with the
+  // job's labels that it does not control (orphans, or an earlier job's being
+  // collected).
+  absl::Status WriteObjects(const kube::Json& job, const kube::Json& current,
+                            const reconciler::Changes& changes, const std::vector<kube::Json>& pods,
+                            const std::set<std::string>& foreign, JobRuntime* rt);
+  // The reconciler's writes that are the loop's to carry out, into `ready`:
+  // a scale's batch changes (ADJUST_BS directives, before the loop's own
+  // deliveries) and the departures (a removed worker's shards released once
+  // its pod is gone, a restarted worker's earlier incarnation leaving the
+  // parameter servers once its pod is gone). One stream of effects: the loop's
+  // Apply carries out all of them.
+  static void AddReconcilerEffects(const reconciler::Changes& changes,
+                                   const std::vector<kube::Json>& pods, loop::ControlLoop& loop,
+                                   loop::Ready* ready);
+  // The parameter servers told the job's new members (a scale), best effort:
+  // logged when a call fails.
+  void ResizeParameterServers(const kube::Json& job, const reconciler::Write& w,
+                              const std::vector<kube::Json>& pods, JobRuntime* rt);
+  // The running parameter servers of `pods` (with an address, not terminating).
+  static std::vector<ServerPod> ServerPods(const std::vector<kube::Json>& pods, int port);
+  // Calls each of `servers` (a deadline set, the job's credential `token`
+  // added); logs failures.
   void ForEachParameterServer(
-      const std::vector<kube::Json>& pods, const std::string& token,
+      const std::vector<ServerPod>& servers, const std::string& token,
       const std::function<grpc::Status(v1::ParameterServer::Stub&, grpc::ClientContext&)>& call);
   // A Warning Event naming the pods and Services with the job's labels and no
   // controller, each time that set changes: into `events` (the gather writes
@@ -149,7 +162,7 @@ class JobController {
   // reported.
   void RecordGatheredEvents(const kube::Json& job, const std::vector<reconciler::Event>& events,
                             JobRuntime* rt);
-  void LeaveParameterServers(const std::string& worker, const std::vector<kube::Json>& pods,
+  void LeaveParameterServers(const std::string& worker, const std::vector<ServerPod>& servers,
                              const std::string& token);
 
   kube::Api* const api_;

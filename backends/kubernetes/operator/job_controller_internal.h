@@ -94,6 +94,12 @@ inline bool ConditionTrue(const Json& job, const std::string& type) {
   return c != nullptr && kube::StringAt(*c, {"status"}) == "True";
 }
 
+// A parameter server's running pod: where a Leave or Resize goes.
+struct JobController::ServerPod {
+  std::string name;
+  std::string address;  // ip:port
+};
+
 struct JobController::JobRuntime {
   std::string uid;
   std::string sharding_address;
@@ -119,6 +125,11 @@ struct JobController::JobRuntime {
   bool sharding_claim_created = false;
   // Moved parameter servers serving from their new pod (this pass's gather).
   std::vector<loop::ServerServing> serving;
+  // The job as this pass found it (the loop's Events are recorded on it), and
+  // its running parameter servers (the loop's Leaves go there): this pass's
+  // gather.
+  Json job;
+  std::vector<ServerPod> server_pods;
 };
 
 inline std::string PolicySpecOf(const Json& job) {
@@ -127,20 +138,14 @@ inline std::string PolicySpecOf(const Json& job) {
 }
 
 // The operator as a backend of the control loop: it carries out and records
-// the effects of one sync, bound to that sync's job and pods. A restart is committed by the
-// reconciler in the same pass (the new incarnation in status.workerInstances); its writes delete
-// the old pod, tell the parameter servers once it is gone, and create the new one.
+// the effects of one sync on what that sync's gather put in the job's runtime
+// (the job, its parameter servers). A restart is committed by the reconciler
+// in the same pass (the new incarnation in status.workerInstances); its writes
+// delete the old pod and create the new one, and once the old pod is gone the
+// loop tells the parameter servers (a Departure).
 class JobController::LoopBackend final : public loop::Backend {
  public:
-  explicit LoopBackend(JobController* controller) : controller_(controller) {}
-
-  // What the effects of this sync are carried out with (the loop's input is
-  // its Observation: LoopObservation).
-  void Bind(const Json* job, const std::vector<Json>* pods, JobRuntime* rt) {
-    job_ = job;
-    pods_ = pods;
-    rt_ = rt;
-  }
+  LoopBackend(JobController* controller, JobRuntime* rt) : controller_(controller), rt_(rt) {}
 
   absl::Status RestartElsewhere(const policy::WorkerState&, const policy::KillRestart&) override {
     return absl::OkStatus();  // committed by this pass's reconciler (see above)
@@ -150,22 +155,30 @@ class JobController::LoopBackend final : public loop::Backend {
     if (controller_->monitor_ == nullptr) return false;
     if (controller_->monitor_->hub().SendDirective(node, directive)) return true;
     LogEvent("operator", {{"event", "directive_not_delivered"},
-                          {"job", kube::KeyOf(*job_)},
+                          {"job", kube::KeyOf(rt_->job)},
                           {"worker", directive.worker_id()},
                           {"node", node}});
     return false;
   }
 
   void LeaveParameterServers(const std::string& worker) override {
-    controller_->LeaveParameterServers(worker, *pods_, rt_->token);
+    controller_->LeaveParameterServers(worker, rt_->server_pods, rt_->token);
   }
 
   absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override {
-    if (rt_->sharding_address.empty()) return absl::UnavailableError("no sharding service yet");
-    client::ShardingClientOptions co = rt_->driver->options();
-    co.worker_id = worker;
-    co.incarnation = incarnation;
-    return client::ReleaseWorker(rt_->sharding_address, co);
+    absl::Status s = absl::UnavailableError("no sharding service yet");
+    if (!rt_->sharding_address.empty() && rt_->driver != nullptr) {
+      client::ShardingClientOptions co = rt_->driver->options();
+      co.worker_id = worker;
+      co.incarnation = incarnation;
+      s = client::ReleaseWorker(rt_->sharding_address, co);
+    }
+    LogEvent("operator", {{"event", s.ok() ? "shards_released" : "shards_not_released"},
+                          {"job", kube::KeyOf(rt_->job)},
+                          {"worker", worker},
+                          {"incarnation", incarnation},
+                          {"error", std::string(s.message())}});
+    return s;
   }
 
   void RecordAction(const policy::Decision& d, loop::Outcome outcome) override {
@@ -191,7 +204,7 @@ class JobController::LoopBackend final : public loop::Backend {
     if (policy::IsRebalance(r.decision)) return;  // only keeps the global batch around another
     const std::string& target = policy::ActionTarget(r.decision.action);
     controller_->recorder_->Record(
-        *job_, "Normal", "Recommendation",
+        rt_->job, "Normal", "Recommendation",
         absl::StrFormat("recommended, not carried out (stragglerPolicy.mode Recommend): %s %s, "
                         "rule %s; saves ~%.1f s, costs %.1f s: %s",
                         policy::ActionName(r.decision.action), target.empty() ? "job" : target,
@@ -205,9 +218,7 @@ class JobController::LoopBackend final : public loop::Backend {
 
  private:
   JobController* const controller_;
-  const Json* job_ = nullptr;
-  const std::vector<Json>* pods_ = nullptr;
-  JobRuntime* rt_ = nullptr;
+  JobRuntime* const rt_;  // owns this backend
 };
 
 }  // namespace antdt::kube_operator
