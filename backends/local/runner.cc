@@ -38,7 +38,7 @@
 #include "common/serve.h"
 #include "common/status.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 #include "core/loop/control_loop.h"
 #include "core/policy/policy.h"
 #include "services/monitor/monitor_service.h"
@@ -79,11 +79,11 @@ absl::Status Runner::StartShardingService() {
   copts.worker_id = "antdt-run";
   driver_ = std::make_unique<client::ShardingClient>(
       client::CreateShardingChannel(sharding_.address), copts);
-  return driver_->CreateDataset(bridge::DatasetSpecFor(job_)).status();
+  return driver_->CreateDataset(jobconfig::DatasetSpecFor(job_)).status();
 }
 
 absl::Status Runner::StartMonitor() {
-  const monitor::MonitorConfig mc = bridge::MonitorConfigFor(job_.monitor);
+  const monitor::MonitorConfig mc = jobconfig::MonitorConfigFor(job_.monitor);
   ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(mc));
   monitor_ = std::make_unique<monitor::MonitorServiceImpl>(std::move(m), &RealClock::Get());
   // Only the run's workers' reports count (they carry its credential).
@@ -194,10 +194,10 @@ absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes
   // Backup workers (a baseline) are set on the servers as they start; the
   // policy's decision (backup-workers:start, in its budget) records it.
   so.backup = policy_ == vocab::Policy::kBackupWorkers ? job_.straggler_policy.backup_workers : 0;
-  so.step_deadline = bridge::StepDeadline(job_, policy_, mode_);
+  so.step_deadline = jobconfig::StepDeadline(job_, policy_, mode_);
   so.learning_rate = job_.model.learning_rate;
   for (int32_t k = 0; k < static_cast<int32_t>(nodes.size()); ++k) {
-    so.features.push_back(bridge::ParameterServerFeatures(job_, k));
+    so.features.push_back(jobconfig::ParameterServerFeatures(job_, k));
   }
   so.server_time_us = job_.local.server_time_per_step_us;
   if (job_.checkpoint.every_steps > 0) {
@@ -267,8 +267,8 @@ absl::Status Runner::PollParameterServers() {
 // cgroups of the cpu-quota slowdowns created: before anything starts.
 absl::Status Runner::PrepareWorkers() {
   site_ = SiteFor(job_, o_.bin_dir, dir_, o_.manifest_dir, o_.plain);
-  if (bridge::StepDeadline(job_, policy_, mode_) > 0) {
-    site_.micro_batches = bridge::kDeadlineMicroBatches;
+  if (jobconfig::StepDeadline(job_, policy_, mode_) > 0) {
+    site_.micro_batches = jobconfig::kDeadlineMicroBatches;
   }
   RETURN_IF_ERROR(CheckWorkerCommand(job_, site_));
   ASSIGN_OR_RETURN(site_.master_port, PickFreePort());
@@ -322,7 +322,7 @@ absl::Status Runner::StartWorkers(const std::vector<const manifest::NodeSpec*>& 
   workers_ = std::make_unique<WorkerSet>(std::move(wo), launcher_.get(), &clock_);
   for (int32_t i = 0; i < job_.workers.replicas; ++i) {
     RETURN_IF_ERROR(workers_->Start(vocab::MemberName(vocab::Role::kWorker, i), placement[i]->name,
-                                    bridge::InitialLocalBatch(job_, i)));
+                                    jobconfig::InitialLocalBatch(job_, i)));
   }
   return absl::OkStatus();
 }
@@ -358,11 +358,11 @@ void Runner::StartLoop() {
   loop::LoopOptions lo;
   lo.job = job_.name;
   lo.namespace_ = job_.namespace_;
-  lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
-  lo.policy = bridge::PolicySpecFor(job_, policy_, lo.interval_ms);
+  lo.interval_ms = jobconfig::ControlIntervalMs(job_.monitor);
+  lo.policy = jobconfig::PolicySpecFor(job_, policy_, lo.interval_ms);
   lo.global_batch_size = job_.model.global_batch_size;
   lo.window_ms = job_.monitor.window_ms;
-  lo.regroup_seconds = bridge::RegroupSeconds(job_);
+  lo.regroup_seconds = jobconfig::RegroupSeconds(job_);
   lo.mode = mode_;
   loop_ = std::make_unique<loop::ControlLoop>(lo, this, &clock_);
   // The first decision one interval after the job started (its clock), when
@@ -387,7 +387,7 @@ absl::StatusOr<std::vector<const manifest::NodeSpec*>> Runner::Placement() const
 // Server k on the k-th ps node that is not a spare; on no node (never slowed,
 // never moved) when the scenario has no ps nodes.
 absl::StatusOr<std::vector<std::string>> Runner::ServerPlacement() const {
-  const int32_t count = bridge::ParameterServerCount(job_);
+  const int32_t count = jobconfig::ParameterServerCount(job_);
   std::vector<std::string> nodes;
   for (const manifest::NodeSpec& n : scenario_.nodes) {
     if (!n.spare && n.role == vocab::Role::kParameterServer) nodes.push_back(n.name);
@@ -424,7 +424,7 @@ absl::Status Runner::StartJob() {
   RETURN_IF_ERROR(StartWorkers(placement));
   Event(absl::StrFormat("%d workers (%s), %d parameter servers, %d nodes; policy %s",
                         job_.workers.replicas,
-                        bridge::HasWorkerCommand(job_) ? "worker command" : "demo trainer",
+                        jobconfig::HasWorkerCommand(job_) ? "worker command" : "demo trainer",
                         static_cast<int>(servers_->size()),
                         static_cast<int>(scenario_.nodes.size()), result_.policy));
   return absl::OkStatus();
@@ -537,7 +537,7 @@ namespace antdt::local {
 using internal::Runner;
 
 absl::Status PlainAllowed(const manifest::Job& job) {
-  if (!bridge::RunsDemoTrainer(job)) return absl::OkStatus();
+  if (!jobconfig::RunsDemoTrainer(job)) return absl::OkStatus();
   return absl::InvalidArgumentError(
       "plain needs a worker command (spec.workers.template.spec.containers[0].command) whose "
       "trainer reads ANTDT_MODE; the demo trainer has no plain mode");

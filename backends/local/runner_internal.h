@@ -41,7 +41,7 @@
 #include "common/serve.h"
 #include "common/status.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 #include "core/loop/control_loop.h"
 #include "core/policy/policy.h"
 #include "services/monitor/monitor_service.h"

@@ -18,8 +18,8 @@
 #include "absl/strings/str_split.h"
 #include "common/credential.h"
 #include "common/status.h"
-#include "core/bridge/bridge.h"
-#include "core/bridge/worker_env.h"
+#include "core/jobconfig/jobconfig.h"
+#include "core/jobconfig/worker_env.h"
 
 namespace antdt::local {
 namespace {
@@ -54,10 +54,10 @@ std::string HeldOutPath(const std::string& work_dir, const std::string& id) {
 
 namespace {
 
-// The worker environment of `slot` (bridge::WorkerEnv) plus PYTHONPATH.
-bridge::EnvList BaseEnv(const manifest::Job& job, const WorkerSite& site, const WorkerSlot& slot,
-                        const std::string& agent_addr) {
-  bridge::WorkerPlacement p;
+// The worker environment of `slot` (jobconfig::WorkerEnv) plus PYTHONPATH.
+jobconfig::EnvList BaseEnv(const manifest::Job& job, const WorkerSite& site, const WorkerSlot& slot,
+                           const std::string& agent_addr) {
+  jobconfig::WorkerPlacement p;
   p.sharding_addr = site.sharding_addr;
   p.ps_addrs = site.ps_addrs;
   p.agent_addr = agent_addr;
@@ -71,7 +71,7 @@ bridge::EnvList BaseEnv(const manifest::Job& job, const WorkerSite& site, const 
   p.node_speed_file = site.work_dir + "/nodes/" + slot.node + ".speed";
   p.master_addr = "127.0.0.1";
   p.master_port = site.master_port;
-  bridge::EnvList env = bridge::WorkerEnv(job, p);
+  jobconfig::EnvList env = jobconfig::WorkerEnv(job, p);
   if (!site.token_file.empty()) env.emplace_back(kEnvTokenFile, site.token_file);
   if (!site.python_path.empty()) env.emplace_back("PYTHONPATH", site.python_path);
   return env;
@@ -80,7 +80,7 @@ bridge::EnvList BaseEnv(const manifest::Job& job, const WorkerSite& site, const 
 // The built-in demo trainer's flags (the worker environment is set too).
 std::vector<std::string> DemoTrainerArgv(const manifest::Job& job, const WorkerSite& site,
                                          const WorkerSlot& w, const std::string& agent_addr) {
-  return {site.bin_dir + "/" + bridge::kDemoTrainer,
+  return {site.bin_dir + "/" + jobconfig::kDemoTrainer,
           "--sharding",
           site.sharding_addr,
           "--job",
@@ -123,7 +123,7 @@ WorkerSite SiteFor(const manifest::Job& job, const std::string& bin_dir,
   site.manifest_dir = manifest_dir;
   site.checkpoint_path =
       job.checkpoint.path.empty() ? work_dir + "/checkpoint" : job.checkpoint.path;
-  site.mode = plain ? bridge::kModePlain : bridge::kModeAntdt;
+  site.mode = plain ? jobconfig::kModePlain : jobconfig::kModeAntdt;
   site.path_env = Getenv("PATH");
   site.device_time_per_sample_us = job.local.device_time_per_sample_us;
   site.device_work_cpu = job.local.device_work_cpu;
@@ -155,8 +155,8 @@ std::optional<std::string> FindExecutable(const std::string& name, const std::st
 }
 
 absl::Status CheckWorkerCommand(const manifest::Job& job, const WorkerSite& site) {
-  if (!bridge::HasWorkerCommand(job)) return absl::OkStatus();
-  RETURN_IF_ERROR(bridge::ContainerEnv({}, job.workers.container, kContainerPath).status());
+  if (!jobconfig::HasWorkerCommand(job)) return absl::OkStatus();
+  RETURN_IF_ERROR(jobconfig::ContainerEnv({}, job.workers.container, kContainerPath).status());
   const std::string& first = job.workers.container.command[0];
   if (first.find("$(") != std::string::npos) return absl::OkStatus();  // known at launch
   if (!FindExecutable(first, site.bin_dir, site.manifest_dir, site.path_env)) {
@@ -170,9 +170,9 @@ absl::Status CheckWorkerCommand(const manifest::Job& job, const WorkerSite& site
 
 absl::StatusOr<WorkerLaunch> LaunchFor(const manifest::Job& job, const WorkerSite& site,
                                        const WorkerSlot& slot, const std::string& agent_addr) {
-  const bridge::EnvList base = BaseEnv(job, site, slot, agent_addr);
+  const jobconfig::EnvList base = BaseEnv(job, site, slot, agent_addr);
   WorkerLaunch launch;
-  if (!bridge::HasWorkerCommand(job)) {
+  if (!jobconfig::HasWorkerCommand(job)) {
     launch.argv = DemoTrainerArgv(job, site, slot, agent_addr);
     if (slot.rank == 0) {  // every incarnation of worker-0 evaluates the final model
       launch.argv.insert(launch.argv.end(), {"--eval-out", HeldOutPath(site.work_dir, slot.id)});
@@ -180,9 +180,9 @@ absl::StatusOr<WorkerLaunch> LaunchFor(const manifest::Job& job, const WorkerSit
     launch.env = {base.begin(), base.end()};
     return launch;
   }
-  ASSIGN_OR_RETURN(const bridge::EnvList env,
-                   bridge::ContainerEnv(base, job.workers.container, kContainerPath));
-  launch.argv = bridge::ContainerArgv(job.workers.container, env);
+  ASSIGN_OR_RETURN(const jobconfig::EnvList env,
+                   jobconfig::ContainerEnv(base, job.workers.container, kContainerPath));
+  launch.argv = jobconfig::ContainerArgv(job.workers.container, env);
   launch.env = {env.begin(), env.end()};
   launch.cwd = site.manifest_dir;
   // Not found: left as written, the exec fails and the worker's log says so.

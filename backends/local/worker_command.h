@@ -1,6 +1,6 @@
 // How the local runner starts a worker: the built-in demo trainer with its
 // flags, or the command of the manifest's worker template run as the test
-// kubelet runs it (bridge/worker_env.h: the worker environment, containers[0]
+// kubelet runs it (jobconfig/worker_env.h: the worker environment, containers[0]
 // env and command expanded over it; the image is ignored), in the manifest's
 // directory.
 #pragma once
@@ -26,14 +26,14 @@ struct WorkerSite {
   std::string token_file;  // the run's credential: ANTDT_TOKEN_FILE ("" none)
   std::vector<std::string> ps_addrs;
   std::string checkpoint_path;            // ANTDT_CHECKPOINT_PATH
-  std::string mode;                       // bridge::kModeAntdt or kModePlain
+  std::string mode;                       // jobconfig::kModeAntdt or kModePlain
   int master_port = 0;                    // MASTER_PORT, the same for every incarnation
   std::string python_path;                // PYTHONPATH, empty: left as the runner's
   std::string path_env;                   // the PATH a command's first word is looked up in
   int64_t device_time_per_sample_us = 0;  // the demo trainer's emulated compute
   bool device_work_cpu = false;           // spec.local.deviceWork: cpu
   // The demo trainer's --micro-batches: more than 1 when its steps have a
-  // deadline (bridge::StepDeadline) to stop at between two.
+  // deadline (jobconfig::StepDeadline) to stop at between two.
   int32_t micro_batches = 1;
 };
 

@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "common/job_key.h"
 #include "common/status.h"
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 #include "core/loop/control_loop.h"
 #include "core/monitor/monitor.h"
 #include "services/sharding/ledger.h"
@@ -171,7 +171,7 @@ class Sim final : public loop::Backend {
   std::vector<SimWorker> workers_;
   std::unordered_map<std::string, size_t> by_id_, by_node_;  // into workers_
   bool ended_ = false;                                       // the ledger answered END_OF_DATA
-  double step_deadline_ = 0;      // bridge::StepDeadline; 0: steps are never cut
+  double step_deadline_ = 0;      // jobconfig::StepDeadline; 0: steps are never cut
   double stall_until_ = 0;        // a job without parameter servers: the group re-forms
   std::vector<uint8_t> commits_;  // per (epoch, record): times committed
   SimResult result_;
@@ -179,10 +179,10 @@ class Sim final : public loop::Backend {
 
 absl::Status Sim::Start() {
   key_ = JobKey(job_.namespace_, job_.name);
-  step_deadline_ = bridge::StepDeadline(job_, o_.policy, job_.straggler_policy.mode);
+  step_deadline_ = jobconfig::StepDeadline(job_, o_.policy, job_.straggler_policy.mode);
   ASSIGN_OR_RETURN(ledger_, sharding::Ledger::Open(&store_, &unix_clock_, {}));
   v1::CreateDatasetRequest create;
-  *create.mutable_spec() = bridge::DatasetSpecFor(job_);
+  *create.mutable_spec() = jobconfig::DatasetSpecFor(job_);
   create.mutable_spec()->set_job(job_.name);
   create.mutable_spec()->set_name(kDataset);
   RETURN_IF_ERROR(ledger_->CreateDataset(create).status());
@@ -190,7 +190,7 @@ absl::Status Sim::Start() {
   commits_.assign(static_cast<size_t>(result_.records), 0);
 
   ASSIGN_OR_RETURN(monitor::Monitor m,
-                   monitor::Monitor::Create(bridge::MonitorConfigFor(job_.monitor)));
+                   monitor::Monitor::Create(jobconfig::MonitorConfigFor(job_.monitor)));
   monitor_.emplace(std::move(m));
   for (const manifest::NodeSpec& n : scenario_.nodes) monitor_->SetNodeLabels(n.name, n.labels);
 
@@ -207,7 +207,7 @@ absl::Status Sim::Start() {
     SimWorker w;
     w.id = vocab::MemberName(vocab::Role::kWorker, i);
     w.node = placement[static_cast<size_t>(i)]->name;
-    w.batch = bridge::InitialLocalBatch(job_, i);
+    w.batch = jobconfig::InitialLocalBatch(job_, i);
     by_id_[w.id] = workers_.size();
     by_node_[w.node] = workers_.size();
     workers_.push_back(std::move(w));
@@ -216,11 +216,11 @@ absl::Status Sim::Start() {
   loop::LoopOptions lo;
   lo.job = job_.name;
   lo.namespace_ = job_.namespace_;
-  lo.interval_ms = bridge::ControlIntervalMs(job_.monitor);
-  lo.policy = bridge::PolicySpecFor(job_, o_.policy, lo.interval_ms);
+  lo.interval_ms = jobconfig::ControlIntervalMs(job_.monitor);
+  lo.policy = jobconfig::PolicySpecFor(job_, o_.policy, lo.interval_ms);
   lo.global_batch_size = job_.model.global_batch_size;
   lo.window_ms = job_.monitor.window_ms;
-  lo.regroup_seconds = bridge::RegroupSeconds(job_);
+  lo.regroup_seconds = jobconfig::RegroupSeconds(job_);
   lo.node_memory = o_.node_memory;
   loop_ = std::make_unique<loop::ControlLoop>(lo, this, &loop_clock_);
   // The first decision one interval in.
@@ -374,7 +374,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   result_.capacity_bound_seconds = CapacityBound();
   const double per_sample = static_cast<double>(job_.local.device_time_per_sample_us) / 1e6;
   std::uniform_real_distribution<double> jitter(1 - o_.jitter, 1 + o_.jitter);
-  const bool collective = bridge::ParameterServerCount(job_) == 0;
+  const bool collective = jobconfig::ParameterServerCount(job_) == 0;
   while (true) {
     if (t_ > o_.max_seconds) {
       return absl::DeadlineExceededError(
@@ -505,7 +505,7 @@ absl::Status Sim::RestartElsewhere(const policy::WorkerState& member,
   w->last_restart_ms = static_cast<int64_t>(std::llround(t_ * 1000));
   ++w->incarnation;
   ++result_.restarts;
-  stall_until_ = std::max(stall_until_, w->back_at + bridge::RegroupSeconds(job_));
+  stall_until_ = std::max(stall_until_, w->back_at + jobconfig::RegroupSeconds(job_));
   return absl::OkStatus();
 }
 

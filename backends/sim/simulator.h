@@ -22,7 +22,7 @@
 // worker at once (its uncommitted records go back to the queue, released by
 // the loop's Retire), and starts it relaunch_seconds later as the next
 // incarnation on the spare node, with regroup_seconds more for the job
-// (bridge::RegroupSeconds). A job without parameter servers (AllReduce)
+// (jobconfig::RegroupSeconds). A job without parameter servers (AllReduce)
 // stalls every worker through a restart.
 //
 // Not modelled: parameter servers' own speed (their moves are refused),

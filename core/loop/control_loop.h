@@ -229,7 +229,7 @@ struct LoopOptions {
 // group re-forming after one rank restarted (the survivors see the rank gone,
 // tear down and rendezvous again, the restarted rank imports torch and joins)
 // takes a few seconds on one machine; 5 s is a round figure above that, to be
-// measured per job (bridge::RegroupSeconds).
+// measured per job (jobconfig::RegroupSeconds).
 inline constexpr double kDefaultRegroupSeconds = 5.0;
 
 // The least a relaunch costs, and what is assumed before one was measured:

@@ -64,82 +64,8 @@ inline std::string RuleName(const Rule& rule, size_t index) {
 // whose share falls below the floor get the floor, and the rest is shared again
 // among the others. The remainder goes, one sample at a time, where it
 // lengthens a step least (see below).
-inline std::vector<int64_t> Apportion(const std::vector<double>& weights, int64_t total,
-                                      int64_t floor_value) {
-  const size_t n = weights.size();
-  std::vector<int64_t> out(n, 0);
-  std::vector<bool> pinned(n, false);
-  int64_t left = total;
-  for (bool changed = true; changed;) {
-    changed = false;
-    double sum = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (!pinned[i]) sum += weights[i];
-    }
-    if (!(sum > 0)) break;
-    for (size_t i = 0; i < n; ++i) {
-      // Pinning a member gives it more than its share, which lowers the
-      // others' shares: every member below the floor at this sum stays below
-      // it, so they are all pinned at once.
-      if (!pinned[i] &&
-          static_cast<double>(left) * weights[i] / sum < static_cast<double>(floor_value)) {
-        pinned[i] = true;
-        out[i] = floor_value;
-        left -= floor_value;
-        changed = true;
-      }
-    }
-  }
-  std::vector<size_t> free_members;
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!pinned[i]) {
-      free_members.push_back(i);
-      sum += weights[i];
-    }
-  }
-  if (free_members.empty()) {
-    if (n > 0) out[0] += left;  // unreachable when total >= floor_value x n
-    return out;
-  }
-  int64_t given = 0;
-  for (size_t i : free_members) {
-    const double share = static_cast<double>(left) * weights[i] / sum;
-    out[i] = std::max<int64_t>(floor_value, static_cast<int64_t>(std::floor(share)));
-    given += out[i];
-  }
-  // The rest one sample at a time to the member whose step grows least by
-  // it ((out + 1) / weight, ties to the lower index): the step waits for the
-  // slowest, so a sample goes where it costs least, never where it made a
-  // member slower than the others. (Largest remainders instead gave the
-  // remainder of every round to the same largest weights, which grew by one
-  // each round: 32 -> 40 over ten rounds at 1,000 workers.)
-  using Key = std::pair<double, size_t>;
-  auto cost = [&](size_t i, int64_t extra) {
-    return static_cast<double>(out[i] + extra) / weights[i];
-  };
-  std::priority_queue<Key, std::vector<Key>, std::greater<Key>> cheapest;
-  for (size_t i : free_members) cheapest.emplace(cost(i, 1), i);
-  while (given < left) {  // rounding of doubles can leave it off by one either way
-    const size_t i = cheapest.top().second;
-    cheapest.pop();
-    ++out[i];
-    ++given;
-    cheapest.emplace(cost(i, 1), i);
-  }
-  std::priority_queue<Key> slowest;  // the one that sheds a sample saves most
-  for (size_t i : free_members) {
-    if (out[i] > floor_value) slowest.emplace(cost(i, 0), n - 1 - i);
-  }
-  while (given > left && !slowest.empty()) {
-    const size_t i = n - 1 - slowest.top().second;
-    slowest.pop();
-    --out[i];
-    --given;
-    if (out[i] > floor_value) slowest.emplace(cost(i, 0), n - 1 - i);
-  }
-  return out;
-}
+std::vector<int64_t> Apportion(const std::vector<double>& weights, int64_t total,
+                               int64_t floor_value);
 
 // A worker or parameter server joined with its Monitor view.
 struct Member {
@@ -184,76 +110,11 @@ struct Subject {
   std::string what;  // e.g. "TRANSIENT straggler (score 1.6, 1 slow window)"
 };
 
-inline std::string Summary(const Member& m) {
-  if (m.health != nullptr && m.health->compensated()) {
-    const int slow = m.health->speed_windows_slow();
-    return absl::StrCat(v1::StragglerClass_Name(m.health->speed_class()),
-                        " worker compensated by its smaller batch (", Num(m.health->sample_score()),
-                        "x slower per sample, batch time score ", Num(m.score()), ", ", slow,
-                        " slow window", slow == 1 ? "" : "s", ")");
-  }
-  std::string out =
-      absl::StrCat(v1::StragglerClass_Name(m.straggler_class()), " ",
-                   m.is_ps() ? "parameter server" : "worker", " (score ", Num(m.score()));
-  if (m.windows_slow() > 0) {
-    absl::StrAppend(&out, ", ", m.windows_slow(), " slow window", m.windows_slow() == 1 ? "" : "s");
-  }
-  return absl::StrCat(out, ")");
-}
+std::string Summary(const Member& m);
 
 class Planner {
  public:
-  Planner(const Observed& observed, const PolicySpec& spec) : o_(observed), spec_(spec) {
-    // Hashed by views of the observation's own strings: ten thousand members a turn.
-    std::unordered_map<std::string_view, const v1::WorkerHealth*> health;
-    health.reserve(static_cast<size_t>(o_.health.workers_size()));
-    for (const v1::WorkerHealth& h : o_.health.workers()) health[h.worker_id()] = &h;
-    std::unordered_set<std::string_view> known;
-    known.reserve(o_.workers.size());
-    for (const WorkerState& w : o_.workers) {
-      known.insert(w.id);
-      if (!w.alive) continue;
-      auto it = health.find(w.id);
-      Member m{&w, it == health.end() ? nullptr : it->second};
-      (w.role == Role::kParameterServer ? servers_ : workers_).push_back(m);
-    }
-    auto by_id = [](const Member& a, const Member& b) { return a.id() < b.id(); };
-    std::sort(workers_.begin(), workers_.end(), by_id);
-    std::sort(servers_.begin(), servers_.end(), by_id);
-    std::vector<std::string_view> strangers;  // stragglers not among the members, by id
-    for (const auto& [id, h] : health) {
-      if (!known.count(id) && IsStraggler(h->class_())) strangers.push_back(id);
-    }
-    std::sort(strangers.begin(), strangers.end());
-    for (std::string_view id : strangers) {
-      Skip(std::string(id), SkipReason::kNotApplicable,
-           "in the Monitor's view but not among the job's members; ignored");
-    }
-
-    // What the history says, from the caller's index when it has one (the
-    // control loop keeps it as it appends: no pass over thousands of decisions).
-    if (o_.history_index == nullptr || o_.history_index->size() != o_.history.size()) {
-      own_index_.emplace(o_.history);
-    }
-    history_ = own_index_ ? &*own_index_ : o_.history_index;
-    used_ = history_->BudgetUsed();
-    used_by_rule_ = history_->UsedByRule();
-    last_round_ms_ = history_->LastRoundMs();
-    for (size_t i = 0; i < spec_.rules.size(); ++i) {
-      rules_[RuleName(spec_.rules[i], i)] = &spec_.rules[i];
-    }
-
-    global_batch_ = o_.global_batch_size;
-    if (global_batch_ <= 0) {
-      global_batch_ = 0;
-      for (const WorkerState& w : o_.workers) {
-        if (w.role != Role::kParameterServer) {
-          global_batch_ += std::max<int64_t>(0, w.local_batch_size);
-        }
-      }
-    }
-    plan_.requeue_after_ms = spec_.interval_ms > 0 ? spec_.interval_ms : 10'000;
-  }
+  Planner(const Observed& observed, const PolicySpec& spec);
 
   Plan Run() {
     switch (spec_.name) {
@@ -449,16 +310,6 @@ class Planner {
 };
 
 // key=value, the value quoted when it is empty or has spaces, quotes or '='.
-inline std::string Field(const std::string& key, const std::string& value) {
-  if (!value.empty() && value.find_first_of(" \"=\t\n") == std::string::npos) {
-    return absl::StrCat(key, "=", value);
-  }
-  std::string quoted;
-  for (char c : value) {
-    if (c == '"' || c == '\\') quoted.push_back('\\');
-    quoted.push_back(c == '\n' ? ' ' : c);
-  }
-  return absl::StrCat(key, "=\"", quoted, "\"");
-}
+std::string Field(const std::string& key, const std::string& value);
 
 }  // namespace antdt::policy::internal

@@ -224,4 +224,193 @@ absl::StatusOr<v1::CreateDatasetResponse> Ledger::CreateDataset(
   return resp;
 }
 
+void AppendRecordIds(const Ledger::Dataset& ds, int32_t epoch, int64_t index, int64_t from,
+                     int64_t to, v1::RolledBack* out) {
+  const int64_t begin = ds.ShardBegin(index);
+  if (!ds.spec.shuffle()) {
+    for (int64_t i = from; i < to; ++i) out->add_record_ids(begin + i);
+    return;
+  }
+  const std::vector<int64_t> perm = Permutation(
+      ds.ShardSize(index),
+      MixSeed(ds.spec.seed(), static_cast<uint64_t>(epoch), static_cast<uint64_t>(index) + 1));
+  for (int64_t i = from; i < to; ++i) out->add_record_ids(begin + perm[i]);
+}
+
+void RolledBackCommits(const Ledger::Dataset& ds, const v1::ShardStateSnapshot& snap,
+                       v1::RestoreResponse* resp) {
+  // (index, committed) of the snapshot, sorted: one pass beside the shards,
+  // nothing allocated per shard (a map filled per shard took gigabytes and
+  // seconds at 5e7 shards).
+  std::vector<std::pair<int64_t, int64_t>> at_snap;
+  at_snap.reserve(static_cast<size_t>(snap.index_size()));
+  for (int i = 0; i < snap.index_size(); ++i)
+    at_snap.emplace_back(snap.index(i), snap.committed(i));
+  if (!std::is_sorted(at_snap.begin(), at_snap.end())) std::sort(at_snap.begin(), at_snap.end());
+  const int32_t now = ds.row.epoch;
+  for (int32_t e = snap.epoch(); e <= now && e < ds.spec.epochs(); ++e) {
+    v1::RolledBack rb;
+    rb.set_epoch(e);
+    auto next = at_snap.begin();
+    for (int64_t index = 0; index < ds.shard_count; ++index) {
+      const int64_t size = ds.ShardSize(index);
+      while (next != at_snap.end() && next->first < index) ++next;
+      const int64_t saved = next != at_snap.end() && next->first == index ? next->second : 0;
+      const int64_t from = e == snap.epoch() ? std::clamp<int64_t>(saved, 0, size) : 0;
+      const int64_t to = e < now ? size
+                                 : std::min(index < static_cast<int64_t>(ds.shards.size())
+                                                ? ds.shards[index].committed
+                                                : 0,
+                                            size);
+      if (to > from) AppendRecordIds(ds, e, index, from, to, &rb);
+    }
+    if (rb.record_ids_size() > 0) *resp->add_rolled_back() = std::move(rb);
+  }
+}
+
+void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed, int64_t lease_end,
+               v1::Shard* out) {
+  const int64_t begin = ds.ShardBegin(index);
+  const int64_t size = ds.ShardSize(index);
+  out->set_epoch(ds.row.epoch);
+  out->set_index(index);
+  out->set_size(size);
+  out->set_committed(committed);
+  out->set_lease_end(lease_end);
+  out->set_start(begin + committed);
+  out->set_end(begin + lease_end);
+  if (ds.spec.shuffle()) {
+    std::vector<int64_t> perm =
+        Permutation(size, MixSeed(ds.spec.seed(), static_cast<uint64_t>(ds.row.epoch),
+                                  static_cast<uint64_t>(index) + 1));
+    for (int64_t i = committed; i < lease_end; ++i) out->add_record_ids(begin + perm[i]);
+    return;
+  }
+  // File slices covering [begin + committed, begin + lease_end).
+  int64_t pos = begin + committed;
+  const int64_t end = begin + lease_end;
+  if (ds.file_starts.empty()) return;
+  auto it = std::upper_bound(ds.file_starts.begin(), ds.file_starts.end(), pos);
+  size_t file = static_cast<size_t>(it - ds.file_starts.begin()) - 1;
+  while (pos < end && file < ds.file_starts.size()) {
+    const int64_t file_start = ds.file_starts[file];
+    const int64_t file_end = file_start + ds.spec.files(static_cast<int>(file)).records();
+    const int64_t stop = std::min(end, file_end);
+    v1::FileSlice* slice = out->add_slices();
+    slice->set_path(ds.spec.files(static_cast<int>(file)).path());
+    slice->set_offset(pos - file_start);
+    slice->set_count(stop - pos);
+    pos = stop;
+    ++file;
+  }
+}
+
+void Ledger::Dataset::DelayLeases(int64_t ms) {
+  for (auto& [token, lease] : leases) lease.deadline_ms += ms;
+  if (next_due_ms < std::numeric_limits<int64_t>::max() - ms) next_due_ms += ms;
+}
+
+void Ledger::Dataset::RebuildTodo() {
+  todo.clear();
+  unleased = 0;
+  std::vector<int64_t> partial;
+  for (int64_t index : EpochOrder()) {
+    const ShardSlot& s = shards[index];
+    if (s.state != ShardState::kTodo) continue;
+    unleased += ShardSize(index) - s.committed;
+    if (s.committed > 0) {
+      partial.push_back(index);
+    } else {
+      todo.push_back(index);
+    }
+  }
+  todo.insert(todo.begin(), partial.begin(), partial.end());
+}
+
+void Ledger::Dataset::StartEpoch() {
+  shards.assign(finished() ? 0 : shard_count, ShardSlot{});
+  done = 0;
+  doing = 0;
+  unleased = 0;
+  if (!finished()) RebuildTodo();
+}
+
+void Ops::AdvanceEpochIfDone(Ledger::Dataset& ds) {
+  if (ds.finished() || ds.done < ds.shard_count) return;
+  ds.row.epoch += 1;
+  batch.push_back(DeleteShards{ds.row.id});
+  batch.push_back(ds.row);
+  // Lease rows answer a late retry of a commit (a worker that was cut off
+  // while its lease expired and the job moved on) with what the lease
+  // committed; they are kept for kLeaseEpochsKept epochs.
+  if (ds.row.epoch > kLeaseEpochsKept) {
+    batch.push_back(DeleteLeasesBefore{ds.row.id, ds.row.epoch - kLeaseEpochsKept});
+  }
+  ds.StartEpoch();
+  LogEvent(ds.finished() ? "dataset_finished" : "epoch_started",
+           {{"dataset", Key(ds.row.job, ds.row.name)}, {"epoch", ds.row.epoch}});
+}
+
+void Ops::EndLease(Ledger::Dataset& ds, uint64_t token, LeaseState state) {
+  auto it = ds.leases.find(token);
+  if (it == ds.leases.end()) return;
+  LeaseRow row = it->second.row;
+  ds.EraseLease(it);
+  row.state = state;
+  ShardSlot& slot = ds.shards[row.index];
+  row.committed = slot.committed;
+  ds.ended.Put(row);
+  batch.push_back(row);
+  --ds.doing;
+  slot.token = 0;
+  if (slot.committed >= ds.ShardSize(row.index)) {
+    slot.state = ShardState::kDone;
+    ++ds.done;
+    batch.push_back(RowOf(ds, row.index));
+    AdvanceEpochIfDone(ds);
+    return;
+  }
+  slot.state = ShardState::kTodo;
+  ds.todo.push_front(row.index);
+  ds.unleased += ds.ShardSize(row.index) - slot.committed;
+  if (state == LeaseState::kCompleted) {
+    // A guided lease done up to its end: the shard's rest is next in line,
+    // for another worker than this slow one (AcquireShard).
+    ++ds.leases_shortened;
+    if (auto w = ds.workers.find(row.worker); w != ds.workers.end()) {
+      w->second.left_rest_of = row.index;
+    }
+    batch.push_back(RowOf(ds, row.index));
+    return;
+  }
+  ++ds.row.requeues;
+  if (state == LeaseState::kExpired) ++ds.row.expirations;
+  batch.push_back(RowOf(ds, row.index));
+  batch.push_back(ds.row);
+  LogEvent("shard_requeued", {{"dataset", Key(ds.row.job, ds.row.name)},
+                              {"epoch", ds.row.epoch},
+                              {"shard", row.index},
+                              {"token", row.token},
+                              {"worker", row.worker},
+                              {"reason", LeaseStateName(state)},
+                              {"remaining", ds.ShardSize(row.index) - slot.committed}});
+}
+
+int Ops::ExpireDue(Ledger::Dataset& ds) {
+  const int64_t now = Now();
+  if (now < ds.next_due_ms) return 0;
+  std::vector<uint64_t> due;
+  ds.next_due_ms = std::numeric_limits<int64_t>::max();
+  for (const auto& [token, lease] : ds.leases) {
+    if (lease.deadline_ms <= now) {
+      due.push_back(token);
+    } else {
+      ds.next_due_ms = std::min(ds.next_due_ms, lease.deadline_ms);
+    }
+  }
+  std::sort(due.begin(), due.end());
+  for (uint64_t token : due) EndLease(ds, token, LeaseState::kExpired);
+  return static_cast<int>(due.size());
+}
+
 }  // namespace antdt::sharding

@@ -1,7 +1,8 @@
 // The ledger's state and the helpers its files share: a dataset's shards,
 // leases and workers (Ledger::Dataset), validation, the mutations of one
 // transition (Ops). Internal to services/sharding/: ledger.cc (open,
-// recover, datasets) and ledger_rpc.cc (one method per RPC).
+// recover, datasets), ledger_rpc.cc (one method per RPC) and ledger_spec.cc
+// (a dataset as specified: checks, layout, order).
 #pragma once
 
 #include <malloc.h>
@@ -10,14 +11,19 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "antdt/v1/sharding_state.pb.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "services/sharding/ledger.h"
 
 namespace antdt::sharding {
 
@@ -57,46 +63,13 @@ struct ShardLayout {
 
 // The layout of `records` under `spec`; stops counting past `max_shards`
 // (then count() > max_shards and the tail is cut short).
-inline ShardLayout LayoutOf(const v1::DatasetSpec& spec, int64_t records, int64_t max_shards) {
-  ShardLayout out;
-  const int64_t size_max = spec.shard_size();
-  if (spec.min_shard_records() <= 0 || spec.workers() <= 0 || size_max <= 0) {
-    out.full = records / size_max + (records % size_max != 0);
-    return out;
-  }
-  const int64_t floor = std::min(spec.min_shard_records(), size_max);
-  const int64_t parts = 2 * static_cast<int64_t>(spec.workers());
-  // Shards of shard_size while ceil(left / parts) >= shard_size.
-  int64_t full = 0;
-  if (records / parts >= size_max) full = (records - parts * (size_max - 1)) / size_max;
-  full = std::clamp<int64_t>(full, 0, records / size_max);
-  out.full = full;
-  int64_t pos = full * size_max;
-  while (pos < records && out.count() <= max_shards) {
-    out.tail.push_back(pos);
-    const int64_t left = records - pos;
-    int64_t size = std::clamp(left / parts + (left % parts != 0), floor, size_max);
-    if (left - size < floor) size = std::min(left, size_max);
-    pos += size;
-  }
-  out.tail.push_back(records);
-  return out;
-}
+ShardLayout LayoutOf(const v1::DatasetSpec& spec, int64_t records, int64_t max_shards);
 
 inline std::string Key(const std::string& job, const std::string& name) {
   return absl::StrCat(job, "/", name);
 }
 
-inline std::vector<int64_t> Permutation(int64_t n, uint64_t seed) {
-  std::vector<int64_t> p(n);
-  for (int64_t i = 0; i < n; ++i) p[i] = i;
-  uint64_t state = seed;
-  for (int64_t i = n - 1; i > 0; --i) {
-    int64_t j = static_cast<int64_t>(SplitMix64(state) % static_cast<uint64_t>(i + 1));
-    std::swap(p[i], p[j]);
-  }
-  return p;
-}
+std::vector<int64_t> Permutation(int64_t n, uint64_t seed);
 
 struct ShardSlot {
   ShardState state = ShardState::kTodo;
@@ -202,10 +175,7 @@ struct Ledger::Dataset {
   }
   // Moves every active lease's deadline `ms` later: time its holders spent
   // held off by the service is not counted against them.
-  void DelayLeases(int64_t ms) {
-    for (auto& [token, lease] : leases) lease.deadline_ms += ms;
-    if (next_due_ms < std::numeric_limits<int64_t>::max() - ms) next_due_ms += ms;
-  }
+  void DelayLeases(int64_t ms);
 
   bool finished() const { return row.epoch >= spec.epochs(); }
   int64_t ShardBegin(int64_t index) const {
@@ -276,29 +246,8 @@ struct Ledger::Dataset {
     return p;
   }
   // Rebuilds the queue from the shard slots: partly done shards first.
-  void RebuildTodo() {
-    todo.clear();
-    unleased = 0;
-    std::vector<int64_t> partial;
-    for (int64_t index : EpochOrder()) {
-      const ShardSlot& s = shards[index];
-      if (s.state != ShardState::kTodo) continue;
-      unleased += ShardSize(index) - s.committed;
-      if (s.committed > 0) {
-        partial.push_back(index);
-      } else {
-        todo.push_back(index);
-      }
-    }
-    todo.insert(todo.begin(), partial.begin(), partial.end());
-  }
-  void StartEpoch() {
-    shards.assign(finished() ? 0 : shard_count, ShardSlot{});
-    done = 0;
-    doing = 0;
-    unleased = 0;
-    if (!finished()) RebuildTodo();
-  }
+  void RebuildTodo();
+  void StartEpoch();
   void RecordCommit(const std::string& worker, int64_t delta, int64_t now, int64_t window,
                     std::vector<Mutation>& batch) {
     if (delta <= 0) return;
@@ -324,185 +273,30 @@ struct Ledger::Dataset {
 };
 
 // `field` names the value in the request (`spec.name`, `worker_id`).
-inline absl::Status ValidateName(const std::string& value, const std::string& field,
-                                 size_t max_bytes = kMaxNameBytes) {
-  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
-  if (value.size() > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", value.size(), " bytes, more than the limit of ", max_bytes));
-  }
-  for (size_t i = 0; i < value.size(); ++i) {
-    const auto c = static_cast<unsigned char>(value[i]);
-    if (c < 0x20 || c == 0x7f) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": must not contain control characters (byte 0x",
-                       absl::Hex(c, absl::kZeroPad2), " at offset ", i, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
+absl::Status ValidateName(const std::string& value, const std::string& field,
+                          size_t max_bytes = kMaxNameBytes);
 
-inline absl::Status ValidateJob(const std::string& job, const std::string& field) {
-  RETURN_IF_ERROR(ValidateName(job, field));
-  if (job.find('/') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": must not contain '/'"));
-  }
-  return absl::OkStatus();
-}
+absl::Status ValidateJob(const std::string& job, const std::string& field);
 
 // A dataset named in a call; an empty name is allowed where it means "every
 // dataset of the job".
-inline absl::Status ValidateRef(const v1::DatasetRef& ref, bool name_optional = false) {
-  RETURN_IF_ERROR(ValidateJob(ref.job(), "dataset.job"));
-  if (name_optional && ref.name().empty()) return absl::OkStatus();
-  return ValidateName(ref.name(), "dataset.name");
-}
+absl::Status ValidateRef(const v1::DatasetRef& ref, bool name_optional = false);
 
 // The dataset's records: the sum of its files' (checked), or record_count.
-inline absl::StatusOr<int64_t> RecordsOf(const v1::DatasetSpec& spec) {
-  if (spec.files_size() == 0) {
-    if (spec.record_count() <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spec.record_count: must be > 0 (or give spec.files), got ", spec.record_count()));
-    }
-    return spec.record_count();
-  }
-  int64_t sum = 0;
-  for (int i = 0; i < spec.files_size(); ++i) {
-    const v1::DataFile& f = spec.files(i);
-    const std::string field = absl::StrCat("spec.files[", i, "]");
-    RETURN_IF_ERROR(ValidateName(f.path(), field + ".path", kMaxPathBytes));
-    if (f.records() <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".records: must be > 0, got ", f.records()));
-    }
-    if (__builtin_add_overflow(sum, f.records(), &sum)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".records: the sum of spec.files[].records passes 2^63-1 at this file"));
-    }
-  }
-  if (spec.record_count() != 0 && spec.record_count() != sum) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.record_count: ", spec.record_count(),
-                     " differs from the sum of spec.files[].records (", sum, ")"));
-  }
-  return sum;
-}
+absl::StatusOr<int64_t> RecordsOf(const v1::DatasetSpec& spec);
 
 // Bytes of the file slices in the largest AcquireShard answer of an
 // unshuffled dataset: a shard lists one slice per file it overlaps.
-inline int64_t MaxSliceBytes(const v1::DatasetSpec& spec) {
-  constexpr int64_t kSliceOverhead = 32;  // tags, lengths, offset and count varints
-  int64_t largest = 0;
-  int64_t shard = -1;  // the shard whose slices `bytes` counts
-  int64_t bytes = 0;
-  int64_t start = 0;
-  for (const v1::DataFile& f : spec.files()) {
-    const int64_t slice = kSliceOverhead + static_cast<int64_t>(f.path().size());
-    const int64_t first = start / spec.shard_size();
-    const int64_t last = (start + f.records() - 1) / spec.shard_size();
-    if (first != shard) bytes = 0;
-    bytes += slice;
-    largest = std::max(largest, bytes);
-    if (last != first) bytes = slice;  // the file's last shard starts with it
-    shard = last;
-    start += f.records();
-  }
-  return largest;
-}
+int64_t MaxSliceBytes(const v1::DatasetSpec& spec);
 
 // Sizes: shard count, records x epochs, and what one answer carries.
-inline absl::Status ValidateSizes(const v1::DatasetSpec& spec, int64_t records) {
-  if (spec.shard_size() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.shard_size: must be > 0, got ", spec.shard_size()));
-  }
-  if (spec.epochs() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.epochs: must be > 0, got ", spec.epochs()));
-  }
-  int64_t total = 0;
-  if (__builtin_mul_overflow(records, static_cast<int64_t>(spec.epochs()), &total)) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.epochs: ", records, " records x ",
-                                                   spec.epochs(), " epochs passes 2^63-1"));
-  }
-  if (spec.min_shard_records() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.min_shard_records: must be >= 0 (0: no guided layout), got ",
-                     spec.min_shard_records()));
-  }
-  if (spec.workers() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.workers: must be >= 0, got ", spec.workers()));
-  }
-  const int64_t shards = LayoutOf(spec, records, kMaxShardsPerDataset).count();
-  if (shards > kMaxShardsPerDataset) {
-    const bool guided = spec.min_shard_records() > 0 && spec.workers() > 0;
-    return absl::InvalidArgumentError(absl::StrCat(
-        guided ? "spec.min_shard_records: the guided layout of " : "spec.shard_size: ",
-        guided ? absl::StrCat(spec.workers(), " workers") : absl::StrCat(spec.shard_size()),
-        " gives more than ", kMaxShardsPerDataset, " shards, the limit"));
-  }
-  const int64_t largest_shard = std::min(spec.shard_size(), records);
-  if (spec.shuffle() && largest_shard > kMaxShuffledShardSize) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "spec.shard_size: shuffled shards of ", largest_shard, " records, more than the limit ",
-        kMaxShuffledShardSize, " (each AcquireShard answer lists a shuffled shard's record ids)"));
-  }
-  if (!spec.shuffle() && MaxSliceBytes(spec) > kMaxAnswerBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("spec.files: a shard's file slices take ", MaxSliceBytes(spec),
-                     " bytes in an AcquireShard answer, more than the limit ", kMaxAnswerBytes,
-                     " (a smaller spec.shard_size covers fewer files)"));
-  }
-  return absl::OkStatus();
-}
+absl::Status ValidateSizes(const v1::DatasetSpec& spec, int64_t records);
 
-inline absl::Status ValidateSpec(const v1::DatasetSpec& spec, int64_t* records) {
-  RETURN_IF_ERROR(ValidateJob(spec.job(), "spec.job"));
-  RETURN_IF_ERROR(ValidateName(spec.name(), "spec.name"));
-  ASSIGN_OR_RETURN(*records, RecordsOf(spec));
-  return ValidateSizes(spec, *records);
-}
+absl::Status ValidateSpec(const v1::DatasetSpec& spec, int64_t* records);
 
-inline std::string DescribeDifferences(const v1::DatasetSpec& a, const v1::DatasetSpec& b) {
-  std::vector<std::string> diffs;
-  auto add = [&](const char* field, const auto& x, const auto& y) {
-    if (x != y) diffs.push_back(absl::StrCat(field, " ", x, " (existing) vs ", y, " (requested)"));
-  };
-  add("record_count", a.record_count(), b.record_count());
-  add("shard_size", a.shard_size(), b.shard_size());
-  add("epochs", a.epochs(), b.epochs());
-  add("shuffle", a.shuffle(), b.shuffle());
-  add("seed", a.seed(), b.seed());
-  add("min_shard_records", a.min_shard_records(), b.min_shard_records());
-  add("workers", a.workers(), b.workers());
-  if (a.files_size() != b.files_size()) {
-    add("files (count)", a.files_size(), b.files_size());
-  } else {
-    for (int i = 0; i < a.files_size(); ++i) {
-      if (a.files(i).path() != b.files(i).path() || a.files(i).records() != b.files(i).records()) {
-        diffs.push_back(absl::StrCat("files[", i, "] differ"));
-      }
-    }
-  }
-  return absl::StrJoin(diffs, ", ");
-}
+std::string DescribeDifferences(const v1::DatasetSpec& a, const v1::DatasetSpec& b);
 
-inline void InitDataset(Ledger::Dataset& ds);
-
-inline void InitDataset(Ledger::Dataset& ds) {
-  int64_t records = 0;
-  ds.file_starts.clear();
-  for (const v1::DataFile& f : ds.spec.files()) {
-    ds.file_starts.push_back(records);
-    records += f.records();
-  }
-  if (ds.spec.files_size() == 0) records = ds.spec.record_count();
-  ds.records = records;
-  ds.layout = LayoutOf(ds.spec, records, kMaxShardsPerDataset);
-  ds.shard_count = ds.layout.count();
-}
+void InitDataset(Ledger::Dataset& ds);
 
 // Internal helpers that run with the ledger's mutex held.
 struct Ops {
@@ -517,171 +311,27 @@ struct Ops {
     return ShardRow{ds.row.id, index, s.state, s.committed, s.token};
   }
 
-  void AdvanceEpochIfDone(Ledger::Dataset& ds) {
-    if (ds.finished() || ds.done < ds.shard_count) return;
-    ds.row.epoch += 1;
-    batch.push_back(DeleteShards{ds.row.id});
-    batch.push_back(ds.row);
-    // Lease rows answer a late retry of a commit (a worker that was cut off
-    // while its lease expired and the job moved on) with what the lease
-    // committed; they are kept for kLeaseEpochsKept epochs.
-    if (ds.row.epoch > kLeaseEpochsKept) {
-      batch.push_back(DeleteLeasesBefore{ds.row.id, ds.row.epoch - kLeaseEpochsKept});
-    }
-    ds.StartEpoch();
-    LogEvent(ds.finished() ? "dataset_finished" : "epoch_started",
-             {{"dataset", Key(ds.row.job, ds.row.name)}, {"epoch", ds.row.epoch}});
-  }
+  void AdvanceEpochIfDone(Ledger::Dataset& ds);
 
   // Ends an active lease; the unfinished remainder goes to the front of the queue.
-  void EndLease(Ledger::Dataset& ds, uint64_t token, LeaseState state) {
-    auto it = ds.leases.find(token);
-    if (it == ds.leases.end()) return;
-    LeaseRow row = it->second.row;
-    ds.EraseLease(it);
-    row.state = state;
-    ShardSlot& slot = ds.shards[row.index];
-    row.committed = slot.committed;
-    ds.ended.Put(row);
-    batch.push_back(row);
-    --ds.doing;
-    slot.token = 0;
-    if (slot.committed >= ds.ShardSize(row.index)) {
-      slot.state = ShardState::kDone;
-      ++ds.done;
-      batch.push_back(RowOf(ds, row.index));
-      AdvanceEpochIfDone(ds);
-      return;
-    }
-    slot.state = ShardState::kTodo;
-    ds.todo.push_front(row.index);
-    ds.unleased += ds.ShardSize(row.index) - slot.committed;
-    if (state == LeaseState::kCompleted) {
-      // A guided lease done up to its end: the shard's rest is next in line,
-      // for another worker than this slow one (AcquireShard).
-      ++ds.leases_shortened;
-      if (auto w = ds.workers.find(row.worker); w != ds.workers.end()) {
-        w->second.left_rest_of = row.index;
-      }
-      batch.push_back(RowOf(ds, row.index));
-      return;
-    }
-    ++ds.row.requeues;
-    if (state == LeaseState::kExpired) ++ds.row.expirations;
-    batch.push_back(RowOf(ds, row.index));
-    batch.push_back(ds.row);
-    LogEvent("shard_requeued", {{"dataset", Key(ds.row.job, ds.row.name)},
-                                {"epoch", ds.row.epoch},
-                                {"shard", row.index},
-                                {"token", row.token},
-                                {"worker", row.worker},
-                                {"reason", LeaseStateName(state)},
-                                {"remaining", ds.ShardSize(row.index) - slot.committed}});
-  }
+  void EndLease(Ledger::Dataset& ds, uint64_t token, LeaseState state);
 
-  int ExpireDue(Ledger::Dataset& ds) {
-    const int64_t now = Now();
-    if (now < ds.next_due_ms) return 0;
-    std::vector<uint64_t> due;
-    ds.next_due_ms = std::numeric_limits<int64_t>::max();
-    for (const auto& [token, lease] : ds.leases) {
-      if (lease.deadline_ms <= now) {
-        due.push_back(token);
-      } else {
-        ds.next_due_ms = std::min(ds.next_due_ms, lease.deadline_ms);
-      }
-    }
-    std::sort(due.begin(), due.end());
-    for (uint64_t token : due) EndLease(ds, token, LeaseState::kExpired);
-    return static_cast<int>(due.size());
-  }
+  int ExpireDue(Ledger::Dataset& ds);
 };
 
 // The ids of records [from, to) of shard `index` in `epoch`, in the order the
 // shard hands them out.
-inline void AppendRecordIds(const Ledger::Dataset& ds, int32_t epoch, int64_t index, int64_t from,
-                            int64_t to, v1::RolledBack* out) {
-  const int64_t begin = ds.ShardBegin(index);
-  if (!ds.spec.shuffle()) {
-    for (int64_t i = from; i < to; ++i) out->add_record_ids(begin + i);
-    return;
-  }
-  const std::vector<int64_t> perm = Permutation(
-      ds.ShardSize(index),
-      MixSeed(ds.spec.seed(), static_cast<uint64_t>(epoch), static_cast<uint64_t>(index) + 1));
-  for (int64_t i = from; i < to; ++i) out->add_record_ids(begin + perm[i]);
-}
+void AppendRecordIds(const Ledger::Dataset& ds, int32_t epoch, int64_t index, int64_t from,
+                     int64_t to, v1::RolledBack* out);
 
 // The commits a restore to `snap` undoes: in the snapshot's epoch what was
 // committed beyond it, and everything committed in later epochs.
-inline void RolledBackCommits(const Ledger::Dataset& ds, const v1::ShardStateSnapshot& snap,
-                              v1::RestoreResponse* resp) {
-  // (index, committed) of the snapshot, sorted: one pass beside the shards,
-  // nothing allocated per shard (a map filled per shard took gigabytes and
-  // seconds at 5e7 shards).
-  std::vector<std::pair<int64_t, int64_t>> at_snap;
-  at_snap.reserve(static_cast<size_t>(snap.index_size()));
-  for (int i = 0; i < snap.index_size(); ++i)
-    at_snap.emplace_back(snap.index(i), snap.committed(i));
-  if (!std::is_sorted(at_snap.begin(), at_snap.end())) std::sort(at_snap.begin(), at_snap.end());
-  const int32_t now = ds.row.epoch;
-  for (int32_t e = snap.epoch(); e <= now && e < ds.spec.epochs(); ++e) {
-    v1::RolledBack rb;
-    rb.set_epoch(e);
-    auto next = at_snap.begin();
-    for (int64_t index = 0; index < ds.shard_count; ++index) {
-      const int64_t size = ds.ShardSize(index);
-      while (next != at_snap.end() && next->first < index) ++next;
-      const int64_t saved = next != at_snap.end() && next->first == index ? next->second : 0;
-      const int64_t from = e == snap.epoch() ? std::clamp<int64_t>(saved, 0, size) : 0;
-      const int64_t to = e < now ? size
-                                 : std::min(index < static_cast<int64_t>(ds.shards.size())
-                                                ? ds.shards[index].committed
-                                                : 0,
-                                            size);
-      if (to > from) AppendRecordIds(ds, e, index, from, to, &rb);
-    }
-    if (rb.record_ids_size() > 0) *resp->add_rolled_back() = std::move(rb);
-  }
-}
+void RolledBackCommits(const Ledger::Dataset& ds, const v1::ShardStateSnapshot& snap,
+                       v1::RestoreResponse* resp);
 
 // The lease's records of shard `index`: from `committed` to `lease_end`.
-inline void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed,
-                      int64_t lease_end, v1::Shard* out) {
-  const int64_t begin = ds.ShardBegin(index);
-  const int64_t size = ds.ShardSize(index);
-  out->set_epoch(ds.row.epoch);
-  out->set_index(index);
-  out->set_size(size);
-  out->set_committed(committed);
-  out->set_lease_end(lease_end);
-  out->set_start(begin + committed);
-  out->set_end(begin + lease_end);
-  if (ds.spec.shuffle()) {
-    std::vector<int64_t> perm =
-        Permutation(size, MixSeed(ds.spec.seed(), static_cast<uint64_t>(ds.row.epoch),
-                                  static_cast<uint64_t>(index) + 1));
-    for (int64_t i = committed; i < lease_end; ++i) out->add_record_ids(begin + perm[i]);
-    return;
-  }
-  // File slices covering [begin + committed, begin + lease_end).
-  int64_t pos = begin + committed;
-  const int64_t end = begin + lease_end;
-  if (ds.file_starts.empty()) return;
-  auto it = std::upper_bound(ds.file_starts.begin(), ds.file_starts.end(), pos);
-  size_t file = static_cast<size_t>(it - ds.file_starts.begin()) - 1;
-  while (pos < end && file < ds.file_starts.size()) {
-    const int64_t file_start = ds.file_starts[file];
-    const int64_t file_end = file_start + ds.spec.files(static_cast<int>(file)).records();
-    const int64_t stop = std::min(end, file_end);
-    v1::FileSlice* slice = out->add_slices();
-    slice->set_path(ds.spec.files(static_cast<int>(file)).path());
-    slice->set_offset(pos - file_start);
-    slice->set_count(stop - pos);
-    pos = stop;
-    ++file;
-  }
-}
+void FillShard(const Ledger::Dataset& ds, int64_t index, int64_t committed, int64_t lease_end,
+               v1::Shard* out);
 
 // A call under a lease that ended: refused, with what it committed.
 inline absl::Status NoLongerHeld(const LeaseRow& ended) {

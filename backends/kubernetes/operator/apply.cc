@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "api/vocab/labels.h"
@@ -21,7 +22,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 #include "core/loop/control_loop.h"
 
 namespace antdt::kube_operator {
@@ -315,6 +316,80 @@ absl::Status JobController::SetReplicaFailure(const Json& job, const std::string
       ->UpdateStatus(kube::AntDTJobsResource(), kube::StringAt(job, {"metadata", "namespace"}),
                      updated)
       .status();
+}
+
+// ---- The operator as the loop's backend (job_controller_internal.h) ----
+
+absl::Status JobController::LoopBackend::RestartElsewhere(const policy::WorkerState&,
+                                                          const policy::KillRestart&) {
+  return absl::OkStatus();  // committed by this pass's reconciler (see above)
+}
+
+bool JobController::LoopBackend::SendDirective(const std::string& node,
+                                               const v1::Directive& directive) {
+  if (controller_->monitor_ == nullptr) return false;
+  if (controller_->monitor_->hub().SendDirective(node, directive)) return true;
+  LogEvent("operator", {{"event", "directive_not_delivered"},
+                        {"job", kube::KeyOf(rt_->job)},
+                        {"worker", directive.worker_id()},
+                        {"node", node}});
+  return false;
+}
+
+void JobController::LoopBackend::LeaveParameterServers(const std::string& worker) {
+  controller_->LeaveParameterServers(worker, rt_->server_pods, rt_->token);
+}
+
+absl::Status JobController::LoopBackend::ReleaseShards(const std::string& worker,
+                                                       int32_t incarnation) {
+  absl::Status s = absl::UnavailableError("no sharding service yet");
+  if (!rt_->sharding_address.empty() && rt_->driver != nullptr) {
+    client::ShardingClientOptions co = rt_->driver->options();
+    co.worker_id = worker;
+    co.incarnation = incarnation;
+    s = client::ReleaseWorker(rt_->sharding_address, co);
+  }
+  LogEvent("operator", {{"event", s.ok() ? "shards_released" : "shards_not_released"},
+                        {"job", kube::KeyOf(rt_->job)},
+                        {"worker", worker},
+                        {"incarnation", incarnation},
+                        {"error", std::string(s.message())}});
+  return s;
+}
+
+void JobController::LoopBackend::RecordAction(const policy::Decision& d, loop::Outcome outcome) {
+  if (controller_->actions_total_ != nullptr && outcome == loop::Outcome::kDone) {
+    controller_->actions_total_->Add({{"action", policy::ActionName(d.action)}}).Increment();
+  }
+  if (rt_->metrics) {
+    rt_->metrics->Decided(d, loop::OutcomeName(outcome));
+  }
+}
+
+void JobController::LoopBackend::RecordTime(const loop::TimeDelta& delta) {
+  if (rt_->metrics) rt_->metrics->Time(delta);
+}
+
+void JobController::LoopBackend::RecordSkipped(const std::string& /*line*/,
+                                               policy::SkipReason reason) {
+  if (rt_->metrics) rt_->metrics->Skipped(policy::SkipReasonName(reason));
+}
+
+void JobController::LoopBackend::RecordRecommendation(const loop::Recommendation& r) {
+  if (rt_->metrics) rt_->metrics->Recommended(r.decision, r.predicted_saving_seconds);
+  if (policy::IsRebalance(r.decision)) return;  // only keeps the global batch around another
+  const std::string& target = policy::ActionTarget(r.decision.action);
+  controller_->recorder_->Record(
+      rt_->job, "Normal", "Recommendation",
+      absl::StrFormat("recommended, not carried out (stragglerPolicy.mode Recommend): %s %s, "
+                      "rule %s; saves ~%.1f s, costs %.1f s: %s",
+                      policy::ActionName(r.decision.action), target.empty() ? "job" : target,
+                      r.decision.rule, r.predicted_saving_seconds, r.cost_seconds,
+                      r.decision.reason));
+}
+
+void JobController::LoopBackend::RecordBudgetUsed(int used) {
+  if (rt_->metrics) rt_->metrics->BudgetUsed(used);
 }
 
 }  // namespace antdt::kube_operator

@@ -12,6 +12,7 @@
 #include "api/vocab/labels.h"
 #include "api/vocab/vocab.h"
 #include "backends/kubernetes/operator/job_controller_internal.h"
+#include "backends/kubernetes/operator/observation.h"
 #include "backends/metrics/job_metrics.h"
 #include "client/sharding_client.h"
 #include "common/credential.h"
@@ -19,7 +20,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 #include "core/loop/control_loop.h"
 
 namespace antdt::kube_operator {
@@ -291,11 +292,11 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     loop::LoopOptions lo;
     lo.job = spec.name;
     lo.namespace_ = spec.namespace_;
-    lo.interval_ms = bridge::ControlIntervalMs(spec.monitor);
-    lo.policy = bridge::PolicySpecFor(spec, spec.straggler_policy.name, lo.interval_ms);
+    lo.interval_ms = jobconfig::ControlIntervalMs(spec.monitor);
+    lo.policy = jobconfig::PolicySpecFor(spec, spec.straggler_policy.name, lo.interval_ms);
     lo.global_batch_size = spec.model.global_batch_size;
     lo.window_ms = spec.monitor.window_ms;
-    lo.regroup_seconds = bridge::RegroupSeconds(spec);  // a collective job re-forms its group
+    lo.regroup_seconds = jobconfig::RegroupSeconds(spec);  // a collective job re-forms its group
     // A pod starts from the spec's batch, and a directive is lost with the
     // operator that sent it: the committed batch goes to each incarnation.
     lo.redeliver_batches = true;
@@ -343,7 +344,7 @@ void JobController::ConnectSharding(const Json& job, const manifest::Job& spec,
 
 bool JobController::CreateDataset(const Json& job, const manifest::Job& spec, JobRuntime& rt) {
   if (!rt.driver || rt.dataset_ready) return false;
-  auto created = rt.driver->CreateDataset(bridge::DatasetSpecFor(spec));
+  auto created = rt.driver->CreateDataset(jobconfig::DatasetSpecFor(spec));
   if (!created.ok()) {
     LogEvent("operator", {{"event", "create_dataset_failed"},
                           {"job", kube::KeyOf(job)},
@@ -561,12 +562,67 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
   *requeue_after_ms = changes.requeue_after_ms;
   if (obs.spec.ok() && changes.requeue_after_ms > 0) {
     *requeue_after_ms =
-        std::min(changes.requeue_after_ms, bridge::ControlIntervalMs(obs.spec->monitor));
+        std::min(changes.requeue_after_ms, jobconfig::ControlIntervalMs(obs.spec->monitor));
   }
   // The dataset, once its sharding service runs: the next pass, at once,
   // records it (status.datasetCreated) and creates the workers.
   if (rt != nullptr && CreateDataset(job, *obs.spec, *rt)) *requeue_after_ms = 1;
   return absl::OkStatus();
+}
+
+kube::ResourceRef RefOf(const reconciler::Write& w) {
+  if (w.resource == "services") return kube::ServicesResource();
+  if (w.resource == "secrets") return kube::SecretsResource();
+  if (w.resource == "persistentvolumeclaims") return kube::PersistentVolumeClaimsResource();
+  if (w.resource != "podgroups") return kube::PodsResource();
+  const std::string api_version = kube::StringAt(w.object, {"apiVersion"});
+  const size_t slash = api_version.find('/');
+  kube::ResourceRef ref;
+  ref.group = api_version.substr(0, slash);
+  ref.version = slash == std::string::npos ? "" : api_version.substr(slash + 1);
+  ref.plural = "podgroups";
+  ref.kind = "PodGroup";
+  return ref;
+}
+
+bool HasController(const Json& object) {
+  const Json& refs = kube::At(object, {"metadata", "ownerReferences"});
+  if (!refs.is_array()) return false;
+  return std::any_of(refs.begin(), refs.end(),
+                     [](const Json& ref) { return ref.value("controller", false); });
+}
+
+std::set<std::string> Foreign(const std::vector<Json>& objects,
+                              const std::vector<Json>& controlled) {
+  std::set<std::string> names;
+  for (const Json& o : objects) names.insert(NameOf(o));
+  for (const Json& o : controlled) names.erase(NameOf(o));
+  return names;
+}
+
+std::vector<Json> ControlledBy(std::vector<Json> objects, const std::string& uid) {
+  std::vector<Json> out;
+  for (Json& o : objects) {
+    const Json& refs = kube::At(o, {"metadata", "ownerReferences"});
+    if (!refs.is_array()) continue;
+    for (const Json& ref : refs) {
+      if (ref.value("controller", false) && kube::StringAt(ref, {"uid"}) == uid) {
+        out.push_back(std::move(o));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+bool ConditionTrue(const Json& job, const std::string& type) {
+  const Json* c = reconciler::FindCondition(kube::At(job, {"status"}), type);
+  return c != nullptr && kube::StringAt(*c, {"status"}) == "True";
+}
+
+std::string PolicySpecOf(const Json& job) {
+  return kube::At(job, {"spec", "stragglerPolicy"}).dump() +
+         kube::At(job, {"spec", "monitor"}).dump();
 }
 
 }  // namespace antdt::kube_operator

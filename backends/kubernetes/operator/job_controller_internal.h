@@ -3,28 +3,15 @@
 // Internal: only backends/kubernetes/operator/*.cc include it.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
 
-#include <algorithm>
-#include <chrono>
-
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "antdt/v1/trainer.grpc.pb.h"
-#include "api/vocab/labels.h"
-#include "api/vocab/vocab.h"
 #include "backends/kubernetes/operator/job_controller.h"
-#include "backends/kubernetes/operator/observation.h"
 #include "backends/metrics/job_metrics.h"
 #include "client/sharding_client.h"
-#include "common/credential.h"
-#include "common/job_key.h"
-#include "common/log.h"
-#include "common/status.h"
-#include "common/tls.h"
-#include "core/bridge/bridge.h"
 #include "core/loop/control_loop.h"
 
 namespace antdt::kube_operator {
@@ -40,59 +27,20 @@ inline std::string NameOf(const Json& object) {
   return kube::StringAt(object, {"metadata", "name"});
 }
 
-// The objects whose controller ownerReference is `uid`.
 // The API resource a write is for: pods, Services, or the gang scheduler's
 // PodGroups (the group from the object's apiVersion).
-inline kube::ResourceRef RefOf(const reconciler::Write& w) {
-  if (w.resource == "services") return kube::ServicesResource();
-  if (w.resource == "secrets") return kube::SecretsResource();
-  if (w.resource == "persistentvolumeclaims") return kube::PersistentVolumeClaimsResource();
-  if (w.resource != "podgroups") return kube::PodsResource();
-  const std::string api_version = kube::StringAt(w.object, {"apiVersion"});
-  const size_t slash = api_version.find('/');
-  kube::ResourceRef ref;
-  ref.group = api_version.substr(0, slash);
-  ref.version = slash == std::string::npos ? "" : api_version.substr(slash + 1);
-  ref.plural = "podgroups";
-  ref.kind = "PodGroup";
-  return ref;
-}
+kube::ResourceRef RefOf(const reconciler::Write& w);
 
-inline bool HasController(const Json& object) {
-  const Json& refs = kube::At(object, {"metadata", "ownerReferences"});
-  if (!refs.is_array()) return false;
-  return std::any_of(refs.begin(), refs.end(),
-                     [](const Json& ref) { return ref.value("controller", false); });
-}
+bool HasController(const Json& object);
 
 // Names of `objects` that `controlled` (the ones the job controls) leaves out.
-inline std::set<std::string> Foreign(const std::vector<Json>& objects,
-                                     const std::vector<Json>& controlled) {
-  std::set<std::string> names;
-  for (const Json& o : objects) names.insert(NameOf(o));
-  for (const Json& o : controlled) names.erase(NameOf(o));
-  return names;
-}
+std::set<std::string> Foreign(const std::vector<Json>& objects,
+                              const std::vector<Json>& controlled);
 
-inline std::vector<Json> ControlledBy(std::vector<Json> objects, const std::string& uid) {
-  std::vector<Json> out;
-  for (Json& o : objects) {
-    const Json& refs = kube::At(o, {"metadata", "ownerReferences"});
-    if (!refs.is_array()) continue;
-    for (const Json& ref : refs) {
-      if (ref.value("controller", false) && kube::StringAt(ref, {"uid"}) == uid) {
-        out.push_back(std::move(o));
-        break;
-      }
-    }
-  }
-  return out;
-}
+// The objects whose controller ownerReference is `uid`.
+std::vector<Json> ControlledBy(std::vector<Json> objects, const std::string& uid);
 
-inline bool ConditionTrue(const Json& job, const std::string& type) {
-  const Json* c = reconciler::FindCondition(kube::At(job, {"status"}), type);
-  return c != nullptr && kube::StringAt(*c, {"status"}) == "True";
-}
+bool ConditionTrue(const Json& job, const std::string& type);
 
 // A parameter server's running pod: where a Leave or Resize goes.
 struct JobController::ServerPod {
@@ -132,10 +80,7 @@ struct JobController::JobRuntime {
   std::vector<ServerPod> server_pods;
 };
 
-inline std::string PolicySpecOf(const Json& job) {
-  return kube::At(job, {"spec", "stragglerPolicy"}).dump() +
-         kube::At(job, {"spec", "monitor"}).dump();
-}
+std::string PolicySpecOf(const Json& job);
 
 // The operator as a backend of the control loop: it carries out and records
 // the effects of one sync on what that sync's gather put in the job's runtime
@@ -147,74 +92,24 @@ class JobController::LoopBackend final : public loop::Backend {
  public:
   LoopBackend(JobController* controller, JobRuntime* rt) : controller_(controller), rt_(rt) {}
 
-  absl::Status RestartElsewhere(const policy::WorkerState&, const policy::KillRestart&) override {
-    return absl::OkStatus();  // committed by this pass's reconciler (see above)
-  }
+  absl::Status RestartElsewhere(const policy::WorkerState&, const policy::KillRestart&) override;
 
-  bool SendDirective(const std::string& node, const v1::Directive& directive) override {
-    if (controller_->monitor_ == nullptr) return false;
-    if (controller_->monitor_->hub().SendDirective(node, directive)) return true;
-    LogEvent("operator", {{"event", "directive_not_delivered"},
-                          {"job", kube::KeyOf(rt_->job)},
-                          {"worker", directive.worker_id()},
-                          {"node", node}});
-    return false;
-  }
+  bool SendDirective(const std::string& node, const v1::Directive& directive) override;
 
-  void LeaveParameterServers(const std::string& worker) override {
-    controller_->LeaveParameterServers(worker, rt_->server_pods, rt_->token);
-  }
+  void LeaveParameterServers(const std::string& worker) override;
 
-  absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override {
-    absl::Status s = absl::UnavailableError("no sharding service yet");
-    if (!rt_->sharding_address.empty() && rt_->driver != nullptr) {
-      client::ShardingClientOptions co = rt_->driver->options();
-      co.worker_id = worker;
-      co.incarnation = incarnation;
-      s = client::ReleaseWorker(rt_->sharding_address, co);
-    }
-    LogEvent("operator", {{"event", s.ok() ? "shards_released" : "shards_not_released"},
-                          {"job", kube::KeyOf(rt_->job)},
-                          {"worker", worker},
-                          {"incarnation", incarnation},
-                          {"error", std::string(s.message())}});
-    return s;
-  }
+  absl::Status ReleaseShards(const std::string& worker, int32_t incarnation) override;
 
-  void RecordAction(const policy::Decision& d, loop::Outcome outcome) override {
-    if (controller_->actions_total_ != nullptr && outcome == loop::Outcome::kDone) {
-      controller_->actions_total_->Add({{"action", policy::ActionName(d.action)}}).Increment();
-    }
-    if (rt_->metrics) {
-      rt_->metrics->Decided(d, loop::OutcomeName(outcome));
-    }
-  }
+  void RecordAction(const policy::Decision& d, loop::Outcome outcome) override;
 
-  void RecordTime(const loop::TimeDelta& delta) override {
-    if (rt_->metrics) rt_->metrics->Time(delta);
-  }
+  void RecordTime(const loop::TimeDelta& delta) override;
 
-  void RecordSkipped(const std::string& /*line*/, policy::SkipReason reason) override {
-    if (rt_->metrics) rt_->metrics->Skipped(policy::SkipReasonName(reason));
-  }
+  void RecordSkipped(const std::string& /*line*/, policy::SkipReason reason) override;
 
   // Mode Recommend: an Event on the job and the metrics; nothing carried out.
-  void RecordRecommendation(const loop::Recommendation& r) override {
-    if (rt_->metrics) rt_->metrics->Recommended(r.decision, r.predicted_saving_seconds);
-    if (policy::IsRebalance(r.decision)) return;  // only keeps the global batch around another
-    const std::string& target = policy::ActionTarget(r.decision.action);
-    controller_->recorder_->Record(
-        rt_->job, "Normal", "Recommendation",
-        absl::StrFormat("recommended, not carried out (stragglerPolicy.mode Recommend): %s %s, "
-                        "rule %s; saves ~%.1f s, costs %.1f s: %s",
-                        policy::ActionName(r.decision.action), target.empty() ? "job" : target,
-                        r.decision.rule, r.predicted_saving_seconds, r.cost_seconds,
-                        r.decision.reason));
-  }
+  void RecordRecommendation(const loop::Recommendation& r) override;
 
-  void RecordBudgetUsed(int used) override {
-    if (rt_->metrics) rt_->metrics->BudgetUsed(used);
-  }
+  void RecordBudgetUsed(int used) override;
 
  private:
   JobController* const controller_;

@@ -12,7 +12,7 @@
 
 #include "api/manifest/manifest.h"
 #include "backends/kubernetes/reconciler/reconciler.h"
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 #include "core/monitor/monitor.h"
 #include "testing/kube-fake/fake_api.h"
 #include "testing/kube-fake/test_util.h"
@@ -99,7 +99,7 @@ class RunningController {
  public:
   explicit RunningController(kube::Api* api)
       : monitor_service_(
-            *monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{})),
+            *monitor::Monitor::Create(jobconfig::MonitorConfigFor(manifest::MonitorSpec{})),
             &RealClock::Get()),
         controller_(api, &monitor_service_, Options(), &registry_) {
     started_ = controller_.Start(5000);
@@ -273,7 +273,7 @@ TEST(JobControllerTest, ASyncRunsOnTheClockItIsGiven) {
   ASSERT_TRUE(api.Create(kube::AntDTJobsResource(), "team-a", Job()).ok());
   FakeClock clock(1'893'456'000'000);  // 2030-01-01T00:00:00Z
   monitor::MonitorServiceImpl monitor_service(
-      *monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{})), &clock);
+      *monitor::Monitor::Create(jobconfig::MonitorConfigFor(manifest::MonitorSpec{})), &clock);
   prometheus::Registry registry;
   JobControllerOptions options;
   options.identity = "test";
@@ -318,7 +318,7 @@ TEST(JobControllerTest, ABatchReDeliveredKeepsItsAccumulationSteps) {
       RunningWorkerPod(api, "dd", (*created)["metadata"]["uid"], "worker-0", "node-a").ok());
 
   monitor::MonitorServiceImpl monitor_service(
-      *monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{})),
+      *monitor::Monitor::Create(jobconfig::MonitorConfigFor(manifest::MonitorSpec{})),
       &RealClock::Get());
   std::mutex mu;
   std::vector<v1::Directive> directives;
@@ -400,7 +400,7 @@ TEST(JobControllerTest, AStragglerOnAFakeClockIsDetectedDecidedCommittedAndDeliv
 
   // The Monitor on the fake clock; windows close only when the test ticks it.
   monitor::MonitorServiceImpl monitor_service(
-      *monitor::Monitor::Create(bridge::MonitorConfigFor(manifest::MonitorSpec{})), &clock);
+      *monitor::Monitor::Create(jobconfig::MonitorConfigFor(manifest::MonitorSpec{})), &clock);
   std::mutex mu;
   std::map<std::string, std::vector<v1::Directive>> directives;  // by node
   std::vector<std::shared_ptr<monitor::MonitorHub::AgentStream>> streams;

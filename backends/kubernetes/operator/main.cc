@@ -26,7 +26,7 @@
 #include "common/serve.h"
 #include "common/server.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -332,7 +332,7 @@ int main(int argc, char** argv) {
   manifest::MonitorSpec monitor_spec;  // the manifest's defaults, this window
   monitor_spec.window_ms = config->monitor_window_ms;
   monitor_spec.window_steps = config->monitor_window_steps;
-  auto mon = monitor::Monitor::Create(bridge::MonitorConfigFor(monitor_spec));
+  auto mon = monitor::Monitor::Create(jobconfig::MonitorConfigFor(monitor_spec));
   if (!mon.ok()) return Fail(std::string(mon.status().message()));
   monitor::MonitorServiceImpl monitor_service(std::move(*mon), &RealClock::Get());
   // A standby takes no agent stream until it leads (Act).

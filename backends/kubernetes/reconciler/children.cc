@@ -21,8 +21,8 @@
 #include "backends/kubernetes/reconciler/reconciler_internal.h"
 #include "common/credential.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
-#include "core/bridge/worker_env.h"
+#include "core/jobconfig/jobconfig.h"
+#include "core/jobconfig/worker_env.h"
 
 namespace antdt::reconciler {
 
@@ -49,7 +49,7 @@ void Rescale(const Pass& pass, Records& r, Changes& changes) {
   const bool acting = !r.suspended;
   int32_t regrouped = 0;
   for (WorkerInstance& w : r.instances) {
-    const int32_t batch = static_cast<int32_t>(bridge::InitialLocalBatch(pass.spec, w.index));
+    const int32_t batch = static_cast<int32_t>(jobconfig::InitialLocalBatch(pass.spec, w.index));
     const bool added = std::find(r.added.begin(), r.added.end(), w.id) != r.added.end();
     const Json* pod = pass.children.Worker(w);
     const bool runs = pod != nullptr && !kube::Terminating(*pod) && !Finished(*pod);

@@ -19,8 +19,8 @@
 #include "backends/kubernetes/reconciler/reconciler_internal.h"
 #include "common/credential.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
-#include "core/bridge/worker_env.h"
+#include "core/jobconfig/jobconfig.h"
+#include "core/jobconfig/worker_env.h"
 
 namespace antdt::reconciler {
 
@@ -170,7 +170,7 @@ void LoadInstances(const Pass& pass, Records& r) {
       r.added.push_back(w.id);
     } else {
       w.id = vocab::MemberName(vocab::Role::kWorker, i);
-      w.local_batch_size = static_cast<int32_t>(bridge::InitialLocalBatch(pass.spec, i));
+      w.local_batch_size = static_cast<int32_t>(jobconfig::InitialLocalBatch(pass.spec, i));
       if (!recorded.empty()) r.added.push_back(w.id);
     }
     w.index = i;
@@ -550,6 +550,133 @@ Changes Reconcile(const Snapshot& o, const Settings& s) {
   if (status != pass.old_status) changes.status = std::move(status);
   PlanRequeue(pass, r, changes);
   return changes;
+}
+
+bool IsReady(const Json* pod) {
+  if (!IsRunning(pod)) return false;
+  const Json& conditions = Get(Get(*pod, "status"), "conditions");
+  if (!conditions.is_array()) return true;
+  for (const Json& c : conditions) {
+    if (GetString(c, "type") == "Ready") return GetString(c, "status") == "True";
+  }
+  return true;
+}
+
+std::string FailureText(const Json& pod) {
+  const Json& st = Get(pod, "status");
+  const Json& statuses = Get(st, "containerStatuses");
+  if (statuses.is_array() && !statuses.empty()) {
+    const Json& t = Get(Get(statuses[0], "state"), "terminated");
+    if (t.is_object()) {
+      std::string out = absl::StrCat("exit code ", GetInt(t, "exitCode", -1));
+      if (!GetString(t, "reason").empty()) absl::StrAppend(&out, " (", GetString(t, "reason"), ")");
+      return out;
+    }
+  }
+  std::string out = GetString(st, "reason");
+  if (!GetString(st, "message").empty()) {
+    absl::StrAppend(&out, out.empty() ? "" : ": ", GetString(st, "message"));
+  }
+  return out.empty() ? "phase Failed" : out;
+}
+
+std::string ToLower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<const Json*> ByName(const std::vector<Json>& pods) {
+  std::vector<const Json*> sorted;
+  for (const Json& pod : pods) sorted.push_back(&pod);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Json* a, const Json* b) { return Name(*a) < Name(*b); });
+  return sorted;
+}
+
+Write Create(const std::string& resource, Json object, std::string reason) {
+  Write w;
+  w.kind = Write::Kind::kCreate;
+  w.resource = resource;
+  w.name = Name(object);
+  w.object = std::move(object);
+  w.reason = std::move(reason);
+  return w;
+}
+
+Write Delete(const Json& pod, int64_t grace, std::string reason) {
+  Write w;
+  w.kind = Write::Kind::kDelete;
+  w.resource = "pods";
+  w.name = Name(pod);
+  w.uid = Uid(pod);
+  w.grace_period_seconds = grace;
+  w.reason = std::move(reason);
+  return w;
+}
+
+Write Resize(int32_t workers, std::vector<std::string> removed, std::vector<std::string> added,
+             std::string reason) {
+  Write w;
+  w.kind = Write::Kind::kResizeParameterServers;
+  w.workers = workers;
+  w.removed = std::move(removed);
+  w.added = std::move(added);
+  w.reason = std::move(reason);
+  return w;
+}
+
+std::string Plural(int64_t n, const std::string& one, const std::string& many) {
+  return absl::StrCat(n, " ", n == 1 ? one : many);
+}
+
+std::string JobStateDir(const manifest::Job& spec) {
+  if (spec.checkpoint.path.empty()) return "";
+  if (spec.uid.empty()) return spec.checkpoint.path;
+  return absl::StrCat(spec.checkpoint.path, "/", spec.uid);
+}
+
+bool ShardingStateIsDurable(const Json& job, const manifest::Job& spec) {
+  return !spec.sharding_storage.ephemeral || CheckpointVolume(job, spec).first != nullptr;
+}
+
+void PlanCleanup(const Pass& pass, const Records& r, Changes& changes) {
+  for (const Json* pod : ByName(pass.o.pods)) {
+    if (kube::Terminating(*pod) || Finished(*pod)) continue;
+    AddWrite(changes, Delete(*pod, -1, r.succeeded ? "the job succeeded" : "the job failed"));
+  }
+}
+
+bool NamesStraggler(const Action& a, const std::vector<Straggler>& stragglers) {
+  if (absl::StrContains(ToLower(absl::StrCat(a.reason, " ", a.evidence)), "straggler")) return true;
+  for (const Straggler& s : stragglers) {
+    if (vocab::IsStraggler(s.straggler_class) && s.worker == a.worker) return true;
+  }
+  return false;
+}
+
+void ClearReplicaFailure(const Pass& pass, const Changes& changes, Json& status) {
+  if (!ConditionTrue(pass.old_status, kReplicaFailure)) return;
+  for (const Write& w : changes.writes) {
+    if (w.kind == Write::Kind::kCreate) return;
+  }
+  SetCondition(status["conditions"], kReplicaFailure, "False", "Created",
+               "every pod and Service the job needs exists", pass.generation, pass.now);
+}
+
+Children::Children(const Snapshot& o) {
+  for (const Json& pod : o.pods) {
+    pod_by_name_[Name(pod)] = &pod;
+    const std::string worker = kube::Label(pod, vocab::kLabelWorkerId);
+    if (kube::Label(pod, vocab::kLabelRole) == "worker" && !worker.empty()) {
+      pods_of_worker_[worker].push_back(&pod);
+    }
+    int32_t k = -1;
+    if (kube::Label(pod, vocab::kLabelRole) == "ps" &&
+        absl::SimpleAtoi(kube::Label(pod, vocab::kLabelReplicaIndex), &k)) {
+      pods_of_server_[k].push_back(&pod);
+    }
+  }
+  for (const Json& svc : o.services) service_names_.insert(Name(svc));
 }
 
 }  // namespace antdt::reconciler

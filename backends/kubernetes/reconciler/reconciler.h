@@ -15,7 +15,7 @@
 // Children of job J in namespace N (all labelled antdt.io/job=J, owned by J):
 //   Service J-sharding (headless)  + pod J-sharding   antdt-sharding-service
 //   Service J-ps (headless)        + pods J-ps-<k>    antdt-ps (or the PS template);
-//                                    none when bridge::ParameterServerCount is 0
+//                                    none when jobconfig::ParameterServerCount is 0
 //   Service J-workers (headless)   + pods J-worker-<i>   the workers' template
 // Every incarnation of worker i is the pod J-worker-<i> (as Kubeflow's
 // PyTorchJob names its pods, so `kubectl logs J-worker-0` finds the current
@@ -25,7 +25,7 @@
 // names it across restarts (MASTER_ADDR is worker-0's).
 //
 // Workers' containers[0] get, before the template's own env: POD_IP, HOST_IP,
-// NODE_NAME (downward API), then bridge::WorkerEnv's variables (the local
+// NODE_NAME (downward API), then jobconfig::WorkerEnv's variables (the local
 // runner's names: ANTDT_*, MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
 // LOCAL_RANK) but ANTDT_NODE_SPEED_FILE, which is the node's to give.
 // ANTDT_JOURNAL and ANTDT_LOSS_LOG lie under spec.checkpoint.path
@@ -286,7 +286,7 @@ std::string WorkerPodName(const std::string& job, int32_t index);   // J-worker-
 std::string TokenSecretName(const std::string& job, const std::string& uid);
 
 // How many parameter servers, their feature slices and the workers' initial
-// batches: core/bridge (shared with the local runner).
+// batches: core/jobconfig (shared with the local runner).
 
 // Renderers (pure; `job` is the AntDTJob as stored, for its uid and templates).
 Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Settings& s);

@@ -22,8 +22,8 @@
 #include "backends/kubernetes/reconciler/pod_defaults.h"
 #include "common/credential.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
-#include "core/bridge/worker_env.h"
+#include "core/jobconfig/jobconfig.h"
+#include "core/jobconfig/worker_env.h"
 
 namespace antdt::reconciler {
 
@@ -68,38 +68,14 @@ inline bool IsActive(const Json* pod) {
   return pod != nullptr && !kube::Terminating(*pod) && !Finished(*pod);
 }
 // Running, and Ready when the kubelet reports readiness.
-inline bool IsReady(const Json* pod) {
-  if (!IsRunning(pod)) return false;
-  const Json& conditions = Get(Get(*pod, "status"), "conditions");
-  if (!conditions.is_array()) return true;
-  for (const Json& c : conditions) {
-    if (GetString(c, "type") == "Ready") return GetString(c, "status") == "True";
-  }
-  return true;
-}
+bool IsReady(const Json* pod);
 inline std::string PodIp(const Json& pod) { return GetString(Get(pod, "status"), "podIP"); }
 inline bool IsSucceeded(const Json* pod) {
   return pod != nullptr && kube::PodPhase(*pod) == "Succeeded";
 }
 
 // Why a pod failed, from its status: "exit code 1 (Error)", or the pod's reason.
-inline std::string FailureText(const Json& pod) {
-  const Json& st = Get(pod, "status");
-  const Json& statuses = Get(st, "containerStatuses");
-  if (statuses.is_array() && !statuses.empty()) {
-    const Json& t = Get(Get(statuses[0], "state"), "terminated");
-    if (t.is_object()) {
-      std::string out = absl::StrCat("exit code ", GetInt(t, "exitCode", -1));
-      if (!GetString(t, "reason").empty()) absl::StrAppend(&out, " (", GetString(t, "reason"), ")");
-      return out;
-    }
-  }
-  std::string out = GetString(st, "reason");
-  if (!GetString(st, "message").empty()) {
-    absl::StrAppend(&out, out.empty() ? "" : ": ", GetString(st, "message"));
-  }
-  return out.empty() ? "phase Failed" : out;
-}
+std::string FailureText(const Json& pod);
 
 // status.conditions as a pass sets them, each with the job's generation.
 class Conditions {
@@ -124,21 +100,7 @@ class Conditions {
 // The job's pods and services as observed, indexed once.
 class Children {
  public:
-  explicit Children(const Snapshot& o) {
-    for (const Json& pod : o.pods) {
-      pod_by_name_[Name(pod)] = &pod;
-      const std::string worker = kube::Label(pod, vocab::kLabelWorkerId);
-      if (kube::Label(pod, vocab::kLabelRole) == "worker" && !worker.empty()) {
-        pods_of_worker_[worker].push_back(&pod);
-      }
-      int32_t k = -1;
-      if (kube::Label(pod, vocab::kLabelRole) == "ps" &&
-          absl::SimpleAtoi(kube::Label(pod, vocab::kLabelReplicaIndex), &k)) {
-        pods_of_server_[k].push_back(&pod);
-      }
-    }
-    for (const Json& svc : o.services) service_names_.insert(Name(svc));
-  }
+  explicit Children(const Snapshot& o);
 
   // The pod of that name, or nullptr.
   const Json* Pod(const std::string& name) const {
@@ -184,7 +146,7 @@ struct Pass {
         old_status(Get(observed.job, "status")),
         generation(GetInt(Get(observed.job, "metadata"), "generation", 0)),
         n(spec.workers.replicas),
-        p(bridge::ParameterServerCount(spec)),
+        p(jobconfig::ParameterServerCount(spec)),
         now(observed.now_ms),
         children(observed) {}
 
@@ -269,73 +231,31 @@ void CommitEvents(const Pass& pass, Changes& changes, Json& status);
 
 // ---- Small helpers every file uses ----
 
-inline std::string ToLower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+std::string ToLower(std::string s);
 
 // The observed pods in name order (deletions are written in a stable order).
-inline std::vector<const Json*> ByName(const std::vector<Json>& pods) {
-  std::vector<const Json*> sorted;
-  for (const Json& pod : pods) sorted.push_back(&pod);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Json* a, const Json* b) { return Name(*a) < Name(*b); });
-  return sorted;
-}
+std::vector<const Json*> ByName(const std::vector<Json>& pods);
 
 inline void AddWrite(Changes& changes, Write w) { changes.writes.push_back(std::move(w)); }
 
-inline Write Create(const std::string& resource, Json object, std::string reason) {
-  Write w;
-  w.kind = Write::Kind::kCreate;
-  w.resource = resource;
-  w.name = Name(object);
-  w.object = std::move(object);
-  w.reason = std::move(reason);
-  return w;
-}
+Write Create(const std::string& resource, Json object, std::string reason);
 
-inline Write Delete(const Json& pod, int64_t grace, std::string reason) {
-  Write w;
-  w.kind = Write::Kind::kDelete;
-  w.resource = "pods";
-  w.name = Name(pod);
-  w.uid = Uid(pod);
-  w.grace_period_seconds = grace;
-  w.reason = std::move(reason);
-  return w;
-}
+Write Delete(const Json& pod, int64_t grace, std::string reason);
 
 // The parameter servers' new members (kResizeParameterServers).
-inline Write Resize(int32_t workers, std::vector<std::string> removed,
-                    std::vector<std::string> added, std::string reason) {
-  Write w;
-  w.kind = Write::Kind::kResizeParameterServers;
-  w.workers = workers;
-  w.removed = std::move(removed);
-  w.added = std::move(added);
-  w.reason = std::move(reason);
-  return w;
-}
+Write Resize(int32_t workers, std::vector<std::string> removed, std::vector<std::string> added,
+             std::string reason);
 
-inline std::string Plural(int64_t n, const std::string& one, const std::string& many) {
-  return absl::StrCat(n, " ", n == 1 ? one : many);
-}
+std::string Plural(int64_t n, const std::string& one, const std::string& many);
 
 // Everything this job keeps under spec.checkpoint.path (the sharding
 // service's state, journals, loss logs, model checkpoints) lives in a folder
 // of its own, named by the job's UID: a job deleted and applied again under
 // the same name (a new UID) starts fresh rather than finding the old run's
 // finished state, and two jobs never share one. "" without a path.
-inline std::string JobStateDir(const manifest::Job& spec) {
-  if (spec.checkpoint.path.empty()) return "";
-  if (spec.uid.empty()) return spec.checkpoint.path;
-  return absl::StrCat(spec.checkpoint.path, "/", spec.uid);
-}
+std::string JobStateDir(const manifest::Job& spec);
 
-inline bool ShardingStateIsDurable(const Json& job, const manifest::Job& spec) {
-  return !spec.sharding_storage.ephemeral || CheckpointVolume(job, spec).first != nullptr;
-}
+bool ShardingStateIsDurable(const Json& job, const manifest::Job& spec);
 
 inline bool ConditionTrue(const Json& status, const std::string& type) {
   const Json* c = FindCondition(status, type);
@@ -343,32 +263,14 @@ inline bool ConditionTrue(const Json& status, const std::string& type) {
 }
 
 // A finished job: stop what still runs (the servers never exit by themselves).
-inline void PlanCleanup(const Pass& pass, const Records& r, Changes& changes) {
-  for (const Json* pod : ByName(pass.o.pods)) {
-    if (kube::Terminating(*pod) || Finished(*pod)) continue;
-    AddWrite(changes, Delete(*pod, -1, r.succeeded ? "the job succeeded" : "the job failed"));
-  }
-}
+void PlanCleanup(const Pass& pass, const Records& r, Changes& changes);
 
 // An ADJUST_BS deserves an Event when it is about a straggler, not when it only
 // keeps the global batch constant around one.
-inline bool NamesStraggler(const Action& a, const std::vector<Straggler>& stragglers) {
-  if (absl::StrContains(ToLower(absl::StrCat(a.reason, " ", a.evidence)), "straggler")) return true;
-  for (const Straggler& s : stragglers) {
-    if (vocab::IsStraggler(s.straggler_class) && s.worker == a.worker) return true;
-  }
-  return false;
-}
+bool NamesStraggler(const Action& a, const std::vector<Straggler>& stragglers);
 
 // ReplicaFailure (set True by the controller when the API server refuses a
 // create) turns False once a pass finds every child it needs in place.
-inline void ClearReplicaFailure(const Pass& pass, const Changes& changes, Json& status) {
-  if (!ConditionTrue(pass.old_status, kReplicaFailure)) return;
-  for (const Write& w : changes.writes) {
-    if (w.kind == Write::Kind::kCreate) return;
-  }
-  SetCondition(status["conditions"], kReplicaFailure, "False", "Created",
-               "every pod and Service the job needs exists", pass.generation, pass.now);
-}
+void ClearReplicaFailure(const Pass& pass, const Changes& changes, Json& status);
 
 }  // namespace antdt::reconciler

@@ -15,7 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "backends/kubernetes/client/object.h"
 #include "common/testing/testing.h"
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 
 namespace antdt::reconciler {
 namespace {
@@ -473,7 +473,7 @@ TEST(RenderTest, WorkerWithoutCheckpointPathHasNoJournal) {
 TEST(RenderTest, PytorchWorkerRunsItsTemplateAfterTheOperatorsVariables) {
   const Json job = PytorchJob();
   const manifest::Job spec = MustParse(job);
-  EXPECT_EQ(bridge::ParameterServerCount(spec), 0);
+  EXPECT_EQ(jobconfig::ParameterServerCount(spec), 0);
   WorkerInstance w;
   w.id = "worker-1";
   w.index = 1;
@@ -499,10 +499,10 @@ TEST(RenderTest, ParameterServersSplitTheFeaturesAsTheRunnerDoes) {
   job["spec"]["parameterServers"]["replicas"] = 3;
   job["spec"]["model"] = {{"features", 16}};
   const manifest::Job spec = MustParse(job);
-  EXPECT_EQ(bridge::ParameterServerCount(spec), 3);
-  EXPECT_EQ(bridge::ParameterServerFeatures(spec, 0), 6);
-  EXPECT_EQ(bridge::ParameterServerFeatures(spec, 1), 5);
-  EXPECT_EQ(bridge::ParameterServerFeatures(spec, 2), 5);
+  EXPECT_EQ(jobconfig::ParameterServerCount(spec), 3);
+  EXPECT_EQ(jobconfig::ParameterServerFeatures(spec, 0), 6);
+  EXPECT_EQ(jobconfig::ParameterServerFeatures(spec, 1), 5);
+  EXPECT_EQ(jobconfig::ParameterServerFeatures(spec, 2), 5);
   const Json pod = RenderParameterServerPod(job, spec, 1, Settings{});
   EXPECT_EQ(pod["spec"]["hostname"], "quickstart-k8s-ps-1");
   EXPECT_EQ(pod["spec"]["subdomain"], "quickstart-k8s-ps");
@@ -511,7 +511,7 @@ TEST(RenderTest, ParameterServersSplitTheFeaturesAsTheRunnerDoes) {
               ::testing::Contains("ps-1"));
 
   job["spec"]["parameterServers"]["replicas"] = 0;
-  EXPECT_EQ(bridge::ParameterServerCount(MustParse(job)), 1);  // as the local runner
+  EXPECT_EQ(jobconfig::ParameterServerCount(MustParse(job)), 1);  // as the local runner
 }
 
 TEST(RenderTest, ShardingPodWithEphemeralStorageKeepsStateInAnEmptyDir) {

@@ -22,8 +22,8 @@
 #include "backends/kubernetes/reconciler/reconciler_internal.h"
 #include "common/credential.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
-#include "core/bridge/worker_env.h"
+#include "core/jobconfig/jobconfig.h"
+#include "core/jobconfig/worker_env.h"
 
 namespace antdt::reconciler {
 
@@ -81,7 +81,7 @@ std::string ShardingAddress(const manifest::Job& spec, const Settings& s) {
 
 std::vector<std::string> PsAddresses(const manifest::Job& spec, const Settings& s) {
   std::vector<std::string> out;
-  for (int32_t k = 0; k < bridge::ParameterServerCount(spec); ++k) {
+  for (int32_t k = 0; k < jobconfig::ParameterServerCount(spec); ++k) {
     out.push_back(absl::StrCat(PsPodName(spec.name, k), ".", PsServiceName(spec.name), ".",
                                spec.namespace_, ".svc:", s.ps_port));
   }
@@ -95,12 +95,12 @@ std::string MasterAddress(const manifest::Job& spec) {
                       spec.namespace_, ".svc");
 }
 
-// Where a worker (rank `index`) runs, as bridge::WorkerEnv takes it: in
+// Where a worker (rank `index`) runs, as jobconfig::WorkerEnv takes it: in
 // Kubernetes terms, $(VAR) references that the kubelet expands. Without
 // spec.checkpoint.path there is no shared storage: no journal, no loss log.
-bridge::WorkerPlacement Placement(const manifest::Job& spec, const Settings& s,
-                                  const WorkerInstance& w) {
-  bridge::WorkerPlacement p;
+jobconfig::WorkerPlacement Placement(const manifest::Job& spec, const Settings& s,
+                                     const WorkerInstance& w) {
+  jobconfig::WorkerPlacement p;
   p.sharding_addr = ShardingAddress(spec, s);
   p.ps_addrs = PsAddresses(spec, s);
   p.agent_addr = absl::StrCat("$(HOST_IP):", s.agent_port);
@@ -109,7 +109,7 @@ bridge::WorkerPlacement Placement(const manifest::Job& spec, const Settings& s,
   p.incarnation = static_cast<int32_t>(w.incarnation);
   p.local_batch = w.local_batch_size;
   if (!spec.checkpoint.path.empty()) {
-    const std::string dir = absl::StrCat("$(", bridge::kEnvCheckpointPath, ")");
+    const std::string dir = absl::StrCat("$(", jobconfig::kEnvCheckpointPath, ")");
     p.journal = absl::StrCat(dir, "/journals/", w.id, ".journal");
     p.loss_log = absl::StrCat(dir, "/loss/", w.id, ".jsonl");
   }
@@ -125,27 +125,28 @@ std::vector<Json> DownwardEnv() {
           EnvField("NODE_NAME", "spec.nodeName"), EnvField("ANTDT_POD_UID", "metadata.uid")};
 }
 
-// A worker's variables: the downward API's, then bridge::WorkerEnv's (the
+// A worker's variables: the downward API's, then jobconfig::WorkerEnv's (the
 // names the local runner sets too). ANTDT_NODE_SPEED_FILE is left to the
 // node (the test kubelet's --speed-dir).
 std::vector<Json> WorkerVariables(const manifest::Job& spec, const Settings& s,
                                   const WorkerInstance& w) {
   std::vector<Json> env = DownwardEnv();
-  for (const auto& [name, value] : bridge::WorkerEnv(spec, Placement(spec, s, w))) {
-    if (name != bridge::kEnvNodeSpeedFile) env.push_back(EnvValue(name, value));
+  for (const auto& [name, value] : jobconfig::WorkerEnv(spec, Placement(spec, s, w))) {
+    if (name != jobconfig::kEnvNodeSpeedFile) env.push_back(EnvValue(name, value));
   }
   if (s.job_credentials) env.push_back(TokenEnv(spec));
   return env;
 }
 
 // A parameter server's variables: the downward API's, then the job-wide part
-// of bridge::WorkerEnv (everything up to ANTDT_CHECKPOINT_PATH; the
+// of jobconfig::WorkerEnv (everything up to ANTDT_CHECKPOINT_PATH; the
 // per-worker variables follow it).
 std::vector<Json> ParameterServerVariables(const manifest::Job& spec, const Settings& s) {
   std::vector<Json> env = DownwardEnv();
-  for (const auto& [name, value] : bridge::WorkerEnv(spec, Placement(spec, s, WorkerInstance{}))) {
+  for (const auto& [name, value] :
+       jobconfig::WorkerEnv(spec, Placement(spec, s, WorkerInstance{}))) {
     env.push_back(EnvValue(name, value));
-    if (name == bridge::kEnvCheckpointPath) break;
+    if (name == jobconfig::kEnvCheckpointPath) break;
   }
   return env;
 }
@@ -249,9 +250,9 @@ Json DefaultWorkerContainer(const manifest::Job& spec, const Settings& s) {
                "--ps",          "$(ANTDT_PS_ADDRS)",      "--features",    "$(ANTDT_FEATURES)",
                "--agent",       "$(ANTDT_AGENT_ADDR)",    "--local-batch", "$(ANTDT_LOCAL_BATCH)"};
   // A step deadline is told between micro-batches (as the local runner does).
-  if (bridge::StepDeadline(spec, spec.straggler_policy.name, spec.straggler_policy.mode) > 0) {
+  if (jobconfig::StepDeadline(spec, spec.straggler_policy.name, spec.straggler_policy.mode) > 0) {
     args.push_back("--micro-batches");
-    args.push_back(std::to_string(bridge::kDeadlineMicroBatches));
+    args.push_back(std::to_string(jobconfig::kDeadlineMicroBatches));
   }
   return {{"name", "trainer"},
           {"image", s.image},
@@ -280,7 +281,7 @@ std::vector<Json> RenderServices(const Json& job, const manifest::Job& spec, con
   };
   std::vector<Json> services = {
       service(ShardingName(spec.name), "sharding", "grpc", s.sharding_port)};
-  if (bridge::ParameterServerCount(spec) > 0) {
+  if (jobconfig::ParameterServerCount(spec) > 0) {
     services.push_back(service(PsServiceName(spec.name), "ps", "grpc", s.ps_port));
   }
   services.push_back(service(WorkersServiceName(spec.name), "worker", "rendezvous", s.master_port));
@@ -408,7 +409,7 @@ Json RenderPodGroup(const Json& job, const manifest::Job& spec, const Settings& 
   const manifest::RunPolicySpec& rp = spec.run_policy;
   const int32_t members = rp.min_available > 0
                               ? rp.min_available
-                              : spec.workers.replicas + bridge::ParameterServerCount(spec);
+                              : spec.workers.replicas + jobconfig::ParameterServerCount(spec);
   Json group = {{"metadata", Metadata(job, spec, spec.name, Labels(spec, "gang", s))},
                 {"spec", {{"minMember", members}}}};
   if (s.gang_scheduler == "volcano") {
@@ -461,7 +462,7 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
   Json labels = Labels(spec, "ps", s);
   labels[vocab::kLabelReplicaIndex] = std::to_string(k);
   labels[vocab::kLabelIncarnation] = std::to_string(inst.incarnation);
-  const int32_t slice = bridge::ParameterServerFeatures(spec, k);
+  const int32_t slice = jobconfig::ParameterServerFeatures(spec, k);
   const int32_t backup = spec.straggler_policy.name == vocab::Policy::kBackupWorkers
                              ? spec.straggler_policy.backup_workers
                              : 0;
@@ -484,7 +485,7 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
                                    "--step-timeout",
                                    "30s"};
   if (const double deadline =
-          bridge::StepDeadline(spec, spec.straggler_policy.name, spec.straggler_policy.mode);
+          jobconfig::StepDeadline(spec, spec.straggler_policy.name, spec.straggler_policy.mode);
       deadline > 0) {
     args.insert(args.end(), {"--step-deadline", FormatDouble(deadline)});
   }

@@ -21,8 +21,8 @@
 #include "backends/kubernetes/reconciler/reconciler_internal.h"
 #include "common/credential.h"
 #include "common/tls.h"
-#include "core/bridge/bridge.h"
-#include "core/bridge/worker_env.h"
+#include "core/jobconfig/jobconfig.h"
+#include "core/jobconfig/worker_env.h"
 
 namespace antdt::reconciler {
 
@@ -292,7 +292,7 @@ void SetMitigating(const Pass& pass, const Records& r, const View& v, Conditions
       restarting.push_back(
           absl::StrCat(w.id, " (pod ", w.pod, ": ", PhaseText(pod, "not created yet"), ")"));
     }
-    if (w.local_batch_size != bridge::InitialLocalBatch(pass.spec, w.index)) {
+    if (w.local_batch_size != jobconfig::InitialLocalBatch(pass.spec, w.index)) {
       adjusted.push_back(absl::StrCat(w.id, "=", w.local_batch_size));
     }
   }

@@ -12,7 +12,7 @@
 #include "core/monitor/monitor.h"
 #include "core/policy/policy.h"
 
-namespace antdt::bridge {
+namespace antdt::jobconfig {
 
 // spec.stragglerPolicy as a policy::PolicySpec under `policy` (the job's
 // own or an override), deciding every `interval_ms`.
@@ -36,7 +36,7 @@ int64_t ControlIntervalMs(const manifest::MonitorSpec& spec);
 int64_t InitialLocalBatch(const manifest::Job& job, int32_t i);
 
 // True when spec.workers' pod template gives containers[0] a command: the
-// backends run that (with the worker environment, bridge/worker_env.h)
+// backends run that (with the worker environment, jobconfig/worker_env.h)
 // rather than the built-in demo trainer.
 bool HasWorkerCommand(const manifest::Job& job);
 
@@ -71,4 +71,4 @@ double StepDeadline(const manifest::Job& job, vocab::Policy policy, vocab::Mode 
 // told between two, so a step stops at most an eighth of its batch past it.
 inline constexpr int kDeadlineMicroBatches = 8;
 
-}  // namespace antdt::bridge
+}  // namespace antdt::jobconfig

@@ -1,11 +1,11 @@
-#include "core/bridge/worker_env.h"
+#include "core/jobconfig/worker_env.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <ostream>
 
-namespace antdt::bridge {
+namespace antdt::jobconfig {
 namespace {
 
 using ::testing::ElementsAre;
@@ -130,4 +130,4 @@ TEST(ContainerEnv, ValueFromIsAnErrorNamingTheField) {
 }
 
 }  // namespace
-}  // namespace antdt::bridge
+}  // namespace antdt::jobconfig

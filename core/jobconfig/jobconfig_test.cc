@@ -1,10 +1,10 @@
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 
 #include <gtest/gtest.h>
 
 #include "core/loop/control_loop.h"
 
-namespace antdt::bridge {
+namespace antdt::jobconfig {
 namespace {
 
 manifest::Job WithPs(int32_t replicas, bool command) {
@@ -81,4 +81,4 @@ TEST(MonitorConfigFor, TheJobsLatenessOrTheDefault) {
 }
 
 }  // namespace
-}  // namespace antdt::bridge
+}  // namespace antdt::jobconfig

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "api/manifest/manifest.h"
 
-namespace antdt::bridge {
+namespace antdt::jobconfig {
 
 // ---- The variables every worker gets (docs/kubernetes.md, docs/local-runner.md).
 inline constexpr char kEnvJob[] = "ANTDT_JOB";                     // metadata.name
@@ -95,4 +95,4 @@ absl::StatusOr<EnvList> ContainerEnv(const EnvList& base, const manifest::Contai
 std::vector<std::string> ContainerArgv(const manifest::ContainerSpec& container,
                                        const EnvList& env);
 
-}  // namespace antdt::bridge
+}  // namespace antdt::jobconfig

@@ -1,10 +1,10 @@
-#include "core/bridge/worker_env.h"
+#include "core/jobconfig/worker_env.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace antdt::bridge {
+namespace antdt::jobconfig {
 namespace {
 
 std::map<std::string, std::string> AsMap(const EnvList& env) {
@@ -111,4 +111,4 @@ std::vector<std::string> ContainerArgv(const manifest::ContainerSpec& container,
   return argv;
 }
 
-}  // namespace antdt::bridge
+}  // namespace antdt::jobconfig

@@ -1,10 +1,10 @@
-#include "core/bridge/bridge.h"
+#include "core/jobconfig/jobconfig.h"
 
 #include <algorithm>
 
 #include "core/loop/control_loop.h"
 
-namespace antdt::bridge {
+namespace antdt::jobconfig {
 
 policy::PolicySpec PolicySpecFor(const manifest::Job& job, vocab::Policy policy,
                                  int64_t interval_ms) {
@@ -120,4 +120,4 @@ double StepDeadline(const manifest::Job& job, vocab::Policy policy, vocab::Mode 
   return 0;
 }
 
-}  // namespace antdt::bridge
+}  // namespace antdt::jobconfig
