@@ -71,7 +71,7 @@ absl::StatusOr<std::vector<BenchRun>> Runs(const std::string& policies, const ma
 int Listed(const local::RunResult& r) {
   return static_cast<int>(
       std::count_if(r.actions.begin(), r.actions.end(),
-                    [](const local::ActionRecord& a) { return !a.rebalance(); }));
+                    [](const policy::Decision& d) { return !policy::IsRebalance(d); }));
 }
 
 std::string ExactlyOnce(const local::RunResult& r) {
@@ -101,9 +101,7 @@ std::string BenchResultsJson(const std::string& scenario,
     row.estimated_saved_seconds = r.estimated_saved_seconds;
     row.estimated_lost_seconds = r.estimated_lost_seconds;
     if (r.none_jct_seconds >= 0) row.saved_vs_none_seconds = r.none_jct_seconds - r.jct_seconds;
-    for (const local::ActionRecord& a : r.actions) {
-      row.actions.push_back({a.at_seconds, a.action, a.worker});
-    }
+    row.actions = r.actions;
   }
   return ResultsJson(scenario, rows);
 }

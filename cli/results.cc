@@ -43,9 +43,10 @@ std::string ResultsJson(const std::string& scenario, const std::vector<ResultRow
   const double ideal = rows.empty() ? 0 : rows.front().jct_seconds;
   for (const ResultRow& r : rows) {
     nlohmann::ordered_json actions = nlohmann::ordered_json::array();
-    for (const ResultAction& a : r.actions) {
-      actions.push_back(
-          {{"at_seconds", a.at_seconds}, {"action", vocab::Name(a.action)}, {"worker", a.worker}});
+    for (const policy::Decision& d : r.actions) {
+      actions.push_back({{"at_seconds", policy::AtSeconds(d)},
+                         {"action", policy::ActionName(d.action)},
+                         {"worker", policy::ActionTarget(d.action)}});
     }
     nlohmann::ordered_json row = {
         {"policy", r.policy},

@@ -19,15 +19,10 @@
 #include <vector>
 
 #include "api/vocab/vocab.h"
+#include "core/policy/policy.h"
 #include "nlohmann/json.hpp"
 
 namespace antdt::cli {
-
-struct ResultAction {
-  double at_seconds = 0;
-  vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;
-  std::string worker;
-};
 
 // One policy's row; the first row is the one the ratios are to (no-slowdown).
 struct ResultRow {
@@ -41,7 +36,7 @@ struct ResultRow {
   double estimated_saved_seconds = 0, estimated_lost_seconds = 0;
   std::optional<double> saved_vs_none_seconds;
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // before "actions"
-  std::vector<ResultAction> actions;
+  std::vector<policy::Decision> actions;  // at_seconds, action and worker each
 };
 
 // The mean of `values` and the half width of its 95% confidence interval

@@ -19,7 +19,10 @@ TEST(ResultsJson, OneShapeForRunsAndSimulations) {
   nd.first_loss = 0.69;
   nd.saved_vs_none_seconds = 40;
   nd.extra = {{"restarts", 2}};
-  nd.actions = {{8.5, vocab::ActionKind::kKillRestart, "worker-5"}};
+  policy::Decision restart;
+  restart.at_ms = 8'500;
+  restart.action = policy::KillRestart{"worker-5", "node-5", "node-9", 0};
+  nd.actions = {restart};
   const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(
       ResultsJson("paper-mix", {ideal, nd}, {{"simulated", true}, {"seeds", 3}}));
   EXPECT_EQ(doc["scenario"], "paper-mix");

@@ -168,9 +168,7 @@ std::string SimResultsJson(const std::string& scenario, const std::vector<Policy
     if (auto m = Mitigated(p.mean, none, ideal); m && p.name != all.front().name) {
       row.extra["slowdown_mitigated"] = *m;
     }
-    for (const sim::SimAction& a : first.actions) {
-      row.actions.push_back({a.at_seconds, a.action, a.worker});
-    }
+    row.actions = first.actions;
   }
   return ResultsJson(scenario, rows,
                      {{"simulated", true},

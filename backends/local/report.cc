@@ -67,8 +67,8 @@ std::string CauseEvidence(const v1::StragglerRecord& rec) {
 
 // The cause an action shows: its subject's record's, which every section
 // shows; the Monitor's view when it decided where no record covers it.
-v1::Cause ActionCause(const RunResult& r, const ActionRecord& a) {
-  const v1::Cause cause = RecordCauseAt(r, a.subject, a.at_seconds);
+v1::Cause ActionCause(const RunResult& r, const policy::Decision& a) {
+  const v1::Cause cause = RecordCauseAt(r, a.subject, policy::AtSeconds(a));
   return cause == v1::CAUSE_UNSPECIFIED ? a.cause : cause;
 }
 
@@ -108,8 +108,8 @@ std::string StragglersJson(const RunResult& r) {
 // only keep the global batch around one), and what they were predicted to save.
 double PredictedSaving(const RunResult& r) {
   double total = 0;
-  for (const RecommendationRecord& rec : r.recommendations) {
-    if (!rec.subject.empty()) total += std::max(0.0, rec.predicted_saving_seconds);
+  for (const loop::Recommendation& rec : r.recommendations) {
+    if (!rec.decision.subject.empty()) total += std::max(0.0, rec.predicted_saving_seconds);
   }
   return total;
 }
@@ -120,15 +120,16 @@ std::string RecommendationsJson(const RunResult& r) {
   std::string json =
       absl::StrFormat("  \"mode\": \"%s\",\n  \"recommendations\": [", vocab::Name(r.mode));
   for (size_t i = 0; i < r.recommendations.size(); ++i) {
-    const RecommendationRecord& rec = r.recommendations[i];
+    const loop::Recommendation& rec = r.recommendations[i];
     absl::StrAppendFormat(
         &json,
         "%s\n    {\"at_seconds\": %.3f, \"action\": \"%s\", \"worker\": \"%s\", "
         "\"rule\": \"%s\", \"subject\": \"%s\", \"predicted_saving_seconds\": %.3f, "
         "\"cost_seconds\": %.3f, \"times\": %d, \"reason\": \"%s\"}",
-        i ? "," : "", rec.at_seconds, vocab::Name(rec.action), JsonEscape(rec.worker),
-        JsonEscape(rec.rule), JsonEscape(rec.subject), rec.predicted_saving_seconds,
-        rec.cost_seconds, rec.times, JsonEscape(rec.reason));
+        i ? "," : "", policy::AtSeconds(rec.decision), policy::ActionName(rec.decision.action),
+        JsonEscape(policy::ActionTarget(rec.decision.action)), JsonEscape(rec.decision.rule),
+        JsonEscape(rec.decision.subject), rec.predicted_saving_seconds, rec.cost_seconds, rec.times,
+        JsonEscape(rec.decision.reason));
   }
   absl::StrAppend(&json, r.recommendations.empty() ? "],\n" : "\n  ],\n");
   absl::StrAppendFormat(&json,
@@ -158,14 +159,15 @@ std::string ReportJson(const RunResult& r) {
       r.estimated_lost_seconds,
       r.none_jct_seconds < 0 ? "null" : absl::StrFormat("%.3f", r.none_jct_seconds));
   for (size_t i = 0; i < r.actions.size(); ++i) {
-    const ActionRecord& a = r.actions[i];
+    const policy::Decision& a = r.actions[i];
     absl::StrAppendFormat(&json,
                           "%s\n    {\"at_seconds\": %.3f, \"action\": \"%s\", \"worker\": \"%s\", "
                           "\"rule\": \"%s\", \"subject\": \"%s\", \"cause\": \"%s\", "
                           "\"reason\": \"%s\", \"description\": \"%s\"}",
-                          i ? "," : "", a.at_seconds, vocab::Name(a.action), JsonEscape(a.worker),
-                          JsonEscape(a.rule), JsonEscape(a.subject), CauseName(ActionCause(r, a)),
-                          JsonEscape(a.reason), JsonEscape(a.description));
+                          i ? "," : "", policy::AtSeconds(a), policy::ActionName(a.action),
+                          JsonEscape(policy::ActionTarget(a.action)), JsonEscape(a.rule),
+                          JsonEscape(a.subject), CauseName(ActionCause(r, a)), JsonEscape(a.reason),
+                          JsonEscape(Description(a)));
   }
   absl::StrAppend(&json, r.actions.empty() ? "],\n" : "\n  ],\n", RecommendationsJson(r),
                   StragglersJson(r), "  \"timeline\": [");
@@ -202,12 +204,13 @@ std::string ThroughputSvg(const RunResult& r) {
     if (p.role == "worker") series[p.worker].emplace_back(p.at_seconds, p.samples_per_second);
   }
   for (auto& [worker, points] : series) chart.series.push_back({worker, std::move(points)});
-  for (const ActionRecord& a : r.actions) {
-    if (a.rebalance()) continue;
+  for (const policy::Decision& a : r.actions) {
+    if (policy::IsRebalance(a)) continue;
     chart.marks.push_back(
-        {a.at_seconds,
-         absl::StrFormat("%.1f s %s %s", a.at_seconds, vocab::Name(a.action), a.worker),
-         a.action == vocab::ActionKind::kKillRestart ? "#d62728" : "#333"});
+        {policy::AtSeconds(a),
+         absl::StrFormat("%.1f s %s %s", policy::AtSeconds(a), policy::ActionName(a.action),
+                         policy::ActionTarget(a.action)),
+         std::holds_alternative<policy::KillRestart>(a.action) ? "#d62728" : "#333"});
   }
   return LineChartSvg(chart);
 }
@@ -227,17 +230,19 @@ std::string TimeSaved(const RunResult& r) {
 }
 
 int Rebalances(const RunResult& r) {
-  return static_cast<int>(std::count_if(r.actions.begin(), r.actions.end(),
-                                        [](const ActionRecord& a) { return a.rebalance(); }));
+  return static_cast<int>(
+      std::count_if(r.actions.begin(), r.actions.end(),
+                    [](const policy::Decision& a) { return policy::IsRebalance(a); }));
 }
 
 // One row of the actions table: the sentence, the raw fields behind a toggle.
-std::string ActionRow(const std::string& number, const ActionRecord& a, v1::Cause cause) {
+std::string ActionRow(const std::string& number, const policy::Decision& a, v1::Cause cause) {
   return absl::StrFormat(
       "<tr><td>%s</td><td>%.1f s</td><td>%s</td><td>%s</td><td>%s</td><td>%s<details><summary>"
       "evidence</summary><code>%s</code></details></td></tr>\n",
-      number, a.at_seconds, vocab::Name(a.action), HtmlEscape(a.worker), CauseName(cause),
-      HtmlEscape(a.reason), HtmlEscape(a.description));
+      number, policy::AtSeconds(a), policy::ActionName(a.action),
+      HtmlEscape(policy::ActionTarget(a.action)), CauseName(cause), HtmlEscape(a.reason),
+      HtmlEscape(Description(a)));
 }
 
 // The listed actions numbered as on the chart; the batch changes that only
@@ -248,8 +253,8 @@ std::string ActionsHtml(const RunResult& r) {
       "<th>why</th></tr>\n";
   std::string listed, folded;
   int number = 0;
-  for (const ActionRecord& a : r.actions) {
-    if (a.rebalance()) {
+  for (const policy::Decision& a : r.actions) {
+    if (policy::IsRebalance(a)) {
       absl::StrAppend(&folded, ActionRow("", a, ActionCause(r, a)));
     } else {
       absl::StrAppend(&listed, ActionRow(std::to_string(++number), a, ActionCause(r, a)));
@@ -311,7 +316,7 @@ std::string VerificationText(const RunResult& r) {
          "not the sharding service, and writes no journal)\n";
 }
 
-std::string EvidenceText(const ActionRecord& a) {
+std::string EvidenceText(const policy::Decision& a) {
   if (a.cause == v1::CAUSE_UNSPECIFIED && !a.evidence.count("saved_seconds")) return "";
   std::vector<std::string> parts;
   if (a.cause != v1::CAUSE_UNSPECIFIED) parts.push_back(absl::StrCat("cause ", CauseName(a.cause)));
@@ -376,35 +381,54 @@ std::string StragglerLine(const RunResult& r, const v1::StragglerRecord& s) {
     absl::StrAppend(&out, " (", evidence, ")");
   }
   std::vector<std::string> done;
-  for (const ActionRecord& a : r.actions) {
-    if (!a.subject.empty() && !a.rebalance() && RecordAt(r, a.subject, a.at_seconds) == &s) {
-      done.push_back(absl::StrFormat("%s at %.1f s", vocab::Name(a.action), a.at_seconds));
+  for (const policy::Decision& a : r.actions) {
+    if (!a.subject.empty() && !policy::IsRebalance(a) &&
+        RecordAt(r, a.subject, policy::AtSeconds(a)) == &s) {
+      done.push_back(
+          absl::StrFormat("%s at %.1f s", policy::ActionName(a.action), policy::AtSeconds(a)));
     }
   }
   absl::StrAppend(&out, done.empty() ? "; nothing done" : "; done: " + absl::StrJoin(done, ", "));
   return out;
 }
 
-std::string ActionLine(const ActionRecord& a) {
-  return absl::StrFormat("%.1f s %s %s: %s", a.at_seconds, vocab::Name(a.action), a.worker,
-                         a.reason);
+std::string Description(const policy::Decision& a) {
+  if (const auto* b = std::get_if<policy::UseBackupWorkers>(&a.action)) {
+    return absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
+  }
+  if (a.rule == "ps-restore") {
+    auto field = [&](const char* key) {
+      const auto it = a.evidence.find(key);
+      return it == a.evidence.end() ? 0.0 : it->second;
+    };
+    return absl::StrFormat("restored_step=%d seconds=%.2f",
+                           static_cast<int64_t>(field("restored_step")), field("seconds"));
+  }
+  return policy::Describe(a);
+}
+
+std::string ActionLine(const policy::Decision& a) {
+  return absl::StrFormat("%.1f s %s %s: %s", policy::AtSeconds(a), policy::ActionName(a.action),
+                         policy::ActionTarget(a.action), a.reason);
 }
 
 // Mode Recommend: what was recommended, and the predicted saving against
 // what the job lost.
 std::string RecommendationsText(const RunResult& r) {
   int listed = 0;
-  for (const RecommendationRecord& rec : r.recommendations) listed += rec.subject.empty() ? 0 : 1;
+  for (const loop::Recommendation& rec : r.recommendations)
+    listed += rec.decision.subject.empty() ? 0 : 1;
   std::string out = absl::StrFormat(
       "recommended, not carried out (mode Recommend): %d; predicted to save %.1f s, the job "
       "lost %.1f s to stragglers (Controller's estimate)\n",
       listed, PredictedSaving(r), r.estimated_lost_seconds);
-  for (const RecommendationRecord& rec : r.recommendations) {
-    if (rec.subject.empty()) continue;
+  for (const loop::Recommendation& rec : r.recommendations) {
+    if (rec.decision.subject.empty()) continue;
     absl::StrAppendFormat(&out, "  %.1fs %s %s (rule %s%s): saves ~%.1f s, costs %.1f s; %s\n",
-                          rec.at_seconds, vocab::Name(rec.action), rec.worker, rec.rule,
+                          policy::AtSeconds(rec.decision), policy::ActionName(rec.decision.action),
+                          policy::ActionTarget(rec.decision.action), rec.decision.rule,
                           rec.times > 1 ? absl::StrFormat(", decided %d times", rec.times) : "",
-                          rec.predicted_saving_seconds, rec.cost_seconds, rec.reason);
+                          rec.predicted_saving_seconds, rec.cost_seconds, rec.decision.reason);
   }
   return out;
 }
@@ -434,10 +458,10 @@ std::string ReportText(const RunResult& r) {
                           rebalances);
   }
   absl::StrAppend(&out, listed ? ", in seconds since the job started:\n" : "\n");
-  for (const ActionRecord& a : r.actions) {
-    if (a.rebalance()) continue;
+  for (const policy::Decision& a : r.actions) {
+    if (policy::IsRebalance(a)) continue;
     absl::StrAppend(&out, "  ", ActionLine(a), "\n");
-    ActionRecord shown = a;
+    policy::Decision shown = a;
     shown.cause = ActionCause(r, a);  // the record's, as every section shows it
     if (const std::string evidence = EvidenceText(shown); !evidence.empty()) {
       absl::StrAppend(&out, "      ", evidence, "\n");

@@ -26,29 +26,26 @@ RunResult Sample() {
   r.journals_checked = false;
   r.estimated_saved_seconds = 3.411;
   r.estimated_lost_seconds = 12.5;
-  ActionRecord restart;
-  restart.at_seconds = 8.6;
-  restart.action = vocab::ActionKind::kKillRestart;
-  restart.worker = "worker-5";
+  policy::Decision restart;
+  restart.at_ms = 8'603;
+  restart.action = policy::KillRestart{"worker-5", "node-5", "spare-0", 12'603};
+  restart.policy = vocab::Policy::kAntdtNd;
   restart.subject = "worker-5";
   restart.rule = "antdt-nd:persistent-restart";
   restart.cause = v1::CPU_THROTTLING;
   restart.reason =
       "PERSISTENT worker (score 1.594, 5 slow windows): restart on spare-0 saves 3.411s of "
       "89.879s left, cost 2s; node-5 excluded until its cool-down ends (4 s)";
-  restart.description =
-      "action=KILL_RESTART worker=worker-5 from_node=node-5 to_node=spare-0 "
-      "exclude_node_until_ms=12603 at_ms=8603 saved_seconds=3.411";
   restart.evidence = {
       {"score", 1.594}, {"windows_slow", 5}, {"saved_seconds", 3.411}, {"cost_seconds", 2}};
   r.actions.push_back(restart);
   for (const char* w : {"worker-0", "worker-1", "worker-2"}) {
-    ActionRecord keep;
-    keep.at_seconds = 8.6;
-    keep.worker = w;
+    policy::Decision keep;
+    keep.at_ms = 8'603;
+    keep.action = policy::AdjustBatchSize{w, 70, 1};
+    keep.policy = vocab::Policy::kAntdtNd;
     keep.rule = "antdt-nd:rebalance";
     keep.reason = "keeps the global batch 512 around worker-5";
-    keep.description = "action=ADJUST_BS local_batch_size=70 at_ms=8603";
     r.actions.push_back(keep);
   }
   r.start_unix_ms = 1'700'000'000'000;

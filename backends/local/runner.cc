@@ -247,12 +247,11 @@ absl::Status Runner::MoveParameterServer(const policy::WorkerState& server,
 absl::Status Runner::PollParameterServers() {
   ASSIGN_OR_RETURN(std::vector<ServerSet::MoveResult> restored, servers_->Poll(clock_.NowMillis()));
   for (const ServerSet::MoveResult& r : restored) {
-    ActionRecord rec;
-    rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
-    rec.action = vocab::ActionKind::kKillRestart;
-    rec.worker = r.id;
+    policy::Decision rec;
+    rec.at_ms = clock_.NowMillis();
+    rec.action = policy::KillRestart{r.id, "", "", 0};
     rec.rule = "ps-restore";
-    rec.description = absl::StrFormat("restored_step=%d seconds=%.2f", r.step, r.seconds);
+    rec.evidence = {{"restored_step", static_cast<double>(r.step)}, {"seconds", r.seconds}};
     rec.reason = absl::StrFormat(
         "%s exited: restored from the checkpoint of step %d, every server and the data "
         "position back to it",

@@ -24,6 +24,8 @@
 #include "antdt/v1/monitor.pb.h"
 #include "api/manifest/manifest.h"
 #include "api/vocab/vocab.h"
+#include "core/loop/control_loop.h"
+#include "core/policy/policy.h"
 #include "workload/demo/journal.h"
 
 namespace antdt::local {
@@ -50,31 +52,15 @@ struct RunOptions {
   const std::atomic<bool>* interrupted = nullptr;     // set by a signal handler: stop everything
 };
 
-struct ActionRecord {
-  double at_seconds = 0;  // since the job started
-  vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;
-  std::string worker;
-  std::string description;  // one line, key=value, with the evidence
-  std::string rule;
-  std::string reason;   // the decision's sentence
-  std::string subject;  // empty: a batch change that keeps the global batch
-  // The Monitor's cause for the subject when it was decided (its last view).
-  v1::Cause cause = v1::CAUSE_UNSPECIFIED;
-  std::map<std::string, double> evidence;  // the decision's: score, saved_seconds, ...
-
-  // A batch change that only keeps the global batch around another's action:
-  // counted apart and left out of the lists a user reads first.
-  bool rebalance() const {
-    return action == vocab::ActionKind::kAdjustBatchSize && subject.empty();
-  }
-};
-
 // The cause and the decision's evidence in a few words, for a line beside the
 // action: "cause CPU_CONTENTION, score 2.55, 1 slow window, saves ~3.4 s";
 // empty when there is neither a cause nor a saving (the sentence has the score).
-std::string EvidenceText(const ActionRecord& action);
+std::string EvidenceText(const policy::Decision& action);
 // "8.6 s KILL_RESTART worker-5: <the decision's sentence>".
-std::string ActionLine(const ActionRecord& action);
+std::string ActionLine(const policy::Decision& action);
+// An action's key=value line in the report: policy::Describe, or what a
+// record that no policy decided carries (a parameter server restored).
+std::string Description(const policy::Decision& action);
 
 struct ThroughputPoint {
   double at_seconds = 0;
@@ -89,20 +75,6 @@ struct ThroughputPoint {
   bool compensated = false;  // slow per sample, not by BPT: its smaller batch compensates
 };
 
-// A decision recommended, not carried out (mode Recommend): its first time,
-// what it would have saved and cost then, and how often it was decided again.
-struct RecommendationRecord {
-  double at_seconds = 0;  // since the job started
-  vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;
-  std::string worker;
-  std::string rule;
-  std::string reason;
-  std::string subject;
-  double predicted_saving_seconds = 0;
-  double cost_seconds = 0;
-  int times = 1;
-};
-
 struct RunResult {
   std::string job;
   std::string policy;  // its name, "no-slowdown" for the ideal run, "plain" for the baseline
@@ -114,10 +86,14 @@ struct RunResult {
   int64_t leases_shortened = -1;
   bool journals_checked = true;  // false: plain, `verification` is empty
   demo::Verification verification;
-  std::vector<ActionRecord> actions;
+  // Carried out, each with the Monitor's cause for its subject then; a
+  // parameter server restored from its checkpoint too (rule ps-restore).
+  std::vector<policy::Decision> actions;
   vocab::Mode mode = vocab::Mode::kAct;
   // Mode Recommend: one per distinct decision (action, member, rule), in order.
-  std::vector<RecommendationRecord> recommendations;
+  // Mode Recommend: each decision recommended, not carried out, once (its
+  // first time, what it would have saved and cost then, how often decided).
+  std::vector<loop::Recommendation> recommendations;
   std::vector<ThroughputPoint> timeline;
   // From the first parameter server, or, in a job without, worker-0's loss
   // log (loss_log.h), whose whole curve is kept: (seconds since the job

@@ -108,15 +108,7 @@ bool Runner::SendDirective(const std::string& node, const v1::Directive& directi
 }
 
 void Runner::RecordAction(const policy::Decision& d, loop::Outcome outcome) {
-  ActionRecord rec;
-  rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
-  rec.action = policy::KindOf(d.action);
-  rec.worker = policy::ActionTarget(d.action);
-  rec.description = policy::Describe(d);
-  rec.rule = d.rule;
-  rec.reason = d.reason;
-  rec.subject = d.subject;
-  rec.evidence = d.evidence;
+  policy::Decision rec = d;
   // The Monitor's cause for the subject, from its last view.
   for (auto p = result_.timeline.rbegin(); !d.subject.empty() && p != result_.timeline.rend();
        ++p) {
@@ -128,22 +120,20 @@ void Runner::RecordAction(const policy::Decision& d, loop::Outcome outcome) {
   if (outcome != loop::Outcome::kDone) {
     rec.reason = absl::StrCat("(", loop::OutcomeName(outcome), ") ", rec.reason);
   }
-  if (const auto* b = std::get_if<policy::UseBackupWorkers>(&d.action)) {
-    rec.description = absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
-  }
-  if (rec.rebalance()) {
+  if (policy::IsRebalance(rec)) {
     // Batch changes that only keep the global batch constant are summed up in
     // one line per plan by Control().
     const auto& a = std::get<policy::AdjustBatchSize>(d.action);
     rebalanced_.push_back(absl::StrCat(a.worker, "->", a.local_batch_size));
   } else {
-    rebalanced_for_.push_back(absl::StrCat(rec.worker, "'s ", vocab::Name(rec.action)));
+    rebalanced_for_.push_back(
+        absl::StrCat(policy::ActionTarget(rec.action), "'s ", policy::ActionName(rec.action)));
     Event(ActionLine(rec));
     if (const std::string evidence = EvidenceText(rec); !evidence.empty()) {
       Event("    " + evidence);
     }
   }
-  result_.actions.push_back(rec);
+  result_.actions.push_back(std::move(rec));
 }
 
 void Runner::RecordRecommendation(const loop::Recommendation& r) {
@@ -151,27 +141,20 @@ void Runner::RecordRecommendation(const loop::Recommendation& r) {
   metrics_.Recommended(d, r.predicted_saving_seconds);
   const vocab::ActionKind kind = policy::KindOf(d.action);
   const std::string& worker = policy::ActionTarget(d.action);
-  for (RecommendationRecord& known : result_.recommendations) {
-    if (known.action == kind && known.worker == worker && known.rule == d.rule) {
+  for (loop::Recommendation& known : result_.recommendations) {
+    if (policy::KindOf(known.decision.action) == kind &&
+        policy::ActionTarget(known.decision.action) == worker && known.decision.rule == d.rule) {
       ++known.times;  // decided again (after its cool-down): told once
       return;
     }
   }
-  RecommendationRecord& rec = result_.recommendations.emplace_back();
-  rec.at_seconds = static_cast<double>(clock_.NowMillis()) / 1000.0;
-  rec.action = kind;
-  rec.worker = worker;
-  rec.rule = d.rule;
-  rec.reason = d.reason;
-  rec.subject = d.subject;
-  rec.predicted_saving_seconds = r.predicted_saving_seconds;
-  rec.cost_seconds = r.cost_seconds;
+  result_.recommendations.push_back(r);
   if (policy::IsRebalance(d)) return;  // keeps the global batch around another: not a line
   Event(
       absl::StrFormat("%.1fs recommended (not carried out): %s %s, rule %s; saves ~%.1f s, "
                       "costs %.1f s: %s",
-                      rec.at_seconds, vocab::Name(kind), worker.empty() ? "job" : worker, d.rule,
-                      r.predicted_saving_seconds, r.cost_seconds, d.reason));
+                      policy::AtSeconds(d), vocab::Name(kind), worker.empty() ? "job" : worker,
+                      d.rule, r.predicted_saving_seconds, r.cost_seconds, d.reason));
 }
 
 absl::Status Runner::Control() {
@@ -200,7 +183,9 @@ void Runner::ShowProgress() {
       if (it->compensated) ++f.compensated;
     }
   }
-  for (const ActionRecord& a : result_.actions) ++(a.rebalance() ? f.rebalances : f.actions);
+  for (const policy::Decision& a : result_.actions) {
+    ++(policy::IsRebalance(a) ? f.rebalances : f.actions);
+  }
   f.committed = p->records_committed_total();
   f.total = total;
   f.epoch = std::min(p->epoch() + 1, p->epochs());

@@ -532,14 +532,7 @@ absl::Status Sim::ReleaseShards(const std::string& worker, int32_t incarnation) 
 }
 
 void Sim::RecordAction(const policy::Decision& d, loop::Outcome /*outcome*/) {
-  SimAction a;
-  a.at_seconds = t_;
-  a.action = policy::KindOf(d.action);
-  a.worker = policy::ActionTarget(d.action);
-  a.rule = d.rule;
-  a.subject = d.subject;
-  a.reason = d.reason;
-  result_.actions.push_back(std::move(a));
+  result_.actions.push_back(d);
 }
 
 SimWorker* Sim::WorkerOn(const std::string& node) {

@@ -40,6 +40,7 @@
 #include "api/manifest/manifest.h"
 #include "api/vocab/vocab.h"
 #include "core/nodememory/node_memory.h"
+#include "core/policy/policy.h"
 
 namespace antdt::sim {
 
@@ -64,25 +65,16 @@ struct SimOptions {
   nodememory::NodeMemory* node_memory = nullptr;
 };
 
-struct SimAction {
-  double at_seconds = 0;
-  vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;
-  std::string worker;
-  std::string rule;
-  std::string subject;  // empty: a batch change that only keeps the global batch
-  std::string reason;
-};
-
 struct SimResult {
   std::string policy;  // its name; "no-slowdown" for the ideal run
   uint64_t seed = 0;
   double jct_seconds = 0;  // simulated
   int64_t steps = 0;
-  int64_t records = 0;            // the dataset's, over every epoch
-  int64_t records_committed = 0;  // by the ledger
-  int64_t duplicates = 0;         // records committed more than once (must be 0)
-  int64_t missing = 0;            // records never committed (must be 0)
-  std::vector<SimAction> actions;
+  int64_t records = 0;                             // the dataset's, over every epoch
+  int64_t records_committed = 0;                   // by the ledger
+  int64_t duplicates = 0;                          // records committed more than once (must be 0)
+  int64_t missing = 0;                             // records never committed (must be 0)
+  std::vector<::antdt::policy::Decision> actions;  // carried out, at the loop's clock (job ms)
   int restarts = 0;
   // Actions the policy considered and passed over, by reason ("cooldown",
   // "cost_above_saving", ...: policy::SkipReasonName).

@@ -82,9 +82,11 @@ TEST(SimulatorTest, AntdtNdActsOnThePaperMixAndBeatsNoAction) {
   EXPECT_LT(ideal.jct_seconds, nd.jct_seconds);
   EXPECT_LT(nd.jct_seconds, none.jct_seconds * 0.8)
       << "antdt-nd " << nd.jct_seconds << " s, none " << none.jct_seconds << " s";
-  const bool restarted = std::any_of(nd.actions.begin(), nd.actions.end(), [](const SimAction& a) {
-    return a.action == vocab::ActionKind::kKillRestart && a.worker == "worker-5";
-  });
+  const bool restarted =
+      std::any_of(nd.actions.begin(), nd.actions.end(), [](const policy::Decision& a) {
+        return std::holds_alternative<policy::KillRestart>(a.action) &&
+               policy::ActionTarget(a.action) == "worker-5";
+      });
   EXPECT_TRUE(restarted) << nd.actions.size() << " actions";
   EXPECT_GE(nd.restarts, 1);
   EXPECT_TRUE(nd.exactly_once());
@@ -244,9 +246,9 @@ generate:
   const SimResult nd = SimulateOrFail(*job, *scenario, vocab::Policy::kAntdtNd);
   EXPECT_TRUE(nd.exactly_once());
   double first_subject = -1;  // the first batch change about a slowed worker
-  for (const SimAction& a : nd.actions) {
-    if (!a.subject.empty() && a.action == vocab::ActionKind::kAdjustBatchSize) {
-      first_subject = a.at_seconds;
+  for (const policy::Decision& a : nd.actions) {
+    if (!a.subject.empty() && std::holds_alternative<policy::AdjustBatchSize>(a.action)) {
+      first_subject = policy::AtSeconds(a);
       break;
     }
   }

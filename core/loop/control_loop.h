@@ -83,6 +83,7 @@ struct Recommendation {
   policy::Decision decision;
   double predicted_saving_seconds = 0;
   double cost_seconds = 0;
+  int times = 1;  // a backend's record of it: how often it was decided (again after cool-downs)
 };
 
 // What the loop sees in one turn, as data: its backend gathers it once per

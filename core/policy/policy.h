@@ -210,7 +210,14 @@ struct Decision {
   std::string subject;
   std::string reason;                      // one human-readable sentence
   std::map<std::string, double> evidence;  // score, windows_slow, saved_seconds, ...
+  // The Monitor's cause for the subject when it was decided: a record's (a
+  // backend sets it from its last view of the subject); the policy leaves it.
+  v1::Cause cause = v1::CAUSE_UNSPECIFIED;
 };
+
+// A decision's time in seconds on the loop's clock (since the job started,
+// locally and in the simulator): what its records show.
+inline double AtSeconds(const Decision& d) { return static_cast<double>(d.at_ms) / 1000.0; }
 
 // The job's interventions in `history`, as the Budget safeguard counts them
 // against max_actions (below): each KILL_RESTART and UseBackupWorkers one,

@@ -27,52 +27,6 @@ namespace antdt::kube_operator {
 
 namespace {
 
-// A decision as the reconciler commits it (status.lastActions), and back: the
-// history's entry a committed action stands for. A batch change that only
-// kept the global batch around someone else's is committed without evidence,
-// and has no subject.
-reconciler::Action ToReconcilerAction(const policy::Decision& d) {
-  reconciler::Action a;
-  a.kind = policy::KindOf(d.action);
-  a.worker = policy::ActionTarget(d.action);
-  a.rule = d.rule;
-  a.reason = d.reason;
-  a.evidence = policy::Describe(d);
-  a.at_ms = d.at_ms;
-  if (const auto* k = std::get_if<policy::KillRestart>(&d.action)) {
-    a.from_node = k->from_node;
-    a.to_node = k->to_node;
-  } else if (const auto* b = std::get_if<policy::AdjustBatchSize>(&d.action)) {
-    a.local_batch_size = static_cast<int32_t>(b->local_batch_size);
-    a.accumulation_steps = b->accumulation_steps;
-    if (d.subject.empty()) a.evidence.clear();  // only keeps the global batch
-  }
-  return a;
-}
-
-policy::Decision FromReconcilerAction(const reconciler::Action& a, const manifest::Job& spec) {
-  policy::Decision d;
-  d.at_ms = a.at_ms;
-  d.rule = a.rule;
-  d.reason = a.reason;
-  d.policy = spec.straggler_policy.name;
-  switch (a.kind) {
-    case vocab::ActionKind::kKillRestart:
-      d.action = policy::KillRestart{a.worker, a.from_node, a.to_node,
-                                     d.at_ms + spec.straggler_policy.cooldown_ms};
-      d.subject = a.worker;
-      break;
-    case vocab::ActionKind::kAdjustBatchSize:
-      d.action = policy::AdjustBatchSize{a.worker, a.local_batch_size, a.accumulation_steps};
-      if (!a.evidence.empty()) d.subject = a.worker;
-      break;
-    case vocab::ActionKind::kBackupWorkers:
-      d.action = policy::UseBackupWorkers{spec.straggler_policy.backup_workers};
-      break;
-  }
-  return d;
-}
-
 // The decisions a previous operator committed to the job's status
 // (status.lastActions, the newest 20), so cool-downs, budgets and exclusions
 // hold across an operator restart.
@@ -81,8 +35,8 @@ std::vector<policy::Decision> HistoryFromStatus(const Json& job, const manifest:
   const Json& last = kube::At(job, {"status", "lastActions"});
   if (!last.is_array()) return history;
   for (const Json& entry : last) {
-    if (std::optional<reconciler::Action> a = reconciler::ActionFromRecord(entry)) {
-      history.push_back(FromReconcilerAction(*a, spec));
+    if (std::optional<policy::Decision> d = reconciler::DecisionFromRecord(entry, spec)) {
+      history.push_back(std::move(*d));
     }
   }
   return history;
@@ -531,11 +485,7 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
                  LoopObservation(obs, due ? nodes_->List() : std::vector<Json>{}, due ? h : nullptr,
                                  rt->serving));
     // Recommended decisions are not the reconciler's to commit.
-    if (!ready->recommend_only) {
-      for (const policy::Decision& d : ready->plan.decisions) {
-        obs.actions.push_back(ToReconcilerAction(d));
-      }
-    }
+    if (!ready->recommend_only) obs.actions = ready->plan.decisions;
   }
   const reconciler::Changes changes = reconciler::Reconcile(obs, options_.settings);
   // The status first: it commits every decision of this pass.

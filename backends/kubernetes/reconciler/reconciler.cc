@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "backends/kubernetes/client/object.h"
 #include "backends/kubernetes/reconciler/pod_defaults.h"
@@ -56,30 +57,65 @@ Json ToJson(const WorkerInstance& w) {
   return j;
 }
 
-Json ActionRecord(const Action& a, int64_t now_ms) {
-  return {{"time", kube::FormatTime(a.at_ms != 0 ? a.at_ms : now_ms)},
-          {"action", vocab::Name(a.kind)},
-          {"worker", a.worker},
-          {"fromNode", a.from_node},
-          {"toNode", a.to_node},
-          {"rule", a.rule},
-          {"reason", a.reason},
-          {"evidence", a.evidence}};
+std::string EvidenceLine(const std::map<std::string, double>& evidence) {
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : evidence) parts.push_back(absl::StrCat(key, "=", value));
+  return absl::StrJoin(parts, " ");
 }
 
-std::optional<Action> ActionFromRecord(const Json& entry) {
+Json DecisionRecord(const policy::Decision& d, int64_t now_ms) {
+  Json j = {{"time", kube::FormatTime(d.at_ms != 0 ? d.at_ms : now_ms)},
+            {"action", policy::ActionName(d.action)},
+            {"worker", policy::ActionTarget(d.action)}};
+  if (const auto* k = std::get_if<policy::KillRestart>(&d.action)) {
+    j["fromNode"] = k->from_node;
+    j["toNode"] = k->to_node;
+  } else if (const auto* a = std::get_if<policy::AdjustBatchSize>(&d.action)) {
+    j["localBatchSize"] = a->local_batch_size;
+    if (a->accumulation_steps > 1) j["accumulationSteps"] = a->accumulation_steps;
+  }
+  j["rule"] = d.rule;
+  if (!d.subject.empty()) j["subject"] = d.subject;
+  j["reason"] = d.reason;
+  j["evidence"] = policy::IsRebalance(d) ? "" : EvidenceLine(d.evidence);
+  return j;
+}
+
+std::optional<policy::Decision> DecisionFromRecord(const Json& entry, const manifest::Job& spec) {
   const std::optional<vocab::ActionKind> kind = vocab::ParseActionKind(GetString(entry, "action"));
   if (!kind) return std::nullopt;
-  Action a;
-  a.kind = *kind;
-  a.at_ms = kube::ParseTime(GetString(entry, "time")).value_or(0);
-  a.worker = GetString(entry, "worker");
-  a.from_node = GetString(entry, "fromNode");
-  a.to_node = GetString(entry, "toNode");
-  a.rule = GetString(entry, "rule");
-  a.reason = GetString(entry, "reason");
-  a.evidence = GetString(entry, "evidence");
-  return a;
+  policy::Decision d;
+  d.at_ms = kube::ParseTime(GetString(entry, "time")).value_or(0);
+  d.policy = spec.straggler_policy.name;
+  d.rule = GetString(entry, "rule");
+  d.reason = GetString(entry, "reason");
+  for (absl::string_view pair : absl::StrSplit(GetString(entry, "evidence"), ' ')) {
+    const size_t eq = pair.find('=');
+    double value = 0;
+    if (eq != absl::string_view::npos && absl::SimpleAtod(pair.substr(eq + 1), &value)) {
+      d.evidence[std::string(pair.substr(0, eq))] = value;
+    }
+  }
+  const std::string worker = GetString(entry, "worker");
+  switch (*kind) {
+    case vocab::ActionKind::kKillRestart:
+      d.action =
+          policy::KillRestart{worker, GetString(entry, "fromNode"), GetString(entry, "toNode"),
+                              d.at_ms + spec.straggler_policy.cooldown_ms};
+      d.subject = worker;
+      break;
+    case vocab::ActionKind::kAdjustBatchSize:
+      d.action = policy::AdjustBatchSize{
+          worker, GetInt(entry, "localBatchSize", 0),
+          static_cast<int32_t>(std::max<int64_t>(1, GetInt(entry, "accumulationSteps", 1)))};
+      if (!d.evidence.empty()) d.subject = worker;
+      break;
+    case vocab::ActionKind::kBackupWorkers:
+      d.action = policy::UseBackupWorkers{spec.straggler_policy.backup_workers};
+      break;
+  }
+  if (entry.contains("subject")) d.subject = GetString(entry, "subject");
+  return d;
 }
 
 Json ToJson(const ServerInstance& s) {
@@ -242,12 +278,13 @@ void NextIncarnation(WorkerInstance& w) {
   w.resumed = false;
 }
 
-std::string EvidenceText(const Action& a) {
-  return a.evidence.empty() ? "" : "; evidence: " + a.evidence;
+std::string EvidenceText(const policy::Decision& d) {
+  const std::string line = policy::IsRebalance(d) ? "" : EvidenceLine(d.evidence);
+  return line.empty() ? "" : "; evidence: " + line;
 }
 
 // KILL_RESTART: the worker's next incarnation, never again on the node it left.
-Event KillRestart(const Action& a, WorkerInstance& w) {
+Event KillRestart(const policy::Decision& d, const policy::KillRestart& a, WorkerInstance& w) {
   const std::string old_pod = w.pod;
   NextIncarnation(w);
   if (!a.from_node.empty() && std::find(w.excluded_nodes.begin(), w.excluded_nodes.end(),
@@ -260,20 +297,21 @@ Event KillRestart(const Action& a, WorkerInstance& w) {
       absl::StrCat("restarted ", w.id, " (pod ", old_pod, ") from node ",
                    a.from_node.empty() ? "?" : a.from_node, " to ",
                    a.to_node.empty() ? "any other node" : "node " + a.to_node, " as incarnation ",
-                   w.incarnation, ": rule ", a.rule, "; ", a.reason, EvidenceText(a))};
+                   w.incarnation, ": rule ", d.rule, "; ", d.reason, EvidenceText(d))};
 }
 
 // ADJUST_BS: the worker's new local batch, and an Event when about a straggler.
-void AdjustBatch(const Action& a, const std::vector<Straggler>& stragglers, WorkerInstance& w,
+void AdjustBatch(const policy::Decision& d, const policy::AdjustBatchSize& a,
+                 const std::vector<Straggler>& stragglers, WorkerInstance& w,
                  std::vector<Event>& events) {
   if (a.local_batch_size > 0) {
     w.local_batch_size = a.local_batch_size;
     w.accumulation_steps = std::max(1, a.accumulation_steps);
   }
-  if (!NamesStraggler(a, stragglers)) return;
+  if (!NamesStraggler(d, stragglers)) return;
   events.push_back({"Normal", "BatchSizeAdjusted",
                     absl::StrCat(w.id, " local batch set to ", a.local_batch_size, ": rule ",
-                                 a.rule, "; ", a.reason, EvidenceText(a))});
+                                 d.rule, "; ", d.reason, EvidenceText(d))});
 }
 
 // status.lastActions keeps the newest kMaxLastActions.
@@ -286,7 +324,8 @@ void TrimLastActions(Json& last_actions) {
 
 // KILL_RESTART of a parameter server: its next incarnation on another node
 // (see reconciler.h).
-Event MoveServer(const Action& a, ServerInstance& si, const std::string& job) {
+Event MoveServer(const policy::Decision& d, const policy::KillRestart& a, ServerInstance& si,
+                 const std::string& job) {
   const std::string old_pod = PsPodName(job, si.index, si.incarnation);
   ++si.incarnation;
   if (!a.from_node.empty() && std::find(si.excluded_nodes.begin(), si.excluded_nodes.end(),
@@ -299,24 +338,26 @@ Event MoveServer(const Action& a, ServerInstance& si, const std::string& job) {
                        a.from_node.empty() ? "?" : a.from_node, " to ",
                        a.to_node.empty() ? "any other node" : "node " + a.to_node, " as pod ",
                        PsPodName(job, si.index, si.incarnation),
-                       ", its state handed over at a step boundary: rule ", a.rule, "; ", a.reason,
-                       EvidenceText(a))};
+                       ", its state handed over at a step boundary: rule ", d.rule, "; ", d.reason,
+                       EvidenceText(d))};
 }
 
 void ApplyActions(const Pass& pass, Records& r, Changes& changes) {
-  for (const Action& a : pass.o.actions) {
-    const std::optional<vocab::MemberId> target = vocab::ParseMemberId(a.worker);
-    if (a.kind == vocab::ActionKind::kKillRestart && target &&
-        target->role == vocab::Role::kParameterServer) {
+  for (const policy::Decision& d : pass.o.actions) {
+    const std::string& target = policy::ActionTarget(d.action);
+    const vocab::ActionKind kind = policy::KindOf(d.action);
+    const std::optional<vocab::MemberId> member = vocab::ParseMemberId(target);
+    const auto* restart = std::get_if<policy::KillRestart>(&d.action);
+    if (restart != nullptr && member && member->role == vocab::Role::kParameterServer) {
       auto si = std::find_if(r.servers.begin(), r.servers.end(),
-                             [&](const ServerInstance& x) { return x.id == a.worker; });
+                             [&](const ServerInstance& x) { return x.id == target; });
       if (si != r.servers.end()) {
-        changes.events.push_back(MoveServer(a, *si, pass.job));
-        r.last_actions.push_back(ActionRecord(a, pass.now));
+        changes.events.push_back(MoveServer(d, *restart, *si, pass.job));
+        r.last_actions.push_back(DecisionRecord(d, pass.now));
         continue;
       }
     }
-    if (a.kind == vocab::ActionKind::kBackupWorkers) {
+    if (kind == vocab::ActionKind::kBackupWorkers) {
       // The parameter servers were started with the backups (spec): recorded.
       changes.events.push_back(
           {"Normal", "BackupWorkers",
@@ -324,24 +365,24 @@ void ApplyActions(const Pass& pass, Records& r, Changes& changes) {
                         pass.spec.straggler_policy.backup_workers,
                         " of them backups (spec.stragglerPolicy.backupWorkers): "
                         "rule ",
-                        a.rule, "; ", a.reason)});
-      r.last_actions.push_back(ActionRecord(a, pass.now));
+                        d.rule, "; ", d.reason)});
+      r.last_actions.push_back(DecisionRecord(d, pass.now));
       continue;
     }
-    WorkerInstance* w = FindInstance(r.instances, a.worker);
+    WorkerInstance* w = FindInstance(r.instances, target);
     if (w == nullptr) {
       changes.events.push_back({"Warning", "ActionIgnored",
-                                absl::StrCat(vocab::Name(a.kind), " for ", a.worker,
+                                absl::StrCat(vocab::Name(kind), " for ", target,
                                              ": not a member of the job (status.workerInstances, "
                                              "status.serverInstances)")});
       continue;
     }
-    if (a.kind == vocab::ActionKind::kKillRestart) {
-      changes.events.push_back(KillRestart(a, *w));
-    } else {
-      AdjustBatch(a, pass.o.stragglers, *w, changes.events);
+    if (restart != nullptr) {
+      changes.events.push_back(KillRestart(d, *restart, *w));
+    } else if (const auto* adjust = std::get_if<policy::AdjustBatchSize>(&d.action)) {
+      AdjustBatch(d, *adjust, pass.o.stragglers, *w, changes.events);
     }
-    r.last_actions.push_back(ActionRecord(a, pass.now));
+    r.last_actions.push_back(DecisionRecord(d, pass.now));
   }
   TrimLastActions(r.last_actions);
 }
@@ -646,10 +687,11 @@ void PlanCleanup(const Pass& pass, const Records& r, Changes& changes) {
   }
 }
 
-bool NamesStraggler(const Action& a, const std::vector<Straggler>& stragglers) {
-  if (absl::StrContains(ToLower(absl::StrCat(a.reason, " ", a.evidence)), "straggler")) return true;
+bool NamesStraggler(const policy::Decision& d, const std::vector<Straggler>& stragglers) {
+  if (absl::StrContains(ToLower(d.reason), "straggler")) return true;
+  const std::string& target = policy::ActionTarget(d.action);
   for (const Straggler& s : stragglers) {
-    if (vocab::IsStraggler(s.straggler_class) && s.worker == a.worker) return true;
+    if (vocab::IsStraggler(s.straggler_class) && s.worker == target) return true;
   }
   return false;
 }

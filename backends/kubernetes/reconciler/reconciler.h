@@ -81,6 +81,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -90,6 +91,7 @@
 #include "absl/status/statusor.h"
 #include "api/manifest/manifest.h"
 #include "api/vocab/vocab.h"
+#include "core/policy/policy.h"
 
 namespace antdt::reconciler {
 
@@ -139,18 +141,6 @@ struct Progress {
   bool done = false;
 };
 
-// A Controller decision to carry out in this pass, and its record in
-// status.lastActions (ActionRecord, ActionFromRecord: the one serializer).
-struct Action {
-  vocab::ActionKind kind = vocab::ActionKind::kAdjustBatchSize;  // kKillRestart, kBackupWorkers
-  std::string worker;                                            // "worker-3"
-  std::string from_node, to_node;
-  int32_t local_batch_size = 0;    // ADJUST_BS
-  int32_t accumulation_steps = 1;  // ADJUST_BS: micro-batches per step
-  std::string rule, reason, evidence;
-  int64_t at_ms = 0;  // 0: now
-};
-
 // What one pass sees of a job (the glue's gather; not the policy's
 // policy::Observed).
 struct Snapshot {
@@ -172,7 +162,9 @@ struct Snapshot {
   bool token_secret_exists = false;
   bool sharding_claim_exists = false;  // the sharding service's claim was created
   std::vector<Straggler> stragglers;   // current view of the Monitor
-  std::vector<Action> actions;         // new Controller decisions to carry out in this pass
+  // The Controller's decisions to carry out in this pass (committed to
+  // status.lastActions: DecisionRecord, DecisionFromRecord).
+  std::vector<policy::Decision> actions;  // new Controller decisions to carry out in this pass
   // Parameter servers ("ps-K") being moved whose new pod has the state and
   // has completed a step with it (the glue asks it: every worker follows it
   // now), so their earlier pods can go.
@@ -257,11 +249,18 @@ struct ServerInstance {
   std::string node;         // the Controller's choice
   std::vector<std::string> excluded_nodes;
 };
-// An entry of status.lastActions: time, action, worker, fromNode, toNode,
-// rule, reason, evidence (`now_ms` when a.at_ms is 0); and back, nullopt for
-// an entry whose action is unknown.
-Json ActionRecord(const Action& a, int64_t now_ms);
-std::optional<Action> ActionFromRecord(const Json& entry);
+// A decision as an entry of status.lastActions: time (`now_ms` when its
+// at_ms is 0), action, worker, fromNode, toNode (KILL_RESTART), localBatchSize
+// and accumulationSteps (ADJUST_BS), rule, subject, reason, and its evidence
+// as "key=value ..." (the numbers the policy weighed); and back, with what the
+// job's `spec` says of the rest (the policy, a restart's node exclusion until
+// its cool-down ends, the backups), nullopt for an entry whose action is
+// unknown. An entry written before subject was kept reads its subject as the
+// worker of a restart or of a batch change with evidence.
+Json DecisionRecord(const policy::Decision& d, int64_t now_ms);
+std::optional<policy::Decision> DecisionFromRecord(const Json& entry, const manifest::Job& spec);
+// "key=value key=value": a decision's evidence as its record and Events say it.
+std::string EvidenceLine(const std::map<std::string, double>& evidence);
 
 Json ToJson(const ServerInstance& s);
 ServerInstance ServerInstanceFromJson(const Json& j);

@@ -267,7 +267,7 @@ void PlanCleanup(const Pass& pass, const Records& r, Changes& changes);
 
 // An ADJUST_BS deserves an Event when it is about a straggler, not when it only
 // keeps the global batch constant around one.
-bool NamesStraggler(const Action& a, const std::vector<Straggler>& stragglers);
+bool NamesStraggler(const policy::Decision& d, const std::vector<Straggler>& stragglers);
 
 // ReplicaFailure (set True by the controller when the API server refuses a
 // create) turns False once a pass finds every child it needs in place.

@@ -75,7 +75,8 @@ struct Cluster {
   std::string job_token;  // Settings::job_credentials: the glue's derived token
   bool dataset_lost = false;
 
-  Snapshot Observe(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) const {
+  Snapshot Observe(std::vector<policy::Decision> actions = {},
+                   std::vector<Straggler> stragglers = {}) const {
     Snapshot o;
     o.job_token = job_token;
     o.dataset_lost = dataset_lost;
@@ -169,7 +170,7 @@ struct Cluster {
     }
   }
 
-  Changes Pass(std::vector<Action> actions = {}, std::vector<Straggler> stragglers = {}) {
+  Changes Pass(std::vector<policy::Decision> actions = {}, std::vector<Straggler> stragglers = {}) {
     Changes changes = Reconcile(Observe(std::move(actions), std::move(stragglers)), settings);
     Apply(changes);
     return changes;
@@ -830,17 +831,33 @@ TEST(ReconcileTest, ProgressFromTheShardingService) {
   EXPECT_FALSE(Reconcile(c.Observe(), Settings{}).status.has_value());
 }
 
-Action KillRestart(const std::string& worker, const std::string& from, const std::string& to) {
-  Action a;
-  a.kind = vocab::ActionKind::kKillRestart;
-  a.worker = worker;
-  a.from_node = from;
-  a.to_node = to;
-  a.rule = "antdt-nd:persistent-restart";
-  a.reason = "PERSISTENT straggler (score 2.4, 4 slow windows), restarted on a healthy node";
-  a.evidence = "score=2.4 windows_slow=4 saved_seconds=31";
-  a.at_ms = kT0 + 30000;
-  return a;
+policy::Decision KillRestart(const std::string& worker, const std::string& from,
+                             const std::string& to) {
+  policy::Decision d;
+  d.action = policy::KillRestart{worker, from, to, kT0 + 90000};
+  d.policy = vocab::Policy::kAntdtNd;
+  d.subject = worker;
+  d.rule = "antdt-nd:persistent-restart";
+  d.reason = "PERSISTENT straggler (score 2.4, 4 slow windows), restarted on a healthy node";
+  d.evidence = {{"score", 2.4}, {"windows_slow", 4}, {"saved_seconds", 31}};
+  d.at_ms = kT0 + 30000;
+  return d;
+}
+
+// An ADJUST_BS of `worker` to `batch`, about it (`subject`) or only keeping the
+// global batch around another's (no subject).
+policy::Decision Adjust(const std::string& worker, int64_t batch, const std::string& rule,
+                        const std::string& reason, bool subject) {
+  policy::Decision d;
+  d.action = policy::AdjustBatchSize{worker, batch, 1};
+  d.policy = vocab::Policy::kAntdtNd;
+  d.rule = rule;
+  d.reason = reason;
+  if (subject) {
+    d.subject = worker;
+    d.evidence = {{"score", 1.6}};
+  }
+  return d;
 }
 
 TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
@@ -861,9 +878,9 @@ TEST(ReconcileTest, KillRestartCommitsInStatusThenReplacesThePod) {
   EXPECT_EQ(st["lastActions"][0],
             Json::parse(R"({"time":"2026-11-29T21:00:30Z","action":"KILL_RESTART",
               "worker":"worker-2","fromNode":"node-2","toNode":"node-5",
-              "rule":"antdt-nd:persistent-restart",
+              "rule":"antdt-nd:persistent-restart","subject":"worker-2",
               "reason":"PERSISTENT straggler (score 2.4, 4 slow windows), restarted on a healthy node",
-              "evidence":"score=2.4 windows_slow=4 saved_seconds=31"})"));
+              "evidence":"saved_seconds=31 score=2.4 windows_slow=4"})"));
   EXPECT_EQ(Condition(st, "Mitigating")["status"], "True");
   EXPECT_EQ(Condition(st, "Mitigating")["reason"], "RestartingWorker");
   // The old pod goes at once; the new one waits for it.
@@ -915,7 +932,7 @@ TEST(ReconcileTest, ASlowServerMovesToItsNextIncarnationWhichTakesOverThenTheOld
   Cluster c;
   c.Settle();
   (*c.FindPod("quickstart-k8s-ps-0"))["status"]["podIP"] = "10.0.0.9";
-  Action move = KillRestart("ps-0", "node-9", "node-5");
+  policy::Decision move = KillRestart("ps-0", "node-9", "node-5");
   move.rule = "antdt-nd:ps-restart";
   Changes changes = c.Pass({move});
   ASSERT_TRUE(c.job["status"].contains("serverInstances")) << c.Status().dump(2);
@@ -1219,35 +1236,34 @@ TEST(ReconcileTest, AdjustBatchSize) {
     std::string rule, reason;
     std::vector<Straggler> stragglers;
     bool event;
+    bool subject;  // about worker-2 itself, not keeping the global batch around another's
   };
   const std::vector<Case> cases = {
       {"straggler's own adjustment",
        "antdt-nd:transient-adjust",
        "TRANSIENT straggler (score 1.6, 1 slow window): local batch 64 -> 40",
        {},
+       true,
        true},
       {"worker the Monitor lists",
        "custom:slow",
        "score 1.9 over 1.5",
        {{"worker-2", "node-2", "", v1::TRANSIENT, "cpu", 1.9, kT0}},
+       true,
        true},
       {"rebalance around someone else",
        "antdt-nd:rebalance",
        "keeps the global batch 256 around worker-3: local batch 64 -> 70",
        {},
+       false,
        false},
   };
   for (const Case& tc : cases) {
     SCOPED_TRACE(tc.name);
     Cluster c;
     c.Settle();
-    Action a;
-    a.kind = vocab::ActionKind::kAdjustBatchSize;
-    a.worker = "worker-2";
-    a.local_batch_size = 40;
-    a.rule = tc.rule;
-    a.reason = tc.reason;
-    const Changes changes = c.Pass({a}, tc.stragglers);
+    const Changes changes =
+        c.Pass({Adjust("worker-2", 40, tc.rule, tc.reason, tc.subject)}, tc.stragglers);
     EXPECT_THAT(changes.writes, IsEmpty());
     EXPECT_EQ(c.Status()["workerInstances"][2]["localBatchSize"], 40);
     EXPECT_EQ(c.Status()["lastActions"].back()["action"], "ADJUST_BS");
@@ -1264,12 +1280,7 @@ TEST(ReconcileTest, LastActionsKeepsTheLatestTwenty) {
   Cluster c;
   c.Settle();
   for (int i = 0; i < 25; ++i) {
-    Action a;
-    a.kind = vocab::ActionKind::kAdjustBatchSize;
-    a.worker = "worker-0";
-    a.local_batch_size = 10 + i;
-    a.rule = "antdt-nd:rebalance";
-    c.Pass({a});
+    c.Pass({Adjust("worker-0", 10 + i, "antdt-nd:rebalance", "", false)});
   }
   ASSERT_EQ(c.Status()["lastActions"].size(), 20u);
   EXPECT_EQ(c.Status()["workerInstances"][0]["localBatchSize"], 34);
@@ -1281,8 +1292,9 @@ TEST(ReconcileTest, LastActionsKeepsTheLatestTwenty) {
 TEST(ReconcileTest, BackupWorkersAreRecordedAndEveryRecordReadsBack) {
   Cluster c;
   c.Settle();
-  Action backups;
-  backups.kind = vocab::ActionKind::kBackupWorkers;
+  policy::Decision backups;
+  backups.action = policy::UseBackupWorkers{1};
+  backups.policy = vocab::Policy::kBackupWorkers;
   backups.rule = "backup-workers:start";
   backups.reason = "baseline";
   const Changes changes = c.Pass({backups, KillRestart("worker-2", "node-2", "node-9")});
@@ -1291,24 +1303,40 @@ TEST(ReconcileTest, BackupWorkersAreRecordedAndEveryRecordReadsBack) {
   const Json& last = c.Status()["lastActions"];
   ASSERT_EQ(last.size(), 2u);
   EXPECT_EQ(last[0]["action"], "BACKUP_WORKERS");
-  const std::optional<Action> read = ActionFromRecord(last[1]);
+  const manifest::Job spec = *manifest::ParseJob(c.job.dump());
+  const std::optional<policy::Decision> read = DecisionFromRecord(last[1], spec);
   ASSERT_TRUE(read.has_value());
-  EXPECT_EQ(read->kind, vocab::ActionKind::kKillRestart);
-  EXPECT_EQ(read->worker, "worker-2");
-  EXPECT_EQ(read->from_node, "node-2");
-  EXPECT_EQ(read->to_node, "node-9");
-  EXPECT_EQ(ActionRecord(*read, 0), last[1]) << "written and read by one pair";
-  EXPECT_FALSE(ActionFromRecord(Json{{"action", "RESTART_ALL"}}).has_value());
+  const auto* restart = std::get_if<policy::KillRestart>(&read->action);
+  ASSERT_NE(restart, nullptr);
+  EXPECT_EQ(restart->worker, "worker-2");
+  EXPECT_EQ(restart->from_node, "node-2");
+  EXPECT_EQ(restart->to_node, "node-9");
+  EXPECT_EQ(restart->exclude_node_until_ms, kT0 + 30000 + spec.straggler_policy.cooldown_ms)
+      << "excluded until the cool-down ends";
+  EXPECT_EQ(read->subject, "worker-2");
+  EXPECT_EQ(read->evidence.at("saved_seconds"), 31);
+  EXPECT_EQ(read->evidence.at("windows_slow"), 4);
+  EXPECT_EQ(DecisionRecord(*read, 0), last[1]) << "written and read by one pair";
+  const std::optional<policy::Decision> backup = DecisionFromRecord(last[0], spec);
+  ASSERT_TRUE(backup.has_value());
+  EXPECT_TRUE(std::holds_alternative<policy::UseBackupWorkers>(backup->action));
+  EXPECT_EQ(DecisionRecord(*backup, 0), last[0]);
+  EXPECT_FALSE(DecisionFromRecord(Json{{"action", "RESTART_ALL"}}, spec).has_value());
+  // An entry written before subject was kept: a batch change with evidence is
+  // about its worker, one without only keeps the global batch.
+  const std::optional<policy::Decision> legacy = DecisionFromRecord(
+      Json{{"action", "ADJUST_BS"}, {"worker", "worker-1"}, {"evidence", "score=1.7"}}, spec);
+  ASSERT_TRUE(legacy.has_value());
+  EXPECT_EQ(legacy->subject, "worker-1");
+  EXPECT_EQ(
+      DecisionFromRecord(Json{{"action", "ADJUST_BS"}, {"worker", "worker-1"}}, spec)->subject, "");
 }
 
 TEST(ReconcileTest, RestartedWorkerGetsItsAdjustedBatch) {
   Cluster c;
   c.Settle();
-  Action adjust;
-  adjust.kind = vocab::ActionKind::kAdjustBatchSize;
-  adjust.worker = "worker-2";
-  adjust.local_batch_size = 40;
-  c.Pass({adjust, KillRestart("worker-2", "node-2", "")});
+  c.Pass({Adjust("worker-2", 40, "antdt-nd:transient-adjust", "", true),
+          KillRestart("worker-2", "node-2", "")});
   c.RemoveTerminating();
   const Changes changes = c.Pass();
   ASSERT_EQ(changes.writes.size(), 2u);
