@@ -260,7 +260,7 @@ Command AddBenchCommand(CLI::App* parent) {
   app->add_option(
          "--policies", f->policies,
          absl::StrCat("the policies to compare, comma-separated: any of\n", vocab::PolicyNames(),
-                      " but custom,\nand plain: the job without AntDT (torch's "
+                      " except custom,\nand plain: the job without AntDT (torch's "
                       "DistributedSampler, no journal)"))
       ->type_name("P1,P2,...")
       ->capture_default_str();

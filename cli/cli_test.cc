@@ -193,6 +193,34 @@ TEST(Cli, AnUnknownPolicyStopsBeforeTheJobStarts) {
   EXPECT_FALSE(std::filesystem::exists(dir.File("work")));
 }
 
+// A bad --mode is said as the help spells its values; an unreadable scenario
+// names where its path came from (the flag, or the manifest's field with its
+// value) and the path as resolved. Nothing starts.
+TEST(Cli, ABadModeOrScenarioIsSaidAsTheUserWroteIt) {
+  testing::TempDir dir;
+  const std::string job = testing::SourcePath("examples/jobs/quickstart.yaml");
+  Outcome o = Antdt({"run", job, "--mode", "acts", "--work-dir", dir.File("work")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "antdt run: --mode: must be act or recommend, got \"acts\"\n")) << o.err;
+  o = Antdt({"run", job, "--scenario", "/nonexistent/s.yaml", "--work-dir", dir.File("work")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, "--scenario: cannot read /nonexistent/s.yaml: No such file or directory"))
+      << o.err;
+  std::string manifest = ReadFile(job).value();
+  const size_t at = manifest.find("scenario: ");
+  ASSERT_NE(at, std::string::npos) << "the quickstart names its scenario";
+  manifest.replace(at, manifest.find('\n', at) - at, "scenario: missing.yaml");
+  std::ofstream(dir.File("job.yaml")) << manifest;
+  o = Antdt({"run", dir.File("job.yaml"), "--work-dir", dir.File("work")});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(Has(o.err, dir.File("job.yaml") +
+                             ": spec.local.scenario (\"missing.yaml\"): cannot "
+                             "read " +
+                             dir.File("missing.yaml")))
+      << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("work")));
+}
+
 TEST(Cli, AMisspeltPolicySuggestsTheNearestOne) {
   testing::TempDir dir;
   const std::string job = testing::SourcePath("examples/jobs/quickstart.yaml");

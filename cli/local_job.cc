@@ -31,11 +31,14 @@ std::string WhyUnreadable(const std::string& path) {
   return "read failed";
 }
 
-absl::StatusOr<manifest::Scenario> LoadScenario(const std::string& path) {
+// `named_by`: where the path came from ("--scenario", or the manifest's
+// spec.local.scenario), said with the path as resolved.
+absl::StatusOr<manifest::Scenario> LoadScenario(const std::string& path,
+                                                const std::string& named_by) {
   auto text = ReadFile(path);
   if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("spec.local.scenario: cannot read ", path, ": ", WhyUnreadable(path)));
+        absl::StrCat(named_by, ": cannot read ", path, ": ", WhyUnreadable(path)));
   }
   auto parsed = manifest::ParseScenario(*text);
   if (!parsed.ok()) {
@@ -71,7 +74,10 @@ absl::StatusOr<LocalJob> LoadLocalJob(const std::string& path, const std::string
     scenario_path = (fs::path(path).parent_path() / local.job.local.scenario).string();
   }
   if (!scenario_path.empty()) {
-    auto scenario = LoadScenario(scenario_path);
+    auto scenario = LoadScenario(
+        scenario_path, scenario_flag.empty() ? absl::StrCat(path, ": spec.local.scenario (\"",
+                                                            local.job.local.scenario, "\")")
+                                             : std::string("--scenario"));
     if (!scenario.ok()) return scenario.status();
     local.scenario = *std::move(scenario);
     return local;

@@ -85,7 +85,9 @@ int Run(const RunFlags& f) {
       mode[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(mode[0])));
     auto parsed = vocab::ParseOneOf("--mode", mode, vocab::AllModes());
     if (!parsed.ok()) {
-      std::fprintf(stderr, "antdt run: %s\n", std::string(parsed.status().message()).c_str());
+      // Said as the help spells the values.
+      std::fprintf(stderr, "antdt run: --mode: must be act or recommend, got \"%s\"\n",
+                   f.mode.c_str());
       return 2;
     }
     o.mode_override = *parsed;
@@ -94,7 +96,12 @@ int Run(const RunFlags& f) {
   o.prometheus = f.prometheus;
   WatchSignals();
   auto result = local::RunJob(loaded->job, loaded->scenario, o);
-  if (o.on_status) std::printf("\r\033[K");
+  if (o.on_status) {
+    // The progress line cleared before anything else is said (stderr is not
+    // buffered: Ctrl-C's message was glued to the bar's line).
+    std::printf("\r\033[K");
+    std::fflush(stdout);
+  }
   if (!result.ok()) {
     std::fprintf(stderr, "antdt run: %s\n", std::string(result.status().message()).c_str());
     return result.status().code() == absl::StatusCode::kCancelled ? 130 : 1;

@@ -333,7 +333,7 @@ Command AddSimCommand(CLI::App* parent) {
       ->type_name("FILE");
   app->add_option("--policies", f->policies,
                   absl::StrCat("the policies to compare, comma-separated: any of\n",
-                               vocab::PolicyNames(), " but custom and backup-workers"))
+                               vocab::PolicyNames(), " except custom and backup-workers"))
       ->type_name("P1,P2,...")
       ->capture_default_str();
   app->add_option("--seeds", f->seeds, "runs per policy, seeds 1..N")

@@ -118,7 +118,7 @@ TEST(CommandJob, RunsTheWorkerCommandWithItsEnvironmentAndEveryRecordOnce) {
                            dir, "run", std::chrono::seconds(280));
   const std::string& out = ran.out;
   ASSERT_EQ(ran.exit_code, 0) << out;
-  EXPECT_THAT(out, HasSubstr("3 workers (worker command), 1 parameter servers"));
+  EXPECT_THAT(out, HasSubstr("3 workers (worker command), 1 parameter server,"));
   EXPECT_THAT(out, HasSubstr("KILL_RESTART worker-1"));
   EXPECT_THAT(out, HasSubstr("RESULT: every record committed exactly once"));
   EXPECT_THAT(Read(dir.File("report/report.json")), HasSubstr("\"records_committed\": 60000"));

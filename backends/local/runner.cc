@@ -364,6 +364,7 @@ void Runner::StartLoop() {
   lo.regroup_seconds = jobconfig::RegroupSeconds(job_);
   lo.mode = mode_;
   loop_ = std::make_unique<loop::ControlLoop>(lo, this, &clock_);
+  metrics_.Expect(policy::PossibleDecisions(lo.policy), lo.mode == vocab::Mode::kRecommend);
   // The first decision one interval after the job started (its clock), when
   // the Monitor has a window.
   (void)loop_->TakeTurn(clock_.NowMillis(), WindowsClosed());
@@ -421,11 +422,11 @@ absl::Status Runner::StartJob() {
   ASSIGN_OR_RETURN(const std::vector<std::string> server_nodes, ServerPlacement());
   RETURN_IF_ERROR(StartParameterServers(server_nodes));
   RETURN_IF_ERROR(StartWorkers(placement));
-  Event(absl::StrFormat("%d workers (%s), %d parameter servers, %d nodes; policy %s",
-                        job_.workers.replicas,
-                        jobconfig::HasWorkerCommand(job_) ? "worker command" : "demo trainer",
-                        static_cast<int>(servers_->size()),
-                        static_cast<int>(scenario_.nodes.size()), result_.policy));
+  const int servers = static_cast<int>(servers_->size());
+  Event(absl::StrFormat(
+      "%d workers (%s), %d parameter server%s, %d nodes; policy %s", job_.workers.replicas,
+      jobconfig::HasWorkerCommand(job_) ? "worker command" : "demo trainer", servers,
+      servers == 1 ? "" : "s", static_cast<int>(scenario_.nodes.size()), result_.policy));
   return absl::OkStatus();
 }
 

@@ -183,6 +183,30 @@ void JobMetrics::Rebalance(const std::string& rule, const std::string& outcome) 
   }
 }
 
+void JobMetrics::Expect(const std::vector<policy::PossibleDecision>& possible, bool recommend) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto keep = [](std::vector<prometheus::Counter*>& made, prometheus::Counter& c) {
+    if (std::find(made.begin(), made.end(), &c) == made.end()) made.push_back(&c);
+  };
+  for (const policy::PossibleDecision& p : possible) {
+    prometheus::Labels labels = Job();
+    labels["rule"] = p.rule;
+    if (recommend) {
+      prometheus::Labels r = labels;
+      r["action"] = vocab::Name(p.action);
+      keep(recommendations_made_, recommendations_.Add(r));
+      continue;
+    }
+    labels["outcome"] = "done";
+    if (p.rebalance) {
+      keep(rebalances_made_, rebalances_.Add(labels));
+    } else {
+      labels["action"] = vocab::Name(p.action);
+      keep(actions_made_, actions_.Add(labels));
+    }
+  }
+}
+
 void JobMetrics::Decided(const policy::Decision& decision, const std::string& outcome) {
   if (policy::IsRebalance(decision)) {
     Rebalance(decision.rule, outcome);

@@ -43,6 +43,11 @@ class JobMetrics {
   // (policy::IsRebalance): antdt_controller_rebalances_total, by rule and
   // outcome, apart from the actions.
   void Rebalance(const std::string& rule, const std::string& outcome);
+  // The series of every decision in `possible` (policy::PossibleDecisions)
+  // at 0, outcome "done" (and, with `recommend`, the recommendations'), so
+  // that the first decision of each counts in rate() and increase().
+  // Idempotent: a policy changed on a running job adds its own.
+  void Expect(const std::vector<policy::PossibleDecision>& possible, bool recommend);
   // A decision carried out or tried: a Rebalance when it is one, else an Action.
   void Decided(const policy::Decision& decision, const std::string& outcome);
   // The action budget used so far, as the policy counts it against maxActions

@@ -97,6 +97,56 @@ TEST(JobMetrics, RebalancesAreNotActionsAndTheBudgetUsedIsThePolicys) {
   EXPECT_EQ(series.at("antdt_controller_action_budget{job=paper-mix,namespace=default,}"), 10);
 }
 
+// Every series a job's policy may count exists at 0 before its first
+// decision: a counter born at 1 loses that increment in rate() and increase()
+// (the actions-per-minute panels showed 7 of paper-mix's 13 actions).
+TEST(JobMetrics, EveryDecisionsSeriesExistsAtZeroBeforeTheFirst) {
+  prometheus::Registry registry;
+  JobMetrics m(registry, "default", "paper-mix", 10);
+  policy::PolicySpec nd;
+  nd.name = vocab::Policy::kAntdtNd;
+  m.Expect(policy::PossibleDecisions(nd), /*recommend=*/false);
+  m.Expect(policy::PossibleDecisions(nd), /*recommend=*/false);  // idempotent
+  auto series = Series(registry.Collect());
+  const std::string restart =
+      "antdt_controller_actions_total{action=KILL_RESTART,job=paper-mix,namespace=default,"
+      "outcome=done,rule=antdt-nd:persistent-restart,}";
+  const std::string adjust =
+      "antdt_controller_actions_total{action=ADJUST_BS,job=paper-mix,namespace=default,"
+      "outcome=done,rule=antdt-nd:transient-adjust,}";
+  const std::string rebalance =
+      "antdt_controller_rebalances_total{job=paper-mix,namespace=default,outcome=done,"
+      "rule=antdt-nd:rebalance,}";
+  EXPECT_EQ(series.at(restart), 0);
+  EXPECT_EQ(series.at(adjust), 0);
+  EXPECT_EQ(series.at(rebalance), 0);
+  EXPECT_EQ(series.count("antdt_controller_actions_total{action=ADJUST_BS,job=paper-mix,"
+                         "namespace=default,outcome=done,rule=antdt-nd:rebalance,}"),
+            0u)
+      << "a rebalance is no action";
+  policy::Decision d;
+  d.action = policy::AdjustBatchSize{"worker-3", 32, 1};
+  d.rule = "antdt-nd:transient-adjust";
+  d.subject = "worker-3";
+  m.Decided(d, "done");
+  series = Series(registry.Collect());
+  EXPECT_EQ(series.at(adjust), 1) << "the same series, from 0 to 1";
+  // A custom policy's own rules; mode Recommend counts recommendations.
+  policy::PolicySpec custom;
+  custom.name = vocab::Policy::kCustom;
+  policy::Rule slow;
+  slow.name = "slow";
+  slow.action = vocab::ActionKind::kKillRestart;
+  custom.rules = {slow};
+  prometheus::Registry other;
+  JobMetrics r(other, "default", "rec", 10);
+  r.Expect(policy::PossibleDecisions(custom), /*recommend=*/true);
+  series = Series(other.Collect());
+  EXPECT_EQ(series.at("antdt_controller_recommendations_total{action=KILL_RESTART,job=rec,"
+                      "namespace=default,rule=slow,}"),
+            0);
+}
+
 TEST(JobMetrics, NoEtaBeforeThereIsAPace) {
   prometheus::Registry registry;
   JobMetrics m(registry, "default", "j", 3);

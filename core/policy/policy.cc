@@ -100,6 +100,39 @@ int64_t HistoryIndex::LastRestartMs(const std::string& subject) const {
   return it == last_restart_ms_.end() ? -1 : it->second;
 }
 
+std::vector<PossibleDecision> PossibleDecisions(const PolicySpec& spec) {
+  using internal::kBackupStart;
+  using internal::kCustomRebalance;
+  constexpr ActionKind kAdjust = ActionKind::kAdjustBatchSize;
+  constexpr ActionKind kRestart = ActionKind::kKillRestart;
+  switch (spec.name) {
+    case Policy::kAntdtNd:
+      return {
+          {kRestart, internal::kNdPsRestart},          {kRestart, internal::kNdPersistentRestart},
+          {kRestart, internal::kNdCompensatedRestart}, {kRestart, internal::kNdDurationRestart},
+          {kAdjust, internal::kNdTransientAdjust},     {kAdjust, internal::kNdPersistentAdjust},
+          {kAdjust, internal::kNdDeterministicAdjust}, {kAdjust, internal::kNdLeaderAdjust},
+          {kAdjust, internal::kNdRestartShare},        {kAdjust, internal::kNdRebalance, true}};
+    case Policy::kAntdtDd:
+      return {{kAdjust, internal::kDdProportional, true}};
+    case Policy::kLbBsp:
+      return {{kAdjust, internal::kLbBspProportional, true}};
+    case Policy::kCustom: {
+      std::vector<PossibleDecision> out;
+      for (size_t i = 0; i < spec.rules.size(); ++i) {
+        out.push_back({spec.rules[i].action, RuleName(spec.rules[i], i)});
+      }
+      out.push_back({kAdjust, kCustomRebalance, true});
+      return out;
+    }
+    case Policy::kBackupWorkers:
+      return {{ActionKind::kBackupWorkers, kBackupStart}};
+    case Policy::kNone:
+      break;
+  }
+  return {};
+}
+
 bool IsRebalance(const Decision& decision) {
   return std::holds_alternative<AdjustBatchSize>(decision.action) && decision.subject.empty();
 }

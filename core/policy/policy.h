@@ -272,6 +272,7 @@ class HistoryIndex {
   std::vector<size_t> restarts_;
   bool backup_started_ = false;
 };
+
 // A batch change that only keeps the global batch constant (ADJUST_BS with
 // no subject: around another member's action, a tidy round, an antdt-dd or
 // lb-bsp round): counted apart from the actions users read first.
@@ -406,6 +407,18 @@ struct PolicySpec {
   double step_deadline = 0;
   std::vector<Rule> rules;  // custom only
 };
+
+// An action and rule a policy may decide (its metrics' series): `rebalance`
+// when it only keeps the global batch around another's (IsRebalance).
+struct PossibleDecision {
+  vocab::ActionKind action = vocab::ActionKind::kAdjustBatchSize;
+  std::string rule;
+  bool rebalance = false;
+};
+// Every action and rule `spec`'s policy may decide, so that a job's counters
+// exist at 0 before its first decision (a series born at 1 loses that
+// increment in rate() and increase()).
+std::vector<PossibleDecision> PossibleDecisions(const PolicySpec& spec);
 
 // The spec a pass runs with: settle_ms from the Monitor's windows now (two
 // windows and the lateness) when the health says them, and with

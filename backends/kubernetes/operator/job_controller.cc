@@ -256,6 +256,9 @@ JobController::JobRuntime& JobController::RuntimeFor(const Json& job, const mani
     lo.redeliver_batches = true;
     lo.mode = spec.straggler_policy.mode;
     rt->loop = std::make_unique<loop::ControlLoop>(lo, rt->backend.get(), options_.clock);
+    if (rt->metrics) {
+      rt->metrics->Expect(policy::PossibleDecisions(lo.policy), lo.mode == vocab::Mode::kRecommend);
+    }
     // Decisions a previous operator committed to the status.
     rt->loop->Seed(HistoryFromStatus(job, spec));
   }

@@ -12,6 +12,9 @@ runner's file-based discovery, evaluates antdt-rules.yaml, and
 - the terminal, report.json and Prometheus name the same stragglers with the
   same class and cause (cpu_throttling, measured, for the quickstart's CPU
   quota on node-2);
+- every series of antdt_controller_actions_total exists at 0 before the
+  job's first action (a series born at 1 loses it in rate() and increase()),
+  and the job's last scrape counts as many actions as the report lists;
 - `promtool check metrics` is clean on every endpoint.
 """
 
@@ -121,7 +124,8 @@ class LocalPrometheusTest(unittest.TestCase):
         reader.start()
         try:
             prometheus = self.check_while_running(proc, lines)
-            seen = self.watch_stragglers(proc, prometheus)  # to the job's end
+            actions: dict = {}  # series -> [first value, last value] of the actions counter
+            seen = self.watch_stragglers(proc, prometheus, actions)  # to the job's end
             proc.wait(timeout=200)
         finally:
             if proc.poll() is None:
@@ -131,6 +135,20 @@ class LocalPrometheusTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, "".join(lines))
         self.assertIn("RESULT: every record committed exactly once", "".join(lines))
         self.check_one_account(seen, "".join(lines), os.path.join(report, "report.json"))
+        self.check_actions_counted(actions, os.path.join(report, "report.json"))
+
+    def check_actions_counted(self, actions: dict, report_json: str) -> None:
+        """Each actions series was first seen at 0; their sum at the last
+        scrape is the number of actions report.json lists."""
+        with open(report_json) as f:
+            listed = [a for a in json.load(f)["actions"]
+                      if not (a["action"] == "ADJUST_BS" and a["subject"] == "")]
+        self.assertTrue(listed, "the quickstart's straggler is acted on")
+        self.assertTrue(actions, "antdt_controller_actions_total scraped")
+        for series, (first, _) in actions.items():
+            self.assertEqual(first, 0.0, f"{series} was born at {first}, not 0")
+        self.assertEqual(sum(last for _, last in actions.values()), len(listed),
+                         f"Prometheus {actions} vs report.json {listed}")
 
     @staticmethod
     def stopping(prometheus: str) -> bool:
@@ -141,14 +159,24 @@ class LocalPrometheusTest(unittest.TestCase):
         except (urllib.error.URLError, ConnectionError):
             return True
 
-    def watch_stragglers(self, proc: subprocess.Popen, prometheus: str) -> dict:
+    def watch_stragglers(self, proc: subprocess.Popen, prometheus: str, actions: dict) -> dict:
         """worker -> (node, class, cause) of its last straggling scrape, as
         antdt_monitor_straggler_info says (the per-sample class while
-        compensated, as the Monitor's record has it)."""
+        compensated, as the Monitor's record has it). Into `actions`: each
+        series of antdt_controller_actions_total, its first and last value."""
         seen: dict = {}
         ours = 'namespace="default",job="quickstart"'
         while proc.poll() is None:
             try:
+                # The first value from Prometheus's own samples (min of a
+                # counter), the last from now.
+                for i, expr in enumerate([
+                        f'min_over_time(antdt_controller_actions_total{{{ours}}}[1h])',
+                        f'antdt_controller_actions_total{{{ours}}}']):
+                    for s in query(prometheus, expr):
+                        labels = {k: v for k, v in s["metric"].items() if k != "__name__"}
+                        key = json.dumps(labels, sort_keys=True)
+                        actions.setdefault(key, [None, 0.0])[i] = float(s["value"][1])
                 series = query(prometheus, f'antdt_monitor_straggler_info{{{ours},cause!="none"}}')
             except (urllib.error.URLError, ConnectionError):
                 # The job's end stops its Prometheus (503 while it shuts down,
