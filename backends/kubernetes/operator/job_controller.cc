@@ -374,9 +374,11 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
   rt.serving.clear();
   const Json& moved = kube::At(job, {"status", "serverInstances"});
   if (!moved.is_array()) return;
-  for (const Json& si : moved) {
-    const std::string id = si.value("id", "");
-    const int64_t incarnation = si.value("incarnation", int64_t{0});
+  for (const Json& entry : moved) {
+    // The reconciler's parser, as every reader of status.serverInstances.
+    const reconciler::ServerInstance si = reconciler::ServerInstanceFromJson(entry);
+    const std::string& id = si.id;
+    const int64_t incarnation = si.incarnation;
     const std::optional<vocab::MemberId> member = vocab::ParseMemberId(id);
     if (!member || member->role != vocab::Role::kParameterServer) continue;
     const int32_t k = member->index;
