@@ -396,7 +396,7 @@ std::string Description(const policy::Decision& a) {
   if (const auto* b = std::get_if<policy::UseBackupWorkers>(&a.action)) {
     return absl::StrCat("backups=", b->backups, " (set on the parameter servers)");
   }
-  if (a.rule == "ps-restore") {
+  if (a.rule == kPsRestoreRule) {
     auto field = [&](const char* key) {
       const auto it = a.evidence.find(key);
       return it == a.evidence.end() ? 0.0 : it->second;

@@ -250,7 +250,7 @@ absl::Status Runner::PollParameterServers() {
     policy::Decision rec;
     rec.at_ms = clock_.NowMillis();
     rec.action = policy::KillRestart{r.id, "", "", 0};
-    rec.rule = "ps-restore";
+    rec.rule = kPsRestoreRule;
     rec.evidence = {{"restored_step", static_cast<double>(r.step)}, {"seconds", r.seconds}};
     rec.reason = absl::StrFormat(
         "%s exited: restored from the checkpoint of step %d, every server and the data "

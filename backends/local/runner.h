@@ -62,6 +62,10 @@ std::string ActionLine(const policy::Decision& action);
 // record that no policy decided carries (a parameter server restored).
 std::string Description(const policy::Decision& action);
 
+// The rule of a record no policy decided: a parameter server that exited,
+// restored from its checkpoint (evidence restored_step, seconds).
+inline constexpr char kPsRestoreRule[] = "ps-restore";
+
 struct ThroughputPoint {
   double at_seconds = 0;
   std::string worker;

@@ -136,9 +136,7 @@ void JobMetrics::Skipped(const std::string& reason) {
   labels["reason"] = reason;
   prometheus::Counter& c = skipped_.Add(labels);
   c.Increment();
-  if (std::find(skips_made_.begin(), skips_made_.end(), &c) == skips_made_.end()) {
-    skips_made_.push_back(&c);
-  }
+  Track(skips_made_, c);
 }
 
 void JobMetrics::Time(const loop::TimeDelta& delta) {
@@ -166,9 +164,7 @@ void JobMetrics::Action(const std::string& kind, const std::string& rule,
   labels["outcome"] = outcome;
   prometheus::Counter& c = actions_.Add(labels);
   c.Increment();
-  if (std::find(actions_made_.begin(), actions_made_.end(), &c) == actions_made_.end()) {
-    actions_made_.push_back(&c);
-  }
+  Track(actions_made_, c);
 }
 
 void JobMetrics::Rebalance(const std::string& rule, const std::string& outcome) {
@@ -178,31 +174,30 @@ void JobMetrics::Rebalance(const std::string& rule, const std::string& outcome) 
   labels["outcome"] = outcome;
   prometheus::Counter& c = rebalances_.Add(labels);
   c.Increment();
-  if (std::find(rebalances_made_.begin(), rebalances_made_.end(), &c) == rebalances_made_.end()) {
-    rebalances_made_.push_back(&c);
-  }
+  Track(rebalances_made_, c);
+}
+
+void JobMetrics::Track(std::vector<prometheus::Counter*>& made, prometheus::Counter& c) {
+  if (std::find(made.begin(), made.end(), &c) == made.end()) made.push_back(&c);
 }
 
 void JobMetrics::Expect(const std::vector<policy::PossibleDecision>& possible, bool recommend) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto keep = [](std::vector<prometheus::Counter*>& made, prometheus::Counter& c) {
-    if (std::find(made.begin(), made.end(), &c) == made.end()) made.push_back(&c);
-  };
   for (const policy::PossibleDecision& p : possible) {
     prometheus::Labels labels = Job();
     labels["rule"] = p.rule;
     if (recommend) {
       prometheus::Labels r = labels;
       r["action"] = vocab::Name(p.action);
-      keep(recommendations_made_, recommendations_.Add(r));
+      Track(recommendations_made_, recommendations_.Add(r));
       continue;
     }
     labels["outcome"] = "done";
     if (p.rebalance) {
-      keep(rebalances_made_, rebalances_.Add(labels));
+      Track(rebalances_made_, rebalances_.Add(labels));
     } else {
       labels["action"] = vocab::Name(p.action);
-      keep(actions_made_, actions_.Add(labels));
+      Track(actions_made_, actions_.Add(labels));
     }
   }
 }
@@ -222,10 +217,7 @@ void JobMetrics::Recommended(const policy::Decision& decision, double predicted_
   labels["rule"] = decision.rule;
   prometheus::Counter& c = recommendations_.Add(labels);
   c.Increment();
-  if (std::find(recommendations_made_.begin(), recommendations_made_.end(), &c) ==
-      recommendations_made_.end()) {
-    recommendations_made_.push_back(&c);
-  }
+  Track(recommendations_made_, c);
   recommended_saving_.Add(Job()).Increment(std::max(0.0, predicted_saving_seconds));
 }
 

@@ -67,6 +67,8 @@ class JobMetrics {
  private:
   prometheus::Labels Job() const { return {{"namespace", ns_}, {"job", job_}}; }
   prometheus::Gauge& GaugeOf(prometheus::Family<prometheus::Gauge>& family);
+  // Adds `c` to `made` (the series this job removes when it ends), once.
+  static void Track(std::vector<prometheus::Counter*>& made, prometheus::Counter& c);
 
   const std::string ns_;
   const std::string job_;

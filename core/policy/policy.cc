@@ -167,8 +167,14 @@ std::string Describe(const Decision& decision) {
       absl::StrCat(Describe(decision.action), " at_ms=", decision.at_ms, " ",
                    Field("policy", vocab::Name(decision.policy)), " ", Field("rule", decision.rule),
                    " ", Field("subject", decision.subject), " ", Field("reason", decision.reason));
-  for (const auto& [key, value] : decision.evidence) absl::StrAppend(&out, " ", key, "=", value);
+  if (!decision.evidence.empty()) absl::StrAppend(&out, " ", EvidenceLine(decision.evidence));
   return out;
+}
+
+std::string EvidenceLine(const std::map<std::string, double>& evidence) {
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : evidence) parts.push_back(absl::StrCat(key, "=", value));
+  return absl::StrJoin(parts, " ");
 }
 
 absl::Status Validate(const PolicySpec& spec, const std::string& path) {

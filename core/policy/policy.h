@@ -311,6 +311,8 @@ struct Plan {
 std::string Describe(const Action& action);
 // Describe(action) then at_ms, policy, rule, subject, reason and the evidence.
 std::string Describe(const Decision& decision);
+// "key=value key=value": a decision's evidence, as Describe and its records say it.
+std::string EvidenceLine(const std::map<std::string, double>& evidence);
 
 // ---- The observed view ---------------------------------------------------------------
 

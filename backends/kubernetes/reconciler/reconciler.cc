@@ -57,12 +57,6 @@ Json ToJson(const WorkerInstance& w) {
   return j;
 }
 
-std::string EvidenceLine(const std::map<std::string, double>& evidence) {
-  std::vector<std::string> parts;
-  for (const auto& [key, value] : evidence) parts.push_back(absl::StrCat(key, "=", value));
-  return absl::StrJoin(parts, " ");
-}
-
 Json DecisionRecord(const policy::Decision& d, int64_t now_ms) {
   Json j = {{"time", kube::FormatTime(d.at_ms != 0 ? d.at_ms : now_ms)},
             {"action", policy::ActionName(d.action)},
@@ -77,7 +71,7 @@ Json DecisionRecord(const policy::Decision& d, int64_t now_ms) {
   j["rule"] = d.rule;
   if (!d.subject.empty()) j["subject"] = d.subject;
   j["reason"] = d.reason;
-  j["evidence"] = policy::IsRebalance(d) ? "" : EvidenceLine(d.evidence);
+  j["evidence"] = policy::IsRebalance(d) ? "" : policy::EvidenceLine(d.evidence);
   return j;
 }
 
@@ -279,7 +273,7 @@ void NextIncarnation(WorkerInstance& w) {
 }
 
 std::string EvidenceText(const policy::Decision& d) {
-  const std::string line = policy::IsRebalance(d) ? "" : EvidenceLine(d.evidence);
+  const std::string line = policy::IsRebalance(d) ? "" : policy::EvidenceLine(d.evidence);
   return line.empty() ? "" : "; evidence: " + line;
 }
 

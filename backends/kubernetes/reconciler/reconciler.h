@@ -259,8 +259,6 @@ struct ServerInstance {
 // worker of a restart or of a batch change with evidence.
 Json DecisionRecord(const policy::Decision& d, int64_t now_ms);
 std::optional<policy::Decision> DecisionFromRecord(const Json& entry, const manifest::Job& spec);
-// "key=value key=value": a decision's evidence as its record and Events say it.
-std::string EvidenceLine(const std::map<std::string, double>& evidence);
 
 Json ToJson(const ServerInstance& s);
 ServerInstance ServerInstanceFromJson(const Json& j);
