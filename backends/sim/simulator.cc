@@ -423,6 +423,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   }
   v1::GetProgressRequest progress;
   *progress.mutable_dataset() = Ref();
+  progress.set_omit_workers(true);
   if (auto p = ledger_->GetProgress(progress); p.ok()) {
     result_.leases_shortened = p->leases_shortened();
   }
@@ -485,6 +486,7 @@ std::vector<policy::NodeState> Sim::Nodes() const {
 double Sim::RemainingSeconds() const {
   v1::GetProgressRequest req;
   *req.mutable_dataset() = Ref();
+  req.set_omit_workers(true);  // the totals: thousands of workers a turn
   absl::StatusOr<v1::GetProgressResponse> p = ledger_->GetProgress(req);
   return p.ok() ? p->eta_seconds() : -1;
 }
@@ -532,7 +534,13 @@ absl::Status Sim::ReleaseShards(const std::string& worker, int32_t incarnation) 
 }
 
 void Sim::RecordAction(const policy::Decision& d, loop::Outcome /*outcome*/) {
-  result_.actions.push_back(d);
+  policy::Decision& kept = result_.actions.emplace_back();
+  kept.action = d.action;
+  kept.at_ms = d.at_ms;
+  kept.policy = d.policy;
+  kept.rule = d.rule;
+  kept.subject = d.subject;
+  kept.cause = d.cause;
 }
 
 SimWorker* Sim::WorkerOn(const std::string& node) {

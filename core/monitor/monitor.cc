@@ -82,6 +82,7 @@ using Evidence = google::protobuf::Map<std::string, double>;
 // One member's view of one window.
 struct Observation {
   bool has_own = false;  // its own reports
+  const std::string* role = nullptr;  // its member's role, with its own reports
   double bpt = 0;
   double median = 0;
   double own_score = 0;
@@ -135,8 +136,12 @@ Accums TakeWindow(internal::Job& job, int64_t window) {
 WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, Members& members) {
   WindowScores scores;
   std::map<std::string, std::vector<double>> role_bpts;
+  // Both sorted by id: each member found from the last one found.
+  auto cursor = members.begin();
   for (const auto& [id, a] : accums) {
-    internal::Member& m = members[id];
+    while (cursor != members.end() && cursor->first < id) ++cursor;
+    if (cursor == members.end() || cursor->first != id) cursor = members.try_emplace(cursor, id);
+    internal::Member& m = cursor->second;
     m.role = a.role;
     if (!a.node.empty() && !m.node.empty() && a.node != m.node) {
       // Restarted on another node (KILL_RESTART): what it was is of the node
@@ -151,8 +156,9 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
     if (a.pid > 0 && m.pid > 0 && a.pid != m.pid) m.settling = true;  // a new process
     if (a.pid > 0) m.pid = a.pid;
     if (a.count < config.min_reports_per_window) continue;
-    Observation& o = scores.observations[id];
+    Observation& o = scores.observations.try_emplace(scores.observations.end(), id)->second;
     o.has_own = true;
+    o.role = &m.role;
     o.bpt = a.bpt / static_cast<double>(a.count);
     o.samples_per_second = a.samples / a.bpt;
     o.data_wait_share = a.data_wait / a.bpt;
@@ -179,7 +185,7 @@ WindowScores ScoreOwnReports(const MonitorConfig& config, const Accums& accums, 
     scores.roles[role].median_sample_seconds = Median(per_sample);
   }
   for (auto& [id, o] : scores.observations) {
-    const std::string& role = members[id].role;
+    const std::string& role = *o.role;
     o.median = scores.role_median[role];
     o.own_score = o.bpt / o.median;
     o.own_classify = static_cast<int>(role_bpts[role].size()) >= config.min_peers;
@@ -526,11 +532,13 @@ void Monitor::CloseWindow(Job& job, int64_t window, int64_t now_ms) {
   const Majorities majorities = HardwareMajorities(job);
   const int64_t start_ms = job.StartOf(window);
   const int64_t end_ms = job.StartOf(window + 1);
-  std::map<std::string, bool> observed;  // members scored in this window
+  Scored observed;  // members scored in this window
+  // Both sorted by id: one walk, not a lookup per member.
+  auto oit = scores.observations.begin();
   for (auto it = job.members.begin(); it != job.members.end();) {
     Member& m = it->second;
-    auto oit = scores.observations.find(it->first);
-    if (oit == scores.observations.end()) {
+    while (oit != scores.observations.end() && oit->first < it->first) ++oit;
+    if (oit == scores.observations.end() || oit->first != it->first) {
       if (++m.windows_missing >= config_.forget_after_windows) {
         EndRecord(job, m);
         it = job.members.erase(it);
@@ -552,7 +560,7 @@ void Monitor::CloseWindow(Job& job, int64_t window, int64_t now_ms) {
     const StragglerClass cls = Classify(m, s.score, s.classify && settled, majorities);
     ClassifySpeed(m, oit->second.sample_score, oit->second.sample_classify && settled, majorities);
     Record(config_, oit->second, s, cls, start_ms, m);
-    observed[it->first] = oit->second.has_own || oit->second.has_latency;
+    if (oit->second.has_own || oit->second.has_latency) observed.emplace_back(&it->first, &m);
     ++it;
   }
   UpdateRecords(job, observed, start_ms, now_ms, majorities);
@@ -769,8 +777,8 @@ void Monitor::EndRecord(Job& job, Member& member) {
   member.record_id = -1;
 }
 
-void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observed, int64_t start_ms,
-                            int64_t now_ms, const Majorities& majorities) {
+void Monitor::UpdateRecords(Job& job, const Scored& observed, int64_t start_ms, int64_t now_ms,
+                            const Majorities& majorities) {
   // The observed members' signals, and each role's, gathered once: a
   // straggler's peers are its role's members but itself.
   struct Observed {
@@ -779,12 +787,11 @@ void Monitor::UpdateRecords(Job& job, const std::map<std::string, bool>& observe
     SignalValues values;
   };
   std::vector<Observed> signals;
+  signals.reserve(observed.size());
   std::map<std::string, PeerSignals> by_role;
-  for (const auto& [id, seen] : observed) {
-    auto mit = job.members.find(id);
-    if (!seen || mit == job.members.end()) continue;
-    signals.push_back({&mit->first, &mit->second, MemberSignals(mit->second, now_ms)});
-    by_role[mit->second.role].Add(signals.back().values);
+  for (const auto& [id, member] : observed) {
+    signals.push_back({id, member, MemberSignals(*member, now_ms)});
+    by_role[member->role].Add(signals.back().values);
   }
   for (const Observed& o : signals) {
     Member& m = *o.member;

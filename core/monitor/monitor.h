@@ -344,8 +344,10 @@ class Monitor {
              double samples);
   // Names the cause of every member slow in the window just closed and
   // updates its straggler record; ends the records of members no longer slow.
-  void UpdateRecords(Job& job, const std::map<std::string, bool>& observed, int64_t start_ms,
-                     int64_t now_ms, const Majorities& majorities);
+  // `observed`: the members scored in the window, by id, in id order.
+  using Scored = std::vector<std::pair<const std::string*, Member*>>;
+  void UpdateRecords(Job& job, const Scored& observed, int64_t start_ms, int64_t now_ms,
+                     const Majorities& majorities);
   // Marks the member's open record ended.
   static void EndRecord(Job& job, Member& member);
   // The member's signal values in the window just closed.

@@ -588,31 +588,35 @@ absl::StatusOr<v1::GetProgressResponse> Ledger::GetProgress(const v1::GetProgres
     resp.set_requeues(ds.row.requeues);
     resp.set_lease_expirations(ds.row.expirations);
     resp.set_leases_shortened(ds.leases_shortened);
-    std::unordered_map<std::string_view, int> in_flight;
-    for (const auto& [token, lease] : ds.leases) ++in_flight[lease.row.worker];
-    std::vector<const std::pair<const std::string, WorkerStats>*> workers;
-    workers.reserve(ds.workers.size());
-    for (const auto& entry : ds.workers) workers.push_back(&entry);
-    std::sort(workers.begin(), workers.end(),
-              [](const auto* a, const auto* b) { return a->first < b->first; });
+    // Records over the window up to now (idle time counts); 0 when idle longer.
+    auto rate_of = [&](const WorkerStats& w) {
+      if (w.samples.empty() || now - w.samples.back().first > options_.rate_window_ms) return 0.0;
+      const auto& first = w.samples.front();
+      const int64_t span = std::max<int64_t>(now - first.first, 1000);
+      return static_cast<double>(w.samples.back().second - first.second) * 1000.0 /
+             static_cast<double>(span);
+    };
     double total_rate = 0;
-    for (const auto* entry : workers) {
-      const auto& [name, w] = *entry;
-      v1::WorkerProgress* wp = resp.add_workers();
-      wp->set_worker_id(name);
-      wp->set_records_committed(w.records_committed);
-      const auto flying = in_flight.find(name);
-      wp->set_shards_in_flight(flying == in_flight.end() ? 0 : flying->second);
-      double rate = 0;
-      if (!w.samples.empty() && now - w.samples.back().first <= options_.rate_window_ms) {
-        // Records over the window up to now (idle time counts).
-        const auto& first = w.samples.front();
-        const int64_t span = std::max<int64_t>(now - first.first, 1000);
-        rate = static_cast<double>(w.samples.back().second - first.second) * 1000.0 /
-               static_cast<double>(span);
+    if (req.omit_workers()) {
+      for (const auto& [name, w] : ds.workers) total_rate += rate_of(w);
+    } else {
+      std::unordered_map<std::string_view, int> in_flight;
+      for (const auto& [token, lease] : ds.leases) ++in_flight[lease.row.worker];
+      std::vector<const std::pair<const std::string, WorkerStats>*> workers;
+      workers.reserve(ds.workers.size());
+      for (const auto& entry : ds.workers) workers.push_back(&entry);
+      std::sort(workers.begin(), workers.end(),
+                [](const auto* a, const auto* b) { return a->first < b->first; });
+      for (const auto* entry : workers) {
+        const auto& [name, w] = *entry;
+        v1::WorkerProgress* wp = resp.add_workers();
+        wp->set_worker_id(name);
+        wp->set_records_committed(w.records_committed);
+        const auto flying = in_flight.find(name);
+        wp->set_shards_in_flight(flying == in_flight.end() ? 0 : flying->second);
+        wp->set_records_per_second(rate_of(w));
+        total_rate += wp->records_per_second();
       }
-      wp->set_records_per_second(rate);
-      total_rate += rate;
     }
     resp.set_records_per_second(total_rate);
     const int64_t remaining = ds.records * ds.spec.epochs() - committed_total;

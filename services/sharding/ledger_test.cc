@@ -1108,6 +1108,34 @@ TEST_F(LedgerTest, PerWorkerRateAndEta) {
   EXPECT_NEAR(p.eta_seconds(), 900 / p.records_per_second(), 1e-6);
 }
 
+// omit_workers: the same totals and ETA, counted over every worker, without
+// the per-worker list.
+TEST_F(LedgerTest, ProgressWithoutWorkersKeepsTheTotals) {
+  Create(Spec(1000, 10));
+  for (int i = 0; i < 6; ++i) {
+    auto fast = Acquire("fast");
+    auto slow = Acquire("slow");
+    clock_.Advance(500);
+    ASSERT_TRUE(Complete(fast.lease().token()).ok());
+    if (i % 2 == 0) {
+      ASSERT_TRUE(Complete(slow.lease().token()).ok());
+    }
+  }
+  const v1::GetProgressResponse full = Progress();
+  v1::GetProgressRequest req;
+  *req.mutable_dataset() = Ref();
+  req.set_omit_workers(true);
+  auto summary = ledger_->GetProgress(req);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_EQ(full.workers_size(), 2);
+  EXPECT_EQ(summary->workers_size(), 0);
+  EXPECT_GT(full.records_per_second(), 0);
+  EXPECT_DOUBLE_EQ(summary->records_per_second(), full.records_per_second());
+  EXPECT_DOUBLE_EQ(summary->eta_seconds(), full.eta_seconds());
+  EXPECT_EQ(summary->records_committed_total(), full.records_committed_total());
+  EXPECT_EQ(summary->shards_doing(), full.shards_doing());
+}
+
 TEST_F(LedgerTest, BadNamesAreRefusedAtTheEdgeAndChangeNothing) {
   Create(Spec(100, 10));
   const uint64_t held = Acquire("w").lease().token();
