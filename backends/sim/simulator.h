@@ -70,10 +70,10 @@ struct SimResult {
   uint64_t seed = 0;
   double jct_seconds = 0;  // simulated
   int64_t steps = 0;
-  int64_t records = 0;                             // the dataset's, over every epoch
-  int64_t records_committed = 0;                   // by the ledger
-  int64_t duplicates = 0;                          // records committed more than once (must be 0)
-  int64_t missing = 0;                             // records never committed (must be 0)
+  int64_t records = 0;            // the dataset's, over every epoch
+  int64_t records_committed = 0;  // by the ledger
+  int64_t duplicates = 0;         // records committed more than once (must be 0)
+  int64_t missing = 0;            // records never committed (must be 0)
   // Carried out, at the loop's clock (job ms); each without its reason and
   // evidence, which no result shows (a 10,000-worker job carries out hundreds
   // of thousands).

@@ -81,7 +81,7 @@ using Evidence = google::protobuf::Map<std::string, double>;
 
 // One member's view of one window.
 struct Observation {
-  bool has_own = false;  // its own reports
+  bool has_own = false;               // its own reports
   const std::string* role = nullptr;  // its member's role, with its own reports
   double bpt = 0;
   double median = 0;
