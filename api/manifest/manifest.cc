@@ -280,6 +280,7 @@ absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, Strag
                                 ") with backup-workers, got ", p->backup_workers));
   }
   RETURN_IF_ERROR(ReadDouble(node, path, "stepDeadline", &p->step_deadline));
+  p->step_deadline_fitted = !Present(Get(node, "stepDeadline"));
   if (p->step_deadline != 0 && !(p->step_deadline >= 1.1 && p->step_deadline <= 10)) {
     return Invalid(Join(path, "stepDeadline"),
                    absl::StrCat("must be 0 (off) or between 1.1 and 10, got ", p->step_deadline));

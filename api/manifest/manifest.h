@@ -83,6 +83,10 @@ struct StragglerPolicySpec {
   // worker's time; the worker trains what it has and takes the rest of its
   // batch into its next step. 0: off. Other policies never cut a step.
   double step_deadline = 1.25;
+  // stepDeadline absent: the deadline is fitted to the job's steps, between
+  // 1.1 and 1.25 by how evenly its healthy workers' steps take
+  // (common/step_deadline.h); present: that multiple, always.
+  bool step_deadline_fitted = true;
   vocab::Mode mode = vocab::Mode::kAct;  // spec.stragglerPolicy.mode
   // spec.stragglerPolicy.decideBy: antdt-nd restarts a straggler when its
   // slowdown is expected to last long enough to pay (expectedDuration), or by

@@ -86,6 +86,7 @@ TEST(ParseJob, BaseIsValidAndDefaultsApply) {
   EXPECT_DOUBLE_EQ(job->straggler_policy.min_saving_ratio, 1.0);
   EXPECT_EQ(job->straggler_policy.backup_workers, 1);
   EXPECT_DOUBLE_EQ(job->straggler_policy.step_deadline, 1.25);
+  EXPECT_TRUE(job->straggler_policy.step_deadline_fitted);
   EXPECT_EQ(job->straggler_policy.mode, vocab::Mode::kAct);
   EXPECT_EQ(job->straggler_policy.decide_by, vocab::DecideBy::kExpectedDuration);
   EXPECT_TRUE(job->straggler_policy.rules.empty());
@@ -169,6 +170,7 @@ spec:
   EXPECT_EQ(p.mode, vocab::Mode::kRecommend);
   EXPECT_EQ(p.backup_workers, 0);
   EXPECT_DOUBLE_EQ(p.step_deadline, 1.5);
+  EXPECT_FALSE(p.step_deadline_fitted) << "set: that multiple, always";
   EXPECT_EQ(p.decide_by, vocab::DecideBy::kThresholds);
   ASSERT_EQ(p.rules.size(), 2u);
   EXPECT_EQ(p.rules[0].signal, vocab::Signal::kScore);

@@ -195,6 +195,7 @@ absl::Status Runner::StartParameterServers(const std::vector<std::string>& nodes
   // policy's decision (backup-workers:start, in its budget) records it.
   so.backup = policy_ == vocab::Policy::kBackupWorkers ? job_.straggler_policy.backup_workers : 0;
   so.step_deadline = jobconfig::StepDeadline(job_, policy_, mode_);
+  so.step_deadline_floor = jobconfig::StepDeadlineFloor(job_, policy_, mode_);
   so.learning_rate = job_.model.learning_rate;
   for (int32_t k = 0; k < static_cast<int32_t>(nodes.size()); ++k) {
     so.features.push_back(jobconfig::ParameterServerFeatures(job_, k));

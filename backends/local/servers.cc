@@ -89,6 +89,9 @@ std::vector<std::string> ServerSet::Argv(size_t k, const std::string& node) cons
   if (o_.step_deadline > 0) {
     argv.insert(argv.end(), {"--step-deadline", absl::StrCat(o_.step_deadline)});
   }
+  if (o_.step_deadline_floor > 0) {
+    argv.insert(argv.end(), {"--step-deadline-floor", absl::StrCat(o_.step_deadline_floor)});
+  }
   if (o_.server_time_us > 0) {
     argv.insert(argv.end(), {"--emulated-us-per-step", std::to_string(o_.server_time_us)});
   }

@@ -55,7 +55,8 @@ struct ServerSetOptions {
   int64_t checkpoint_every_steps = 0;
   int32_t workers = 1;
   int32_t backup = 0;
-  double step_deadline = 0;  // antdt-ps --step-deadline (jobconfig::StepDeadline)
+  double step_deadline = 0;        // antdt-ps --step-deadline (jobconfig::StepDeadline)
+  double step_deadline_floor = 0;  // antdt-ps --step-deadline-floor (jobconfig::StepDeadlineFloor)
   double learning_rate = 0.5;
   std::vector<int32_t> features;  // each server's slice
   int64_t server_time_us = 0;     // emulated time per step at speed 1

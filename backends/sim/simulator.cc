@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/job_key.h"
 #include "common/status.h"
+#include "common/step_deadline.h"
 #include "core/jobconfig/jobconfig.h"
 #include "core/loop/control_loop.h"
 #include "core/monitor/monitor.h"
@@ -171,15 +172,18 @@ class Sim final : public loop::Backend {
   std::vector<SimWorker> workers_;
   std::unordered_map<std::string, size_t> by_id_, by_node_;  // into workers_
   bool ended_ = false;                                       // the ledger answered END_OF_DATA
-  double step_deadline_ = 0;      // jobconfig::StepDeadline; 0: steps are never cut
-  double stall_until_ = 0;        // a job without parameter servers: the group re-forms
-  std::vector<uint8_t> commits_;  // per (epoch, record): times committed
+  double step_deadline_ = 0;        // jobconfig::StepDeadline; 0: steps are never cut
+  std::optional<DeadlineFit> fit_;  // the deadline fitted to the job's steps (step_deadline.h)
+  double stall_until_ = 0;          // a job without parameter servers: the group re-forms
+  std::vector<uint8_t> commits_;    // per (epoch, record): times committed
   SimResult result_;
 };
 
 absl::Status Sim::Start() {
   key_ = JobKey(job_.namespace_, job_.name);
   step_deadline_ = jobconfig::StepDeadline(job_, o_.policy, job_.straggler_policy.mode);
+  if (step_deadline_ > 0 && job_.straggler_policy.step_deadline_fitted)
+    fit_.emplace(DeadlineFit::kFloor, step_deadline_);
   ASSIGN_OR_RETURN(ledger_, sharding::Ledger::Open(&store_, &unix_clock_, {}));
   v1::CreateDatasetRequest create;
   *create.mutable_spec() = jobconfig::DatasetSpecFor(job_);
@@ -306,7 +310,9 @@ double Sim::CutAtDeadline() {
   if (computes.empty()) return 0;
   auto mid = computes.begin() + static_cast<std::ptrdiff_t>(computes.size() / 2);
   std::nth_element(computes.begin(), mid, computes.end());
-  const double deadline = step_deadline_ > 0 ? *mid * step_deadline_ : 0;
+  const double factor = fit_ ? fit_->Factor() : step_deadline_;
+  const double deadline = step_deadline_ > 0 ? *mid * factor : 0;
+  if (fit_) fit_->AddStep(computes);  // this step's spread, for the next steps' deadlines
   double slowest = 0;
   for (SimWorker& w : workers_) {
     w.batch_samples = 0;

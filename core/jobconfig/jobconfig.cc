@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/step_deadline.h"
 #include "core/loop/control_loop.h"
 
 namespace antdt::jobconfig {
@@ -118,6 +119,12 @@ double StepDeadline(const manifest::Job& job, vocab::Policy policy, vocab::Mode 
       return 0;
   }
   return 0;
+}
+
+double StepDeadlineFloor(const manifest::Job& job, vocab::Policy policy, vocab::Mode mode) {
+  const bool fitted =
+      job.straggler_policy.step_deadline_fitted && StepDeadline(job, policy, mode) > 0;
+  return fitted ? DeadlineFit::kFloor : 0;
 }
 
 }  // namespace antdt::jobconfig

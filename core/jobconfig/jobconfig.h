@@ -67,6 +67,10 @@ double RegroupSeconds(const manifest::Job& job);
 // baselines stay what they are, and the mode is Act (Recommend carries out
 // nothing, the deadline's cuts included).
 double StepDeadline(const manifest::Job& job, vocab::Policy policy, vocab::Mode mode);
+// The least the deadline is fitted down to (common/step_deadline.h) when the
+// manifest left stepDeadline unset and the job has a deadline; 0: the
+// deadline is StepDeadline always (antdt-ps --step-deadline-floor).
+double StepDeadlineFloor(const manifest::Job& job, vocab::Policy policy, vocab::Mode mode);
 // The demo trainer's --micro-batches under a step deadline: the deadline is
 // told between two, so a step stops at most an eighth of its batch past it.
 inline constexpr int kDeadlineMicroBatches = 8;

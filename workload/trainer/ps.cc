@@ -21,6 +21,12 @@ absl::StatusOr<PsOptions> ParameterShard::Validate(PsOptions options) {
     return absl::InvalidArgumentError(
         absl::StrCat("step-deadline: must be 0 (none) or in (1, 10], got ", options.step_deadline));
   }
+  if (options.step_deadline_floor != 0 &&
+      !(options.step_deadline_floor > 1 && options.step_deadline_floor <= options.step_deadline)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step-deadline-floor: must be 0 (the deadline fixed) or in (1, step-deadline ",
+                     options.step_deadline, "], got ", options.step_deadline_floor));
+  }
   return options;
 }
 
@@ -29,7 +35,11 @@ ParameterShard::ParameterShard(PsOptions options)
       workers_(options.workers),
       params_(static_cast<size_t>(options.features), 0.0f),
       grad_sum_(static_cast<size_t>(options.features), 0.0),
-      started_at_(std::chrono::steady_clock::now()) {}
+      started_at_(std::chrono::steady_clock::now()) {
+  if (options.step_deadline > 0 && options.step_deadline_floor > 0) {
+    fit_.emplace(options.step_deadline_floor, options.step_deadline);
+  }
+}
 
 absl::StatusOr<PushResult> ParameterShard::Push(const std::string& worker, int64_t step,
                                                 int64_t samples, absl::Span<const float> gradient,
@@ -62,7 +72,10 @@ absl::StatusOr<PushResult> ParameterShard::Push(const std::string& worker, int64
   } else {
     const auto now = std::chrono::steady_clock::now();
     if (contributors_.size() == 1) first_at_ = now;
-    if (samples > 0) ++trained_;
+    if (samples > 0) {
+      ++trained_;
+      if (fit_) arrivals_.push_back(std::chrono::duration<double>(now - started_at_).count());
+    }
     if (options_.step_deadline > 0 && !half_ && trained_ >= (needed() + 1) / 2) {
       half_ = now - started_at_;
     }
@@ -122,6 +135,8 @@ void ParameterShard::CompleteStep() {
 
 void ParameterShard::NewStep() {
   last_half_seconds_ = half_ ? std::chrono::duration<double>(*half_).count() : 0.0;
+  if (fit_) fit_->AddStep(arrivals_);
+  arrivals_.clear();
   half_.reset();
   trained_ = 0;
   started_at_ = std::chrono::steady_clock::now();
@@ -133,7 +148,7 @@ bool ParameterShard::DeadlinePassed(int64_t step) {
   if (step != step_ || !half_) return false;
   const auto deadline =
       started_at_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        *half_ * options_.step_deadline);
+                        *half_ * (fit_ ? fit_->Factor() : options_.step_deadline));
   if (std::chrono::steady_clock::now() < deadline) return false;
   if (!std::exchange(deadline_told_, true)) ++deadlines_passed_;
   return true;
@@ -297,6 +312,7 @@ PsStats ParameterShard::Stats() const {
   s.generation = generation_;
   s.loaded_step = loaded_step_;
   s.deadlines_passed = deadlines_passed_;
+  s.deadline_factor = fit_ ? fit_->Factor() : options_.step_deadline;
   return s;
 }
 

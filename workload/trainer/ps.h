@@ -16,7 +16,9 @@
 // training asks DeadlinePassed between micro-batches; past the deadline it
 // pushes the gradient of what it has trained and takes the rest of its batch
 // into its next step (worker_main.cc), so a straggler holds its peers up by
-// step_deadline x the median time at most.
+// step_deadline x the median time at most. With step_deadline_floor, the
+// multiple is fitted to the steps: between the floor and step_deadline, by the
+// spread of the times the last steps' gradients arrived in (DeadlineFit).
 //
 // Checkpoints: with a hook set (SetCheckpointHook), the completion of every
 // step s that is a multiple of `every_steps` (or the step ScheduleCheckpoint
@@ -49,6 +51,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/step_deadline.h"
 
 namespace antdt::trainer {
 
@@ -62,6 +65,10 @@ struct PsOptions {
   double learning_rate = 0.5;
   std::chrono::milliseconds step_timeout{5000};
   double step_deadline = 0;  // 0: none; else > 1, a multiple of the median time (above)
+  // > 0: the deadline fitted to the steps (common/step_deadline.h), between
+  // this and step_deadline by the spread of the times the gradients arrived in;
+  // 0: step_deadline always.
+  double step_deadline_floor = 0;
 };
 
 struct PushResult {
@@ -98,6 +105,7 @@ struct PsStats {
   int64_t generation = 0;        // Loads so far
   int64_t loaded_step = 0;       // the step of the last Load
   int64_t deadlines_passed = 0;  // steps whose deadline DeadlinePassed answered true
+  double deadline_factor = 0;    // the deadline's multiple of the half time now (0: none)
 };
 
 class ParameterShard {
@@ -180,6 +188,9 @@ class ParameterShard {
   int trained_ ABSL_GUARDED_BY(mu_) = 0;             // gradients of this step with samples
   int64_t deadlines_passed_ ABSL_GUARDED_BY(mu_) = 0;
   double last_half_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // half_ of the last finished step
+  // The step's arrivals with samples, seconds from its start: the fit's input.
+  std::vector<double> arrivals_ ABSL_GUARDED_BY(mu_);
+  std::optional<DeadlineFit> fit_ ABSL_GUARDED_BY(mu_);  // step_deadline_floor > 0
   // Finished steps.
   double mean_loss_ ABSL_GUARDED_BY(mu_) = 0;
   double first_mean_loss_ ABSL_GUARDED_BY(mu_) = 0;

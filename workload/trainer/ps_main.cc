@@ -49,6 +49,9 @@ constexpr const char* kUsage = R"(usage: antdt-ps --features N --workers N [flag
   --step-deadline X           a worker still training at X times the time half
                               the step's gradients took pushes what it has
                               (0: no deadline; else in (1, 10])      [0]
+  --step-deadline-floor F     fit the deadline to the steps: between F and
+                              --step-deadline by how evenly the gradients
+                              arrive (0: --step-deadline always)     [0]
   --emulated-us-per-step N    extra server time per step at speed 1 (slow-PS
                               scenario)             [$ANTDT_SERVER_US_PER_STEP or 0]
   --speed-file PATH           the node's relative speed, re-read at most every
@@ -235,7 +238,9 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
                                {"mean_loss", r->mean_loss},
                                {"contributions", r->contributions},
                                {"samples", s.samples},
-                               {"dropped", s.dropped}});
+                               {"dropped", s.dropped},
+                               {"deadline_factor", s.deadline_factor},
+                               {"deadlines_passed", s.deadlines_passed}});
     }
     // Every answer of a step waits the emulated time, in parallel: the step
     // takes that much longer on the server.
@@ -324,6 +329,7 @@ class ParameterServerImpl final : public antdt::v1::ParameterServer::Service {
     resp->set_generation(s.generation);
     resp->set_loaded_step(s.loaded_step);
     resp->set_deadlines_passed(s.deadlines_passed);
+    resp->set_deadline_factor(s.deadline_factor);
     return grpc::Status::OK;
   }
 
@@ -564,6 +570,9 @@ absl::StatusOr<antdt::trainer::PsOptions> ParseShardOptions(const antdt::ParsedF
   if (!absl::SimpleAtod(flags.Get("step-deadline", "0"), &options.step_deadline)) {
     return bad("--step-deadline: must be 0 (none) or a number in (1, 10]");
   }
+  if (!absl::SimpleAtod(flags.Get("step-deadline-floor", "0"), &options.step_deadline_floor)) {
+    return bad("--step-deadline-floor: must be 0 or a number in (1, --step-deadline]");
+  }
   absl::StatusOr<antdt::trainer::PsOptions> valid =
       antdt::trainer::ParameterShard::Validate(options);
   if (!valid.ok()) return bad("--" + std::string(valid.status().message()));
@@ -584,6 +593,7 @@ int main(int argc, char** argv) {
                                                              "learning-rate",
                                                              "step-timeout",
                                                              "step-deadline",
+                                                             "step-deadline-floor",
                                                              "emulated-us-per-step",
                                                              "log-every-steps",
                                                              "speed-file",
@@ -658,7 +668,8 @@ int main(int argc, char** argv) {
                        {"backup", options->backup},
                        {"learning_rate", options->learning_rate},
                        {"step_timeout_ms", static_cast<int64_t>(options->step_timeout.count())},
-                       {"step_deadline", options->step_deadline}});
+                       {"step_deadline", options->step_deadline},
+                       {"step_deadline_floor", options->step_deadline_floor}});
 
   const int sig = (*serving)->WaitForSignal();
   shard.Shutdown();  // blocked pushes answer now

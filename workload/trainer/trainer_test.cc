@@ -251,6 +251,34 @@ TEST(ParameterShardTest, StepDeadlineFollowsTheFirstHalfOfTheGradients) {
   EXPECT_FALSE(ps.DeadlinePassed(1)) << "a new step has no deadline before half its gradients";
 }
 
+// The deadline fitted to the steps (--step-deadline-floor): the ceiling until
+// a step was measured; then, with every gradient arriving together, the floor.
+TEST(ParameterShardTest, FittedDeadlineFallsToItsFloorWhenGradientsArriveTogether) {
+  PsOptions o = Options(4, 0);
+  o.step_deadline = 1.25;
+  for (double bad : {1.0, 1.3, -1.0}) {
+    o.step_deadline_floor = bad;
+    EXPECT_FALSE(ParameterShard::Validate(o).ok()) << bad;
+  }
+  o.step_deadline_floor = 1.1;
+  ASSERT_TRUE(ParameterShard::Validate(o).ok());
+  ParameterShard ps(o);
+  EXPECT_DOUBLE_EQ(ps.Stats().deadline_factor, 1.25) << "nothing measured yet";
+  for (int64_t step = 0; step < 3; ++step) {
+    std::this_thread::sleep_for(milliseconds(200));  // every worker trains as long
+    AsyncPush a(ps, "w0", step, 4, 1.0f), b(ps, "w1", step, 4, 1.0f), c(ps, "w2", step, 4, 1.0f);
+    ASSERT_TRUE(
+        antdt::testing::WaitFor([&] { return ps.Stats().pending == 3; }, milliseconds(5000)));
+    ASSERT_TRUE(ps.Push("w3", step, 4, {1.0f}, 2.0).ok());
+    a.Get();
+    b.Get();
+    c.Get();
+  }
+  EXPECT_DOUBLE_EQ(ps.Stats().deadline_factor, 1.1);
+  o.step_deadline_floor = 0;  // fixed
+  EXPECT_DOUBLE_EQ(ParameterShard(o).Stats().deadline_factor, 1.25);
+}
+
 TEST(ParameterShardTest, StepsStopWaitingForWorkersThatLeft) {
   ParameterShard ps(Options(3, 0, 1, std::chrono::milliseconds(60'000)));
   std::thread pusher([&] {

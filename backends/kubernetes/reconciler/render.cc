@@ -489,6 +489,11 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
       deadline > 0) {
     args.insert(args.end(), {"--step-deadline", FormatDouble(deadline)});
   }
+  if (const double floor = jobconfig::StepDeadlineFloor(spec, spec.straggler_policy.name,
+                                                        spec.straggler_policy.mode);
+      floor > 0) {
+    args.insert(args.end(), {"--step-deadline-floor", FormatDouble(floor)});
+  }
   const std::vector<std::string> checkpoints = CheckpointFlags(spec, k, s);
   args.insert(args.end(), checkpoints.begin(), checkpoints.end());
   if (!take_over.empty()) {

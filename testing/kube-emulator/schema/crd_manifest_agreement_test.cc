@@ -534,6 +534,7 @@ TEST(AgreementTest, ValidVariantsPassBothWithTheSameEffectiveValues) {
     EXPECT_EQ(a.monitor.window_ms, b.monitor.window_ms);
     EXPECT_EQ(a.monitor.window_steps, b.monitor.window_steps);
     EXPECT_EQ(a.straggler_policy.cooldown_derived, b.straggler_policy.cooldown_derived);
+    EXPECT_EQ(a.straggler_policy.step_deadline_fitted, b.straggler_policy.step_deadline_fitted);
     EXPECT_EQ(a.monitor.allowed_lateness_ms, b.monitor.allowed_lateness_ms);
     EXPECT_EQ(a.monitor.straggler_threshold, b.monitor.straggler_threshold);
     EXPECT_EQ(a.monitor.recover_threshold, b.monitor.recover_threshold);
