@@ -22,12 +22,13 @@ std::vector<double> Step(std::mt19937& rng, int n, double jitter, int slow = 0, 
 TEST(DeadlineFitTest, TheCeilingUntilAStepWasMeasured) {
   DeadlineFit fit(1.1, 1.25);
   EXPECT_DOUBLE_EQ(fit.Factor(), 1.25);
-  std::vector<double> three = {1, 1, 1};  // fewer than kMinWorkers
-  fit.AddStep(three);
+  std::vector<double> eight(8, 1.0);  // fewer than kMinWorkers: paper-mix's 8 workers
+  fit.AddStep(eight);
   EXPECT_FALSE(fit.Spread().has_value());
   EXPECT_DOUBLE_EQ(fit.Factor(), 1.25);
-  std::vector<double> bad = {1, 1, std::numeric_limits<double>::quiet_NaN(), 0, -1};
-  fit.AddStep(bad);  // two usable times
+  std::vector<double> bad(15, 1.0);  // 15 usable times and three not
+  bad.insert(bad.end(), {std::numeric_limits<double>::quiet_NaN(), 0, -1});
+  fit.AddStep(bad);
   EXPECT_DOUBLE_EQ(fit.Factor(), 1.25);
 }
 
@@ -46,13 +47,13 @@ TEST(DeadlineFitTest, EvenStepsGetTheFloorUnevenOnesTheCeiling) {
   EXPECT_DOUBLE_EQ(uneven.Factor(), 1.25);
 }
 
-// Up to half of the workers straggling do not widen it: the spread is the
+// Nearly half of the workers straggling do not widen it: the spread is the
 // median absolute deviation.
 TEST(DeadlineFitTest, AStragglingMinorityDoesNotLoosenIt) {
   std::mt19937 rng(2);
   DeadlineFit fit(1.1, 1.25);
   for (int s = 0; s < 20; ++s) {
-    std::vector<double> t = Step(rng, 8, 0.02, /*slow=*/3, /*factor=*/4);
+    std::vector<double> t = Step(rng, 16, 0.02, /*slow=*/7, /*factor=*/4);
     fit.AddStep(t);
   }
   EXPECT_DOUBLE_EQ(fit.Factor(), 1.1);
@@ -61,15 +62,23 @@ TEST(DeadlineFitTest, AStragglingMinorityDoesNotLoosenIt) {
 // Between the floor and the ceiling: 1 + kSpreads x the smoothed spread.
 TEST(DeadlineFitTest, InBetweenItIsThreeSpreadsAboveTheMedian) {
   DeadlineFit fit(1.1, 1.25);
-  std::vector<double> t = {0.96, 0.98, 1.0, 1.02, 1.04};  // deviations .04 .02 0 .02 .04
+  // Seventeen workers around 1: one at it, eight `d` away and eight `far`.
+  auto around = [](double d, double far) {
+    std::vector<double> t = {1};
+    for (int i = 0; i < 8; ++i) t.push_back(i % 2 ? 1 + d : 1 - d);
+    for (int i = 0; i < 8; ++i) t.push_back(i % 2 ? 1 + far : 1 - far);
+    return t;
+  };
+  std::vector<double> t = around(0.02, 0.04);
   fit.AddStep(t);
   EXPECT_NEAR(*fit.Spread(), 0.02, 1e-12);
   EXPECT_NEAR(fit.Factor(), 1.1, 1e-12);
-  std::vector<double> wide = {0.7, 0.9, 1.0, 1.1, 1.3};  // spread 0.1
+  std::vector<double> wide = around(0.1, 0.3);  // spread 0.1
   fit.AddStep(wide);
   EXPECT_NEAR(*fit.Spread(), 0.8 * 0.02 + 0.2 * 0.1, 1e-12);
   EXPECT_NEAR(fit.Factor(), 1 + DeadlineFit::kSpreads * 0.036, 1e-12);
   DeadlineFit low_ceiling(1.1, 1.05);  // a floor above the ceiling: the ceiling
+  t = around(0.02, 0.04);
   low_ceiling.AddStep(t);
   EXPECT_DOUBLE_EQ(low_ceiling.Factor(), 1.05);
 }

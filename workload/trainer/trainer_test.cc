@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -252,9 +253,11 @@ TEST(ParameterShardTest, StepDeadlineFollowsTheFirstHalfOfTheGradients) {
 }
 
 // The deadline fitted to the steps (--step-deadline-floor): the ceiling until
-// a step was measured; then, with every gradient arriving together, the floor.
+// a step of 16 workers was measured; then, with every gradient arriving
+// together, the floor. A job of fewer workers keeps the ceiling.
 TEST(ParameterShardTest, FittedDeadlineFallsToItsFloorWhenGradientsArriveTogether) {
-  PsOptions o = Options(4, 0);
+  constexpr int kWorkers = DeadlineFit::kMinWorkers;
+  PsOptions o = Options(kWorkers, 0);
   o.step_deadline = 1.25;
   for (double bad : {1.0, 1.3, -1.0}) {
     o.step_deadline_floor = bad;
@@ -266,13 +269,14 @@ TEST(ParameterShardTest, FittedDeadlineFallsToItsFloorWhenGradientsArriveTogethe
   EXPECT_DOUBLE_EQ(ps.Stats().deadline_factor, 1.25) << "nothing measured yet";
   for (int64_t step = 0; step < 3; ++step) {
     std::this_thread::sleep_for(milliseconds(200));  // every worker trains as long
-    AsyncPush a(ps, "w0", step, 4, 1.0f), b(ps, "w1", step, 4, 1.0f), c(ps, "w2", step, 4, 1.0f);
-    ASSERT_TRUE(
-        antdt::testing::WaitFor([&] { return ps.Stats().pending == 3; }, milliseconds(5000)));
-    ASSERT_TRUE(ps.Push("w3", step, 4, {1.0f}, 2.0).ok());
-    a.Get();
-    b.Get();
-    c.Get();
+    std::vector<std::unique_ptr<AsyncPush>> pushes;
+    for (int w = 0; w + 1 < kWorkers; ++w) {
+      pushes.push_back(std::make_unique<AsyncPush>(ps, "w" + std::to_string(w), step, 4, 1.0f));
+    }
+    ASSERT_TRUE(antdt::testing::WaitFor([&] { return ps.Stats().pending == kWorkers - 1; },
+                                        milliseconds(5000)));
+    ASSERT_TRUE(ps.Push("last", step, 4, {1.0f}, 2.0).ok());
+    for (auto& p : pushes) p->Get();
   }
   EXPECT_DOUBLE_EQ(ps.Stats().deadline_factor, 1.1);
   o.step_deadline_floor = 0;  // fixed
