@@ -18,6 +18,7 @@
 #include "common/config.h"
 #include "common/spelling.h"
 #include "common/status.h"
+#include "common/step_deadline.h"
 
 namespace antdt::manifest {
 namespace {
@@ -281,9 +282,12 @@ absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, Strag
   }
   RETURN_IF_ERROR(ReadDouble(node, path, "stepDeadline", &p->step_deadline));
   p->step_deadline_fitted = !Present(Get(node, "stepDeadline"));
-  if (p->step_deadline != 0 && !(p->step_deadline >= 1.1 && p->step_deadline <= 10)) {
+  // The least a set deadline may be is the least a fitted one goes to.
+  if (p->step_deadline != 0 &&
+      !(p->step_deadline >= DeadlineFit::kFloor && p->step_deadline <= 10)) {
     return Invalid(Join(path, "stepDeadline"),
-                   absl::StrCat("must be 0 (off) or between 1.1 and 10, got ", p->step_deadline));
+                   absl::StrCat("must be 0 (off) or between ", DeadlineFit::kFloor, " and 10, got ",
+                                p->step_deadline));
   }
   const std::string rules_path = Join(path, "rules");
   const YAML::Node rules = Get(node, "rules");
