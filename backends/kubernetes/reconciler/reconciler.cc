@@ -57,6 +57,16 @@ Json ToJson(const WorkerInstance& w) {
   return j;
 }
 
+namespace {
+
+// A decision's evidence as its status record and its Event say it: none for a
+// rebalance, whose figures are its subject's decision's.
+std::string RecordedEvidence(const policy::Decision& d) {
+  return policy::IsRebalance(d) ? "" : policy::EvidenceLine(d.evidence);
+}
+
+}  // namespace
+
 Json DecisionRecord(const policy::Decision& d, int64_t now_ms) {
   Json j = {{"time", kube::FormatTime(d.at_ms != 0 ? d.at_ms : now_ms)},
             {"action", policy::ActionName(d.action)},
@@ -71,7 +81,7 @@ Json DecisionRecord(const policy::Decision& d, int64_t now_ms) {
   j["rule"] = d.rule;
   if (!d.subject.empty()) j["subject"] = d.subject;
   j["reason"] = d.reason;
-  j["evidence"] = policy::IsRebalance(d) ? "" : policy::EvidenceLine(d.evidence);
+  j["evidence"] = RecordedEvidence(d);
   return j;
 }
 
@@ -273,7 +283,7 @@ void NextIncarnation(WorkerInstance& w) {
 }
 
 std::string EvidenceText(const policy::Decision& d) {
-  const std::string line = policy::IsRebalance(d) ? "" : policy::EvidenceLine(d.evidence);
+  const std::string line = RecordedEvidence(d);
   return line.empty() ? "" : "; evidence: " + line;
 }
 
