@@ -16,6 +16,7 @@ namespace antdt::client {
 bool IsRetryable(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable ||
          status.code() == absl::StatusCode::kDeadlineExceeded ||
+         status.code() == absl::StatusCode::kCancelled ||
          status.code() == absl::StatusCode::kResourceExhausted;
 }
 

@@ -8,7 +8,8 @@
 //     shard = client.CompleteAndAcquire(**shard);    // one call per shard
 //   }
 //
-// Every call retries UNAVAILABLE and DEADLINE_EXCEEDED with exponential
+// Every call retries UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED (a service
+// stopping gracefully cancels the calls it has not started) with exponential
 // backoff while the service restarts, within `retry_budget_ms`, with the
 // job's credential (ShardingClientOptions::token). A restarted
 // worker passes a higher incarnation: the service hands it back its unfinished
@@ -134,6 +135,9 @@ std::shared_ptr<grpc::Channel> CreateShardingChannel(const std::string& address)
 absl::Status ReleaseWorker(const std::string& address, const ShardingClientOptions& options);
 
 // Whether a status is worth retrying (the service is restarting or busy).
+// CANCELLED is: these clients never cancel a call themselves, so it is the
+// server's, which cancels the calls it had not started when it stops
+// (SIGTERM: a pod deleted, a node drained).
 bool IsRetryable(const absl::Status& status);
 
 }  // namespace antdt::client

@@ -758,6 +758,23 @@ class Cluster {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
+  // Each line of every pod log of this cluster that is not a structured event
+  // (a process's last word before a non-zero exit: "antdt-trainer-worker:
+  // commit: ..."), after the pod's sandbox name: what a failure message shows.
+  std::string UnstructuredPodLogLines() {
+    std::string out;
+    std::error_code ec;
+    for (const auto& sandbox : std::filesystem::directory_iterator(dir_.File("kubelet/pods"), ec)) {
+      std::ifstream in(sandbox.path() / "log");
+      for (std::string line; std::getline(in, line);) {
+        if (!line.empty() && !absl::StartsWith(line, "ts=")) {
+          absl::StrAppend(&out, sandbox.path().filename().string(), ": ", line, "\n");
+        }
+      }
+    }
+    return out;
+  }
+
   // The pid of the process the kubelet started as the pod named `pod`'s
   // container (its event=container_started line), or 0 before it started.
   int ContainerPid(const std::string& pod) {
@@ -2478,7 +2495,8 @@ TEST(OperatorE2E, ShardingPodDeletedMidEpochRecoversAndCommitsOnce) {
       std::chrono::seconds(60)));
   ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "evict", records, &job));
   EXPECT_LT(at, records) << "deleted too late to show anything";
-  EXPECT_EQ(job["status"]["workers"].value("failed", -1), 0) << "the workers rode it out";
+  EXPECT_EQ(job["status"]["workers"].value("failed", -1), 0) << "the workers rode it out:\n"
+                                                             << cluster.UnstructuredPodLogLines();
 }
 
 // With ephemeral storage the sharding service's state lives in its pod:

@@ -90,11 +90,15 @@ class ServiceTest : public ::testing::Test {
   }
 
   // SIGKILL, then the binary again on the same port and state.
-  void KillAndRestart(std::vector<std::string> extra = {}) {
-    proc_->Signal(SIGKILL);
-    ASSERT_TRUE(proc_->Wait(std::chrono::seconds(10)));
+  void KillAndRestart(std::vector<std::string> extra = {}, int signal = SIGKILL) {
+    proc_->Signal(signal);
+    ASSERT_TRUE(proc_->Wait(std::chrono::seconds(15)));
     Start(std::move(extra), address_);
   }
+
+  void ConsumeAllAcrossARestart(int workers, int64_t records, int64_t shard_size,
+                                int64_t commit_every, int64_t stop_after, int signal,
+                                std::chrono::microseconds per_record);
 
   TempDir dir_;
   std::unique_ptr<Process> proc_;
@@ -323,28 +327,31 @@ TEST_F(ServiceTest, KillNineLosesNothingAcknowledged) {
   EXPECT_EQ((*lease)->shard.start(), held.shard.start() + 37);
 }
 
-// The SDK's loop (ConsumeAll: one CompleteShard with `next` per shard) over
-// three workers, with a SIGKILL of the service midway: every record is
-// announced committed exactly once and the dataset ends finished.
-TEST_F(ServiceTest, ConsumeAllCommitsEveryRecordOnceAcrossAKill) {
-  Start();
+// `workers` threads run the SDK's loop (ConsumeAll: one CompleteShard with
+// `next` per shard, progress every `commit_every` records) over `records`
+// records; once `stop_after` were processed the service gets `signal` and is
+// started again. Every worker ends without an error, every record announced
+// committed exactly once, and the dataset ends finished.
+void ServiceTest::ConsumeAllAcrossARestart(int workers, int64_t records, int64_t shard_size,
+                                           int64_t commit_every, int64_t stop_after, int signal,
+                                           std::chrono::microseconds per_record) {
   v1::DatasetSpec spec = Spec();
-  spec.set_record_count(3000);
-  spec.set_shard_size(10);
+  spec.set_record_count(records);
+  spec.set_shard_size(shard_size);
   ASSERT_TRUE(Client("w0").CreateDataset(spec).ok());
   std::mutex mu;
   std::map<int64_t, int> committed;  // record id -> times announced
   std::atomic<int64_t> processed{0};
-  std::vector<std::thread> workers;
-  std::vector<absl::Status> results(3);
-  for (int w = 0; w < 3; ++w) {
-    workers.emplace_back([&, w] {
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(workers);
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w, this] {
       auto client = Client(absl::StrCat("w", w));
       results[w] = client.ConsumeAll(
-          4,
+          commit_every,
           [&](const client::ShardLease&, int64_t) {
             ++processed;
-            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            std::this_thread::sleep_for(per_record);
           },
           [&](const client::ShardLease& lease, int64_t from, int64_t to) {
             std::lock_guard<std::mutex> lock(mu);
@@ -352,16 +359,30 @@ TEST_F(ServiceTest, ConsumeAllCommitsEveryRecordOnceAcrossAKill) {
           });
     });
   }
-  while (processed < 1000) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  KillAndRestart();  // the clients retry through it
-  for (auto& t : workers) t.join();
+  while (processed < stop_after) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  KillAndRestart({}, signal);  // the clients retry through it
+  for (auto& th : threads) th.join();
   for (const absl::Status& r : results) EXPECT_TRUE(r.ok()) << r;
-  ASSERT_EQ(committed.size(), 3000u);
+  ASSERT_EQ(committed.size(), static_cast<size_t>(records));
   for (const auto& [record, times] : committed) ASSERT_EQ(times, 1) << "record " << record;
   auto progress = Client("w0").Progress();
   ASSERT_TRUE(progress.ok()) << progress.status();
   EXPECT_TRUE(progress->finished());
-  EXPECT_EQ(progress->records_committed_total(), 3000);
+  EXPECT_EQ(progress->records_committed_total(), records);
+}
+
+// Three workers, a SIGKILL of the service midway.
+TEST_F(ServiceTest, ConsumeAllCommitsEveryRecordOnceAcrossAKill) {
+  Start();
+  ConsumeAllAcrossARestart(3, 3000, 10, 4, 1000, SIGKILL, std::chrono::microseconds(200));
+}
+
+// A graceful stop (SIGTERM: a pod deleted, a node drained) midway through
+// eight workers committing every record: the server cancels the calls it had
+// not started (CANCELLED, not UNAVAILABLE), and the clients retry those too.
+TEST_F(ServiceTest, ConsumeAllRidesOutAGracefulStop) {
+  Start();
+  ConsumeAllAcrossARestart(8, 4000, 4, 1, 1000, SIGTERM, std::chrono::microseconds(0));
 }
 
 TEST_F(ServiceTest, ClientRidesOutARestart) {

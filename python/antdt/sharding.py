@@ -7,8 +7,10 @@ the service acknowledged it: :class:`ShardingClient` calls ``on_commit(epoch,
 record_ids)`` after each acknowledged ``ReportProgress``/``CompleteShard`` with
 exactly the record ids that call newly committed.
 
-Every call retries ``UNAVAILABLE`` and ``DEADLINE_EXCEEDED`` (the service is
-restarting, or the network hiccupped) with jittered exponential backoff from
+Every call retries ``UNAVAILABLE``, ``DEADLINE_EXCEEDED`` and ``CANCELLED``
+(the service is restarting, or the network hiccupped; a service stopping
+gracefully cancels the calls it has not started, and this client never
+cancels its own) with jittered exponential backoff from
 50 ms up to 2 s, for at most ``retry_budget_s`` seconds; any other failure
 raises :class:`ShardingError`. Retried calls are safe: reports are idempotent
 and a shard whose acquisition answer was lost goes back to the queue when its
@@ -67,7 +69,8 @@ _log = logging.getLogger(__name__)
 #: ``record_ids`` (in processing order) as committed in ``epoch``.
 OnCommit = Callable[[int, List[int]], None]
 
-_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.CANCELLED})
 _BACKOFF_INITIAL_S = 0.05
 _BACKOFF_MAX_S = 2.0
 _DEFAULT_WAIT_S = 0.2
@@ -184,8 +187,8 @@ class ShardingClient:
         incarnation: raise it each time the worker restarts; the service then
             hands the older incarnation's in-flight shards back (from after
             their last committed record) and refuses the old process.
-        retry_budget_s: how long one call keeps retrying UNAVAILABLE and
-            DEADLINE_EXCEEDED before it raises.
+        retry_budget_s: how long one call keeps retrying UNAVAILABLE,
+            DEADLINE_EXCEEDED and CANCELLED before it raises.
         on_commit: called as ``on_commit(epoch, record_ids)`` after every
             acknowledged report or completion, with the newly committed ids.
         call_timeout_s: deadline of each attempt.

@@ -204,6 +204,24 @@ class ShardingClientTest(unittest.TestCase):
         self.assert_exactly_once(commits)
         self.assertTrue(c.progress().finished)
 
+    def test_records_loop_rides_out_a_graceful_stop(self) -> None:
+        # SIGTERM (a pod deleted, a node drained): the stopping service cancels
+        # the calls it has not started, and eight workers committing every
+        # record retry those too.
+        commits = Commits()
+        self.client("g", "w0").create_dataset(record_count=RECORDS, shard_size=2, epochs=EPOCHS)
+        port = self.address.rsplit(":", 1)[1]
+        workers = {f"w{i}": self.client("g", f"w{i}", on_commit=commits) for i in range(8)}
+        threads = self.run_workers(workers, commit_every=1)
+
+        wait_until(lambda: commits.count() >= 200 or bool(self.errors), 60, "200 commits")
+        self.assertFalse(self.errors)
+        self.service.stop()
+        self.assertEqual(self.service.start(listen=f"127.0.0.1:{port}"), self.address)
+
+        self.join(threads, timeout_s=120)
+        self.assert_exactly_once(commits)
+
     def test_files_slices_and_shuffled_record_ids(self) -> None:
         files = [("a.rec", 30), ("b.rec", 25)]
         plain = self.client("files", "w0")
