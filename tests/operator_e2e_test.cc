@@ -2008,6 +2008,160 @@ TEST(OperatorE2E, ConvergesThroughExpiredWatchesConflictsAndThrottling) {
   EXPECT_GE(job_lists, 2);
 }
 
+// The node the running worker `worker` of `job` is on, once there is one.
+std::string RunningWorkerNode(Cluster& cluster, const std::string& job, const std::string& worker) {
+  for (const Json& p : cluster.Pods(job)) {
+    if (Str(p, {"metadata", "labels", "antdt.io/worker-id"}) == worker &&
+        Str(p, {"status", "phase"}) == "Running") {
+      return Str(p, {"spec", "nodeName"});
+    }
+  }
+  return "";
+}
+
+// `node`'s condition AntDTSlowNode as the API server holds it (empty: none).
+Json SlowNodeCondition(Cluster& cluster, const std::string& node) {
+  auto n = cluster.api()->Get(kube::NodesResource(), "", node);
+  if (!n.ok()) return Json::object();
+  for (const Json& c : kube::At(*n, {"status", "conditions"})) {
+    if (c.value("type", "") == "AntDTSlowNode") return c;
+  }
+  return Json::object();
+}
+
+// The cluster remembers a slow node across two jobs and an operator failover
+// (node_controller.h): a node slowed through both jobs gets the condition
+// AntDTSlowNode with the cause and the evidence, the second job's restarted
+// worker is placed elsewhere by the scheduler, its decision record names the
+// node avoided, the condition clears as the memory decays, and a healthy node
+// never gets it.
+TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNode) {
+  Cluster cluster(4);
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
+  // A two-minute half-life: two jobs a minute apart are both recent, and the
+  // mark decays within the test.
+  const std::vector<std::string> memory = {"--node-memory", "Act", "--node-memory-half-life", "2m"};
+  const std::string monitor_a = cluster.StartOperator("op-a", memory);
+  ASSERT_EQ(Str(cluster.WaitForLeader("op-a"), {"spec", "holderIdentity"}), "op-a");
+  const std::string monitor_b = cluster.StartOperator("op-b", memory);
+  ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor_b + "," + monitor_a));
+  // Long enough for a slowdown to be seen and acted on in each job.
+  const int64_t kRecords = 48000;
+  // Workers spread one per node where they can (a preferred anti-affinity), so
+  // that both jobs run one on the slow node.
+  auto spread = [&](const std::string& name) {
+    Json spec = cluster.ExampleJob(name, kRecords, 4);
+    UseNdPolicyWithShortWindows(spec);
+    spec["spec"]["workers"]["template"]["spec"]["affinity"]["podAntiAffinity"] = Json::parse(
+        R"({"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
+             "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+               "labelSelector": {"matchLabels": {"antdt.io/job": ")" +
+        name + R"(", "antdt.io/role": "worker"}}}}]})");
+    return spec;
+  };
+
+  // Job one: the node of its worker-1 turns 4x slower, and stays so.
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spread("first")));
+  std::string victim;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        victim = Condition(cluster.GetJob("first"), "Running") == "True"
+                     ? RunningWorkerNode(cluster, "first", "worker-1")
+                     : "";
+        return !victim.empty();
+      },
+      std::chrono::seconds(120)));
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // past the Monitor's warm-up
+  cluster.WriteSpeed(victim, 0.25);
+  Json first;
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "first", kRecords, &first));
+  // One job is an incident: remembered (on the Node), not yet marked.
+  EXPECT_TRUE(SlowNodeCondition(cluster, victim).empty());
+
+  // The leader fails over: op-b restores the memory from the Nodes.
+  cluster.Operator("op-a")->Signal(SIGKILL);
+  cluster.Operator("op-a")->Wait(std::chrono::seconds(5));
+  ASSERT_EQ(Str(cluster.WaitForLeader("op-b"), {"spec", "holderIdentity"}), "op-b");
+
+  // Job two runs a worker on the same node: two jobs now say it is slow.
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spread("second")));
+  Json cond;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        cond = SlowNodeCondition(cluster, victim);
+        return cond.value("status", "") == "True";
+      },
+      std::chrono::seconds(180)))
+      << "no AntDTSlowNode on " << victim << "; op-b's log:\n"
+      << [&] {
+           std::ifstream in(cluster.File("op-b.log"));
+           return std::string(std::istreambuf_iterator<char>(in), {});
+         }();
+  EXPECT_NE(cond.value("reason", ""), "");
+  const std::string message = cond.value("message", "");
+  EXPECT_NE(message.find("slower than its peers in 2 recent jobs"), std::string::npos) << message;
+  for (int i = 0; i < 4; ++i) {
+    if (cluster.NodeName(i) != victim) {
+      EXPECT_TRUE(SlowNodeCondition(cluster, cluster.NodeName(i)).empty()) << cluster.NodeName(i);
+    }
+  }
+  EXPECT_NE(cluster.Kubectl("describe node " + victim).find("AntDTSlowNode"), std::string::npos);
+  EXPECT_NE(cluster.Kubectl("get events -n default --field-selector involvedObject.name=" + victim)
+                .find("AntDTSlowNode"),
+            std::string::npos);
+
+  Json second;
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "second", kRecords, &second));
+  // A worker it restarted off the slow node (when antdt-nd chose to restart
+  // rather than resize its batch) went elsewhere, its record naming the node.
+  for (const Json& a : second["status"]["lastActions"]) {
+    if (a.value("action", "") != "KILL_RESTART" || a.value("fromNode", "") != victim) continue;
+    EXPECT_EQ(a["avoidedNodes"], Json::array({victim})) << a.dump();
+    const std::string worker = a.value("worker", "");
+    for (const Json& p : cluster.Pods("second")) {
+      if (Str(p, {"metadata", "labels", "antdt.io/worker-id"}) == worker &&
+          Str(p, {"metadata", "labels", "antdt.io/incarnation"}) != "0") {
+        EXPECT_NE(Str(p, {"spec", "nodeName"}), victim);
+      }
+    }
+  }
+  cluster.WriteSpeed(victim, 1.0);
+
+  // A new job while the node is marked: its three workers carry the preferred
+  // affinity away from it, and the scheduler places none there.
+  Json third = spread("third");
+  third["spec"]["workers"]["replicas"] = 3;
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(third));
+  std::set<std::string> placed;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        placed.clear();
+        for (const Json& p : cluster.Pods("third")) {
+          if (Str(p, {"metadata", "labels", "antdt.io/role"}) != "worker") continue;
+          const std::string node = Str(p, {"spec", "nodeName"});
+          if (node.empty()) return false;
+          placed.insert(node);
+          const std::string affinity =
+              kube::At(p, {"spec", "affinity", "nodeAffinity",
+                           "preferredDuringSchedulingIgnoredDuringExecution"})
+                  .dump();
+          EXPECT_NE(affinity.find("\"NotIn\",\"values\":[\"" + victim + "\"]"), std::string::npos)
+              << affinity;
+        }
+        return placed.size() == 3;
+      },
+      std::chrono::seconds(60)));
+  EXPECT_EQ(placed.count(victim), 0u) << "a worker of the third job was placed on " << victim;
+
+  // The memory decays: the condition turns False, saying why.
+  ASSERT_TRUE(
+      WaitFor([&] { return SlowNodeCondition(cluster, victim).value("status", "") == "False"; },
+              std::chrono::seconds(200)));
+  EXPECT_EQ(SlowNodeCondition(cluster, victim).value("reason", ""), "MemoryDecayed");
+  EXPECT_NE(cluster.OperatorMetrics("op-b").find("antdt_node_slow_score{node=\"" + victim + "\"}"),
+            std::string::npos);
+}
+
 TEST(OperatorE2E, StandbyTakesOverWhenTheLeaderIsKilled) {
   Cluster cluster(5);
   ASSERT_NO_FATAL_FAILURE(cluster.StartTwoReplicas());

@@ -203,6 +203,21 @@ const std::string& CauseLabel(v1::Cause cause) {
   return it == kLabels->end() ? *kUnknown : it->second;
 }
 
+const std::string& CauseReason(v1::Cause cause) {
+  static const auto* const kReasons =
+      new std::map<v1::Cause, std::string>{{v1::CPU_CONTENTION, "CPUContention"},
+                                           {v1::CPU_THROTTLING, "CPUThrottling"},
+                                           {v1::MEMORY_PRESSURE, "MemoryPressure"},
+                                           {v1::NETWORK, "Network"},
+                                           {v1::GPU_THROTTLING, "GPUThrottling"},
+                                           {v1::IO_PRESSURE, "IOPressure"},
+                                           {v1::HARDWARE, "Hardware"},
+                                           {v1::DATA_LOADING, "DataLoading"}};
+  static const auto* const kUnknown = new std::string("UnknownCause");
+  auto it = kReasons->find(cause);
+  return it == kReasons->end() ? *kUnknown : it->second;
+}
+
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
   const size_t mid = values.size() / 2;

@@ -133,6 +133,11 @@ std::string CauseName(v1::Cause cause);
 // label "none" (kNoCauseLabel) whatever its cause.
 const std::string& CauseLabel(v1::Cause cause);
 inline constexpr char kNoCauseLabel[] = "none";
+// A cause as a Kubernetes condition's or Event's reason (CamelCase):
+// CPUContention, CPUThrottling, MemoryPressure, Network, GPUThrottling,
+// IOPressure, Hardware, DataLoading; UnknownCause for CAUSE_UNKNOWN and
+// unspecified.
+const std::string& CauseReason(v1::Cause cause);
 
 // The median of `values`: the middle one, or the mean of the middle two; 0
 // for none.

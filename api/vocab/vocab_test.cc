@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -45,6 +46,20 @@ TEST(VocabTest, TheNamesUsersSee) {
   EXPECT_EQ(CauseName(v1::CPU_CONTENTION), "CPU_CONTENTION");
   EXPECT_EQ(CauseName(v1::CAUSE_UNSPECIFIED), "UNKNOWN");
   EXPECT_EQ(CauseName(static_cast<v1::Cause>(999)), "UNKNOWN");
+}
+
+TEST(VocabTest, CauseReasonsAreCamelCaseAsKubernetesReasonsAre) {
+  // A Node condition's reason (AntDTSlowNode): every cause has one, and each
+  // is a valid condition reason (starts with a letter, letters only).
+  for (int i = v1::Cause_MIN; i <= v1::Cause_MAX; ++i) {
+    const std::string& reason = CauseReason(static_cast<v1::Cause>(i));
+    ASSERT_FALSE(reason.empty());
+    for (char c : reason) EXPECT_TRUE(std::isalpha(static_cast<unsigned char>(c))) << reason;
+  }
+  EXPECT_EQ(CauseReason(v1::CPU_THROTTLING), "CPUThrottling");
+  EXPECT_EQ(CauseReason(v1::IO_PRESSURE), "IOPressure");
+  EXPECT_EQ(CauseReason(v1::CAUSE_UNKNOWN), "UnknownCause");
+  EXPECT_EQ(CauseReason(v1::CAUSE_UNSPECIFIED), "UnknownCause");
 }
 
 TEST(VocabTest, CauseLabelsAreLowerCaseNames) {

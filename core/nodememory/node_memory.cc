@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -225,6 +226,30 @@ Estimate NodeMemory::For(const std::string& node, int64_t now_unix_ms) const {
   out.avoid = 1 - std::exp(-out.slow);
   out.chronic = out.slow >= options_.chronic_slow && out.recent_jobs >= 2;
   return out;
+}
+
+const v1::NodeHistory* NodeMemory::Find(const std::string& node) const {
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+v1::Cause NodeMemory::MainCause(const std::string& node, int64_t now_unix_ms) const {
+  std::map<v1::Cause, double> weight;
+  if (const v1::NodeHistory* h = Find(node)) {
+    for (const v1::NodeEpisode& e : h->episodes()) {
+      if (e.cause() == v1::CAUSE_UNSPECIFIED || e.cause() == v1::CAUSE_UNKNOWN) continue;
+      weight[e.cause()] += SlowOf(e) * Decay(e.active() ? 0 : now_unix_ms - e.end_unix_ms());
+    }
+  }
+  v1::Cause best = v1::CAUSE_UNKNOWN;
+  double most = 0;
+  for (const auto& [cause, w] : weight) {
+    if (w > most) {
+      best = cause;
+      most = w;
+    }
+  }
+  return best;
 }
 
 v1::NodeMemoryState NodeMemory::State() const {

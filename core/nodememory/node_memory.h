@@ -80,6 +80,13 @@ class NodeMemory {
   // prior duration, nothing to avoid).
   Estimate For(const std::string& node, int64_t now_unix_ms) const;
 
+  // What is kept of `node` (null: nothing).
+  const v1::NodeHistory* Find(const std::string& node) const;
+  // The cause most of `node`'s kept episodes named, weighted by how much
+  // slower each was and how fresh it is at `now_unix_ms` (CAUSE_UNKNOWN when
+  // none named one).
+  v1::Cause MainCause(const std::string& node, int64_t now_unix_ms) const;
+
   v1::NodeMemoryState State() const;
   size_t nodes() const { return nodes_.size(); }
   // The memory's own size: its histories and their index (an estimate of the

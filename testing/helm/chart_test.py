@@ -424,7 +424,20 @@ class ChartTest(unittest.TestCase):
         scoped |= {("Role", "antdt-system") + r for r in own + [("", "secrets", "create", "")]}
         # Gang scheduling (Volcano): create on the jobs' PodGroups, nothing more.
         scoped.add(("Role", "team-a", "scheduling.volcano.sh", "podgroups", "create", ""))
+        # Node memory under Act with its taint: patch on nodes/status (the condition and
+        # the memory annotation) and on nodes (the taint), and a Node's Events in default.
+        scoped |= {("ClusterRole", "", "", "nodes/status", "patch", ""),
+                   ("ClusterRole", "", "", "nodes", "patch", "")}
+        scoped |= {("Role", "default", "", "events", v, "") for v in ("create", "patch")}
         self.assertEqual(self.rules(self.all_on), scoped)
+        # Act without the taint: nodes/status only; Recommend (the default): neither.
+        objs, _ = render_objects("--set", "operator.nodeMemory.mode=Act")
+        granted = {r[3:5] for r in self.rules(objs) if r[3].startswith("nodes")}
+        self.assertEqual(granted, {("nodes", "list"), ("nodes", "watch"), ("nodes/status", "patch")})
+        [dep] = find(objs, "Deployment")
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        for flag in ("--node-memory=Act", "--node-taint=false", "--node-memory-half-life=6h"):
+            self.assertIn(flag, args)
         # Each binding names the operator's ServiceAccount in the release's namespace.
         for o in self.all_on:
             if o["kind"] in ("RoleBinding", "ClusterRoleBinding"):

@@ -235,6 +235,17 @@ absl::StatusOr<Json> FakeApi::Write(const ResourceRef& r, const std::string& ns,
     } else {
       next.erase("status");
     }
+    // The kube-apiserver's node and pod status strategies keep the labels and
+    // annotations a status write changes (a custom resource's do not).
+    if (r.group.empty()) {
+      for (const char* field : {"labels", "annotations"}) {
+        if (candidate["metadata"].contains(field)) {
+          next["metadata"][field] = candidate["metadata"][field];
+        } else {
+          next["metadata"].erase(field);
+        }
+      }
+    }
   } else {
     next = std::move(candidate);
     if (has_status_subresource) {

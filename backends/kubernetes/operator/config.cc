@@ -99,6 +99,16 @@ absl::Status SetField(OperatorConfig& c, const std::string& raw_key, const std::
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": must be an integer in [0, 1000] (0: windows in time), got \"", value, "\""));
     }
+  } else if (key == "node_memory") {
+    if (value != "Act" && value != "Recommend") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be Act or Recommend, got \"", value, "\""));
+    }
+    c.node_memory_act = value == "Act";
+  } else if (key == "node_taint") {
+    RETURN_IF_ERROR(Bool(value, field, &c.node_taint));
+  } else if (key == "node_memory_half_life") {
+    ASSIGN_OR_RETURN(c.node_memory_half_life_ms, ParseDurationMs(value, field));
   } else if (key == "pod_name") {
     c.pod_name = value;
   } else if (key == "pod_namespace") {
@@ -147,6 +157,13 @@ absl::Status ValidateOperatorConfig(const OperatorConfig& c) {
   }
   if (c.image.empty()) return absl::InvalidArgumentError("image: must not be empty");
   if (c.monitor_window_ms <= 0) return absl::InvalidArgumentError("monitor_window: must be > 0");
+  if (c.node_memory_half_life_ms <= 0) {
+    return absl::InvalidArgumentError("node_memory_half_life: must be > 0");
+  }
+  if (c.node_taint && !c.node_memory_act) {
+    return absl::InvalidArgumentError(
+        "node_taint: needs node_memory Act (Recommend writes nothing)");
+  }
   if (!c.pod_name.empty() && c.pod_namespace.empty()) {
     return absl::InvalidArgumentError("pod_namespace: must be set with pod_name");
   }

@@ -43,6 +43,13 @@ struct OperatorConfig {
   int64_t monitor_window_ms = 10'000;  // the Monitor's window for every job
   // > 0: windows of that many steps, monitor_window_ms being the first ones'.
   int monitor_window_steps = 0;
+  // The cluster's node memory (node_controller.h): Recommend keeps and
+  // reports it; Act also publishes it on the Nodes (the AntDTSlowNode
+  // condition, the memory annotation; needs nodes/status patch); with
+  // node_taint a PreferNoSchedule taint too (needs nodes patch).
+  bool node_memory_act = false;  // node_memory: Act | Recommend
+  bool node_taint = false;
+  int64_t node_memory_half_life_ms = 6LL * 3600 * 1000;
   // This replica's pod (the downward API's metadata.name and .namespace): the
   // acting replica labels it antdt.io/leader=true. "" outside a pod.
   std::string pod_name;

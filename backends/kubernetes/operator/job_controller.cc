@@ -59,13 +59,8 @@ JobController::JobController(kube::Api* api, monitor::MonitorServiceImpl* monito
   io.name = "services";
   services_ = std::make_unique<kube::Informer>(api_, kube::ServicesResource(),
                                                options_.watch_namespace, owned, io);
-  io.name = "nodes";
-  nodes_ =
-      std::make_unique<kube::Informer>(api_, kube::NodesResource(), "", kube::ListOptions{}, io);
-  kube::WorkQueueOptions qo;
-  qo.name = kController;
-  qo.registry = registry;
-  queue_ = std::make_unique<kube::WorkQueue>(qo);
+  nodes_ = NewNodesInformer(api_);
+  queue_ = NewControllerQueue(kController, registry);
   recorder_ = std::make_unique<kube::EventRecorder>(api_, "antdt-operator", options_.identity);
 
   kube::Handlers job_handlers;
@@ -475,6 +470,15 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     if (monitor_ != nullptr) {
       auto view = monitor_->hub().Health(ns, obs.spec->name);
       if (view.ok()) health = std::move(*view);  // NOT_FOUND: no reports yet
+    }
+    if (options_.node_controller != nullptr) {
+      if (health) options_.node_controller->Record(job, *health);
+      // Acted on only under the cluster's Act and the job's: new and restarted
+      // pods prefer the nodes the memory does not mark.
+      if (options_.node_controller->mode() == vocab::Mode::kAct &&
+          obs.spec->straggler_policy.mode == vocab::Mode::kAct) {
+        obs.avoided_nodes = options_.node_controller->Marked();
+      }
     }
     const v1::GetJobHealthResponse* h = health ? &*health : nullptr;
     Observe(job, *obs.spec, obs.pods, h, *rt, &obs);

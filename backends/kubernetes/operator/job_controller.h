@@ -23,6 +23,7 @@
 
 #include "antdt/v1/trainer.grpc.pb.h"
 #include "backends/kubernetes/client/api.h"
+#include "backends/kubernetes/operator/node_controller.h"
 #include "backends/kubernetes/reconciler/reconciler.h"
 #include "backends/kubernetes/runtime/event_recorder.h"
 #include "backends/kubernetes/runtime/informer.h"
@@ -45,6 +46,10 @@ struct JobControllerOptions {
   int64_t rpc_timeout_ms = 2000;  // calls to the job's sharding service and servers
   // settings.job_credentials: the key each job's token is derived from.
   std::string token_key;
+  // The cluster's node memory (borrowed; null: none): each sync hands it the
+  // job's straggler records, and under Act new and restarted pods of a job in
+  // Act mode prefer the nodes it does not mark.
+  NodeController* node_controller = nullptr;
   // The time of a sync (timestamps, the control loop's turns and directive
   // versions); borrowed, outlives the controller. A test drives syncs with a
   // FakeClock.

@@ -17,6 +17,7 @@
 #include "backends/kubernetes/client/config.h"
 #include "backends/kubernetes/operator/config.h"
 #include "backends/kubernetes/operator/job_controller.h"
+#include "backends/kubernetes/operator/node_controller.h"
 #include "backends/kubernetes/operator/readiness.h"
 #include "backends/kubernetes/runtime/leader_election.h"
 #include "backends/metrics/job_metrics.h"
@@ -64,6 +65,17 @@ constexpr const char* kUsage = R"(usage: antdt-operator [flags]
   --monitor-window D          the Monitor's window for every job       [10s]
   --monitor-window-steps N    windows of N steps of each job, --monitor-window
                               the first ones' length (0: in time)        [0]
+  --node-memory Act|Recommend the cluster's memory of slow nodes, across
+                              jobs: Recommend keeps and reports it (the gauge
+                              antdt_node_slow_score); Act also publishes it on
+                              each Node (condition AntDTSlowNode, annotation
+                              antdt.io/node-memory; needs nodes/status patch)
+                              and steers new and restarted pods away by a
+                              preferred node affinity          [Recommend]
+  --node-taint true|false     with Act: a PreferNoSchedule taint
+                              antdt.io/slow-node while marked (needs nodes
+                              patch)                                 [false]
+  --node-memory-half-life D   an episode's weight halves every D        [6h]
   --pod-name NAME --pod-namespace NS
                               this replica's pod: the acting replica labels it
                               antdt.io/leader=true (the Monitor's Service)  [none]
@@ -199,9 +211,10 @@ absl::StatusOr<std::string> LoadTokenKey(antdt::kube::Api* api, const std::strin
 // Runs the controller while this replica holds the Lease (or at once without
 // leader election), until a termination signal. True when the lease was lost.
 bool Act(antdt::kube_operator::JobController& controller,
-         antdt::monitor::MonitorServiceImpl& monitor, antdt::kube::Api* api,
-         const antdt::kube_operator::OperatorConfig& config, prometheus::Registry* registry,
-         antdt::Serving& serving, antdt::kube_operator::Readiness& readiness) {
+         antdt::kube_operator::NodeController& nodes, antdt::monitor::MonitorServiceImpl& monitor,
+         antdt::kube::Api* api, const antdt::kube_operator::OperatorConfig& config,
+         prometheus::Registry* registry, antdt::Serving& serving,
+         antdt::kube_operator::Readiness& readiness) {
   using namespace antdt;
   std::atomic<bool> lost{false};
   std::unique_ptr<kube::LeaderElector> elector;
@@ -219,6 +232,9 @@ bool Act(antdt::kube_operator::JobController& controller,
   auto start_controller = [&] {
     LogEvent("operator", {{"event", "leading"}, {"identity", config.identity}});
     readiness.SetActing([&controller] { return controller.HasSynced(); });
+    // The node memory first, restored from the Nodes: every job's records
+    // fold into it from the job controller's first sync on.
+    if (!nodes.Start(30'000)) LogEvent("operator", {{"event", "node_cache_sync_timeout"}});
     if (!controller.Start(30'000)) {
       LogEvent("operator", {{"event", "cache_sync_timeout"}});
     }
@@ -240,6 +256,7 @@ bool Act(antdt::kube_operator::JobController& controller,
     election = std::thread([&] {
       absl::Status s = elector->Run(start_controller, [&] {
         controller.Stop();  // a replica that lost the lease stops acting at once
+        nodes.Stop();
         mark(false);
       });
       if (!s.ok()) {
@@ -254,6 +271,7 @@ bool Act(antdt::kube_operator::JobController& controller,
   serving.WaitForSignal();
   LogEvent("operator", {{"event", "stopping"}, {"lost_lease", lost.load() ? "true" : "false"}});
   controller.Stop();
+  nodes.Stop();
   if (elector) elector->Stop();
   if (election.joinable()) election.join();
   return lost.load();
@@ -301,16 +319,37 @@ int main(int argc, char** argv) {
   using namespace antdt;
   BlockTerminationSignals();
   int exit_code = 0;
-  const std::optional<ParsedFlags> flags = ParseCommandLine(
-      argc, argv, "antdt-operator", kUsage,
-      {"kubeconfig",         "namespace",      "listen",         "metrics-listen",
-       "ready-file",         "config",         "leader-elect",   "leader-election-namespace",
-       "leader-election-id", "lease-duration", "renew-deadline", "retry-period",
-       "identity",           "image",          "sharding-port",  "ps-port",
-       "agent-port",         "master-port",    "monitor-window", "monitor-window-steps",
-       "pod-name",           "pod-namespace",  "gang-scheduler", "job-credentials",
-       "token-key-secret",   "pod-tls-secret"},
-      &exit_code);
+  const std::optional<ParsedFlags> flags = ParseCommandLine(argc, argv, "antdt-operator", kUsage,
+                                                            {"kubeconfig",
+                                                             "namespace",
+                                                             "listen",
+                                                             "metrics-listen",
+                                                             "ready-file",
+                                                             "config",
+                                                             "leader-elect",
+                                                             "leader-election-namespace",
+                                                             "leader-election-id",
+                                                             "lease-duration",
+                                                             "renew-deadline",
+                                                             "retry-period",
+                                                             "identity",
+                                                             "image",
+                                                             "sharding-port",
+                                                             "ps-port",
+                                                             "agent-port",
+                                                             "master-port",
+                                                             "monitor-window",
+                                                             "monitor-window-steps",
+                                                             "pod-name",
+                                                             "pod-namespace",
+                                                             "gang-scheduler",
+                                                             "job-credentials",
+                                                             "token-key-secret",
+                                                             "pod-tls-secret",
+                                                             "node-memory",
+                                                             "node-taint",
+                                                             "node-memory-half-life"},
+                                                            &exit_code);
   if (!flags) return exit_code;
   std::string error;
   std::optional<kube_operator::OperatorConfig> config = LoadOperatorConfig(*flags, &error);
@@ -353,6 +392,13 @@ int main(int argc, char** argv) {
     if (!key.ok()) return Fail(std::string(key.status().message()));
     controller_options.token_key = *std::move(key);
   }
+  kube_operator::NodeControllerOptions node_options;
+  node_options.mode = config->node_memory_act ? vocab::Mode::kAct : vocab::Mode::kRecommend;
+  node_options.taint = config->node_taint;
+  node_options.memory.half_life_ms = config->node_memory_half_life_ms;
+  node_options.identity = config->identity;
+  kube_operator::NodeController nodes(client->get(), node_options, registry.get());
+  controller_options.node_controller = &nodes;
   kube_operator::JobController controller(client->get(), &monitor_service, controller_options,
                                           registry.get());
   // The Monitor's series with each job's namespace (the exposer holds it weakly).
@@ -372,7 +418,7 @@ int main(int argc, char** argv) {
                         {"metrics", (*serving)->metrics_address()},
                         {"identity", config->identity}});
 
-  const bool lost = Act(controller, monitor_service, client->get(), *config, registry.get(),
+  const bool lost = Act(controller, nodes, monitor_service, client->get(), *config, registry.get(),
                         **serving, readiness);
   readiness_loop.Stop();
   monitor_service.Stop();

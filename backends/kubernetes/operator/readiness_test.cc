@@ -82,5 +82,22 @@ TEST(OperatorConfigTest, PodNameAndNamespace) {
   EXPECT_EQ(bad.status().message(), "pod_namespace: must be set with pod_name");
 }
 
+TEST(OperatorConfigTest, NodeMemory) {
+  auto c = ParseOperatorConfig("node_memory: Act\nnode-taint: true\nnode_memory_half_life: 2m\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->node_memory_act);
+  EXPECT_TRUE(c->node_taint);
+  EXPECT_EQ(c->node_memory_half_life_ms, 120'000);
+  auto defaults = ParseOperatorConfig("");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_FALSE(defaults->node_memory_act);  // Recommend
+  EXPECT_EQ(ParseOperatorConfig("node_memory: act\n").status().message(),
+            "node_memory: must be Act or Recommend, got \"act\"");
+  EXPECT_EQ(ParseOperatorConfig("node_taint: true\n").status().message(),
+            "node_taint: needs node_memory Act (Recommend writes nothing)");
+  EXPECT_EQ(ParseOperatorConfig("node_memory_half_life: 0s\n").status().message(),
+            "node_memory_half_life: must be > 0");
+}
+
 }  // namespace
 }  // namespace antdt::kube_operator

@@ -387,6 +387,10 @@ void ApplyActions(const Pass& pass, Records& r, Changes& changes) {
       AdjustBatch(d, *adjust, pass.o.stragglers, *w, changes.events);
     }
     r.last_actions.push_back(DecisionRecord(d, pass.now));
+    // The nodes its new pod prefers not to run on (the node memory's marks).
+    if (restart != nullptr && !pass.o.avoided_nodes.empty()) {
+      r.last_actions.back()["avoidedNodes"] = pass.o.avoided_nodes;
+    }
   }
   TrimLastActions(r.last_actions);
 }

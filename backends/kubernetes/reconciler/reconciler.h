@@ -169,6 +169,10 @@ struct Snapshot {
   // has completed a step with it (the glue asks it: every worker follows it
   // now), so their earlier pods can go.
   std::set<std::string> servers_followed;
+  // Nodes the cluster's node memory marks slow (the node controller, under
+  // Act, for a job in Act mode): the workers' new pods prefer other nodes
+  // (a preferred affinity, never a hard exclusion).
+  std::vector<std::string> avoided_nodes;
   int64_t now_ms = 0;  // wall clock, for timestamps
 };
 
@@ -292,8 +296,9 @@ Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Setting
 Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_t k,
                               const Settings& s, const ServerInstance& inst = {},
                               const std::string& take_over = "");
+// `avoided`: nodes it prefers not to run on (Snapshot::avoided_nodes).
 Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerInstance& instance,
-                     const Settings& s);
+                     const Settings& s, const std::vector<std::string>& avoided = {});
 // The job's PodGroup for Settings::gang_scheduler (Volcano's
 // scheduling.volcano.sh/v1beta1 or coscheduling's scheduling.x-k8s.io/v1alpha1),
 // named after the job; min members spec.runPolicy.schedulingPolicy.minAvailable

@@ -74,6 +74,7 @@ struct Cluster {
 
   std::string job_token;  // Settings::job_credentials: the glue's derived token
   bool dataset_lost = false;
+  std::vector<std::string> avoided_nodes;  // the node memory's marks
 
   Snapshot Observe(std::vector<policy::Decision> actions = {},
                    std::vector<Straggler> stragglers = {}) const {
@@ -91,6 +92,7 @@ struct Cluster {
     o.actions = std::move(actions);
     o.stragglers = std::move(stragglers);
     o.now_ms = now;
+    o.avoided_nodes = avoided_nodes;
     return o;
   }
 
@@ -977,6 +979,36 @@ TEST(ReconcileTest, ASlowServerMovesToItsNextIncarnationWhichTakesOverThenTheOld
   EXPECT_EQ(Condition(c.Status(), "Running")["status"], "True");
   EXPECT_EQ(c.FindPod("quickstart-k8s-ps-0"), nullptr);
   EXPECT_FALSE(Reconcile(c.Observe(), Settings{}).status.has_value());
+}
+
+// Nodes the cluster's node memory marks slow: the restart's record names them
+// and the new pod prefers other nodes (weight 50, below the chosen node's
+// 100), never excluded by it; the node the worker left stays a hard exclusion.
+TEST(ReconcileTest, KillRestartAvoidsTheNodesTheMemoryMarksAndRecordsThem) {
+  Cluster c;
+  c.Settle();
+  c.avoided_nodes = {"node-2", "node-7"};
+  Changes changes = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
+  ASSERT_TRUE(changes.status.has_value());
+  EXPECT_EQ((*changes.status)["lastActions"][0]["avoidedNodes"], Json::array({"node-2", "node-7"}));
+  c.RemoveTerminating();
+  changes = c.Pass();
+  ASSERT_THAT(Describe(changes.writes),
+              ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2"));
+  const Json& affinity = changes.writes[1].object["spec"]["affinity"]["nodeAffinity"];
+  EXPECT_EQ(affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                    ["matchExpressions"][0]["values"],
+            Json::array({"node-2"}));
+  const Json& preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"];
+  ASSERT_EQ(preferred.size(), 2u);
+  EXPECT_EQ(preferred[0]["weight"], 100);
+  EXPECT_EQ(preferred[1], Json::parse(R"({"weight":50,"preference":{"matchExpressions":[
+              {"key":"kubernetes.io/hostname","operator":"NotIn","values":["node-7"]}]}})"));
+  // Without marks, nothing is added.
+  c.avoided_nodes.clear();
+  const Json plain =
+      RenderWorkerPod(c.job, *manifest::ParseJob(c.job.dump()), WorkerInstance{}, Settings{});
+  EXPECT_FALSE(plain["spec"].contains("affinity"));
 }
 
 TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {

@@ -239,6 +239,21 @@ void AddNodeAffinity(Json& pod_spec, const std::vector<std::string>& excluded,
   }
 }
 
+// Nodes the node memory marks slow, but for those already excluded: a
+// preferred NotIn term (weight 50, below the Controller's chosen node's 100),
+// so the scheduler places the pod elsewhere when it can and there when not.
+void AvoidNodes(Json& pod_spec, const std::vector<std::string>& avoided,
+                const std::vector<std::string>& excluded) {
+  Json values = Json::array();
+  for (const std::string& n : avoided) {
+    if (std::find(excluded.begin(), excluded.end(), n) == excluded.end()) values.push_back(n);
+  }
+  if (values.empty()) return;
+  const Json expr = {{"key", kHostnameKey}, {"operator", "NotIn"}, {"values", values}};
+  pod_spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"].push_back(
+      {{"weight", 50}, {"preference", {{"matchExpressions", Json::array({expr})}}}});
+}
+
 // The demo trainer, for a job whose workers' template names no container.
 Json DefaultWorkerContainer(const manifest::Job& spec, const Settings& s) {
   const std::string journal = spec.checkpoint.path.empty()
@@ -532,7 +547,7 @@ Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_
 }
 
 Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerInstance& instance,
-                     const Settings& s) {
+                     const Settings& s, const std::vector<std::string>& avoided) {
   Json labels = Labels(spec, "worker", s);
   labels[vocab::kLabelWorkerId] = instance.id;
   labels[vocab::kLabelIncarnation] = std::to_string(instance.incarnation);
@@ -553,6 +568,7 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
   pod_spec["subdomain"] = WorkersServiceName(spec.name);
   pod_spec["restartPolicy"] = "Never";  // the operator restarts workers, as new pods
   AddNodeAffinity(pod_spec, instance.excluded_nodes, instance.node);
+  AvoidNodes(pod_spec, avoided, instance.excluded_nodes);
   JoinGang(spec, s, pod);
   UseTls(s, pod);
   return pod;
