@@ -47,6 +47,8 @@ EMPTY_FOR_A_REASON = {
     "GPU throttling": "no NVIDIA GPU the agent can read through NVML",
     "cgroup CPU throttling": "the agent can read none of the workers' cgroups (no cgroup "
                              "filesystem under its --cgroup-root, as in some containers)",
+    "Slow nodes (node memory)": "the cluster's node memory is the operator's; `antdt run` "
+                                "keeps each job's own and exports none",
 }
 
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
