@@ -2038,9 +2038,9 @@ Json SlowNodeCondition(Cluster& cluster, const std::string& node) {
 TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNode) {
   Cluster cluster(4);
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
-  // A two-minute half-life: two jobs a minute apart are both recent, and the
-  // mark decays within the test.
-  const std::vector<std::string> memory = {"--node-memory", "Act", "--node-memory-half-life", "2m"};
+  // A three-minute half-life: two jobs a minute or two apart (a loaded machine) are
+  // both recent, and the mark decays within the test.
+  const std::vector<std::string> memory = {"--node-memory", "Act", "--node-memory-half-life", "3m"};
   const std::string monitor_a = cluster.StartOperator("op-a", memory);
   ASSERT_EQ(Str(cluster.WaitForLeader("op-a"), {"spec", "holderIdentity"}), "op-a");
   const std::string monitor_b = cluster.StartOperator("op-b", memory);

@@ -38,6 +38,26 @@ NodeMemory Memory(Options o = {}) {
   return std::move(*m);
 }
 
+// The cause a node's condition names: the one its episodes named, weighted by
+// how much slower each was and how fresh; an unnamed cause never wins.
+TEST(NodeMemoryTest, TheMainCauseIsTheOneTheSlowestFreshestEpisodesNamed) {
+  NodeMemory m = Memory();
+  EXPECT_EQ(m.MainCause("node-1", kNow), v1::CAUSE_UNKNOWN);  // never seen
+  v1::StragglerRecord contention = Slow("node-1", "a", kNow - 60'000, 30, 1.5);
+  v1::StragglerRecord throttling = Slow("node-1", "b", kNow - 60'000, 30, 4.0, 5, false, "w-2");
+  throttling.set_cause(v1::CPU_THROTTLING);
+  v1::StragglerRecord unknown = Slow("node-1", "c", kNow - 60'000, 30, 5.0, 5, false, "w-3");
+  unknown.set_cause(v1::CAUSE_UNKNOWN);
+  for (const auto& r : {contention, throttling, unknown}) ASSERT_TRUE(m.Record(r, kNow).ok());
+  EXPECT_EQ(m.MainCause("node-1", kNow), v1::CPU_THROTTLING);
+  // Days later a fresh, milder contention episode outweighs the decayed throttling.
+  v1::StragglerRecord later = Slow("node-1", "d", kNow + 72 * kHour, 30, 2.0);
+  ASSERT_TRUE(m.Record(later, kNow + 72 * kHour).ok());
+  EXPECT_EQ(m.MainCause("node-1", kNow + 72 * kHour), v1::CPU_CONTENTION);
+  EXPECT_NE(m.Find("node-1"), nullptr);
+  EXPECT_EQ(m.Find("node-2"), nullptr);
+}
+
 TEST(NodeMemoryTest, ANodeNeverSeenHasThePriorAndNothingToAvoid) {
   const NodeMemory m = Memory();
   const Estimate e = m.For("node-x", kNow);
