@@ -193,11 +193,10 @@ std::vector<std::string> NodeController::Marked() const {
   const int64_t now = options_.clock->NowMillis();
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;
-  const v1::NodeMemoryState state = memory_.State();
-  for (const v1::NodeHistory& h : state.nodes()) {
-    if (memory_.For(h.node(), now).chronic) out.push_back(h.node());
+  for (const std::string& node : memory_.Nodes()) {  // in name order
+    if (memory_.For(node, now).chronic) out.push_back(node);
   }
-  return out;  // State() is in node order
+  return out;
 }
 
 nodememory::Estimate NodeController::For(const std::string& node) const {
