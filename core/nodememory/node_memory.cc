@@ -228,13 +228,6 @@ Estimate NodeMemory::For(const std::string& node, int64_t now_unix_ms) const {
   return out;
 }
 
-std::vector<std::string> NodeMemory::Nodes() const {
-  std::vector<std::string> out;
-  out.reserve(nodes_.size());
-  for (const auto& [node, h] : nodes_) out.push_back(node);
-  return out;
-}
-
 const v1::NodeHistory* NodeMemory::Find(const std::string& node) const {
   auto it = nodes_.find(node);
   return it == nodes_.end() ? nullptr : &it->second;

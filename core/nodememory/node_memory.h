@@ -25,7 +25,6 @@
 #include <set>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -81,8 +80,6 @@ class NodeMemory {
   // prior duration, nothing to avoid).
   Estimate For(const std::string& node, int64_t now_unix_ms) const;
 
-  // The nodes remembered, in name order.
-  std::vector<std::string> Nodes() const;
   // What is kept of `node` (null: nothing).
   const v1::NodeHistory* Find(const std::string& node) const;
   // The cause most of `node`'s kept episodes named, weighted by how much

@@ -59,7 +59,12 @@ JobController::JobController(kube::Api* api, monitor::MonitorServiceImpl* monito
   io.name = "services";
   services_ = std::make_unique<kube::Informer>(api_, kube::ServicesResource(),
                                                options_.watch_namespace, owned, io);
-  nodes_ = NewNodesInformer(api_);
+  if (options_.node_controller != nullptr) {
+    nodes_ = options_.node_controller->nodes();  // started and stopped by it
+  } else {
+    own_nodes_ = NewNodesInformer(api_);
+    nodes_ = own_nodes_.get();
+  }
   queue_ = NewControllerQueue(kController, registry);
   recorder_ = std::make_unique<kube::EventRecorder>(api_, "antdt-operator", options_.identity);
 
@@ -123,7 +128,7 @@ void JobController::EnqueueOwner(const Json& child) {
 }
 
 bool JobController::Start(int64_t sync_timeout_ms) {
-  nodes_->Start();
+  if (own_nodes_) own_nodes_->Start();
   services_->Start();
   pods_->Start();
   jobs_->Start();
@@ -145,7 +150,7 @@ void JobController::Stop() {
   jobs_->Stop();
   pods_->Stop();
   services_->Stop();
-  nodes_->Stop();
+  if (own_nodes_) own_nodes_->Stop();
 }
 
 void JobController::Worker() {

@@ -177,7 +177,9 @@ class JobController {
   std::unique_ptr<kube::Informer> jobs_;
   std::unique_ptr<kube::Informer> pods_;
   std::unique_ptr<kube::Informer> services_;
-  std::unique_ptr<kube::Informer> nodes_;
+  // The node controller's when there is one (one cache of the Nodes), else own_nodes_.
+  std::unique_ptr<kube::Informer> own_nodes_;
+  kube::Informer* nodes_ = nullptr;
   std::unique_ptr<kube::WorkQueue> queue_;
   std::unique_ptr<kube::EventRecorder> recorder_;
   std::thread worker_;

@@ -151,10 +151,12 @@ void NodeController::Restore() {
                           {"error", restored.status().ToString()}});
     return;
   }
+  const int64_t now = options_.clock->NowMillis();
   std::lock_guard<std::mutex> lock(mu_);
   memory_ = *std::move(restored);
   for (const v1::NodeHistory& h : state.nodes()) {
     persisted_total_[h.node()] = h.episodes_total();
+    if (memory_.For(h.node(), now).chronic) marked_.insert(h.node());
     queue_->Add(h.node());
   }
   LogEvent("operator", {{"event", "node_memory_restored"}, {"nodes", state.nodes_size()}});
@@ -190,13 +192,8 @@ void NodeController::Record(const Json& job, const v1::GetJobHealthResponse& hea
 }
 
 std::vector<std::string> NodeController::Marked() const {
-  const int64_t now = options_.clock->NowMillis();
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> out;
-  for (const std::string& node : memory_.Nodes()) {  // in name order
-    if (memory_.For(node, now).chronic) out.push_back(node);
-  }
-  return out;
+  return {marked_.begin(), marked_.end()};
 }
 
 nodememory::Estimate NodeController::For(const std::string& node) const {
@@ -241,6 +238,11 @@ absl::Status NodeController::Sync(const std::string& node) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     e = memory_.For(node, now);
+    if (e.chronic) {
+      marked_.insert(node);
+    } else {
+      marked_.erase(node);
+    }
     reason = vocab::CauseReason(memory_.MainCause(node, now));
     if (const v1::NodeHistory* h = memory_.Find(node)) {
       google::protobuf::util::JsonPrintOptions po;

@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,8 +92,13 @@ class NodeController {
   // Folds `health`'s straggler records in (they are of the AntDTJob `job`);
   // the nodes whose memory changed are looked at soon. Thread-safe.
   void Record(const kube::Json& job, const v1::GetJobHealthResponse& health);
-  // The nodes the memory marks now, sorted. Thread-safe.
+  // The nodes the memory marked when each was last looked at (on a change,
+  // and every resync_ms), sorted: what the job controller's every sync reads,
+  // without evaluating every remembered node. Thread-safe.
   std::vector<std::string> Marked() const;
+  // The informer on the cluster's Nodes (the job controller lists them too:
+  // one cache of the Nodes, not two). Started and stopped by this controller.
+  kube::Informer* nodes() const { return nodes_.get(); }
   // What the memory says of `node` now. Thread-safe.
   nodememory::Estimate For(const std::string& node) const;
 
@@ -127,6 +133,7 @@ class NodeController {
 
   mutable std::mutex mu_;
   nodememory::NodeMemory memory_;
+  std::set<std::string> marked_;                    // as each node was last looked at
   std::map<std::string, kube::Json> marked_by_;     // node -> the job of its latest record
   std::map<std::string, int64_t> persisted_at_;     // node -> when its memory was last written
   std::map<std::string, int32_t> persisted_total_;  // node -> episodes_total then
