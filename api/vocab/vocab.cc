@@ -188,35 +188,34 @@ std::string CauseName(v1::Cause cause) {
   return name.empty() || cause == v1::CAUSE_UNSPECIFIED ? "UNKNOWN" : name;
 }
 
-const std::string& CauseLabel(v1::Cause cause) {
-  static const auto* const kLabels =
-      new std::map<v1::Cause, std::string>{{v1::CPU_CONTENTION, "cpu_contention"},
-                                           {v1::CPU_THROTTLING, "cpu_throttling"},
-                                           {v1::MEMORY_PRESSURE, "memory_pressure"},
-                                           {v1::NETWORK, "network"},
-                                           {v1::GPU_THROTTLING, "gpu_throttling"},
-                                           {v1::IO_PRESSURE, "io_pressure"},
-                                           {v1::HARDWARE, "hardware"},
-                                           {v1::DATA_LOADING, "data_loading"}};
-  static const auto* const kUnknown = new std::string("unknown");
-  auto it = kLabels->find(cause);
-  return it == kLabels->end() ? *kUnknown : it->second;
+namespace {
+
+// Each cause the Monitor names, as metric labels and as Kubernetes reasons
+// say it; one table, so that the two never disagree on which causes exist.
+struct CauseNames {
+  std::string label, reason;
+};
+
+const CauseNames& NamesOf(v1::Cause cause) {
+  static const auto* const kNames = new std::map<v1::Cause, CauseNames>{
+      {v1::CPU_CONTENTION, {"cpu_contention", "CPUContention"}},
+      {v1::CPU_THROTTLING, {"cpu_throttling", "CPUThrottling"}},
+      {v1::MEMORY_PRESSURE, {"memory_pressure", "MemoryPressure"}},
+      {v1::NETWORK, {"network", "Network"}},
+      {v1::GPU_THROTTLING, {"gpu_throttling", "GPUThrottling"}},
+      {v1::IO_PRESSURE, {"io_pressure", "IOPressure"}},
+      {v1::HARDWARE, {"hardware", "Hardware"}},
+      {v1::DATA_LOADING, {"data_loading", "DataLoading"}}};
+  static const auto* const kUnknown = new CauseNames{"unknown", "UnknownCause"};
+  auto it = kNames->find(cause);
+  return it == kNames->end() ? *kUnknown : it->second;
 }
 
-const std::string& CauseReason(v1::Cause cause) {
-  static const auto* const kReasons =
-      new std::map<v1::Cause, std::string>{{v1::CPU_CONTENTION, "CPUContention"},
-                                           {v1::CPU_THROTTLING, "CPUThrottling"},
-                                           {v1::MEMORY_PRESSURE, "MemoryPressure"},
-                                           {v1::NETWORK, "Network"},
-                                           {v1::GPU_THROTTLING, "GPUThrottling"},
-                                           {v1::IO_PRESSURE, "IOPressure"},
-                                           {v1::HARDWARE, "Hardware"},
-                                           {v1::DATA_LOADING, "DataLoading"}};
-  static const auto* const kUnknown = new std::string("UnknownCause");
-  auto it = kReasons->find(cause);
-  return it == kReasons->end() ? *kUnknown : it->second;
-}
+}  // namespace
+
+const std::string& CauseLabel(v1::Cause cause) { return NamesOf(cause).label; }
+
+const std::string& CauseReason(v1::Cause cause) { return NamesOf(cause).reason; }
 
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;

@@ -163,6 +163,7 @@ void NodeController::Restore() {
 }
 
 void NodeController::Record(const Json& job, const v1::GetJobHealthResponse& health) {
+  if (health.stragglers().empty()) return;  // most syncs of most jobs
   const int64_t now = options_.clock->NowMillis();
   const Json ref = {{"apiVersion", kube::StringAt(job, {"apiVersion"})},
                     {"kind", kube::StringAt(job, {"kind"})},
@@ -244,7 +245,8 @@ absl::Status NodeController::Sync(const std::string& node) {
       marked_.erase(node);
     }
     reason = vocab::CauseReason(memory_.MainCause(node, now));
-    if (const v1::NodeHistory* h = memory_.Find(node)) {
+    const v1::NodeHistory* h = memory_.Find(node);
+    if (h != nullptr && options_.mode == vocab::Mode::kAct) {  // only Act writes it
       google::protobuf::util::JsonPrintOptions po;
       po.preserve_proto_field_names = true;
       (void)google::protobuf::util::MessageToJsonString(*h, &memory_json, po);
