@@ -25,8 +25,9 @@ jobs=${JOBS:-$(nproc)}
 # another build: 20 s against 42 s; -O2 -g took 64 s) while the tests it runs
 # stay well inside their timeouts. TSan at -O1: unoptimized, its tests run
 # several times slower.
+source scripts/ccache.sh
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$opt -g1 -DNDEBUG" \
-  -DANTDT_SANITIZE=$sanitize >/dev/null
+  -DANTDT_SANITIZE=$sanitize "${LAUNCHER[@]}" >/dev/null
 cmake --build "$dir" -j"$jobs" --target "${build[@]}"
 # Of those, the tests whose name is a build target: the GoogleTest executables.
 targets=$(cmake --build "$dir" --target help | sed -n 's/^\.\.\. //p' | sort)
