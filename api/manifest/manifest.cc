@@ -256,12 +256,15 @@ absl::Status ParseRule(const YAML::Node& node, const std::string& path, Rule* ru
 
 absl::Status ParseStragglerPolicy(const YAML::Node& node, int32_t workers, StragglerPolicySpec* p) {
   const std::string path = "spec.stragglerPolicy";
-  RETURN_IF_ERROR(CheckMapping(node, path,
-                               {"name", "mode", "cooldown", "maxActions", "minSavingRatio",
-                                "backupWorkers", "stepDeadline", "decideBy", "rules"}));
+  RETURN_IF_ERROR(
+      CheckMapping(node, path,
+                   {"name", "mode", "cooldown", "maxActions", "minSavingRatio", "backupWorkers",
+                    "stepDeadline", "decideBy", "avoidSlowNodes", "rules"}));
   RETURN_IF_ERROR(ReadOneOf(node, path, "name", vocab::AllPolicies(), &p->name));
   RETURN_IF_ERROR(ReadOneOf(node, path, "mode", vocab::AllModes(), &p->mode));
   RETURN_IF_ERROR(ReadOneOf(node, path, "decideBy", vocab::AllDecideBy(), &p->decide_by));
+  RETURN_IF_ERROR(
+      ReadOneOf(node, path, "avoidSlowNodes", vocab::AllAvoidSlowNodes(), &p->avoid_slow_nodes));
   p->cooldown_derived = !Present(Get(node, "cooldown"));
   RETURN_IF_ERROR(ReadDurationMs(node, path, "cooldown", &p->cooldown_ms));
   if (!Present(Get(node, "maxActions"))) p->max_actions = std::max(10, (workers + 4) / 5);

@@ -92,6 +92,10 @@ struct StragglerPolicySpec {
   // slowdown is expected to last long enough to pay (expectedDuration), or by
   // its thresholds and the rest of the job (thresholds). Other policies: unused.
   vocab::DecideBy decide_by = vocab::DecideBy::kExpectedDuration;
+  // spec.stragglerPolicy.avoidSlowNodes: the worker pods' node affinity away
+  // from the nodes the operator's node memory marks slow (--node-memory Act,
+  // docs/node-memory.md): Preferred, Required or Ignore.
+  vocab::AvoidSlowNodes avoid_slow_nodes = vocab::AvoidSlowNodes::kPreferred;
   std::vector<Rule> rules;  // required (non-empty) for custom, rejected otherwise
 };
 

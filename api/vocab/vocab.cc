@@ -56,6 +56,14 @@ const Table<DecideBy>& DecideBys() {
   return *kTable;
 }
 
+const Table<AvoidSlowNodes>& AvoidSlowNodesNames() {
+  static const auto* const kTable =
+      new Table<AvoidSlowNodes>{{AvoidSlowNodes::kPreferred, "Preferred"},
+                                {AvoidSlowNodes::kRequired, "Required"},
+                                {AvoidSlowNodes::kIgnore, "Ignore"}};
+  return *kTable;
+}
+
 // Lower case, then Kubernetes style; UNSPECIFIED is not in the table.
 struct ClassNames {
   v1::StragglerClass cls;
@@ -113,6 +121,7 @@ const ClassNames* FindClass(v1::StragglerClass cls) {
 const std::vector<Policy>& AllPolicies() { return Values(Policies()); }
 const std::vector<Mode>& AllModes() { return Values(Modes()); }
 const std::vector<DecideBy>& AllDecideBy() { return Values(DecideBys()); }
+const std::vector<AvoidSlowNodes>& AllAvoidSlowNodes() { return Values(AvoidSlowNodesNames()); }
 const std::vector<Role>& AllRoles() { return Values(Roles()); }
 const std::vector<ActionKind>& AllActionKinds() { return Values(ActionKinds()); }
 const std::vector<Signal>& AllSignals() { return Values(Signals()); }
@@ -128,6 +137,7 @@ const std::string& Name(ActionKind kind) { return NameIn(ActionKinds(), kind); }
 const std::string& Name(Signal signal) { return NameIn(Signals(), signal); }
 const std::string& Name(Mode mode) { return NameIn(Modes(), mode); }
 const std::string& Name(DecideBy by) { return NameIn(DecideBys(), by); }
+const std::string& Name(AvoidSlowNodes avoid) { return NameIn(AvoidSlowNodesNames(), avoid); }
 
 const std::string& Name(v1::StragglerClass cls) {
   static const auto* const kNone = new std::string("-");

@@ -37,6 +37,12 @@ enum class Mode { kAct, kRecommend };
 // thresholds (a PERSISTENT class, a compensated slowdown) and the saving over
 // the rest of the job.
 enum class DecideBy { kExpectedDuration, kThresholds };
+// spec.stragglerPolicy.avoidSlowNodes: how a worker pod keeps off the nodes
+// the operator's node memory marks slow (under --node-memory Act) — a
+// preferred node affinity (placed there only when nothing else fits), a
+// required one (never placed there; Pending while nothing else fits), or not
+// at all.
+enum class AvoidSlowNodes { kPreferred, kRequired, kIgnore };
 
 // Every value, in the order "must be one of" messages list them. AllPolicies()
 // is the one list of policy names.
@@ -46,6 +52,7 @@ const std::vector<ActionKind>& AllActionKinds();
 const std::vector<Signal>& AllSignals();
 const std::vector<Mode>& AllModes();
 const std::vector<DecideBy>& AllDecideBy();
+const std::vector<AvoidSlowNodes>& AllAvoidSlowNodes();
 // The actions a custom rule may take: ADJUST_BS, KILL_RESTART.
 const std::vector<ActionKind>& RuleActionKinds();
 
@@ -56,12 +63,14 @@ const std::vector<ActionKind>& RuleActionKinds();
 //   Signal      score, self_score, class
 //   Mode        Act, Recommend
 //   DecideBy    expectedDuration, thresholds
+//   AvoidSlowNodes  Preferred, Required, Ignore
 const std::string& Name(Policy policy);
 const std::string& Name(Role role);
 const std::string& Name(ActionKind kind);
 const std::string& Name(Signal signal);
 const std::string& Name(Mode mode);
 const std::string& Name(DecideBy by);
+const std::string& Name(AvoidSlowNodes avoid);
 // A straggler class in lower case, as manifests and `antdt run`'s report
 // spell it: healthy, leader, deterministic, transient, persistent; "-" for
 // STRAGGLER_CLASS_UNSPECIFIED.

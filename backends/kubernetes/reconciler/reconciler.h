@@ -170,8 +170,9 @@ struct Snapshot {
   // now), so their earlier pods can go.
   std::set<std::string> servers_followed;
   // Nodes the cluster's node memory marks slow (the node controller, under
-  // Act, for a job in Act mode): the workers' new pods prefer other nodes
-  // (a preferred affinity, never a hard exclusion).
+  // Act, for a job in Act mode): the workers' new pods keep off them, by a
+  // preferred affinity or, under spec.stragglerPolicy.avoidSlowNodes:
+  // Required, a required one.
   std::vector<std::string> avoided_nodes;
   int64_t now_ms = 0;  // wall clock, for timestamps
 };

@@ -1011,6 +1011,52 @@ TEST(ReconcileTest, KillRestartAvoidsTheNodesTheMemoryMarksAndRecordsThem) {
   EXPECT_FALSE(plain["spec"].contains("affinity"));
 }
 
+// spec.stragglerPolicy.avoidSlowNodes: Required keeps the pod off the marked
+// nodes in every term of the template's own required affinity (terms are
+// ORed); Ignore adds nothing.
+TEST(ReconcileTest, AvoidSlowNodesRequiredExcludesTheMarkedNodesInEveryTermAndIgnoreNone) {
+  Cluster c;
+  Json job = c.job;
+  job["spec"]["stragglerPolicy"]["avoidSlowNodes"] = "Required";
+  job["spec"]["workers"]["template"]["spec"]["affinity"]["nodeAffinity"]
+     ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = Json::parse(R"([
+       {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+       {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}])");
+  auto spec = manifest::ParseJob(job.dump());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->straggler_policy.avoid_slow_nodes, vocab::AvoidSlowNodes::kRequired);
+  WorkerInstance moved;
+  moved.excluded_nodes = {"node-2"};
+  const Json pod = RenderWorkerPod(job, *spec, moved, Settings{}, {"node-2", "node-7"});
+  const Json& affinity = pod["spec"]["affinity"]["nodeAffinity"];
+  const Json& terms =
+      affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+  ASSERT_EQ(terms.size(), 2u);
+  for (const Json& term : terms) {
+    EXPECT_EQ(
+        term["matchExpressions"],
+        Json::array(
+            {term["matchExpressions"][0],
+             {{"key", "kubernetes.io/hostname"}, {"operator", "NotIn"}, {"values", {"node-2"}}},
+             {{"key", "kubernetes.io/hostname"}, {"operator", "NotIn"}, {"values", {"node-7"}}}}))
+        << term.dump();
+  }
+  EXPECT_FALSE(affinity.contains("preferredDuringSchedulingIgnoredDuringExecution"))
+      << affinity.dump();
+
+  job["spec"]["stragglerPolicy"]["avoidSlowNodes"] = "Ignore";
+  job["spec"]["workers"]["template"]["spec"].erase("affinity");
+  const Json ignored = RenderWorkerPod(job, *manifest::ParseJob(job.dump()), WorkerInstance{},
+                                       Settings{}, {"node-2", "node-7"});
+  EXPECT_FALSE(ignored["spec"].contains("affinity")) << ignored["spec"].dump();
+
+  job["spec"]["stragglerPolicy"]["avoidSlowNodes"] = "Always";
+  auto bad = manifest::ParseJob(job.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("spec.stragglerPolicy.avoidSlowNodes"));
+}
+
 TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {
   Cluster c;
   c.Settle();

@@ -216,19 +216,23 @@ void AddCheckpointVolume(const Json& job, const manifest::Job& spec, Json& pod) 
 // Excluded nodes as a required NotIn term, ANDed into every existing
 // nodeSelectorTerm (terms are ORed, so each must exclude them), and the
 // Controller's chosen node as a preference.
+// A required `hostname NotIn nodes`, in every term of the template's own
+// required affinity (terms are ORed: each must keep off them).
+void RequireNotIn(Json& pod_spec, const Json& nodes) {
+  const Json expr = {{"key", kHostnameKey}, {"operator", "NotIn"}, {"values", nodes}};
+  Json& terms = pod_spec["affinity"]["nodeAffinity"]
+                        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+  if (!terms.is_array() || terms.empty()) {
+    terms = Json::array();
+    terms.push_back({{"matchExpressions", Json::array({expr})}});
+  } else {
+    for (Json& term : terms) term["matchExpressions"].push_back(expr);
+  }
+}
+
 void AddNodeAffinity(Json& pod_spec, const std::vector<std::string>& excluded,
                      const std::string& preferred) {
-  if (!excluded.empty()) {
-    const Json expr = {{"key", kHostnameKey}, {"operator", "NotIn"}, {"values", excluded}};
-    Json& terms = pod_spec["affinity"]["nodeAffinity"]
-                          ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
-    if (!terms.is_array() || terms.empty()) {
-      terms = Json::array();
-      terms.push_back({{"matchExpressions", Json::array({expr})}});
-    } else {
-      for (Json& term : terms) term["matchExpressions"].push_back(expr);
-    }
-  }
+  if (!excluded.empty()) RequireNotIn(pod_spec, excluded);
   if (!preferred.empty() &&
       std::find(excluded.begin(), excluded.end(), preferred) == excluded.end()) {
     const Json expr = {
@@ -239,16 +243,21 @@ void AddNodeAffinity(Json& pod_spec, const std::vector<std::string>& excluded,
   }
 }
 
-// Nodes the node memory marks slow, but for those already excluded: a
-// preferred NotIn term (weight 50, below the Controller's chosen node's 100),
-// so the scheduler places the pod elsewhere when it can and there when not.
+// Nodes the node memory marks slow, but for those already excluded: by
+// default a preferred NotIn term (weight 50, below the Controller's chosen
+// node's 100), so the scheduler places the pod elsewhere when it can and
+// there when not; under avoidSlowNodes: Required, a required one.
 void AvoidNodes(Json& pod_spec, const std::vector<std::string>& avoided,
-                const std::vector<std::string>& excluded) {
+                const std::vector<std::string>& excluded, vocab::AvoidSlowNodes how) {
   Json values = Json::array();
   for (const std::string& n : avoided) {
     if (std::find(excluded.begin(), excluded.end(), n) == excluded.end()) values.push_back(n);
   }
-  if (values.empty()) return;
+  if (values.empty() || how == vocab::AvoidSlowNodes::kIgnore) return;
+  if (how == vocab::AvoidSlowNodes::kRequired) {
+    RequireNotIn(pod_spec, values);
+    return;
+  }
   const Json expr = {{"key", kHostnameKey}, {"operator", "NotIn"}, {"values", values}};
   pod_spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"].push_back(
       {{"weight", 50}, {"preference", {{"matchExpressions", Json::array({expr})}}}});
@@ -568,7 +577,7 @@ Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerIns
   pod_spec["subdomain"] = WorkersServiceName(spec.name);
   pod_spec["restartPolicy"] = "Never";  // the operator restarts workers, as new pods
   AddNodeAffinity(pod_spec, instance.excluded_nodes, instance.node);
-  AvoidNodes(pod_spec, avoided, instance.excluded_nodes);
+  AvoidNodes(pod_spec, avoided, instance.excluded_nodes, spec.straggler_policy.avoid_slow_nodes);
   JoinGang(spec, s, pod);
   UseTls(s, pod);
   return pod;
