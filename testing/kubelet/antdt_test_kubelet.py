@@ -12,6 +12,7 @@ import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from antdt_kubelet import cgroups as cgroups_lib  # noqa: E402
 from antdt_kubelet import nodes as nodes_lib  # noqa: E402
 from antdt_kubelet.api import Api, Informer, describe, log  # noqa: E402
 from antdt_kubelet.kubelet import Kubelet  # noqa: E402
@@ -20,6 +21,26 @@ from antdt_kubelet.volumes import Provisioner  # noqa: E402
 from antdt_kubelet.scheduler import Scheduler  # noqa: E402
 
 _NODE_CHECK_S = 10
+
+
+def make_quotas(args, nodes):
+    """(the nodes' cgroups or None, what applies the quota files): real cgroups where they can be made, else
+    the speed file; written to <speed-dir>/cpu-quota.status ("cgroup ROOT" or "emulated: WHY")."""
+    names = [n["name"] for n in nodes]
+    try:
+        cgroups = cgroups_lib.CpuCgroups(names, args.speed_dir)
+        status = "cgroup %s v%d" % (cgroups.root, cgroups.version)
+        quotas = cgroups
+    except OSError as e:
+        cgroups = None
+        status = "emulated: %s" % describe(e)
+        quotas = cgroups_lib.EmulatedQuotas(names, args.speed_dir, args.speed_dir)
+    log("cpu_quota_cgroups", status=status)
+    path = os.path.join(args.speed_dir, "cpu-quota.status")
+    with open(path + ".tmp", "w") as f:
+        f.write(status + "\n")
+    os.replace(path + ".tmp", path)
+    return cgroups, quotas
 
 
 def parse_args(argv):
@@ -36,6 +57,10 @@ def parse_args(argv):
     p.add_argument("--agent-tls-dir", help="the agents' certificates (scripts/make-certs.sh DIR NODE...): "
                    "each agent serves and streams with node-NAME.crt, trusting ca.crt")
     p.add_argument("--speed-dir", help="containers get ANTDT_NODE_SPEED_FILE=<dir>/<node>.speed")
+    p.add_argument("--cpu-quota-cgroups", action="store_true",
+                   help="a cgroup of the cpu controller per node, holding its containers and sampled by its agent, "
+                        "capped to 1/F of a core while <speed-dir>/<node>.cpu-quota says F (root); without a cgroup "
+                        "the quota is emulated through the speed file. <speed-dir>/cpu-quota.status says which")
     p.add_argument("--ready-file", help="written with 'ok' once nodes are registered and watches run")
     p.add_argument("--user-agent", default="antdt-test-kubelet")
     p.add_argument("--namespace", help="watch one namespace (default: all)")
@@ -53,6 +78,8 @@ def parse_args(argv):
                    help="renew each node's Lease in kube-node-lease every 10 s (a real node-lifecycle "
                         "controller marks nodes without it NotReady)")
     args = p.parse_args(argv)
+    if args.cpu_quota_cgroups and not args.speed_dir:
+        p.error("--cpu-quota-cgroups: needs --speed-dir (the <node>.cpu-quota files)")
     args.bin_dir = os.path.abspath(args.bin_dir)
     args.work_dir = os.path.abspath(args.work_dir)
     if args.image_root:
@@ -124,12 +151,14 @@ def main(argv):
     if args.node_leases:
         nodes_lib.renew_leases(node_apis, nodes)
 
+    cgroups, quotas = make_quotas(args, nodes) if args.cpu_quota_cgroups else (None, None)
     agents = nodes_lib.Agents(nodes, args.bin_dir, args.work_dir, args.agent_monitor,
-                                tls_dir=args.agent_tls_dir) if args.agent_monitor else None
+                              tls_dir=args.agent_tls_dir, cgroups=cgroups) if args.agent_monitor else None
     scheduler = Scheduler(api, nodes) if args.scheduler == "builtin" else None
     provisioner = Provisioner(api, args.work_dir) if claims else None
     kubelet = Kubelet(api, nodes, args.bin_dir, args.work_dir, args.ip_base, args.speed_dir,
-                      image_root=args.image_root, node_apis=node_apis if args.node_credentials else None)
+                      image_root=args.image_root, node_apis=node_apis if args.node_credentials else None,
+                      cgroups=cgroups)
     if args.ready_file and not stop.is_set():
         with open(args.ready_file + ".tmp", "w") as f:
             f.write("ok\n")
@@ -147,6 +176,8 @@ def main(argv):
             scheduler.sync(pod_list)
         if provisioner:
             provisioner.sync(claims.items())
+        if quotas:
+            quotas.sync()
         kubelet.sync(pod_list, services.items())
         if agents:
             agents.sync()
@@ -163,6 +194,8 @@ def main(argv):
     kubelet.shutdown()
     if agents:
         agents.shutdown()
+    if cgroups:
+        cgroups.remove_all()
     log("stopped")
     return 0
 

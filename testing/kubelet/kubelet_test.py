@@ -29,7 +29,7 @@ if REAL:
     import antdt_control_plane as acp  # noqa: E402
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
-from antdt_kubelet import spec  # noqa: E402
+from antdt_kubelet import cgroups, spec  # noqa: E402
 from antdt_kubelet.api import Informer  # noqa: E402
 from antdt_kubelet.kubelet import IpPool, Kubelet  # noqa: E402
 from antdt_kubelet.scheduler import Scheduler  # noqa: E402
@@ -362,6 +362,74 @@ class FakeClock:
 
     def __call__(self):
         return self.t
+
+
+class CpuQuotaTest(unittest.TestCase):
+    """--cpu-quota-cgroups: a node's <node>.cpu-quota caps its containers, through a real cgroup (root, a cpu
+    controller) or the speed file."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, name, text):
+        with open(os.path.join(self.dir, name), "w") as f:
+            f.write(text)
+
+    def read(self, path):
+        with open(path) as f:
+            return f.read().strip()
+
+    def test_quota_text_and_factors(self):
+        self.assertEqual(cgroups.quota_text(1, 4), "2500")
+        self.assertEqual(cgroups.quota_text(2, 4), "2500 10000")
+        self.assertEqual(cgroups.quota_text(1, 1), "-1")
+        self.assertEqual(cgroups.quota_text(2, 0.5), "max 10000")
+        self.assertEqual(cgroups.quota_text(1, 100), "1000", "the kernel's least quota")
+        self.write("a", "8\n")
+        self.assertEqual(cgroups.read_factor(os.path.join(self.dir, "a")), 8.0)
+        for bad in ("", "x", "-2", "0"):
+            self.write("b", bad)
+            self.assertEqual(cgroups.read_factor(os.path.join(self.dir, "b")), 1.0, bad)
+        self.assertEqual(cgroups.read_factor(os.path.join(self.dir, "none")), 1.0)
+
+    def test_emulated_through_the_speed_file(self):
+        quotas = cgroups.EmulatedQuotas(["n1", "n2"], self.dir, self.dir)
+        self.write("n1.cpu-quota", "4")
+        quotas.sync()
+        self.assertEqual(self.read(os.path.join(self.dir, "n1.speed")), "0.25")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "n2.speed")), "a node without a quota untouched")
+        os.remove(os.path.join(self.dir, "n1.cpu-quota"))
+        quotas.sync()
+        self.assertEqual(self.read(os.path.join(self.dir, "n1.speed")), "1")
+
+    def test_a_real_cgroup_caps_a_container_and_is_removed(self):
+        try:
+            groups = cgroups.CpuCgroups(["n1", "n2"], self.dir)
+        except OSError as e:
+            self.skipTest("no cgroup here: %s" % e)
+        try:
+            quota_file = "cpu.cfs_quota_us" if groups.version == 1 else "cpu.max"
+            n1 = os.path.join(groups.root, groups.name("n1"))
+            self.assertEqual(self.read(os.path.join(n1, quota_file)), cgroups.quota_text(groups.version, 1))
+            self.write("n1.cpu-quota", "4")
+            groups.sync()
+            self.assertEqual(self.read(os.path.join(n1, quota_file)), cgroups.quota_text(groups.version, 4))
+            log_path = os.path.join(self.dir, "log")
+            from antdt_kubelet import process
+            proc = process.spawn(["/bin/sleep", "30"], self.dir, {}, log_path, cgroup_procs=groups.procs_file("n1"))
+            try:
+                self.assertIn(str(proc.pid), self.read(groups.procs_file("n1")).split())
+                self.assertNotIn(str(proc.pid), self.read(groups.procs_file("n2")).split())
+            finally:
+                groups.remove_all()  # with the process still in it: moved out first
+                process.stop_all([proc], grace_s=1)
+            self.assertFalse(os.path.exists(n1))
+        finally:
+            groups.remove_all()
 
 
 class KubeletStateMachineTest(unittest.TestCase):

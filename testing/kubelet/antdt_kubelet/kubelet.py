@@ -88,8 +88,9 @@ class PodState:
 
 class Kubelet:
     def __init__(self, api, nodes, bin_dir, work_dir, ip_base, speed_dir=None, monotonic=time.monotonic,
-                 image_root=None, node_apis=None):
+                 image_root=None, node_apis=None, cgroups=None):
         self.api = api
+        self.cgroups = cgroups  # cgroups.CpuCgroups: each container in its node's group
         # Per node, the client with that node's own credentials (system:node:NAME), for
         # everything about the pods bound to it, as a real kubelet; else `api`.
         self.node_apis = node_apis or {}
@@ -227,7 +228,8 @@ class Kubelet:
         argv = [binary] + rewritten_argv[1:]
         with open(os.path.join(state.sandbox, "cmdline.json"), "w") as f:
             json.dump({"argv": argv, "env": dict(rewritten_env)}, f, indent=1)
-        state.proc = process.spawn(argv, state.sandbox, dict(rewritten_env), os.path.join(state.sandbox, "log"))
+        state.proc = process.spawn(argv, state.sandbox, dict(rewritten_env), os.path.join(state.sandbox, "log"),
+                                   cgroup_procs=self.cgroups.procs_file(state.node) if self.cgroups else None)
         state.started_at = now_rfc3339()
         state.started_mono = self.monotonic()
         state.ever_started = True

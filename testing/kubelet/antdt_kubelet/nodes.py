@@ -135,8 +135,9 @@ def renew_leases(apis, nodes):
 class Agents:
     """One `antdt-agent` per node, restarted a second after it dies."""
 
-    def __init__(self, nodes, bin_dir, work_dir, monitor, monotonic=time.monotonic, tls_dir=None):
+    def __init__(self, nodes, bin_dir, work_dir, monitor, monotonic=time.monotonic, tls_dir=None, cgroups=None):
         self.nodes = nodes
+        self.cgroups = cgroups  # cgroups.CpuCgroups: each agent samples its node's group
         self.tls_dir = tls_dir  # node-NAME.crt/.key and ca.crt (scripts/make-certs.sh): mutual TLS
         self.binary = os.path.join(bin_dir, "antdt-agent")
         self.dir = os.path.join(work_dir, "agents")
@@ -154,6 +155,8 @@ class Agents:
             argv += ["--tls-cert", os.path.join(self.tls_dir, "node-%s.crt" % name),
                      "--tls-key", os.path.join(self.tls_dir, "node-%s.key" % name),
                      "--tls-ca", os.path.join(self.tls_dir, "ca.crt"), "--tls-server-name", "antdt.internal"]
+        if self.cgroups:
+            argv += ["--cgroup-root", self.cgroups.root, "--cgroups", self.cgroups.name(node["name"])]
         if node["file_labels"]:
             argv += ["--labels", ",".join("%s=%s" % kv for kv in sorted(node["file_labels"].items()))]
         return argv
