@@ -23,9 +23,6 @@ double Confidence(int32_t windows) {
   return n / (n + 1);
 }
 
-// Three windows, the Monitor's PERSISTENT: a slowdown surely seen.
-const double kSureConfidence = Confidence(3) - 1e-9;
-
 double DurationSeconds(const v1::NodeEpisode& e) {
   return static_cast<double>(std::max<int64_t>(0, e.end_unix_ms() - e.start_unix_ms())) / 1000.0;
 }
@@ -89,9 +86,6 @@ absl::Status Options::Validate() const {
   }
   if (!(std::isfinite(prior_weight) && prior_weight > 0)) {
     return Invalid("prior_weight", "must be a finite number > 0");
-  }
-  if (!(std::isfinite(chronic_slowdown) && chronic_slowdown >= 1)) {
-    return Invalid("chronic_slowdown", "must be a finite number >= 1");
   }
   if (!(std::isfinite(chronic_slow) && chronic_slow > 0)) {
     return Invalid("chronic_slow", "must be a finite number > 0");
@@ -216,10 +210,7 @@ Estimate NodeMemory::For(const std::string& node, int64_t now_unix_ms) const {
       weight += e.confidence() * w;
       seconds += e.confidence() * w * DurationSeconds(e);
       jobs.insert(e.job());
-      if (w >= 0.5 && e.confidence() >= kSureConfidence &&
-          e.slowdown() >= options_.chronic_slowdown) {
-        recent.insert(e.job());
-      }
+      if (w >= 0.5) recent.insert(e.job());
       out.max_slowdown = std::max(out.max_slowdown, e.slowdown());
       if (out.since_unix_ms == 0 || e.start_unix_ms() < out.since_unix_ms) {
         out.since_unix_ms = e.start_unix_ms();

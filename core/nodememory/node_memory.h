@@ -48,12 +48,6 @@ struct Options {
   // slow in at least two jobs within one half-life: once is an incident, not
   // a node's nature.
   double chronic_slow = 2.0;
-  // What "slow in a job" takes: an episode of that job at least this much
-  // slower that lasted three of the Monitor's windows (confidence 0.75: its
-  // PERSISTENT class). Shorter or milder ones still add to the slow weight;
-  // but blips, however many (a busy host's contention flags every node now
-  // and then, for a window, at 1.2-1.9x), do not make a node chronic.
-  double chronic_slowdown = 1.5;
 
   absl::Status Validate() const;  // InvalidArgument naming the field
 };
@@ -65,9 +59,9 @@ struct Estimate {
   bool chronic = false;                  // slow >= Options::chronic_slow, in 2 recent jobs or more
   int32_t episodes = 0;                  // kept
   int32_t jobs = 0;                      // distinct jobs among the kept episodes
-  int32_t recent_jobs = 0;  // of those, jobs surely slow here (chronic_slowdown) within a half-life
-  int64_t since_unix_ms = 0;  // the earliest kept episode's start (0: none)
-  double max_slowdown = 0;    // among the kept episodes
+  int32_t recent_jobs = 0;               // of those, jobs slow here within one half-life
+  int64_t since_unix_ms = 0;             // the earliest kept episode's start (0: none)
+  double max_slowdown = 0;               // among the kept episodes
 };
 
 class NodeMemory {

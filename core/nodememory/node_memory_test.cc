@@ -91,43 +91,6 @@ TEST(NodeMemoryTest, OnceAnHourAgoCountsLessThanThreeJobsToday) {
   EXPECT_FALSE(m.For("often", kNow + 24 * kHour).chronic);
 }
 
-// Chronic takes a sure, marked slowdown in two jobs: a busy host's blips (a
-// window at 1.2-1.9x, on every node now and then) and mild persistent
-// slowdowns add to the slow weight, however many, but mark no node.
-TEST(NodeMemoryTest, BlipsAndMildSlowdownsInManyJobsMakeNoNodeChronic) {
-  NodeMemory m = Memory();
-  for (int j = 0; j < 2; ++j) {
-    const std::string job = "job-" + std::to_string(j);
-    for (int k = 0; k < 8; ++k) {
-      const int64_t start = kNow - (10 - j * 5 - k / 2) * 60'000 + k * 1000;
-      const std::string worker = "worker-" + std::to_string(k);
-      ASSERT_TRUE(m.Record(Slow("blips", job, start, 1, 1.9, 1, false, worker), kNow).ok());
-      ASSERT_TRUE(m.Record(Slow("mild", job, start, 30, 1.4, 5, false, worker), kNow).ok());
-    }
-    ASSERT_TRUE(m.Record(Slow("slow", job, kNow - (10 - j * 5) * 60'000, 30, 3.0, 3), kNow).ok());
-    ASSERT_TRUE(
-        m.Record(Slow("once", job, kNow - (10 - j * 5) * 60'000, 30, j ? 1.2 : 3.0, 5), kNow).ok());
-  }
-  const Estimate blips = m.For("blips", kNow);
-  EXPECT_GE(blips.slow, 2) << "eight blips a job add up";
-  EXPECT_EQ(blips.recent_jobs, 0);
-  EXPECT_FALSE(blips.chronic);
-  const Estimate mild = m.For("mild", kNow);
-  EXPECT_GE(mild.slow, 2);
-  EXPECT_FALSE(mild.chronic) << "1.4x, under chronic_slowdown";
-  const Estimate slow = m.For("slow", kNow);
-  EXPECT_EQ(slow.recent_jobs, 2);
-  EXPECT_TRUE(slow.chronic) << "three windows at 3x in each of two jobs";
-  EXPECT_EQ(m.For("once", kNow).recent_jobs, 1) << "3x in one job, 1.2x in the other";
-  EXPECT_FALSE(m.For("once", kNow).chronic);
-
-  Options bad;
-  bad.chronic_slowdown = 0.5;
-  const absl::StatusOr<NodeMemory> refused = NodeMemory::Create(bad);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("chronic_slowdown"), std::string::npos);
-}
-
 TEST(NodeMemoryTest, DurationsComeFromTheNodesEpisodesBlendedWithThePrior) {
   NodeMemory m = Memory();
   for (int j = 0; j < 8; ++j) {
