@@ -29,7 +29,7 @@ if REAL:
     import antdt_control_plane as acp  # noqa: E402
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
-from antdt_kubelet import cgroups, spec  # noqa: E402
+from antdt_kubelet import cgroups, process, spec  # noqa: E402
 from antdt_kubelet.api import Informer  # noqa: E402
 from antdt_kubelet.kubelet import IpPool, Kubelet  # noqa: E402
 from antdt_kubelet.scheduler import Scheduler  # noqa: E402
@@ -419,7 +419,6 @@ class CpuQuotaTest(unittest.TestCase):
             groups.sync()
             self.assertEqual(self.read(os.path.join(n1, quota_file)), cgroups.quota_text(groups.version, 4))
             log_path = os.path.join(self.dir, "log")
-            from antdt_kubelet import process
             proc = process.spawn(["/bin/sleep", "30"], self.dir, {}, log_path, cgroup_procs=groups.procs_file("n1"))
             try:
                 self.assertIn(str(proc.pid), self.read(groups.procs_file("n1")).split())
