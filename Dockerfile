@@ -20,6 +20,7 @@ RUN apt-get update \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libabsl-dev libsqlite3-dev zlib1g-dev libyaml-cpp-dev prometheus-cpp-dev libcpprest-dev \
       nlohmann-json3-dev libboost-dev libssl-dev libcli11-dev libgtest-dev libgmock-dev \
+      libmimalloc-dev \
       python3 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

@@ -8,6 +8,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config
   ccache                                                     # scripts/ccache.sh: rebuilds from its cache
+  libmimalloc-dev                                            # antdt links mimalloc (cli/CMakeLists.txt)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libsqlite3-dev zlib1g-dev libyaml-cpp-dev prometheus-cpp-dev libcpprest-dev
   nlohmann-json3-dev libboost-dev libssl-dev openssl libcli11-dev

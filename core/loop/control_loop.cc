@@ -164,16 +164,18 @@ void ControlLoop::MeasureRelaunches(const std::vector<policy::WorkerState>& memb
   }
 }
 
-std::optional<policy::Observed> ControlLoop::PolicyInput(const Observation& now) {
+std::optional<policy::Observed> ControlLoop::PolicyInput(Observation& now) {
   MeasureRelaunches(now.members, now.now_ms);
   if (!now.health) return std::nullopt;
-  const v1::GetJobHealthResponse& health = *now.health;
-  if (health.window_ms() > 0) window_ms_seen_ = health.window_ms();
   policy::Observed obs;
+  // Taken, not copied: thousands of workers' health a turn.
+  obs.health = *std::move(now.health);
+  now.health.reset();
+  const v1::GetJobHealthResponse& health = obs.health;
+  if (health.window_ms() > 0) window_ms_seen_ = health.window_ms();
   obs.now_ms = now.now_ms;
   backend_->RecordTime(time_ledger_.Observe(obs.now_ms, health));
   obs.job = options_.job;
-  obs.health = health;
   obs.workers = now.members;
   // A member restarted by a decision in the history was restarted then, even
   // when its backend does not remember it (after the backend's own restart).
@@ -264,7 +266,7 @@ absl::Status ControlLoop::ApplyOne(const Effect& e) {
   return absl::OkStatus();
 }
 
-Ready ControlLoop::Step(const Observation& now, bool may_decide) {
+Ready ControlLoop::Step(Observation now, bool may_decide) {
   Ready ready;
   ready.recommend_only = options_.mode == vocab::Mode::kRecommend;
   if (may_decide && TakeTurn(now.now_ms, now.windows_closed)) {

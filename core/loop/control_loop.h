@@ -262,8 +262,10 @@ class ControlLoop {
   // The policy's input from `now` (the history not in it: Step lends its
   // own); nullopt while the Monitor has nothing on the job. Step's first part
   // in a turn: it measures the relaunches `now` shows done and accrues the
-  // time ledger.
-  std::optional<policy::Observed> PolicyInput(const Observation& now);
+  // time ledger. Takes now.health (thousands of workers' a turn), copies the
+  // rest.
+  std::optional<policy::Observed> PolicyInput(Observation& now);
+  std::optional<policy::Observed> PolicyInput(Observation&& now) { return PolicyInput(now); }
   // The one call of the policy: policy::Decide over `observed`.
   policy::Plan Decide(const policy::Observed& observed) const;
 
@@ -272,7 +274,7 @@ class ControlLoop {
   // `may_decide` false: the backend holds decisions back (a job not running
   // yet, suspended or finished); the deliveries are still due. Changes
   // nothing outside the loop but directive versions and what it measured.
-  Ready Step(const Observation& now, bool may_decide = true);
+  Ready Step(Observation now, bool may_decide = true);
   // Carries out `ready` (from the last Step, its decisions persisted where the
   // backend keeps them, and the backend's own departures and batch changes
   // added): the departures first, then reports the plan's skipped actions,

@@ -410,11 +410,11 @@ void JobController::ObserveMovedServers(const Json& job, const manifest::Job& sp
   }
 }
 
-loop::Ready JobController::Step(const Json& job, JobRuntime& rt, const loop::Observation& now) {
+loop::Ready JobController::Step(const Json& job, JobRuntime& rt, loop::Observation now) {
   const bool finished = ConditionTrue(job, "Succeeded") || ConditionTrue(job, "Failed");
   const bool acting = rt.dataset_ready && kube::At(job, {"spec", "suspend"}) != true &&
                       ConditionTrue(job, "Running") && !finished;
-  return rt.loop->Step(now, /*may_decide=*/acting);
+  return rt.loop->Step(std::move(now), /*may_decide=*/acting);
 }
 
 absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_ms) {

@@ -107,7 +107,7 @@ class JobController {
   // The control loop's step for this pass, on what it observed: a plan when a
   // decision is due and the job runs, and the deliveries due (server moves,
   // re-deliveries).
-  loop::Ready Step(const kube::Json& job, JobRuntime& rt, const loop::Observation& now);
+  loop::Ready Step(const kube::Json& job, JobRuntime& rt, loop::Observation now);
   // A create the API server refused (admission, quota, permissions): a Warning
   // Event FailedCreate on the job, as the ReplicaSet controller reports one,
   // and its condition ReplicaFailure True (the reconciler sets it False once
