@@ -234,8 +234,8 @@ void NodeController::SetGauges(const std::string& node, const nodememory::Estima
 absl::Status NodeController::Sync(const std::string& node) {
   const int64_t now = options_.clock->NowMillis();
   nodememory::Estimate e;
-  std::string reason, memory_json;
-  bool write_memory = false;
+  std::string reason;
+  MemoryWrite memory;
   {
     std::lock_guard<std::mutex> lock(mu_);
     e = memory_.For(node, now);
@@ -249,9 +249,10 @@ absl::Status NodeController::Sync(const std::string& node) {
     if (h != nullptr && options_.mode == vocab::Mode::kAct) {  // only Act writes it
       google::protobuf::util::JsonPrintOptions po;
       po.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(*h, &memory_json, po);
+      (void)google::protobuf::util::MessageToJsonString(*h, &memory.json, po);
+      memory.episodes_total = h->episodes_total();
       auto at = persisted_at_.find(node);
-      write_memory =
+      memory.due =
           persisted_total_[node] != h->episodes_total() ||
           (at == persisted_at_.end() || now - at->second >= options_.persist_interval_ms);
     }
@@ -261,14 +262,14 @@ absl::Status NodeController::Sync(const std::string& node) {
   std::optional<Json> current = nodes_->Get(node);
   if (!current) return absl::OkStatus();  // gone: its memory goes with the next restore
   const std::string message = Evidence(e);
-  RETURN_IF_ERROR(Publish(*current, e, reason, message, memory_json, write_memory));
+  RETURN_IF_ERROR(Publish(*current, e, reason, message, memory));
   if (options_.taint) RETURN_IF_ERROR(Taint(*current, e.chronic));
   return absl::OkStatus();
 }
 
 absl::Status NodeController::Publish(Json& current, const nodememory::Estimate& e,
                                      const std::string& reason, const std::string& message,
-                                     const std::string& memory_json, bool write_memory) {
+                                     const MemoryWrite& memory) {
   const std::string node = kube::StringAt(current, {"metadata", "name"});
   const int64_t now = options_.clock->NowMillis();
   {
@@ -317,15 +318,15 @@ absl::Status NodeController::Publish(Json& current, const nodememory::Estimate& 
     }
   }
   const bool memory_changed =
-      write_memory && !memory_json.empty() &&
-      kube::StringAt(current, {"metadata", "annotations", kNodeMemoryAnnotation}) != memory_json;
+      memory.due && !memory.json.empty() &&
+      kube::StringAt(current, {"metadata", "annotations", kNodeMemoryAnnotation}) != memory.json;
   if (memory_changed) {
     if (!kube::At(current, {"metadata", "annotations"}).is_object()) {
       ops.push_back({{"op", "add"}, {"path", "/metadata/annotations"}, {"value", Json::object()}});
     }
     ops.push_back({{"op", "add"},
                    {"path", "/metadata/annotations/" + PointerToken(kNodeMemoryAnnotation)},
-                   {"value", memory_json}});
+                   {"value", memory.json}});
   }
   if (ops.empty()) return absl::OkStatus();
   // On the Node as the informer showed it: a write the informer has not shown
@@ -347,9 +348,9 @@ absl::Status NodeController::Publish(Json& current, const nodememory::Estimate& 
     std::lock_guard<std::mutex> lock(mu_);
     if (memory_changed) {
       persisted_at_[node] = now;
-      if (const v1::NodeHistory* h = memory_.Find(node)) {
-        persisted_total_[node] = h->episodes_total();
-      }
+      // What was written, not what the memory holds now: a record that came
+      // in since Sync read it is still to be written (its node is queued again).
+      persisted_total_[node] = memory.episodes_total;
     }
   }
   if (changed && had_status != (*condition)["status"]) {

@@ -111,12 +111,18 @@ class NodeController {
   absl::Status Sync(const std::string& node);
   void Worker();
   void Restore();
+  // The node's memory as Sync read it, to write as the annotation.
+  struct MemoryWrite {
+    std::string json;            // its NodeHistory; "" when none (or not Act)
+    int64_t episodes_total = 0;  // that history's, not the memory's by the time it is written
+    bool due = false;            // changed since the last write, or the interval passed
+  };
   // The write of the node's condition and memory (nodes/status) as the memory
   // says now (`reason`/`message` of the condition); `current` becomes the
   // Node as written.
   absl::Status Publish(kube::Json& current, const nodememory::Estimate& e,
                        const std::string& reason, const std::string& message,
-                       const std::string& memory_json, bool write_memory);
+                       const MemoryWrite& memory);
   // The taint (nodes) on `current` while `want`, removed once not.
   absl::Status Taint(const kube::Json& current, bool want);
   // A 403: logged, one Warning on the job that marked `node`, writes paused.
