@@ -62,7 +62,7 @@ void ControlLoop::RememberNodes(const v1::GetJobHealthResponse& health,
 }
 
 void ControlLoop::Seed(std::vector<policy::Decision> decisions) {
-  for (policy::Decision& d : decisions) Remember(std::move(d));
+  for (const policy::Decision& d : decisions) Remember(d);
   budget_reported_ = false;
 }
 
@@ -193,9 +193,15 @@ std::optional<policy::Observed> ControlLoop::PolicyInput(Observation& now) {
   return obs;
 }
 
-void ControlLoop::Remember(policy::Decision decision) {
-  history_index_.Add(decision);
-  history_.push_back(std::move(decision));
+void ControlLoop::Remember(const policy::Decision& decision) {
+  policy::Decision& kept = history_.emplace_back();
+  kept.action = decision.action;
+  kept.at_ms = decision.at_ms;
+  kept.policy = decision.policy;
+  kept.rule = decision.rule;
+  kept.subject = decision.subject;
+  kept.cause = decision.cause;
+  history_index_.Add(kept);
 }
 
 policy::Plan ControlLoop::Decide(const policy::Observed& observed) const {

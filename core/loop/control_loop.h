@@ -248,6 +248,7 @@ class ControlLoop {
   // Decisions already taken for this job (a backend rebuilding them after its
   // own restart); appended to the history.
   void Seed(std::vector<policy::Decision> decisions);
+  // Without reasons and evidence (Remember).
   const std::vector<policy::Decision>& history() const { return history_; }
 
   // Whether a decision is due at `now_ms` with the Monitor at
@@ -304,8 +305,11 @@ class ControlLoop {
 
  private:
   absl::Status ApplyOne(const Effect& effect);
-  // Appends `decision` to the history and its index.
-  void Remember(policy::Decision decision);
+  // Appends `decision` to the history and its index: what the policies read
+  // of it (its action, time, policy, rule, subject and cause), not its reason
+  // or evidence, which the backend recorded. A job of 10,000 workers takes
+  // some 200,000 decisions; kept whole they held 800 MB in the simulator.
+  void Remember(const policy::Decision& decision);
   // The effects of `plan`, decided on `observed`, for `members` as observed.
   std::vector<Effect> Effects(const policy::Plan& plan, const policy::Observed& observed,
                               const std::vector<policy::WorkerState>& members);

@@ -352,7 +352,9 @@ struct Observed {
   // A parameter server's move: measured (the handoff at a step boundary, or a
   // restore from its checkpoint and the replay after it) + warm-up, or a default.
   double ps_restart_cost_seconds = 60;
-  std::vector<Decision> history;  // decisions already taken for this job
+  // Decisions already taken for this job; the control loop keeps them without
+  // their reasons and evidence (ControlLoop::Remember), which no policy reads.
+  std::vector<Decision> history;
   // An index of `history` its holder keeps as it appends (the control loop);
   // null, or not of the history's size: the policy builds its own.
   const HistoryIndex* history_index = nullptr;
