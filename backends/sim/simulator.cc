@@ -540,13 +540,7 @@ absl::Status Sim::ReleaseShards(const std::string& worker, int32_t incarnation) 
 }
 
 void Sim::RecordAction(const policy::Decision& d, loop::Outcome /*outcome*/) {
-  policy::Decision& kept = result_.actions.emplace_back();
-  kept.action = d.action;
-  kept.at_ms = d.at_ms;
-  kept.policy = d.policy;
-  kept.rule = d.rule;
-  kept.subject = d.subject;
-  kept.cause = d.cause;
+  result_.actions.push_back(policy::WithoutReasons(d));
 }
 
 SimWorker* Sim::WorkerOn(const std::string& node) {

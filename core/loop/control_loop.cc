@@ -194,14 +194,8 @@ std::optional<policy::Observed> ControlLoop::PolicyInput(Observation& now) {
 }
 
 void ControlLoop::Remember(const policy::Decision& decision) {
-  policy::Decision& kept = history_.emplace_back();
-  kept.action = decision.action;
-  kept.at_ms = decision.at_ms;
-  kept.policy = decision.policy;
-  kept.rule = decision.rule;
-  kept.subject = decision.subject;
-  kept.cause = decision.cause;
-  history_index_.Add(kept);
+  history_.push_back(policy::WithoutReasons(decision));
+  history_index_.Add(history_.back());
 }
 
 policy::Plan ControlLoop::Decide(const policy::Observed& observed) const {

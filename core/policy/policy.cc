@@ -52,6 +52,11 @@ vocab::ActionKind KindOf(const Action& action) {
   return ActionKind::kBackupWorkers;
 }
 
+Decision WithoutReasons(const Decision& d) {
+  return Decision{d.action,  d.at_ms,       d.policy,        d.rule,
+                  d.subject, /*reason=*/"", /*evidence=*/{}, d.cause};
+}
+
 int BudgetUsed(const std::vector<Decision>& history) { return HistoryIndex(history).BudgetUsed(); }
 
 void HistoryIndex::Add(const Decision& d) {

@@ -219,6 +219,10 @@ struct Decision {
 // locally and in the simulator): what its records show.
 inline double AtSeconds(const Decision& d) { return static_cast<double>(d.at_ms) / 1000.0; }
 
+// `d` as a history keeps it: everything but its reason and evidence (no
+// policy reads them; a job of 10,000 workers takes some 200,000 decisions).
+Decision WithoutReasons(const Decision& d);
+
 // The job's interventions in `history`, as the Budget safeguard counts them
 // against max_actions (below): each KILL_RESTART and UseBackupWorkers one,
 // each ADJUST_BS round (decisions sharing at_ms) one, antdt-nd's tidy rounds

@@ -252,9 +252,8 @@ absl::Status NodeController::Sync(const std::string& node) {
       (void)google::protobuf::util::MessageToJsonString(*h, &memory.json, po);
       memory.episodes_total = h->episodes_total();
       auto at = persisted_at_.find(node);
-      memory.due =
-          persisted_total_[node] != h->episodes_total() ||
-          (at == persisted_at_.end() || now - at->second >= options_.persist_interval_ms);
+      memory.due = persisted_total_[node] != h->episodes_total() ||
+                   (at == persisted_at_.end() || now - at->second >= options_.persist_interval_ms);
     }
   }
   SetGauges(node, e);
