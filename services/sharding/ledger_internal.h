@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "antdt/v1/sharding_state.pb.h"
@@ -145,7 +146,8 @@ struct Ledger::Dataset {
   // lease without a scan.
   std::unordered_map<std::string, uint64_t> by_request;
   RecentLeases ended;  // ended in this process
-  std::unordered_map<std::string, WorkerStats> workers;
+  // Hashed with abseil's hash: looked up on every commit of 10,000 workers.
+  absl::node_hash_map<std::string, WorkerStats> workers;
   // A whole-dataset operation (Restore, Checkpoint) is reading or rebuilding
   // the shard state outside the mutex: every call on the dataset is refused
   // (UNAVAILABLE, retry) and nothing else writes it. What it is doing ("being
