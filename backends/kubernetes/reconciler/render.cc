@@ -213,9 +213,6 @@ void AddCheckpointVolume(const Json& job, const manifest::Job& spec, Json& pod) 
   pod["spec"]["containers"][0]["volumeMounts"].push_back(*mount);
 }
 
-// Excluded nodes as a required NotIn term, ANDed into every existing
-// nodeSelectorTerm (terms are ORed, so each must exclude them), and the
-// Controller's chosen node as a preference.
 // A required `hostname NotIn nodes`, in every term of the template's own
 // required affinity (terms are ORed: each must keep off them).
 void RequireNotIn(Json& pod_spec, const Json& nodes) {
@@ -230,6 +227,8 @@ void RequireNotIn(Json& pod_spec, const Json& nodes) {
   }
 }
 
+// Excluded nodes as a required NotIn term (RequireNotIn), and the
+// Controller's chosen node as a preference.
 void AddNodeAffinity(Json& pod_spec, const std::vector<std::string>& excluded,
                      const std::string& preferred) {
   if (!excluded.empty()) RequireNotIn(pod_spec, excluded);
