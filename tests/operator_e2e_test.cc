@@ -1246,23 +1246,52 @@ void ExpectAMissingPermissionIsReported(Cluster& cluster, const std::string& ren
   EXPECT_NE(out.find("api_forbidden verb=create resource=pods"), std::string::npos) << out;
 }
 
-// The chart installed as a platform team installs it, on a cluster that
-// authorizes by RBAC and enforces Pod Security "restricted" everywhere but
-// the agents' namespace: the operator runs from its Deployment under its
-// ServiceAccount, the agents from the DaemonSet, both as pods of the test
-// kubelet; a job with a straggler node then runs to Succeeded, exactly once,
-// with the straggler acted on; and every request the operator made was one
-// its RBAC grants.
-// On the real control plane (ANTDT_E2E_CONTROL_PLANE=real) with the real helm:
-// lint, template (for the roles), install, test, upgrade and uninstall; the
-// requests from the API server's audit log, a removed rule refused by its RBAC
-// authorizer.
-TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
-  if (!RealControlPlane()) GTEST_SKIP() << "runs on the real control plane (operator_e2e_real)";
-  Cluster cluster(5, /*rbac=*/true, Plane::kOwn);
-  const std::string helm =
-      cluster.K8sBin("helm") + " --kubeconfig " + cluster.File("kubeconfig") + " ";
-  const std::string chart = SourcePath("deploy/helm/antdt");
+// The node the running worker `worker` of `job` is on, once there is one.
+std::string RunningWorkerNode(Cluster& cluster, const std::string& job, const std::string& worker) {
+  for (const Json& p : cluster.Pods(job)) {
+    if (Str(p, {"metadata", "labels", "antdt.io/worker-id"}) == worker &&
+        Str(p, {"status", "phase"}) == "Running") {
+      return Str(p, {"spec", "nodeName"});
+    }
+  }
+  return "";
+}
+
+// The effect of `node`'s taint antdt.io/slow-node (empty: none).
+std::string SlowNodeTaint(Cluster& cluster, const std::string& node) {
+  auto n = cluster.api()->Get(kube::NodesResource(), "", node);
+  if (!n.ok()) return "";
+  for (const Json& t : kube::At(*n, {"spec", "taints"})) {
+    if (t.value("key", "") == "antdt.io/slow-node") return t.value("effect", "");
+  }
+  return "";
+}
+
+// `node`'s condition AntDTSlowNode as the API server holds it (empty: none).
+Json SlowNodeCondition(Cluster& cluster, const std::string& node) {
+  auto n = cluster.api()->Get(kube::NodesResource(), "", node);
+  if (!n.ok()) return Json::object();
+  for (const Json& c : kube::At(*n, {"status", "conditions"})) {
+    if (c.value("type", "") == "AntDTSlowNode") return c;
+  }
+  return Json::object();
+}
+
+// The chart as a platform team installs it: namespaces under Pod Security
+// (restricted, the agents' privileged), helm lint, template (the roles) and
+// install with `extra_sets`, the test kubelet, and both rollouts done.
+struct ChartRelease {
+  std::string helm;      // the helm command line, with the cluster's kubeconfig
+  std::string chart;     // the chart's folder
+  std::string rendered;  // helm template's output
+  std::string sets;      // the --set flags it was installed with
+};
+
+void InstallChart(Cluster& cluster, const std::string& extra_sets, ChartRelease* release) {
+  release->helm = cluster.K8sBin("helm") + " --kubeconfig " + cluster.File("kubeconfig") + " ";
+  release->chart = SourcePath("deploy/helm/antdt");
+  const std::string& helm = release->helm;
+  const std::string& chart = release->chart;
   int rc = 0;
   for (const auto& [ns, level] : std::vector<std::pair<std::string, std::string>>{
            {"antdt-system", "restricted"}, {"antdt-agents", "privileged"}}) {
@@ -1277,14 +1306,15 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   ASSERT_EQ(rc, 0) << out;
 
   // helm lint, helm template (the roles, for the least-privilege check), helm install.
-  const std::string rendered = cluster.dir() + "/antdt.yaml";
-  const std::string sets = absl::StrCat(
-      " --set agent.namespace=antdt-agents",
-      " --set operator.monitorWindow=1s --set operator.masterPort=", cluster.master_port(), " ");
+  release->rendered = cluster.dir() + "/antdt.yaml";
+  release->sets = absl::StrCat(" --set agent.namespace=antdt-agents",
+                               " --set operator.monitorWindow=1s --set operator.masterPort=",
+                               cluster.master_port(), " ", extra_sets, " ");
+  const std::string& sets = release->sets;
   ASSERT_EQ(RunCommand(helm + "lint " + chart + sets + " 2>&1", &out), 0) << out;
   ASSERT_EQ(RunCommand(absl::StrCat(helm, "template antdt ", chart,
                                     " --namespace antdt-system --include-crds --skip-tests", sets,
-                                    " > ", rendered),
+                                    " > ", release->rendered),
                        &out),
             0)
       << out;
@@ -1300,6 +1330,29 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   ASSERT_EQ(rc, 0) << out << cluster.Kubectl("get pods -A -o wide");
   out = cluster.Kubectl("-n antdt-agents rollout status daemonset/antdt-agent --timeout=120s", &rc);
   ASSERT_EQ(rc, 0) << out << cluster.Kubectl("get pods -A -o wide");
+}
+
+// The chart installed as a platform team installs it, on a cluster that
+// authorizes by RBAC and enforces Pod Security "restricted" everywhere but
+// the agents' namespace: the operator runs from its Deployment under its
+// ServiceAccount, the agents from the DaemonSet, both as pods of the test
+// kubelet; a job with a straggler node then runs to Succeeded, exactly once,
+// with the straggler acted on; and every request the operator made was one
+// its RBAC grants.
+// On the real control plane (ANTDT_E2E_CONTROL_PLANE=real) with the real helm:
+// lint, template (for the roles), install, test, upgrade and uninstall; the
+// requests from the API server's audit log, a removed rule refused by its RBAC
+// authorizer.
+TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
+  if (!RealControlPlane()) GTEST_SKIP() << "runs on the real control plane (operator_e2e_real)";
+  Cluster cluster(5, /*rbac=*/true, Plane::kOwn);
+  ChartRelease release;
+  ASSERT_NO_FATAL_FAILURE(InstallChart(cluster, "", &release));
+  const std::string& helm = release.helm;
+  const std::string& chart = release.chart;
+  const std::string& rendered = release.rendered;
+  const std::string& sets = release.sets;
+  std::string out;
 
   // A job with a straggler: worker-1's node turns 4x slower once it runs.
   const int64_t records = 16000;
@@ -1393,6 +1446,116 @@ TEST(OperatorE2E, TheChartInstallsOnARestrictedRbacClusterAndRunsAJob) {
   EXPECT_TRUE(needless.empty()) << "rules this run did without: " << absl::StrJoin(needless, "; ");
   ASSERT_NO_FATAL_FAILURE(ExpectAMissingPermissionIsReported(cluster, rendered));
   ASSERT_NO_FATAL_FAILURE(ExpectHelmUpgradeAndUninstall(cluster, helm, chart, sets));
+}
+
+// Node memory in Act, with the taint, on a cluster whose platform team took the
+// node grants out of the chart's roles: the operator keeps the memory, says
+// once (a Warning on the job that taught it, naming nodes/status) what it may
+// not do, writes no Node and does not retry in a storm, and the job goes on to
+// complete exactly once.
+TEST(OperatorE2E, WithoutTheNodeGrantsOneWarningSaysWhichAndTheJobCompletesOnce) {
+  if (!RealControlPlane()) GTEST_SKIP() << "runs on the real control plane (operator_e2e_real)";
+  Cluster cluster(4, /*rbac=*/true, Plane::kOwn);
+  ChartRelease release;
+  ASSERT_NO_FATAL_FAILURE(InstallChart(
+      cluster, "--set operator.nodeMemory.mode=Act --set operator.nodeMemory.taint=true",
+      &release));
+  int rc = 0;
+  std::string out = cluster.Kubectl("get clusterrole antdt-operator-nodes -o json", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  Json role = Json::parse(out);
+  const std::string granted = role["rules"].dump();
+  ASSERT_NE(granted.find("nodes/status"), std::string::npos)
+      << "the chart did not grant: " << granted;
+  // Only what the Monitor needs stays: the Nodes' labels and conditions.
+  role["rules"] = Json::parse(R"([{"apiGroups": [""], "resources": ["nodes"],
+                                   "verbs": ["list", "watch"]}])");
+  role["metadata"].erase("resourceVersion");
+  role["metadata"].erase("managedFields");
+  std::ofstream(cluster.dir() + "/nodes-role.json") << role.dump();
+  out = cluster.Kubectl("replace -f " + cluster.dir() + "/nodes-role.json", &rc);
+  ASSERT_EQ(rc, 0) << out;
+
+  // A job with a straggler: worker-1's node turns 4x slower once it runs, and
+  // the memory records it (an incident of one job: its annotation is due).
+  const int64_t records = 16000;
+  Json spec = cluster.ExampleJob("memory", records, 4, /*shared_volume=*/false);
+  UseNdPolicyWithShortWindows(spec);
+  ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spec));
+  std::string victim;
+  Json job = cluster.WaitJob(
+      "memory",
+      [&](const Json& j) {
+        victim = Condition(j, "Running") == "True"
+                     ? RunningWorkerNode(cluster, "memory", "worker-1")
+                     : "";
+        return !victim.empty();
+      },
+      std::chrono::seconds(120));
+  ASSERT_FALSE(victim.empty()) << cluster.Diagnosis("memory");
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // past the Monitor's warm-up
+  cluster.WriteSpeed(victim, 0.25);
+  job = cluster.WaitJob(
+      "memory", [](const Json& j) { return Finished(j); }, std::chrono::seconds(300));
+  ASSERT_EQ(Condition(job, "Succeeded"), "True") << cluster.Diagnosis("memory");
+  EXPECT_FALSE(job["status"].value("lastActions", Json::array()).empty())
+      << "the straggler was not acted on: " << cluster.Diagnosis("memory");
+  const demo::Verification v = cluster.Verify("memory", records, Str(job, {"metadata", "uid"}));
+  EXPECT_TRUE(v.exactly_once()) << v.Summary();
+
+  // One Warning, on the job, naming the permission.
+  std::vector<Json> warnings;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        warnings.clear();
+        for (const Json& e : cluster.Events()) {
+          if (e.value("reason", "") == "NodeMemoryForbidden") warnings.push_back(e);
+        }
+        return !warnings.empty();
+      },
+      std::chrono::seconds(30)))
+      << cluster.Kubectl("get events") << cluster.Diagnosis("memory");
+  ASSERT_EQ(warnings.size(), 1u) << Json(warnings).dump(2);
+  EXPECT_EQ(warnings[0].value("type", ""), "Warning");
+  EXPECT_EQ(warnings[0].value("count", 1), 1) << warnings[0].dump(2);
+  EXPECT_EQ(Str(warnings[0], {"involvedObject", "name"}), "memory");
+  EXPECT_NE(warnings[0].value("message", "").find("nodes/status"), std::string::npos)
+      << warnings[0].dump(2);
+  out = cluster.Kubectl("-n antdt-system logs -l app.kubernetes.io/component=operator --tail=-1",
+                        &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("node_write_forbidden"), std::string::npos) << out;
+  EXPECT_EQ(out.find("node_condition"), std::string::npos) << out;
+  // Refused once, then left alone: no retry storm on the Nodes.
+  int refused = 0;
+  for (const ServedRequest& r : cluster.Requests()) {
+    if (r.user == "system:serviceaccount:antdt-system:antdt-operator" && r.code == 403 &&
+        r.attributes.resource == "nodes") {
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 1);
+  EXPECT_LE(refused, 2) << "the operator retried a refused Node write " << refused << " times";
+  // No Node written: no memory annotation, no condition, no taint.
+  for (int i = 0; i < 4; ++i) {
+    const std::string node = cluster.NodeName(i);
+    EXPECT_TRUE(SlowNodeCondition(cluster, node).empty()) << node;
+    out = cluster.Kubectl("get node " + node + " -o json", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    const Json n = Json::parse(out);
+    EXPECT_EQ(Str(n, {"metadata", "annotations", "antdt.io/node-memory"}), "") << node;
+    EXPECT_EQ(kube::At(n, {"spec", "taints"}).dump().find("antdt.io/slow-node"), std::string::npos)
+        << node;
+  }
+  // Nothing crashed: the operator's pods never restarted.
+  out = cluster.Kubectl(
+      "-n antdt-system get pods -l app.kubernetes.io/component=operator -o "
+      "jsonpath={.items[*].status.containerStatuses[*].restartCount}",
+      &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (absl::string_view count : absl::StrSplit(out, ' ', absl::SkipEmpty())) {
+    EXPECT_EQ(count, "0") << out;
+  }
 }
 
 // Jobs are namespace/name: two jobs named `coll` in two namespaces at once
@@ -2049,39 +2212,20 @@ TEST(OperatorE2E, ConvergesThroughExpiredWatchesConflictsAndThrottling) {
   EXPECT_GE(job_lists, 2);
 }
 
-// The node the running worker `worker` of `job` is on, once there is one.
-std::string RunningWorkerNode(Cluster& cluster, const std::string& job, const std::string& worker) {
-  for (const Json& p : cluster.Pods(job)) {
-    if (Str(p, {"metadata", "labels", "antdt.io/worker-id"}) == worker &&
-        Str(p, {"status", "phase"}) == "Running") {
-      return Str(p, {"spec", "nodeName"});
-    }
-  }
-  return "";
-}
-
-// `node`'s condition AntDTSlowNode as the API server holds it (empty: none).
-Json SlowNodeCondition(Cluster& cluster, const std::string& node) {
-  auto n = cluster.api()->Get(kube::NodesResource(), "", node);
-  if (!n.ok()) return Json::object();
-  for (const Json& c : kube::At(*n, {"status", "conditions"})) {
-    if (c.value("type", "") == "AntDTSlowNode") return c;
-  }
-  return Json::object();
-}
-
 // The cluster remembers a slow node across two jobs and an operator failover
 // (node_controller.h): a node slowed through both jobs gets the condition
-// AntDTSlowNode with the cause and the evidence, the second job's restarted
-// worker is placed elsewhere by the scheduler, its decision record names the
-// node avoided, the condition clears as the memory decays, and a healthy node
-// never gets it.
+// AntDTSlowNode with the cause and the evidence, and (--node-taint) the
+// PreferNoSchedule taint; the second job's restarted worker is placed
+// elsewhere by the scheduler, its decision record names the node avoided; the
+// condition and the taint clear as the memory decays; and a healthy node never
+// gets either.
 TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNode) {
   Cluster cluster(4);
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
   // A three-minute half-life: two jobs a minute or two apart (a loaded machine) are
   // both recent, and the mark decays within the test.
-  const std::vector<std::string> memory = {"--node-memory", "Act", "--node-memory-half-life", "3m"};
+  const std::vector<std::string> memory = {"--node-memory", "Act", "--node-memory-half-life", "3m",
+                                           "--node-taint",  "true"};
   const std::string monitor_a = cluster.StartOperator("op-a", memory);
   ASSERT_EQ(Str(cluster.WaitForLeader("op-a"), {"spec", "holderIdentity"}), "op-a");
   const std::string monitor_b = cluster.StartOperator("op-b", memory);
@@ -2151,6 +2295,10 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
     }
   }
   EXPECT_NE(cluster.Kubectl("describe node " + victim).find("AntDTSlowNode"), std::string::npos);
+  // With --node-taint: the marked node carries the PreferNoSchedule taint.
+  EXPECT_TRUE(WaitFor([&] { return SlowNodeTaint(cluster, victim) == "PreferNoSchedule"; },
+                      std::chrono::seconds(30)))
+      << cluster.Kubectl("get node " + victim + " -o jsonpath={.spec.taints}");
   EXPECT_NE(cluster.Kubectl("get events -n default --field-selector involvedObject.name=" + victim)
                 .find("AntDTSlowNode"),
             std::string::npos);
@@ -2209,6 +2357,10 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
       WaitFor([&] { return SlowNodeCondition(cluster, victim).value("status", "") == "False"; },
               std::chrono::seconds(200)));
   EXPECT_EQ(SlowNodeCondition(cluster, victim).value("reason", ""), "MemoryDecayed");
+  EXPECT_TRUE(
+      WaitFor([&] { return SlowNodeTaint(cluster, victim).empty(); }, std::chrono::seconds(30)))
+      << "the taint outlived the mark: "
+      << cluster.Kubectl("get node " + victim + " -o jsonpath={.spec.taints}");
   EXPECT_NE(cluster.OperatorMetrics("op-b").find("antdt_node_slow_score{node=\"" + victim + "\"}"),
             std::string::npos);
   // No healthy node was ever marked: no condition now, no Event of one then.
@@ -2216,6 +2368,7 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
     const std::string node = cluster.NodeName(i);
     if (node == victim) continue;
     EXPECT_TRUE(SlowNodeCondition(cluster, node).empty()) << node;
+    EXPECT_EQ(SlowNodeTaint(cluster, node), "") << node;
     EXPECT_EQ(cluster.Kubectl("get events -n default --field-selector involvedObject.name=" + node)
                   .find("AntDTSlowNode"),
               std::string::npos)

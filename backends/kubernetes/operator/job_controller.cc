@@ -478,11 +478,9 @@ absl::Status JobController::Sync(const std::string& key, int64_t* requeue_after_
     }
     if (options_.node_controller != nullptr) {
       if (health) options_.node_controller->Record(job, *health);
-      // Acted on only under the cluster's Act and the job's: new and restarted
-      // pods keep off the nodes the memory marks, unless the job says Ignore.
-      if (options_.node_controller->mode() == vocab::Mode::kAct &&
-          obs.spec->straggler_policy.mode == vocab::Mode::kAct &&
-          obs.spec->straggler_policy.avoid_slow_nodes != vocab::AvoidSlowNodes::kIgnore) {
+      // Published only under the cluster's Act; the reconciler's pass decides
+      // whether this job acts on them (its own mode and avoidSlowNodes).
+      if (options_.node_controller->mode() == vocab::Mode::kAct) {
         obs.avoided_nodes = options_.node_controller->Marked();
       }
     }

@@ -430,8 +430,8 @@ void NodeController::Forbidden(const std::string& node, const std::string& permi
   if (!warn || job.is_null()) return;
   recorder_->Record(
       job, "Warning", "NodeMemoryForbidden",
-      absl::StrCat("AntDT's node memory marks node ", node,
-                   " slow but cannot publish it: the operator may not patch ", permission,
+      absl::StrCat("AntDT's node memory holds this job's slowdowns on node ", node,
+                   " but cannot publish them on the Node: the operator may not patch ", permission,
                    " (grant it with the chart's nodeMemory settings); the memory is kept and "
                    "the job goes on"));
 }

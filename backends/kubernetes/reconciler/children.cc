@@ -194,7 +194,7 @@ void EnsureWorker(const Pass& pass, const WorkerInstance& w, bool hold, Changes&
     AddWrite(changes, std::move(leave));
   }
   AddWrite(changes,
-           Create("pods", RenderWorkerPod(pass.o.job, pass.spec, w, pass.s, pass.o.avoided_nodes),
+           Create("pods", RenderWorkerPod(pass.o.job, pass.spec, w, pass.s, pass.avoided),
                   w.incarnation > 0 ? absl::StrCat("incarnation ", w.incarnation) : "missing"));
 }
 

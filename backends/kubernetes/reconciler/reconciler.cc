@@ -388,8 +388,8 @@ void ApplyActions(const Pass& pass, Records& r, Changes& changes) {
     }
     r.last_actions.push_back(DecisionRecord(d, pass.now));
     // The nodes its new pod prefers not to run on (the node memory's marks).
-    if (restart != nullptr && !pass.o.avoided_nodes.empty()) {
-      r.last_actions.back()["avoidedNodes"] = pass.o.avoided_nodes;
+    if (restart != nullptr && !pass.avoided.empty()) {
+      r.last_actions.back()["avoidedNodes"] = pass.avoided;
     }
   }
   TrimLastActions(r.last_actions);

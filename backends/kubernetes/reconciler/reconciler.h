@@ -170,9 +170,9 @@ struct Snapshot {
   // now), so their earlier pods can go.
   std::set<std::string> servers_followed;
   // Nodes the cluster's node memory marks slow (the node controller, under
-  // Act, for a job in Act mode): the workers' new pods keep off them, by a
+  // Act). A job in Act mode keeps its workers' new pods off them, by a
   // preferred affinity or, under spec.stragglerPolicy.avoidSlowNodes:
-  // Required, a required one.
+  // Required, a required one; under Ignore or Recommend, the pass leaves them.
   std::vector<std::string> avoided_nodes;
   int64_t now_ms = 0;  // wall clock, for timestamps
 };
@@ -297,7 +297,8 @@ Json RenderShardingPod(const Json& job, const manifest::Job& spec, const Setting
 Json RenderParameterServerPod(const Json& job, const manifest::Job& spec, int32_t k,
                               const Settings& s, const ServerInstance& inst = {},
                               const std::string& take_over = "");
-// `avoided`: nodes it prefers not to run on (Snapshot::avoided_nodes).
+// `avoided`: nodes it keeps off, as spec.stragglerPolicy.avoidSlowNodes says
+// (Preferred or Required; the pass passes none under Ignore).
 Json RenderWorkerPod(const Json& job, const manifest::Job& spec, const WorkerInstance& instance,
                      const Settings& s, const std::vector<std::string>& avoided = {});
 // The job's PodGroup for Settings::gang_scheduler (Volcano's

@@ -148,7 +148,18 @@ struct Pass {
         n(spec.workers.replicas),
         p(jobconfig::ParameterServerCount(spec)),
         now(observed.now_ms),
+        avoided(AvoidedNodes(observed)),
         children(observed) {}
+
+  // The one gate on the node memory's marks: acted on only by a job in Act
+  // mode whose stragglerPolicy.avoidSlowNodes is not Ignore.
+  static std::vector<std::string> AvoidedNodes(const Snapshot& o) {
+    if (o.spec->straggler_policy.mode != vocab::Mode::kAct ||
+        o.spec->straggler_policy.avoid_slow_nodes == vocab::AvoidSlowNodes::kIgnore) {
+      return {};
+    }
+    return o.avoided_nodes;
+  }
 
   const Snapshot& o;
   const Settings& s;
@@ -159,6 +170,7 @@ struct Pass {
   const int32_t n;  // workers
   const int32_t p;  // parameter servers
   const int64_t now;
+  const std::vector<std::string> avoided;  // the nodes new worker pods keep off
   const Children children;
 };
 

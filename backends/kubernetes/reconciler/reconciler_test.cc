@@ -1013,8 +1013,8 @@ TEST(ReconcileTest, KillRestartAvoidsTheNodesTheMemoryMarksAndRecordsThem) {
 
 // spec.stragglerPolicy.avoidSlowNodes: Required keeps the pod off the marked
 // nodes in every term of the template's own required affinity (terms are
-// ORed); Ignore adds nothing.
-TEST(ReconcileTest, AvoidSlowNodesRequiredExcludesTheMarkedNodesInEveryTermAndIgnoreNone) {
+// ORed).
+TEST(ReconcileTest, AvoidSlowNodesRequiredExcludesTheMarkedNodesInEveryTerm) {
   Cluster c;
   Json job = c.job;
   job["spec"]["stragglerPolicy"]["avoidSlowNodes"] = "Required";
@@ -1044,17 +1044,40 @@ TEST(ReconcileTest, AvoidSlowNodesRequiredExcludesTheMarkedNodesInEveryTermAndIg
   EXPECT_FALSE(affinity.contains("preferredDuringSchedulingIgnoredDuringExecution"))
       << affinity.dump();
 
-  job["spec"]["stragglerPolicy"]["avoidSlowNodes"] = "Ignore";
-  job["spec"]["workers"]["template"]["spec"].erase("affinity");
-  const Json ignored = RenderWorkerPod(job, *manifest::ParseJob(job.dump()), WorkerInstance{},
-                                       Settings{}, {"node-2", "node-7"});
-  EXPECT_FALSE(ignored["spec"].contains("affinity")) << ignored["spec"].dump();
-
   job["spec"]["stragglerPolicy"]["avoidSlowNodes"] = "Always";
   auto bad = manifest::ParseJob(job.dump());
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("spec.stragglerPolicy.avoidSlowNodes"));
+}
+
+// The marks the cluster publishes are the job's to act on: under
+// avoidSlowNodes: Ignore, or a stragglerPolicy in Recommend mode, a restarted
+// worker's pod keeps off only the node it left, and its record names no
+// avoided node.
+TEST(ReconcileTest, AJobThatIgnoresTheMarksOrOnlyRecommendsAvoidsNone) {
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"avoidSlowNodes", "Ignore"}, {"mode", "Recommend"}}) {
+    SCOPED_TRACE(field + ": " + value);
+    Cluster c;
+    c.job["spec"]["stragglerPolicy"][field] = value;
+    c.Settle();
+    c.avoided_nodes = {"node-2", "node-7"};
+    Changes changes = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
+    ASSERT_TRUE(changes.status.has_value());
+    ASSERT_EQ((*changes.status)["lastActions"].size(), 1u) << changes.status->dump(2);
+    EXPECT_FALSE((*changes.status)["lastActions"][0].contains("avoidedNodes"))
+        << (*changes.status)["lastActions"][0].dump();
+    c.RemoveTerminating();
+    changes = c.Pass();
+    ASSERT_THAT(Describe(changes.writes),
+                ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2"));
+    const Json& affinity = changes.writes[1].object["spec"]["affinity"]["nodeAffinity"];
+    EXPECT_EQ(affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                      ["matchExpressions"][0]["values"],
+              Json::array({"node-2"}));
+    EXPECT_EQ(affinity.dump().find("node-7"), std::string::npos) << affinity.dump();
+  }
 }
 
 TEST(ReconcileTest, OperatorRestartedMidRestartConvergesToTheSameWrites) {

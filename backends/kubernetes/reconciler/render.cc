@@ -252,7 +252,7 @@ void AvoidNodes(Json& pod_spec, const std::vector<std::string>& avoided,
   for (const std::string& n : avoided) {
     if (std::find(excluded.begin(), excluded.end(), n) == excluded.end()) values.push_back(n);
   }
-  if (values.empty() || how == vocab::AvoidSlowNodes::kIgnore) return;
+  if (values.empty()) return;
   if (how == vocab::AvoidSlowNodes::kRequired) {
     RequireNotIn(pod_spec, values);
     return;
