@@ -354,7 +354,7 @@ absl::Status Runner::ApplyScenario() {
   return cgroups_ ? cgroups_->Apply(scenario_, now) : absl::OkStatus();
 }
 
-void Runner::StartLoop() {
+loop::LoopOptions Runner::LoopOptionsOf() const {
   loop::LoopOptions lo;
   lo.job = job_.name;
   lo.namespace_ = job_.namespace_;
@@ -364,8 +364,11 @@ void Runner::StartLoop() {
   lo.window_ms = job_.monitor.window_ms;
   lo.regroup_seconds = jobconfig::RegroupSeconds(job_);
   lo.mode = mode_;
+  return lo;
+}
+
+void Runner::StartLoop(const loop::LoopOptions& lo) {
   loop_ = std::make_unique<loop::ControlLoop>(lo, this, &clock_);
-  metrics_.Expect(policy::PossibleDecisions(lo.policy), lo.mode == vocab::Mode::kRecommend);
   // The first decision one interval after the job started (its clock), when
   // the Monitor has a window.
   (void)loop_->TakeTurn(clock_.NowMillis(), WindowsClosed());
@@ -413,12 +416,16 @@ absl::Status Runner::StartJob() {
   Event("sharding service on " + sharding_.address + ", monitor on " + monitor_address_);
   RETURN_IF_ERROR(ApplyScenario());
   RETURN_IF_ERROR(StartAgents());
+  // Every action's series exists, at 0, before Prometheus first scrapes (which
+  // StartPrometheus waits for): the first action is an increase from 0.
+  const loop::LoopOptions lo = LoopOptionsOf();
+  metrics_.Expect(policy::PossibleDecisions(lo.policy), lo.mode == vocab::Mode::kRecommend);
   RETURN_IF_ERROR(StartPrometheus());
   // With --prometheus, the job's time starts once Prometheus has scraped every
   // process (its discovery alone takes 5-10 s): its first samples are the
   // job's first second, and the scenario's times are the workers'.
   if (prometheus_) clock_.Restart();
-  StartLoop();
+  StartLoop(lo);
   RETURN_IF_ERROR(ApplyScenario());
   ASSIGN_OR_RETURN(const std::vector<std::string> server_nodes, ServerPlacement());
   RETURN_IF_ERROR(StartParameterServers(server_nodes));

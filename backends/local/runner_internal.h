@@ -154,7 +154,9 @@ class Runner final : public loop::Backend {
   absl::Status Loop();
   absl::Status Collect();
 
-  void StartLoop();
+  // The control loop's options for this job; StartLoop starts it with them.
+  loop::LoopOptions LoopOptionsOf() const;
+  void StartLoop(const loop::LoopOptions& lo);
   absl::StatusOr<std::vector<const manifest::NodeSpec*>> Placement() const;
   absl::StatusOr<std::vector<std::string>> ServerPlacement() const;
   absl::Status PrepareWorkers();
