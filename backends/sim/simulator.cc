@@ -171,7 +171,8 @@ class Sim final : public loop::Backend {
   std::unique_ptr<loop::ControlLoop> loop_;
   std::vector<SimWorker> workers_;
   std::unordered_map<std::string, size_t> by_id_, by_node_;  // into workers_
-  bool ended_ = false;                                       // the ledger answered END_OF_DATA
+  std::vector<size_t> id_order_;    // workers_ by id, as the loop's members are sorted
+  bool ended_ = false;              // the ledger answered END_OF_DATA
   double step_deadline_ = 0;        // jobconfig::StepDeadline; 0: steps are never cut
   std::optional<DeadlineFit> fit_;  // the deadline fitted to the job's steps (step_deadline.h)
   double stall_until_ = 0;          // a job without parameter servers: the group re-forms
@@ -207,6 +208,7 @@ absl::Status Sim::Start() {
         "spec.workers.replicas: ", job_.workers.replicas, " workers, but the scenario has ",
         placement.size(), " worker nodes that are not spares"));
   }
+  workers_.reserve(static_cast<size_t>(job_.workers.replicas));
   for (int32_t i = 0; i < job_.workers.replicas; ++i) {
     SimWorker w;
     w.id = vocab::MemberName(vocab::Role::kWorker, i);
@@ -216,6 +218,10 @@ absl::Status Sim::Start() {
     by_node_[w.node] = workers_.size();
     workers_.push_back(std::move(w));
   }
+  id_order_.resize(workers_.size());
+  for (size_t i = 0; i < id_order_.size(); ++i) id_order_[i] = i;
+  std::sort(id_order_.begin(), id_order_.end(),
+            [&](size_t a, size_t b) { return workers_[a].id < workers_[b].id; });
 
   loop::LoopOptions lo;
   lo.job = job_.name;
@@ -461,7 +467,8 @@ loop::Observation Sim::Observe() {
 std::vector<policy::WorkerState> Sim::Members() const {
   std::vector<policy::WorkerState> out;
   out.reserve(workers_.size());
-  for (const SimWorker& w : workers_) {
+  for (size_t i : id_order_) {
+    const SimWorker& w = workers_[i];
     policy::WorkerState s;
     s.id = w.id;
     s.node = w.node;

@@ -436,10 +436,10 @@ void Monitor::Ingest(const v1::StepReport& report) {
 
 void Monitor::Onset(Job& job, const v1::StepReport& report, const std::string& role, double bpt,
                     double samples) {
-  auto mit = job.members.find(report.worker_id());
+  auto mit = job.member_index.find(report.worker_id());
   auto vit = job.roles.find(role);
-  if (mit == job.members.end() || vit == job.roles.end() || report.samples() <= 0) return;
-  Member& m = mit->second;
+  if (mit == job.member_index.end() || vit == job.roles.end() || report.samples() <= 0) return;
+  Member& m = *mit->second;
   const internal::RoleView& view = vit->second;
   if (!m.closed || m.settling || IsStraggler(m.straggler_class) ||
       view.members < config_.min_peers || !(view.median_bpt > 0) ||
@@ -564,6 +564,9 @@ void Monitor::CloseWindow(Job& job, int64_t window, int64_t now_ms) {
     ++it;
   }
   UpdateRecords(job, observed, start_ms, now_ms, majorities);
+  job.member_index.clear();
+  job.member_index.reserve(job.members.size());
+  for (auto& [id, m] : job.members) job.member_index.emplace(id, &m);
 }
 
 namespace {

@@ -99,9 +99,11 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "antdt/v1/monitor.pb.h"
@@ -269,6 +271,13 @@ struct RoleView {
 };
 
 struct Job {
+  Job() = default;
+  // Moved (its maps' nodes, and so member_index, stay put), never copied.
+  Job(Job&&) = default;
+  Job& operator=(Job&&) = default;
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
   std::string ns, name;  // as its reports say (ns "" when they name none)
   std::map<std::string, RoleView> roles;
   int64_t onsets = 0;
@@ -289,6 +298,9 @@ struct Job {
   int64_t windows_closed = 0;
   std::map<int64_t, std::map<std::string, Accum>> pending;  // window -> member id -> sums
   std::map<std::string, Member> members;
+  // `members` hashed by id (views of its own keys), for the per-step onset
+  // check: rebuilt as each window closes, the only time members come and go.
+  absl::flat_hash_map<std::string_view, Member*> member_index;
   std::vector<double> warmup_medians;
   double baseline_median = 0;
   bool job_slowdown = false;

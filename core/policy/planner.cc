@@ -19,8 +19,12 @@ Planner::Planner(const Observed& observed, const PolicySpec& spec) : o_(observed
     (w.role == Role::kParameterServer ? servers_ : workers_).push_back(m);
   }
   auto by_id = [](const Member& a, const Member& b) { return a.id() < b.id(); };
-  std::sort(workers_.begin(), workers_.end(), by_id);
-  std::sort(servers_.begin(), servers_.end(), by_id);
+  // Callers that keep their members in id order (the simulator) skip the sort.
+  for (std::vector<Member>* members : {&workers_, &servers_}) {
+    if (!std::is_sorted(members->begin(), members->end(), by_id)) {
+      std::sort(members->begin(), members->end(), by_id);
+    }
+  }
   std::vector<std::string_view> strangers;  // stragglers not among the members, by id
   for (const auto& [id, h] : health) {
     if (!known.count(id) && IsStraggler(h->class_())) strangers.push_back(id);

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "services/sharding/store.h"
 
 namespace antdt::sharding {
@@ -26,6 +28,8 @@ absl::StatusOr<StoreSnapshot> MemoryStore::Load() {
   for (const auto& [token, row] : leases_) {
     if (row.state == LeaseState::kActive) snap.active_leases.push_back(row);
   }
+  std::sort(snap.active_leases.begin(), snap.active_leases.end(),
+            [](const LeaseRow& a, const LeaseRow& b) { return a.token < b.token; });
   for (const auto& [key, row] : workers_) snap.workers.push_back(row);
   snap.next_token = next_token_;
   return snap;
@@ -44,13 +48,9 @@ uint64_t MemoryStore::Append(std::vector<Mutation> batch) {
       shards_.erase(shards_.lower_bound({ds->dataset_id, INT64_MIN}),
                     shards_.upper_bound({ds->dataset_id, INT64_MAX}));
     } else if (auto* dl = std::get_if<DeleteLeasesBefore>(&m)) {
-      for (auto it = leases_.begin(); it != leases_.end();) {
-        if (it->second.dataset_id == dl->dataset_id && it->second.epoch < dl->epoch) {
-          it = leases_.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      absl::erase_if(leases_, [&](const auto& kv) {
+        return kv.second.dataset_id == dl->dataset_id && kv.second.epoch < dl->epoch;
+      });
     } else if (auto* c = std::get_if<CheckpointRow>(&m)) {
       checkpoints_[{c->dataset_id, c->step}] = std::move(c->blob);
     } else if (auto* n = std::get_if<NextToken>(&m)) {

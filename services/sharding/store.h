@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -138,8 +139,10 @@ class MemoryStore final : public Store {
   uint64_t seq_ = 0;
   uint64_t next_token_ = 1;
   std::map<int64_t, DatasetRow> datasets_;
-  std::map<std::pair<int64_t, int64_t>, ShardRow> shards_;
-  std::map<uint64_t, LeaseRow> leases_;
+  // A B-tree (ranges erased by dataset) and a hash (by token; Load sorts the
+  // active ones): the simulator writes a shard and a lease on every commit.
+  absl::btree_map<std::pair<int64_t, int64_t>, ShardRow> shards_;
+  absl::flat_hash_map<uint64_t, LeaseRow> leases_;
   std::map<std::pair<int64_t, int64_t>, std::string> checkpoints_;
   // Hashed: the simulator updates one on every commit of 10,000 workers.
   absl::flat_hash_map<std::pair<int64_t, std::string>, WorkerRow> workers_;
