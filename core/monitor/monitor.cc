@@ -75,7 +75,7 @@ StepCost CostOf(const v1::StepReport& r) {
   return {r.bpt_seconds(), static_cast<double>(std::max<int64_t>(r.samples(), 0))};
 }
 
-using Accums = std::map<std::string, internal::Accum>;  // member id -> window sums
+using Accums = absl::btree_map<std::string, internal::Accum>;  // member id -> window sums
 using Members = std::map<std::string, internal::Member>;
 using Evidence = google::protobuf::Map<std::string, double>;
 
@@ -514,7 +514,7 @@ void Monitor::CloseWindows(int64_t now_ms) {
     const int64_t t = it->second.sample.time_unix_ms();
     if (t > 0 && now_ms - t > node_forget_ms) {
       if (!it->second.labels.empty()) ++labels_version_;
-      it = nodes_.erase(it);
+      nodes_.erase(it++);  // abseil's erase returns nothing; the others stay valid
     } else {
       ++it;
     }

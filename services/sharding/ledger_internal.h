@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -145,6 +146,10 @@ struct Ledger::Dataset {
   // Active leases by worker and request id: an AcquireShard retried finds its
   // lease without a scan.
   std::unordered_map<std::string, uint64_t> by_request;
+  // Active leases' tokens by holder: a worker's first acquire and a release
+  // find its leases without a pass over every worker's (10,000 workers
+  // starting made 50 million comparisons).
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> leases_of;
   RecentLeases ended;  // ended in this process
   // Hashed with abseil's hash: looked up on every commit of 10,000 workers.
   absl::node_hash_map<std::string, WorkerStats> workers;
@@ -158,7 +163,8 @@ struct Ledger::Dataset {
     return worker + '\n' + request_id;  // names hold no control character
   }
   void PutLease(const ActiveLease& lease) {
-    leases[lease.row.token] = lease;
+    auto [it, inserted] = leases.insert_or_assign(lease.row.token, lease);
+    if (inserted) leases_of[lease.row.worker].push_back(lease.row.token);
     next_due_ms = std::min(next_due_ms, lease.deadline_ms);
     if (!lease.row.request_id.empty()) {
       by_request[RequestKey(lease.row.worker, lease.row.request_id)] = lease.row.token;
@@ -169,11 +175,23 @@ struct Ledger::Dataset {
       auto r = by_request.find(RequestKey(it->second.row.worker, it->second.row.request_id));
       if (r != by_request.end() && r->second == it->first) by_request.erase(r);
     }
+    if (auto h = leases_of.find(it->second.row.worker); h != leases_of.end()) {
+      std::vector<uint64_t>& tokens = h->second;
+      tokens.erase(std::remove(tokens.begin(), tokens.end(), it->first), tokens.end());
+      if (tokens.empty()) leases_of.erase(h);
+    }
     leases.erase(it);
   }
   void ClearLeases() {
     leases.clear();
     by_request.clear();
+    leases_of.clear();
+  }
+  // The active leases of `worker` (tokens, in no order).
+  const std::vector<uint64_t>& LeasesOf(const std::string& worker) const {
+    static const std::vector<uint64_t> kNone;
+    auto it = leases_of.find(worker);
+    return it == leases_of.end() ? kNone : it->second;
   }
   // Moves every active lease's deadline `ms` later: time its holders spent
   // held off by the service is not counted against them.

@@ -62,10 +62,8 @@ Deferred<v1::AcquireShardResponse> Ledger::AcquireChecked(const v1::AcquireShard
       // The worker restarted: what its older incarnations held goes back now,
       // to the front of the queue, so the new one resumes it.
       std::vector<uint64_t> old;
-      for (const auto& [token, lease] : ds.leases) {
-        if (lease.row.worker == req.worker_id() && lease.row.incarnation < req.incarnation()) {
-          old.push_back(token);
-        }
+      for (uint64_t token : ds.LeasesOf(req.worker_id())) {
+        if (ds.leases.at(token).row.incarnation < req.incarnation()) old.push_back(token);
       }
       std::sort(old.begin(), old.end(), std::greater<>());
       for (uint64_t token : old) ops.EndLease(ds, token, LeaseState::kReleased);
@@ -384,11 +382,9 @@ absl::StatusOr<v1::ReleaseWorkerResponse> Ledger::ReleaseWorker(
     // Ends the worker's leases of `ds`, newest first.
     auto release = [&](Dataset& ds) {
       std::vector<uint64_t> tokens;
-      for (const auto& [token, lease] : ds.leases) {
-        if (lease.row.worker == req.worker_id() &&
-            (req.incarnation() == -1 || lease.row.incarnation <= req.incarnation())) {
-          tokens.push_back(token);
-        }
+      for (uint64_t token : ds.LeasesOf(req.worker_id())) {
+        const int64_t incarnation = ds.leases.at(token).row.incarnation;
+        if (req.incarnation() == -1 || incarnation <= req.incarnation()) tokens.push_back(token);
       }
       std::sort(tokens.begin(), tokens.end(), std::greater<>());
       for (uint64_t token : tokens) {

@@ -840,6 +840,35 @@ TEST_F(LedgerTest, ReleaseWorkerRequeuesAtOnce) {
   EXPECT_EQ(Progress().requeues(), 2);
 }
 
+// The leases a worker holds are found by its name (not by a pass over every
+// lease): those read back from the store after the service restarted too, and
+// only that worker's, never a namesake prefix's.
+TEST_F(LedgerTest, AfterAServiceRestartAWorkersRecoveredLeasesAreItsOwnToReleaseOrResume) {
+  Create(Spec(100, 10));
+  auto w = Acquire("w", 0);
+  auto w1 = Acquire("w1", 0);
+  auto w2 = Acquire("w", 0);
+  ASSERT_TRUE(Report(w.lease().token(), 4).ok());
+  ASSERT_TRUE(Report(w1.lease().token(), 6).ok());
+  Reopen();
+  auto again = Acquire("w", 1);  // the worker restarted: its oldest lease resumes first
+  ASSERT_EQ(again.result(), AcquireShardResponse::SHARD);
+  EXPECT_EQ(again.shard().index(), w.shard().index());
+  EXPECT_EQ(again.shard().start(), w.shard().start() + 4);
+  EXPECT_EQ(Report(w.lease().token(), 5).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Report(w2.lease().token(), 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Report(w1.lease().token(), 7).ok()) << "another worker's lease is untouched";
+  v1::ReleaseWorkerRequest req;
+  req.mutable_dataset()->set_job("job1");
+  req.set_worker_id("w1");
+  req.set_incarnation(0);
+  auto r = ledger_->ReleaseWorker(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->released_shards(), 1);
+  EXPECT_EQ(r->requeued_records(), 3);
+  EXPECT_TRUE(Report(again.lease().token(), 5).ok()) << "w's new lease is not w1's";
+}
+
 TEST_F(LedgerTest, EpochsAdvanceAndEachRecordIsCommittedOncePerEpoch) {
   Create(Spec(57, 8, /*epochs=*/3, /*shuffle=*/true));
   std::map<int, std::multiset<int64_t>> by_epoch;
