@@ -139,6 +139,16 @@ class LedgerTest : public ::testing::Test {
     return ledger_->ReportProgress(req);
   }
 
+  // Releases what `worker` (incarnation and older) holds of every dataset of job1.
+  absl::StatusOr<v1::ReleaseWorkerResponse> Release(const std::string& worker,
+                                                    int64_t incarnation) {
+    v1::ReleaseWorkerRequest req;
+    req.mutable_dataset()->set_job("job1");
+    req.set_worker_id(worker);
+    req.set_incarnation(incarnation);
+    return ledger_->ReleaseWorker(req);
+  }
+
   absl::StatusOr<v1::CompleteShardResponse> Complete(uint64_t token) {
     v1::CompleteShardRequest req;
     *req.mutable_dataset() = Ref();
@@ -826,11 +836,7 @@ TEST_F(LedgerTest, ReleaseWorkerRequeuesAtOnce) {
   auto a1 = Acquire("a");
   auto a2 = Acquire("a");
   ASSERT_TRUE(Report(a1.lease().token(), 3).ok());
-  v1::ReleaseWorkerRequest req;
-  req.mutable_dataset()->set_job("job1");
-  req.set_worker_id("a");
-  req.set_incarnation(0);
-  auto r = ledger_->ReleaseWorker(req);
+  auto r = Release("a", 0);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->released_shards(), 2);
   EXPECT_EQ(r->requeued_records(), 17);
@@ -858,11 +864,7 @@ TEST_F(LedgerTest, AfterAServiceRestartAWorkersRecoveredLeasesAreItsOwnToRelease
   EXPECT_EQ(Report(w.lease().token(), 5).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Report(w2.lease().token(), 1).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Report(w1.lease().token(), 7).ok()) << "another worker's lease is untouched";
-  v1::ReleaseWorkerRequest req;
-  req.mutable_dataset()->set_job("job1");
-  req.set_worker_id("w1");
-  req.set_incarnation(0);
-  auto r = ledger_->ReleaseWorker(req);
+  auto r = Release("w1", 0);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->released_shards(), 1);
   EXPECT_EQ(r->requeued_records(), 3);

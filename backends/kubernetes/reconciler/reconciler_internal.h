@@ -153,10 +153,11 @@ struct Pass {
 
   // The one gate on the node memory's marks: acted on only by a job in Act
   // mode whose stragglerPolicy.avoidSlowNodes is not Ignore.
-  static std::vector<std::string> AvoidedNodes(const Snapshot& o) {
+  static const std::vector<std::string>& AvoidedNodes(const Snapshot& o) {
+    static const std::vector<std::string> kNone;
     if (o.spec->straggler_policy.mode != vocab::Mode::kAct ||
         o.spec->straggler_policy.avoid_slow_nodes == vocab::AvoidSlowNodes::kIgnore) {
-      return {};
+      return kNone;
     }
     return o.avoided_nodes;
   }
@@ -170,7 +171,7 @@ struct Pass {
   const int32_t n;  // workers
   const int32_t p;  // parameter servers
   const int64_t now;
-  const std::vector<std::string> avoided;  // the nodes new worker pods keep off
+  const std::vector<std::string>& avoided;  // the nodes new worker pods keep off (o's or none)
   const Children children;
 };
 

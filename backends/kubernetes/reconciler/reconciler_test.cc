@@ -981,24 +981,34 @@ TEST(ReconcileTest, ASlowServerMovesToItsNextIncarnationWhichTakesOverThenTheOld
   EXPECT_FALSE(Reconcile(c.Observe(), Settings{}).status.has_value());
 }
 
+// worker-2 restarted off node-2 (KILL_RESTART to node-5) while the node
+// memory marks node-2 and node-7: the action's record and the new pod's node
+// affinity, which keeps the node it left as a hard exclusion in every case.
+void RestartWorker2WhileMarked(Cluster& c, Json* action, Json* affinity) {
+  c.avoided_nodes = {"node-2", "node-7"};
+  Changes changes = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
+  ASSERT_TRUE(changes.status.has_value());
+  ASSERT_EQ((*changes.status)["lastActions"].size(), 1u) << changes.status->dump(2);
+  *action = (*changes.status)["lastActions"][0];
+  c.RemoveTerminating();
+  changes = c.Pass();
+  ASSERT_THAT(Describe(changes.writes),
+              ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2"));
+  *affinity = changes.writes[1].object["spec"]["affinity"]["nodeAffinity"];
+  EXPECT_EQ((*affinity)["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                       ["matchExpressions"][0]["values"],
+            Json::array({"node-2"}));
+}
+
 // Nodes the cluster's node memory marks slow: the restart's record names them
 // and the new pod prefers other nodes (weight 50, below the chosen node's
 // 100), never excluded by it; the node the worker left stays a hard exclusion.
 TEST(ReconcileTest, KillRestartAvoidsTheNodesTheMemoryMarksAndRecordsThem) {
   Cluster c;
   c.Settle();
-  c.avoided_nodes = {"node-2", "node-7"};
-  Changes changes = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
-  ASSERT_TRUE(changes.status.has_value());
-  EXPECT_EQ((*changes.status)["lastActions"][0]["avoidedNodes"], Json::array({"node-2", "node-7"}));
-  c.RemoveTerminating();
-  changes = c.Pass();
-  ASSERT_THAT(Describe(changes.writes),
-              ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2"));
-  const Json& affinity = changes.writes[1].object["spec"]["affinity"]["nodeAffinity"];
-  EXPECT_EQ(affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-                    ["matchExpressions"][0]["values"],
-            Json::array({"node-2"}));
+  Json action, affinity;
+  ASSERT_NO_FATAL_FAILURE(RestartWorker2WhileMarked(c, &action, &affinity));
+  EXPECT_EQ(action["avoidedNodes"], Json::array({"node-2", "node-7"}));
   const Json& preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"];
   ASSERT_EQ(preferred.size(), 2u);
   EXPECT_EQ(preferred[0]["weight"], 100);
@@ -1062,20 +1072,9 @@ TEST(ReconcileTest, AJobThatIgnoresTheMarksOrOnlyRecommendsAvoidsNone) {
     Cluster c;
     c.job["spec"]["stragglerPolicy"][field] = value;
     c.Settle();
-    c.avoided_nodes = {"node-2", "node-7"};
-    Changes changes = c.Pass({KillRestart("worker-2", "node-2", "node-5")});
-    ASSERT_TRUE(changes.status.has_value());
-    ASSERT_EQ((*changes.status)["lastActions"].size(), 1u) << changes.status->dump(2);
-    EXPECT_FALSE((*changes.status)["lastActions"][0].contains("avoidedNodes"))
-        << (*changes.status)["lastActions"][0].dump();
-    c.RemoveTerminating();
-    changes = c.Pass();
-    ASSERT_THAT(Describe(changes.writes),
-                ElementsAre("leave worker-2", "create pods quickstart-k8s-worker-2"));
-    const Json& affinity = changes.writes[1].object["spec"]["affinity"]["nodeAffinity"];
-    EXPECT_EQ(affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-                      ["matchExpressions"][0]["values"],
-              Json::array({"node-2"}));
+    Json action, affinity;
+    ASSERT_NO_FATAL_FAILURE(RestartWorker2WhileMarked(c, &action, &affinity));
+    EXPECT_FALSE(action.contains("avoidedNodes")) << action.dump();
     EXPECT_EQ(affinity.dump().find("node-7"), std::string::npos) << affinity.dump();
   }
 }
