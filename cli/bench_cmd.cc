@@ -101,7 +101,7 @@ std::string BenchResultsJson(const std::string& scenario,
     row.estimated_saved_seconds = r.estimated_saved_seconds;
     row.estimated_lost_seconds = r.estimated_lost_seconds;
     if (r.none_jct_seconds >= 0) row.saved_vs_none_seconds = r.none_jct_seconds - r.jct_seconds;
-    row.actions = r.actions;
+    row.actions.assign(r.actions.begin(), r.actions.end());
   }
   return ResultsJson(scenario, rows);
 }

@@ -36,7 +36,7 @@ struct ResultRow {
   double estimated_saved_seconds = 0, estimated_lost_seconds = 0;
   std::optional<double> saved_vs_none_seconds;
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // before "actions"
-  std::vector<policy::Decision> actions;  // at_seconds, action and worker each
+  policy::History actions;  // at_seconds, action and worker each
 };
 
 // The mean of `values` and the half width of its 95% confidence interval

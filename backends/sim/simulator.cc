@@ -445,7 +445,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   result_.estimated_lost_seconds = loop_->time_ledger().lost_seconds();
   result_.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  return result_;
+  return std::move(result_);
 }
 
 loop::Observation Sim::Observe() {

@@ -77,7 +77,7 @@ struct SimResult {
   // Carried out, at the loop's clock (job ms); each without its reason and
   // evidence, which no result shows (a 10,000-worker job carries out hundreds
   // of thousands).
-  std::vector<::antdt::policy::Decision> actions;
+  ::antdt::policy::History actions;
   int restarts = 0;
   // Actions the policy considered and passed over, by reason ("cooldown",
   // "cost_above_saving", ...: policy::SkipReasonName).

@@ -249,7 +249,7 @@ class ControlLoop {
   // own restart); appended to the history.
   void Seed(std::vector<policy::Decision> decisions);
   // Without reasons and evidence (Remember).
-  const std::vector<policy::Decision>& history() const { return history_; }
+  const policy::History& history() const { return history_; }
 
   // Whether a decision is due at `now_ms` with the Monitor at
   // `windows_closed` (every interval_ms, or at once when the Monitor closed a
@@ -334,7 +334,7 @@ class ControlLoop {
   const LoopOptions options_;
   Backend* const backend_;
   const Clock* const clock_;
-  std::vector<policy::Decision> history_;
+  policy::History history_;
   policy::HistoryIndex history_index_;  // of history_, kept as it grows (Remember)
   int64_t next_run_ms_ = 0;
   int64_t windows_seen_ = -1;   // Observation::windows_closed at the last turn

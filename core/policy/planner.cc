@@ -267,30 +267,33 @@ void Planner::Round(const std::map<std::string, Subject>& subjects,
     }
     return;
   }
+  // Who is who, once a round: the lookups below are per worker.
+  const std::vector<char> held = Marked(frozen), subject = Marked(subjects), fresh = Marked(fresh_),
+                          capacity_sized = Marked(by_capacity);
   std::vector<const Member*> parts;
   for (const Member& m : workers_) {
-    if (m.batch() > 0 && !frozen.count(m.id())) parts.push_back(&m);
+    if (m.batch() > 0 && !held[At(m)]) parts.push_back(&m);
   }
   std::vector<int64_t> targets;
   int64_t total = 0;
   // A freshly restarted worker weighs as much as the median of the others.
   std::vector<double> others;
   for (const Member* m : parts) {
-    if (!subjects.count(m->id())) others.push_back(static_cast<double>(m->batch()));
+    if (!subject[At(*m)]) others.push_back(static_cast<double>(m->batch()));
   }
   const double median_batch = others.empty() ? 0 : Median(others);
   // A subject that is not a LEADER (nor restarted) is sized down or left: its
   // measured capacity may read above its batch in a window that mixes two
   // batches or a throttled burst, but a straggler takes no samples.
   auto slow_subject = [&](const Member& m) {
-    return subjects.count(m.id()) && !fresh_.count(m.id()) && m.straggler_class() != v1::LEADER;
+    return subject[At(m)] && !fresh[At(m)] && m.straggler_class() != v1::LEADER;
   };
   const bool ok = Targets(
       parts,
       [&](const Member& m) {
-        if (fresh_.count(m.id()) && median_batch > 0) return median_batch;
+        if (fresh[At(m)] && median_batch > 0) return median_batch;
         if (slow_subject(m)) return std::min(m.capacity(), static_cast<double>(m.batch()));
-        if (subjects.count(m.id()) || by_capacity.count(m.id())) return m.capacity();
+        if (subject[At(m)] || capacity_sized[At(m)]) return m.capacity();
         // Anyone else as if at the median (noise moves nobody), but not one
         // that a step already waits for (a tidy round's margin): its capacity.
         if (m.health != nullptr && m.score() >= 1 + kTidyMargin) {
@@ -304,15 +307,15 @@ void Planner::Round(const std::map<std::string, Subject>& subjects,
     if (!slow_subject(*parts[i]) || targets[i] <= parts[i]->batch()) continue;
     // Rounding gave it more than it has: it keeps its batch, the round goes on without it.
     std::map<std::string, Subject> rest = subjects;
-    std::set<std::string> held = frozen;
+    std::set<std::string> also_held = frozen;
     const Subject s = rest[parts[i]->id()];
     rest.erase(parts[i]->id());
-    held.insert(parts[i]->id());
+    also_held.insert(parts[i]->id());
     Skip(parts[i]->id(), SkipReason::kNotNeeded,
          absl::StrCat("ADJUST_BS not needed (", s.rule, "): its measured capacity ",
                       Num(parts[i]->capacity()), " does not call for a batch below ",
                       parts[i]->batch()));
-    Round(rest, held, rebalance_rule, by_capacity, why);
+    Round(rest, also_held, rebalance_rule, by_capacity, why);
     return;
   }
   if (parts.size() == 1) {
@@ -325,8 +328,8 @@ void Planner::Round(const std::map<std::string, Subject>& subjects,
   }
   bool subject_changes = false;
   for (size_t i = 0; i < parts.size(); ++i) {
-    subject_changes |= (subjects.count(parts[i]->id()) || by_capacity.count(parts[i]->id())) &&
-                       targets[i] != parts[i]->batch();
+    const size_t at = At(*parts[i]);
+    subject_changes |= (subject[at] || capacity_sized[at]) && targets[i] != parts[i]->batch();
   }
   if (!subject_changes) {
     for (const auto& [id, s] : subjects) {
@@ -341,13 +344,14 @@ void Planner::Round(const std::map<std::string, Subject>& subjects,
   for (const auto& [id, s] : subjects) rules.insert(s.rule);
   for (const std::string& r : rules) ++used_by_rule_[r];
 
-  std::vector<std::string> subject_ids;
-  for (const auto& [id, s] : subjects) subject_ids.push_back(id);
+  // Who the others' changes are around, named once a round (thousands of
+  // them at scale), the first few by name: a line a person reads.
+  const std::string around = Around(subjects);
   for (size_t i = 0; i < parts.size(); ++i) {
     const Member& m = *parts[i];
     const int32_t acc = Accumulation(*m.state, targets[i]);
     if (targets[i] == m.batch() && acc == m.state->accumulation_steps) continue;
-    auto it = subjects.find(m.id());
+    auto it = subject[At(m)] ? subjects.find(m.id()) : subjects.end();
     const std::string change = absl::StrCat("local batch ", m.batch(), " -> ", targets[i],
                                             " (accumulation steps ", acc, ")");
     if (it != subjects.end()) {
@@ -360,13 +364,25 @@ void Planner::Round(const std::map<std::string, Subject>& subjects,
            RoundEvidence(m, targets[i], total));
     } else {
       Emit(AdjustBatchSize{m.id(), targets[i], acc}, rebalance_rule, "",
-           subject_ids.empty()
+           subjects.empty()
                ? absl::StrCat(why, ": ", change, "; global batch ", global_batch_, " kept")
-               : absl::StrCat("keeps the global batch ", global_batch_, " around ",
-                              absl::StrJoin(subject_ids, ","), ": ", change),
+               : absl::StrCat("keeps the global batch ", global_batch_, " around ", around, ": ",
+                              change),
            RoundEvidence(m, targets[i], total));
     }
   }
+}
+
+std::string Planner::Around(const std::map<std::string, Subject>& subjects) {
+  constexpr size_t kNamed = 3;
+  std::string out;
+  size_t named = 0;
+  for (const auto& [id, s] : subjects) {
+    if (named == kNamed) break;
+    absl::StrAppend(&out, named++ == 0 ? "" : ",", id);
+  }
+  if (subjects.size() > named) absl::StrAppend(&out, " and ", subjects.size() - named, " more");
+  return out;
 }
 
 void Planner::Emit(Action action, const std::string& rule, const std::string& subject,

@@ -139,12 +139,12 @@ void Planner::NdServers() {
 }
 
 void Planner::Tidy(const std::set<std::string>& frozen) {
-  std::set<std::string> measured;
+  auto measured_now = [&](const Member& m) {
+    return m.batch() > 0 && m.health != nullptr && !frozen.count(m.id());
+  };
   const Member* slowest = nullptr;
   for (const Member& m : workers_) {
-    if (m.batch() <= 0 || m.health == nullptr || frozen.count(m.id())) continue;
-    measured.insert(m.id());
-    if (slowest == nullptr || m.score() > slowest->score()) slowest = &m;
+    if (measured_now(m) && (slowest == nullptr || m.score() > slowest->score())) slowest = &m;
   }
   if (slowest == nullptr || slowest->score() < 1 + kTidyMargin) return;
   if (last_round_ms_ != kNever && last_round_ms_ + spec_.cooldown_ms > o_.now_ms) {
@@ -154,6 +154,10 @@ void Planner::Tidy(const std::set<std::string>& frozen) {
                       ") in cool-down until ", Secs(last_round_ms_ + spec_.cooldown_ms - o_.now_ms),
                       " from now"));
     return;
+  }
+  std::set<std::string> measured;  // a round's worth: only when there is one
+  for (const Member& m : workers_) {
+    if (measured_now(m)) measured.insert(m.id());
   }
   Round({}, frozen, kNdRebalance, measured,
         absl::StrCat("the slowest worker, ", slowest->id(), ", scores ", Num(slowest->score()),

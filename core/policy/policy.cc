@@ -57,7 +57,7 @@ Decision WithoutReasons(const Decision& d) {
                   d.subject, /*reason=*/"", /*evidence=*/{}, d.cause};
 }
 
-int BudgetUsed(const std::vector<Decision>& history) { return HistoryIndex(history).BudgetUsed(); }
+int BudgetUsed(const History& history) { return HistoryIndex(history).BudgetUsed(); }
 
 void HistoryIndex::Add(const Decision& d) {
   const size_t at = size_++;

@@ -295,6 +295,27 @@ TEST(NdPolicy, TransientShrinksInProportionToSpeedAndKeepsTheGlobalBatch) {
   EXPECT_EQ(r->subject, "") << "a worker resized for someone else is not in cool-down";
 }
 
+TEST(NdPolicy, ARebalancedWorkersReasonNamesAFewOfTheStragglersItMakesRoomFor) {
+  // One straggler: named. Five: the first three by id and how many more (a
+  // round at 10,000 workers moves thousands around a hundred stragglers; each
+  // line names a few, not all).
+  for (const int slow : {1, 5}) {
+    SCOPED_TRACE(slow);
+    std::vector<M> members;
+    for (int i = 0; i < 16; ++i) {
+      members.push_back(i < slow ? M{absl::StrCat("w-", i), v1::TRANSIENT, 2.0, 1}
+                                 : Healthy(absl::StrCat("w-", i)));
+    }
+    const Plan p = Decide(Make(members), Spec(Policy::kAntdtNd));
+    SCOPED_TRACE(Dump(p));
+    const Decision* r = Find(p, "w-15");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->rule, "antdt-nd:rebalance");
+    const std::string around = slow == 1 ? "around w-0: " : "around w-0,w-1,w-2 and 2 more: ";
+    EXPECT_TRUE(absl::StrContains(r->reason, "keeps the global batch 1024 " + around)) << r->reason;
+  }
+}
+
 TEST(NdPolicy, AStragglersBatchNeverRisesInItsOwnRound) {
   // w-3 is TRANSIENT at batch 40, but its window's throughput reads as 50
   // samples per median step (a window that mixed two batches, a burst between
@@ -361,7 +382,7 @@ TEST(NdPolicy, ActionIsNotRepeatedInsideItsCooldown) {
   const Plan first = Decide(o, Spec(Policy::kAntdtNd));
   ASSERT_NE(Find(first, "w-3"), nullptr);
   // Ten seconds later the Monitor still sees w-3 slow (its window straddled the change).
-  o.history = first.decisions;
+  o.history.assign(first.decisions.begin(), first.decisions.end());
   o.now_ms = kNow + 10'000;
   const Plan again = Decide(o, Spec(Policy::kAntdtNd));
   SCOPED_TRACE(Dump(again));
@@ -396,7 +417,7 @@ TEST(NdPolicy, ADriftBelowTheStragglerThresholdIsRebalancedOncePerCooldown) {
   EXPECT_LT(after.at("w-2"), 64);
   EXPECT_GT(after.at("w-5"), after.at("w-0")) << "the faster worker takes more";
   // Within the cool-down of that round: nothing, and when it ends, a requeue.
-  o.history = tidy.decisions;
+  o.history.assign(tidy.decisions.begin(), tidy.decisions.end());
   o.now_ms = kNow + 10'000;
   const Plan soon = Decide(o, spec);
   EXPECT_TRUE(soon.decisions.empty()) << Dump(soon);
@@ -424,7 +445,7 @@ TEST(NdPolicy, AnUnderSizedStragglerIsSizedAgainAfterOneWindow) {
   ASSERT_NE(d, nullptr) << Dump(first);
   const int64_t sized = std::get<AdjustBatchSize>(d->action).local_batch_size;
   // Applied; the first whole window at the new batch says it is still 1.5x slow.
-  o.history = first.decisions;
+  o.history.assign(first.decisions.begin(), first.decisions.end());
   for (WorkerState& w : o.workers) w.local_batch_size = Batches(o, first).at(w.id);
   o.health.mutable_workers(3)->set_score(1.5);
   o.health.mutable_workers(3)->set_windows_slow(2);
@@ -481,7 +502,8 @@ TEST(NdPolicy, SentencesSayDurationsInSeconds) {
   no_clock(restart);
 
   Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 1.6, 1}}));
-  o.history = Decide(o, Thresholds()).decisions;
+  const Plan taken = Decide(o, Thresholds());
+  o.history.assign(taken.decisions.begin(), taken.decisions.end());
   o.now_ms = kNow + 12'500;
   const Plan again = Decide(o, Thresholds());
   EXPECT_TRUE(Skipped(again, "w-3",
@@ -621,7 +643,7 @@ TEST(NdPolicy, SpareNodeChoice) {
     SCOPED_TRACE(c.name);
     Observed o = Make(Eight({{"w-3", v1::PERSISTENT, 2.0, 4}}));
     o.nodes = c.nodes;
-    o.history = c.history;
+    o.history.assign(c.history.begin(), c.history.end());
     const Plan p = Decide(o, Thresholds());
     SCOPED_TRACE(Dump(p));
     const Decision* d = Find(p, "w-3");
@@ -850,7 +872,7 @@ TEST(HistoryIndexTest, AnIndexKeptAsTheHistoryGrowsGivesTheSamePlans) {
   }
   EXPECT_GT(decided, 0);
   Plan taken;
-  taken.decisions = o.history;
+  taken.decisions.assign(o.history.begin(), o.history.end());
   EXPECT_GT(Count(taken, "KILL_RESTART"), 0) << "restarts: the spare node's choice reads them";
   // An index of fewer decisions than the history (stale) is not read.
   HistoryIndex stale;
@@ -923,7 +945,7 @@ TEST(DdPolicy, BatchesProportionalToSpeedSumToTheGlobalBatch) {
   }
   // Applied, the same speeds measured again (now all ~1): nothing to do.
   Observed next = o;
-  next.history = p.decisions;
+  next.history.assign(p.decisions.begin(), p.decisions.end());
   next.now_ms = kNow + kCooldown;
   for (int i = 0; i < 4; ++i) {
     next.workers[i].local_batch_size = want.at(next.workers[i].id);
@@ -986,7 +1008,7 @@ TEST(Baselines, BackupWorkersOnceAndNoneNever) {
   ASSERT_EQ(p.decisions.size(), 1u) << Dump(p);
   EXPECT_EQ(std::get<UseBackupWorkers>(p.decisions[0].action).backups, 2);
   EXPECT_EQ(p.decisions[0].evidence.at("workers"), 8);
-  o.history = p.decisions;
+  o.history.assign(p.decisions.begin(), p.decisions.end());
   o.now_ms += 3'600'000;
   EXPECT_TRUE(Decide(o, spec).decisions.empty());
 
@@ -1053,7 +1075,7 @@ TEST(CustomPolicy, RulesInOrder) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     Observed o = Make(c.members);
-    o.history = c.history;
+    o.history.assign(c.history.begin(), c.history.end());
     const Plan p = Decide(o, CustomSpec());
     SCOPED_TRACE(Dump(p));
     EXPECT_EQ(Sum(Batches(o, p)), 512);
