@@ -18,9 +18,13 @@ void Planner::Nd() {
     const v1::StragglerClass cls = m.straggler_class();
     const bool straggler = IsStraggler(cls);
     const Decision* last = LastOwn(m.id());
+    // Sized down for a slowdown that may pass; or for slower hardware on a
+    // node that the memory now says is itself slow, job after job (marked
+    // while this job ran): a move may pay where a smaller batch was all.
     const bool compensated =
         last != nullptr && std::holds_alternative<AdjustBatchSize>(last->action) &&
-        (last->rule == kNdTransientAdjust || last->rule == kNdPersistentAdjust);
+        (last->rule == kNdTransientAdjust || last->rule == kNdPersistentAdjust ||
+         (last->rule == kNdDeterministicAdjust && spec_.by_expected_duration && OnChronicNode(m)));
     const bool interesting = straggler || cls == v1::LEADER || compensated;
     // A restart is weighed once it has been compensated for a cool-down,
     // however often its batch was re-sized since.

@@ -826,6 +826,40 @@ TEST(NdPolicy, ByExpectedDurationADeterministicStragglerOnAChronicNodeIsMoved) {
   EXPECT_EQ(Count(p, "KILL_RESTART"), 0) << Dump(p);
 }
 
+// Sized down as slower hardware while its node was not yet marked, then the
+// node is marked (the memory folds this job's own record in): still slow per
+// sample, it is moved once that pays; not while the node is unmarked, and not
+// deciding by thresholds.
+TEST(NdPolicy, ByExpectedDurationADeterministicWorkerSizedDownIsMovedOnceItsNodeIsMarked) {
+  Observed o = CompensatedW3();
+  o.history.back().rule = "antdt-nd:deterministic-adjust";
+  o.health.mutable_workers(3)->set_compensated(true);
+  o.health.mutable_workers(3)->set_speed_class(v1::DETERMINISTIC);
+  SlowSince(o, "w-3", 75);
+  Plan p = Decide(o, Spec(Policy::kAntdtNd));
+  EXPECT_TRUE(p.decisions.empty()) << Dump(p);
+
+  o.nodes.push_back({"node-w-3", false, 0, 0, /*chronic=*/true, 0.9});
+  p = Decide(o, Spec(Policy::kAntdtNd));
+  const Decision* d = Find(p, "w-3");
+  ASSERT_NE(d, nullptr) << Dump(p);
+  ASSERT_TRUE(std::holds_alternative<KillRestart>(d->action)) << Dump(p);
+  EXPECT_EQ(d->rule, "antdt-nd:duration-restart");
+  EXPECT_TRUE(absl::StrContains(d->reason, "a chronically slow node")) << d->reason;
+  EXPECT_TRUE(absl::StrContains(d->reason, "compensated by ADJUST_BS 70 s ago and still 2"))
+      << d->reason;
+  EXPECT_EQ(std::get<KillRestart>(d->action).to_node, "spare-a");
+  EXPECT_EQ(Batches(o, p).at("w-3"), 64) << "a median worker's share on its new node";
+
+  // Near the end: a move costs more than it saves; it stays sized down.
+  o.remaining_seconds = 50;
+  p = Decide(o, Spec(Policy::kAntdtNd));
+  EXPECT_EQ(Count(p, "KILL_RESTART"), 0) << Dump(p);
+  o.remaining_seconds = 36'000;
+  p = Decide(o, Thresholds());
+  EXPECT_EQ(Count(p, "KILL_RESTART"), 0) << Dump(p);
+}
+
 // A restart goes to the spare the memory says least to avoid, never to a
 // chronic one.
 TEST(NdPolicy, RestartsAvoidTheNodesTheMemoryMarks) {
