@@ -55,6 +55,7 @@ TimeDelta TimeLedger::Observe(int64_t now_ms, const v1::GetJobHealthResponse& he
   // Equal batches and no restart: untouched is the step itself, up to rounding.
   const double ratio = untouched / step;
   delta.saved_seconds = std::abs(ratio - 1) < 1e-9 ? 0 : dt * (ratio - 1);
+  delta.worker_lost_seconds.reserve(workers.size() / 2 + 1);
   for (const Pace& w : workers) {
     if (w.pace < median) delta.worker_lost_seconds[*w.id] = dt * (1 - w.pace / median);
   }

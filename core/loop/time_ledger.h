@@ -27,8 +27,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
 #include "antdt/v1/monitor.pb.h"
 
 namespace antdt::loop {
@@ -37,7 +37,9 @@ namespace antdt::loop {
 struct TimeDelta {
   double lost_seconds = 0;
   double saved_seconds = 0;  // may be negative
-  std::map<std::string, double> worker_lost_seconds;
+  // Each worker slower than the median: half of a job's workers, every turn
+  // (hashed, not a tree of thousands of new nodes).
+  absl::flat_hash_map<std::string, double> worker_lost_seconds;
 };
 
 class TimeLedger {
@@ -56,8 +58,8 @@ class TimeLedger {
 
  private:
   int64_t last_ms_ = -1;
-  std::unordered_map<std::string, double> last_slowdown_;  // worker -> m / c_i in the last view
-  std::map<std::string, double> restarted_;                // worker -> slowdown kept at its restart
+  absl::flat_hash_map<std::string, double> last_slowdown_;  // worker -> m / c_i in the last view
+  std::map<std::string, double> restarted_;  // worker -> slowdown kept at its restart
   double lost_ = 0;
   double saved_ = 0;
 };
