@@ -2220,7 +2220,8 @@ TEST(OperatorE2E, ConvergesThroughExpiredWatchesConflictsAndThrottling) {
 // condition and the taint clear as the memory decays; and a healthy node never
 // gets either.
 TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNode) {
-  Cluster cluster(4);
+  // Five nodes: jobs of four workers, and a node left spare for a restart.
+  Cluster cluster(5);
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyCrd());
   // A three-minute half-life: two jobs a minute or two apart (a loaded machine) are
   // both recent, and the mark decays within the test.
@@ -2272,11 +2273,41 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
   cluster.Operator("op-a")->Wait(std::chrono::seconds(5));
   ASSERT_EQ(Str(cluster.WaitForLeader("op-b"), {"spec", "holderIdentity"}), "op-b");
 
-  // Job two runs a worker on the same node: two jobs now say it is slow.
+  // Job two runs a worker on the same node: two jobs now say it is slow. One
+  // other node is cordoned while its four workers are placed (one on each of
+  // the other four, the slow one among them) and uncordoned once they are:
+  // the spare that antdt-nd restarts onto.
+  std::string spare;
+  for (int i = 0; i < 5 && spare.empty(); ++i) {
+    if (cluster.NodeName(i) != victim) spare = cluster.NodeName(i);
+  }
+  int kubectl_rc = -1;
+  const std::string cordoned = cluster.Kubectl("cordon " + spare, &kubectl_rc);
+  ASSERT_EQ(kubectl_rc, 0) << cordoned;
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spread("second")));
-  Json cond;
   ASSERT_TRUE(WaitFor(
       [&] {
+        int placed = 0;
+        for (const Json& p : cluster.Pods("second")) {
+          placed += Str(p, {"metadata", "labels", "antdt.io/role"}) == "worker" &&
+                    !Str(p, {"spec", "nodeName"}).empty();
+        }
+        return placed == 4;
+      },
+      std::chrono::seconds(60)));
+  const std::string uncordoned = cluster.Kubectl("uncordon " + spare, &kubectl_rc);
+  ASSERT_EQ(kubectl_rc, 0) << uncordoned;
+  Json cond;
+  std::string on_victim;  // job two's worker first placed on the slow node
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const Json& p : cluster.Pods("second")) {
+          if (on_victim.empty() && Str(p, {"spec", "nodeName"}) == victim &&
+              Str(p, {"metadata", "labels", "antdt.io/role"}) == "worker" &&
+              Str(p, {"metadata", "labels", "antdt.io/incarnation"}) == "0") {
+            on_victim = Str(p, {"metadata", "labels", "antdt.io/worker-id"});
+          }
+        }
         cond = SlowNodeCondition(cluster, victim);
         return cond.value("status", "") == "True";
       },
@@ -2289,7 +2320,7 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
   EXPECT_NE(cond.value("reason", ""), "");
   const std::string message = cond.value("message", "");
   EXPECT_NE(message.find("slower than its peers in 2 recent jobs"), std::string::npos) << message;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     if (cluster.NodeName(i) != victim) {
       EXPECT_TRUE(SlowNodeCondition(cluster, cluster.NodeName(i)).empty()) << cluster.NodeName(i);
     }
@@ -2305,14 +2336,35 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
 
   Json second;
   ASSERT_NO_FATAL_FAILURE(ExpectSucceededExactlyOnce(cluster, "second", kRecords, &second));
-  // A worker it restarted off the slow node (when antdt-nd chose to restart
-  // rather than resize its batch) went elsewhere; once the node was marked,
-  // the restart's record names it. (A restart decided before the mark, in the
-  // same job whose records then marked it, avoided no marked node: the two
-  // times are to the second, so only one in a later second must name it.)
+  // Its worker on the slow node was restarted off it, and the scheduler put
+  // it elsewhere: sized down first as slower hardware (slow from its first
+  // window), then, once the node was marked, moved (antdt-nd by expected
+  // duration: a chronically slow node's slowdown lasts the rest of the job).
+  ASSERT_FALSE(on_victim.empty()) << "no worker of job two was placed on " << victim;
+  std::string moved_to;
+  for (const Json& p : cluster.Pods("second")) {
+    if (Str(p, {"metadata", "labels", "antdt.io/worker-id"}) == on_victim &&
+        Str(p, {"metadata", "labels", "antdt.io/incarnation"}) != "0") {
+      moved_to = Str(p, {"spec", "nodeName"});
+    }
+  }
+  EXPECT_FALSE(moved_to.empty()) << on_victim << " of job two was never restarted off " << victim
+                                 << " (marked at " << cond.value("lastTransitionTime", "")
+                                 << "): " << second["status"].dump(2);
+  EXPECT_NE(moved_to, victim);
+  std::printf("job two: %s restarted off %s onto %s (spare %s); the node marked at %s\n",
+              on_victim.c_str(), victim.c_str(), moved_to.c_str(), spare.c_str(),
+              cond.value("lastTransitionTime", "").c_str());
+  // Once the node was marked, the restart's record names it. (A restart
+  // decided before the mark, in the same job whose records then marked it,
+  // avoided no marked node: the two times are to the second, so only one in a
+  // later second must name it.)
   const std::string marked_at = cond.value("lastTransitionTime", "");
   for (const Json& a : second["status"]["lastActions"]) {
     if (a.value("action", "") != "KILL_RESTART" || a.value("fromNode", "") != victim) continue;
+    std::printf("  KILL_RESTART of %s at %s: avoidedNodes %s, %s\n", a.value("worker", "").c_str(),
+                a.value("time", "").c_str(), a.value("avoidedNodes", Json::array()).dump().c_str(),
+                a.value("reason", "").c_str());
     if (a.value("time", "") > marked_at) {
       EXPECT_EQ(a["avoidedNodes"], Json::array({victim})) << a.dump() << " marked at " << marked_at;
     }
@@ -2364,7 +2416,7 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
   EXPECT_NE(cluster.OperatorMetrics("op-b").find("antdt_node_slow_score{node=\"" + victim + "\"}"),
             std::string::npos);
   // No healthy node was ever marked: no condition now, no Event of one then.
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     const std::string node = cluster.NodeName(i);
     if (node == victim) continue;
     EXPECT_TRUE(SlowNodeCondition(cluster, node).empty()) << node;

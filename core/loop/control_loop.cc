@@ -54,10 +54,13 @@ void ControlLoop::RememberNodes(const v1::GetJobHealthResponse& health,
   const bool empty = memory_->nodes() == 0;
   const nodememory::Estimate unseen = memory_->For("", now);
   for (policy::NodeState& n : *nodes) {
+    // What the backend already knows of it (a cluster's memory: the
+    // operator's node controller) stands beside the job's own.
     const nodememory::Estimate e = empty ? unseen : memory_->For(n.name, now);
-    n.slowdown_expected_seconds = e.expected_duration_seconds;
-    n.chronic = e.chronic;
-    n.avoid = e.avoid;
+    n.slowdown_expected_seconds =
+        std::max(n.slowdown_expected_seconds, e.expected_duration_seconds);
+    n.chronic = n.chronic || e.chronic;
+    n.avoid = std::max(n.avoid, e.avoid);
   }
 }
 

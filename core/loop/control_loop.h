@@ -100,7 +100,10 @@ struct Observation {
   // The job's workers and parameter servers as they are now (alive: running as
   // desired; node: where).
   std::vector<policy::WorkerState> members;
-  // Every node the job may use (spare: free to take a restarted member).
+  // Every node the job may use (spare: free to take a restarted member), with
+  // what the backend knows of it beyond this job (chronic, avoid, expected
+  // slowdown: a cluster's node memory; the defaults when none): the loop adds
+  // what its own memory (LoopOptions::node_memory) says, never less.
   std::vector<policy::NodeState> nodes;
   double remaining_seconds = -1;  // the job's ETA at its current throughput; -1 unknown
   // Parameter servers that moved and serve from their new place (announced

@@ -536,6 +536,32 @@ TEST(ControlLoop, ANodeSlowInEarlierJobsIsRememberedAndShortensTheWait) {
   }
 }
 
+// What the backend knows of a node beyond this job (the operator's cluster
+// memory: marked by two earlier jobs) stands: the loop's own memory, empty,
+// takes nothing from it, and the worker there is restarted at once as in the
+// test above.
+TEST(ControlLoop, ANodeTheBackendKnowsIsChronicStaysChronic) {
+  FakeClock clock(kStart);
+  for (const bool marked : {true, false}) {
+    SCOPED_TRACE(marked);
+    FakeBackend b;
+    Job(b, "worker-1", v1::PERSISTENT, 3.0, 2);
+    b.health->set_time_unix_ms(clock.NowMillis());
+    b.nodes[1].chronic = marked;
+    ControlLoop loop(Options(vocab::Policy::kAntdtNd), &b, &clock);
+    std::optional<policy::Observed> obs = loop.PolicyInput(b.Observe(clock));
+    ASSERT_TRUE(obs.has_value());
+    EXPECT_EQ(obs->nodes[1].chronic, marked);
+    auto plan = RunOnce(loop, b, clock);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    bool restarted = false;
+    for (const std::string& call : b.calls) {
+      restarted |= call == "restart worker-1@0 node-1->spare-0";
+    }
+    EXPECT_EQ(restarted, marked) << absl::StrJoin(b.calls, "\n");
+  }
+}
+
 TEST(ControlLoop, SeededHistoryKeepsCooldownsAcrossABackendRestart) {
   FakeClock clock(kStart);
   FakeBackend b;

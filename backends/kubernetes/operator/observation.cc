@@ -1,5 +1,6 @@
 #include "backends/kubernetes/operator/observation.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -80,7 +81,8 @@ std::vector<policy::WorkerState> LoopMembers(const Json& job, const std::vector<
 }
 
 std::vector<policy::NodeState> LoopNodes(const std::vector<Json>& pods,
-                                         const std::vector<Json>& nodes) {
+                                         const std::vector<Json>& nodes,
+                                         const std::vector<std::string>& marked) {
   std::map<std::string, bool> busy;
   for (const Json& p : pods) {
     const bool member =
@@ -94,6 +96,7 @@ std::vector<policy::NodeState> LoopNodes(const std::vector<Json>& pods,
     policy::NodeState& ns = out.emplace_back();
     ns.name = kube::StringAt(n, {"metadata", "name"});
     ns.spare = !busy[ns.name] && kube::At(n, {"spec", "unschedulable"}) != Json(true);
+    ns.chronic = std::find(marked.begin(), marked.end(), ns.name) != marked.end();
   }
   return out;
 }
@@ -107,7 +110,7 @@ loop::Observation LoopObservation(const reconciler::Snapshot& snapshot,
   if (health != nullptr) now.health = *health;
   now.members = LoopMembers(snapshot.job, snapshot.pods);
   if (now.health) {
-    now.nodes = LoopNodes(snapshot.pods, nodes);
+    now.nodes = LoopNodes(snapshot.pods, nodes, reconciler::AvoidedNodes(snapshot));
     now.remaining_seconds = snapshot.progress ? snapshot.progress->eta_seconds : -1;
   }
   now.servers_serving = std::move(serving);

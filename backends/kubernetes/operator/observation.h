@@ -22,9 +22,14 @@ std::vector<policy::WorkerState> LoopMembers(const kube::Json& job,
                                              const std::vector<kube::Json>& pods);
 
 // Every node of `nodes`, spare when no member of the job runs or waits there
-// and it is not cordoned.
+// and it is not cordoned; chronic when the cluster's node memory marks it
+// (`marked`: the node controller's marks as reconciler::AvoidedNodes gates
+// them), so that antdt-nd weighs a slowdown there as lasting the rest of the
+// job and restarts nothing onto it: the job's own memory knows only its own
+// records, and a node is marked by two jobs'.
 std::vector<policy::NodeState> LoopNodes(const std::vector<kube::Json>& pods,
-                                         const std::vector<kube::Json>& nodes);
+                                         const std::vector<kube::Json>& nodes,
+                                         const std::vector<std::string>& marked = {});
 
 // The Observation of a sync: `snapshot` (job, pods, progress, now_ms), the
 // cluster's `nodes`, the Monitor's view (`health`, null: nothing reported) and

@@ -95,6 +95,30 @@ TEST(LoopObservation, SpareNodesHoldNoMemberAndAreNotCordoned) {
   EXPECT_FALSE(nodes[4].spare) << "cordoned";
 }
 
+// A node the cluster's memory marks is chronic to the policy, for a job that
+// acts on the marks (Act, avoidSlowNodes not Ignore) and for no other.
+TEST(LoopObservation, ANodeTheClusterMarksIsChronicToAJobThatActsOnTheMarks) {
+  reconciler::Snapshot s = Snapshot();
+  s.spec = manifest::Job{};
+  s.spec->straggler_policy.mode = vocab::Mode::kAct;
+  s.avoided_nodes = {"node-5"};
+  v1::GetJobHealthResponse health;
+  const loop::Observation acting =
+      LoopObservation(s, {Node("node-5"), Node("node-6")}, &health, {});
+  ASSERT_EQ(acting.nodes.size(), 2u);
+  EXPECT_TRUE(acting.nodes[0].chronic);
+  EXPECT_FALSE(acting.nodes[1].chronic);
+  for (const auto& [mode, avoid] :
+       {std::pair{vocab::Mode::kRecommend, vocab::AvoidSlowNodes::kPreferred},
+        std::pair{vocab::Mode::kAct, vocab::AvoidSlowNodes::kIgnore}}) {
+    s.spec->straggler_policy.mode = mode;
+    s.spec->straggler_policy.avoid_slow_nodes = avoid;
+    const loop::Observation o = LoopObservation(s, {Node("node-5")}, &health, {});
+    ASSERT_EQ(o.nodes.size(), 1u);
+    EXPECT_FALSE(o.nodes[0].chronic) << vocab::Name(mode) << " " << static_cast<int>(avoid);
+  }
+}
+
 TEST(LoopObservation, NodesAndTheEtaComeWithTheMonitorsView) {
   const reconciler::Snapshot s = Snapshot();
   const std::vector<loop::ServerServing> serving = {{"ps-0", 1, "10.0.0.4:50052", "pod"}};

@@ -565,6 +565,15 @@ void PlanRequeue(const Pass& pass, const Records& r, Changes& changes) {
   AddWrite(changes, std::move(w));
 }
 
+const std::vector<std::string>& AvoidedNodes(const Snapshot& o) {
+  static const std::vector<std::string> kNone;
+  if (!o.spec.ok() || o.spec->straggler_policy.mode != vocab::Mode::kAct ||
+      o.spec->straggler_policy.avoid_slow_nodes == vocab::AvoidSlowNodes::kIgnore) {
+    return kNone;
+  }
+  return o.avoided_nodes;
+}
+
 Changes Reconcile(const Snapshot& o, const Settings& s) {
   const Json& meta = Get(o.job, "metadata");
   // Being deleted: the garbage collector removes the children.

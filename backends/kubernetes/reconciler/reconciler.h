@@ -224,6 +224,12 @@ struct Changes {
 
 Changes Reconcile(const Snapshot& o, const Settings& s);
 
+// The one gate on the node memory's marks (o.avoided_nodes): acted on only by
+// a job in Act mode whose stragglerPolicy.avoidSlowNodes is not Ignore, by
+// the pass (its new pods' affinity, a restart's record) and by the policy
+// (a marked node is chronic to it: operator/observation.h); else none.
+const std::vector<std::string>& AvoidedNodes(const Snapshot& o);
+
 // The durable record of one worker (an entry of status.workerInstances).
 struct WorkerInstance {
   std::string id;           // "worker-<index>"

@@ -148,19 +148,8 @@ struct Pass {
         n(spec.workers.replicas),
         p(jobconfig::ParameterServerCount(spec)),
         now(observed.now_ms),
-        avoided(AvoidedNodes(observed)),
+        avoided(reconciler::AvoidedNodes(observed)),
         children(observed) {}
-
-  // The one gate on the node memory's marks: acted on only by a job in Act
-  // mode whose stragglerPolicy.avoidSlowNodes is not Ignore.
-  static const std::vector<std::string>& AvoidedNodes(const Snapshot& o) {
-    static const std::vector<std::string> kNone;
-    if (o.spec->straggler_policy.mode != vocab::Mode::kAct ||
-        o.spec->straggler_policy.avoid_slow_nodes == vocab::AvoidSlowNodes::kIgnore) {
-      return kNone;
-    }
-    return o.avoided_nodes;
-  }
 
   const Snapshot& o;
   const Settings& s;
