@@ -2285,12 +2285,15 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
   const std::string cordoned = cluster.Kubectl("cordon " + spare, &kubectl_rc);
   ASSERT_EQ(kubectl_rc, 0) << cordoned;
   ASSERT_NO_FATAL_FAILURE(cluster.ApplyJob(spread("second")));
+  std::string on_victim;  // job two's worker first placed on the slow node
   ASSERT_TRUE(WaitFor(
       [&] {
         int placed = 0;
         for (const Json& p : cluster.Pods("second")) {
-          placed += Str(p, {"metadata", "labels", "antdt.io/role"}) == "worker" &&
-                    !Str(p, {"spec", "nodeName"}).empty();
+          if (Str(p, {"metadata", "labels", "antdt.io/role"}) != "worker") continue;
+          const std::string node = Str(p, {"spec", "nodeName"});
+          placed += !node.empty();
+          if (node == victim) on_victim = Str(p, {"metadata", "labels", "antdt.io/worker-id"});
         }
         return placed == 4;
       },
@@ -2298,16 +2301,8 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
   const std::string uncordoned = cluster.Kubectl("uncordon " + spare, &kubectl_rc);
   ASSERT_EQ(kubectl_rc, 0) << uncordoned;
   Json cond;
-  std::string on_victim;  // job two's worker first placed on the slow node
   ASSERT_TRUE(WaitFor(
       [&] {
-        for (const Json& p : cluster.Pods("second")) {
-          if (on_victim.empty() && Str(p, {"spec", "nodeName"}) == victim &&
-              Str(p, {"metadata", "labels", "antdt.io/role"}) == "worker" &&
-              Str(p, {"metadata", "labels", "antdt.io/incarnation"}) == "0") {
-            on_victim = Str(p, {"metadata", "labels", "antdt.io/worker-id"});
-          }
-        }
         cond = SlowNodeCondition(cluster, victim);
         return cond.value("status", "") == "True";
       },

@@ -224,14 +224,14 @@ inline double AtSeconds(const Decision& d) { return static_cast<double>(d.at_ms)
 // policy reads them; a job of 10,000 workers takes some 200,000 decisions).
 Decision WithoutReasons(const Decision& d);
 
-// The job's interventions in `history`, as the Budget safeguard counts them
-// against max_actions (below): each KILL_RESTART and UseBackupWorkers one,
-// each ADJUST_BS round (decisions sharing at_ms) one, antdt-nd's tidy rounds
-// none.
 // A job's decisions in the order taken: a deque, which grows without moving
 // what it holds (a 10,000-worker job takes some 200,000).
 using History = std::deque<Decision>;
 
+// The job's interventions in `history`, as the Budget safeguard counts them
+// against max_actions (below): each KILL_RESTART and UseBackupWorkers one,
+// each ADJUST_BS round (decisions sharing at_ms) one, antdt-nd's tidy rounds
+// none.
 int BudgetUsed(const History& history);
 
 // What the policies read of a history of decisions on every turn, kept as the
