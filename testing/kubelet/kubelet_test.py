@@ -384,10 +384,11 @@ class CpuQuotaTest(unittest.TestCase):
             return f.read().strip()
 
     def test_quota_text_and_factors(self):
-        self.assertEqual(cgroups.quota_text(1, 4), "2500")
-        self.assertEqual(cgroups.quota_text(2, 4), "2500 10000")
+        self.assertEqual(cgroups.quota_text(1, 4), "12500")
+        self.assertEqual(cgroups.quota_text(2, 4), "12500 50000")
+        self.assertEqual(cgroups.quota_text(2, 40), "1250 50000")
         self.assertEqual(cgroups.quota_text(1, 1), "-1")
-        self.assertEqual(cgroups.quota_text(2, 0.5), "max 10000")
+        self.assertEqual(cgroups.quota_text(2, 0.5), "max 50000")
         self.assertEqual(cgroups.quota_text(1, 100), "1000", "the kernel's least quota")
         self.write("a", "8\n")
         self.assertEqual(cgroups.read_factor(os.path.join(self.dir, "a")), 8.0)

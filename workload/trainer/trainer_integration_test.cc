@@ -235,6 +235,50 @@ TEST(ParameterServerAuthTest, RefusesCallsWithoutTheJobsCredential) {
   EXPECT_EQ(log.find(token), std::string::npos) << "the token was logged";
 }
 
+// A worker told to compute a share of its device time is refused, naming the
+// flag, where the share is outside (0, 1] or its device time is spent asleep.
+TEST(TrainerWorkerFlagsTest, ADeviceCpuShareNeedsCpuWorkAndAShareUpToOne) {
+  TempDir dir;
+  const std::vector<std::string> base = {BinPath("antdt-trainer-worker"),
+                                         "--sharding",
+                                         "127.0.0.1:9",
+                                         "--job",
+                                         "j",
+                                         "--dataset",
+                                         "d",
+                                         "--worker-id",
+                                         "worker-0",
+                                         "--journal",
+                                         dir.File("journal"),
+                                         "--ps",
+                                         "127.0.0.1:9",
+                                         "--features",
+                                         "4",
+                                         "--device-us-per-sample",
+                                         "100"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--device-cpu-share", "0.1"}, "--device-cpu-share: needs --device-work cpu"},
+      {{"--device-work", "cpu", "--device-cpu-share", "0"},
+       "--device-cpu-share: must be a number in (0, 1]"},
+      {{"--device-work", "cpu", "--device-cpu-share", "1.5"},
+       "--device-cpu-share: must be a number in (0, 1]"},
+      {{"--device-work", "cpu", "--device-cpu-share", "a tenth"},
+       "--device-cpu-share: must be a number in (0, 1]"},
+  };
+  int i = 0;
+  for (const auto& [extra, message] : cases) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const std::string log = dir.File("w" + std::to_string(i++) + ".log");
+    Process worker(argv, log);
+    const std::optional<int> status = worker.Wait(seconds(10));
+    ASSERT_TRUE(status) << message;
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << message;
+    EXPECT_NE(Read(log).find(message), std::string::npos) << Read(log);
+    EXPECT_FALSE(std::ifstream(dir.File("journal")).good()) << "a refused worker wrote its journal";
+  }
+}
+
 // A server told to take over one that no longer answers starts from its own
 // newest checkpoint when it may (--restore-step latest), and fails saying so
 // when it may not.

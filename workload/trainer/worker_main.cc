@@ -57,6 +57,9 @@ constexpr const char* kUsage = R"(usage: antdt-trainer-worker [flags]
   --device-work sleep|cpu       spend the device time asleep, or computing
                                 on this thread (that much thread CPU time, so
                                 CPU contention and quotas stretch it) [sleep]
+  --device-cpu-share S          with --device-work cpu: compute this share of
+                                each micro-batch's device time and sleep the
+                                rest, as a host feeds an accelerator (0, 1] [1]
   --speed-file PATH             the node's relative speed, re-read each step [1]
   --micro-batches N             train a step in N parts and, between two,
                                 stop if the step's deadline has passed
@@ -383,7 +386,8 @@ struct WorkerConfig {
   int64_t micro_batches = 1;
   uint64_t seed = 1;
   double device_us = 0;
-  bool device_cpu = false;  // --device-work cpu
+  bool device_cpu = false;      // --device-work cpu
+  double device_cpu_share = 1;  // --device-cpu-share: the rest of the device time asleep
   std::optional<client::StepReporterOptions> reporter;
 };
 
@@ -416,6 +420,13 @@ absl::StatusOr<WorkerConfig> ParseWorkerConfig(const ParsedFlags& flags) {
     return bad("--device-work: must be sleep or cpu, got \"" + work + "\"");
   }
   c.device_cpu = work == "cpu";
+  if (flags.Has("device-cpu-share")) {
+    if (!c.device_cpu) return bad("--device-cpu-share: needs --device-work cpu");
+    if (!absl::SimpleAtod(flags.Get("device-cpu-share"), &c.device_cpu_share) ||
+        !(c.device_cpu_share > 0 && c.device_cpu_share <= 1)) {
+      return bad("--device-cpu-share: must be a number in (0, 1]");
+    }
+  }
   if (!absl::SimpleAtoi(flags.Get("micro-batches", "1"), &c.micro_batches) ||
       c.micro_batches <= 0 || c.micro_batches > 1024) {
     return bad("--micro-batches: must be an integer in [1, 1024]");
@@ -564,11 +575,9 @@ class TrainingLoop {
     for (int64_t k = 1; k <= parts; ++k) {
       const int64_t upto = batch * k / parts;
       const double device_us = c_.device_us * static_cast<double>(upto - done) / speed_;
-      if (c_.device_cpu) {
-        BurnThreadCpu(device_us);
-      } else {
-        std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(device_us));
-      }
+      const double cpu_us = c_.device_cpu ? device_us * c_.device_cpu_share : 0;
+      BurnThreadCpu(cpu_us);
+      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(device_us - cpu_us));
       done = upto;
       if (done < batch && late() && ps_.DeadlinePassed()) break;
     }
@@ -716,6 +725,7 @@ int main(int argc, char** argv) {
                         "local-batch",
                         "device-us-per-sample",
                         "device-work",
+                        "device-cpu-share",
                         "speed-file",
                         "commit-every-steps",
                         "micro-batches",

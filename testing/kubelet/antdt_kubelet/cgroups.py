@@ -5,7 +5,7 @@ Each node gets a cgroup of the cpu controller, antdt-kubelet-PID-NODE, under the
 (as the local runner's groups, backends/local/cgroup.h). Every container the kubelet starts on the node joins its
 group between fork and exec, and the node's agent samples the group (--cgroup-root, --cgroups), so throttling is
 measured and the Monitor can name the cause. The quota follows the file <quota dir>/<node>.cpu-quota: a factor F
-caps the node's containers to 1/F of one core over a 10 ms period; 1, no file or an unreadable one: no cap.
+caps the node's containers to 1/F of one core over a 50 ms period; 1, no file or an unreadable one: no cap.
 
 Where no group can be made (not root, no cpu controller, a bare chroot), `create` raises OSError naming the path,
 and the kubelet emulates the quota through the node's speed file instead (its cause then reads unknown)."""
@@ -16,7 +16,11 @@ from .api import log
 
 V1_ROOT = "/sys/fs/cgroup/cpu"
 V2_ROOT = "/sys/fs/cgroup"
-PERIOD_US = 10000  # 10 ms, not the kernel's 100 ms: a step of tens of milliseconds runs at a steady share
+# 50 ms, half the kernel's (and Kubernetes') 100 ms: a step of tens of milliseconds still runs near a steady share,
+# and the least quota (1 ms) is a fiftieth of a core, so a node can be capped below what a worker that computes a
+# tenth of its step asks for (a host feeding an accelerator) and slowed several times over: 1/40 of a core against
+# a tenth is 4x.
+PERIOD_US = 50000
 
 
 def _write(path, text):
