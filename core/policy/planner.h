@@ -150,7 +150,8 @@ class Planner {
   // (a restarted one sized before the others settled, a speed that moved a
   // little) costs 10% of the rest of the job. When no member is a subject and
   // the slowest worker outside a cool-down scores at least 1 + kTidyMargin, one
-  // round sizes every worker outside a cool-down by its measured capacity
+  // round sizes every worker outside a cool-down whose score is off 1 by the
+  // margin either way by its measured capacity (within it: noise, kept)
   // (antdt-nd:rebalance: no subject, so no cool-down of anyone's own), at most
   // once per cooldown_ms. It moves no straggler, so it does not count against
   // max_actions (but is not taken once they are spent).

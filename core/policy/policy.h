@@ -80,9 +80,11 @@
 // sized again inside its cool-down (same rule). A restart is weighed a
 // cool-down after it was first compensated, however often it was re-sized.
 // Tidy: with no subject, when the slowest worker outside a cool-down scores
-// >= 1.08 (a step waits for it: 8% on every step), one round sizes every worker
-// outside a cool-down by capacity (antdt-nd:rebalance, subject ""), at most once
-// per cooldown_ms after the last round. It moves no straggler, so it does not
+// >= 1.08 (a step waits for it: 8% on every step), one round sizes by capacity
+// every worker outside a cool-down whose score is off 1 by 0.08 either way
+// (within it is a window's noise: the others keep their batches), as
+// antdt-nd:rebalance with subject "", at most once per cooldown_ms after the
+// last round. It moves no straggler, so it does not
 // count against max_actions (and is not taken once they are spent).
 //
 // antdt-dd (dedicated clusters): every alive worker with a score gets a batch

@@ -402,7 +402,8 @@ TEST(NdPolicy, ActionIsNotRepeatedInsideItsCooldown) {
 // own cool-down), not counted against the budget, and not again within the
 // cool-down of the last round.
 TEST(NdPolicy, ADriftBelowTheStragglerThresholdIsRebalancedOncePerCooldown) {
-  Observed o = Make(Eight({Healthy("w-2", 1.12), Healthy("w-5", 0.96)}));
+  // w-2 is 12% slow, w-5 12% fast, w-6 4% fast: a window's noise.
+  Observed o = Make(Eight({Healthy("w-2", 1.12), Healthy("w-5", 0.88), Healthy("w-6", 0.96)}));
   PolicySpec spec = Spec(Policy::kAntdtNd);
   spec.max_actions = 1;
   const Plan tidy = Decide(o, spec);
@@ -416,6 +417,10 @@ TEST(NdPolicy, ADriftBelowTheStragglerThresholdIsRebalancedOncePerCooldown) {
   EXPECT_EQ(Sum(after), 512);
   EXPECT_LT(after.at("w-2"), 64);
   EXPECT_GT(after.at("w-5"), after.at("w-0")) << "the faster worker takes more";
+  // Within the margin a worker is as fast as its batch says: sized by its
+  // measured capacity, the noise of a thousand workers gave the fastest-read
+  // one more each round (32 -> 34 on a step everyone waits for).
+  EXPECT_LE(after.at("w-6"), after.at("w-0")) << "noise moved a sample to w-6";
   // Within the cool-down of that round: nothing, and when it ends, a requeue.
   o.history.assign(tidy.decisions.begin(), tidy.decisions.end());
   o.now_ms = kNow + 10'000;
@@ -430,6 +435,25 @@ TEST(NdPolicy, ADriftBelowTheStragglerThresholdIsRebalancedOncePerCooldown) {
   const Decision* s3 = Find(straggler, "w-3");
   ASSERT_NE(s3, nullptr) << Dump(straggler);
   EXPECT_EQ(s3->rule, "antdt-nd:transient-adjust");
+}
+
+// The others in a straggler's round are weighed as at the median where their
+// batch is a sample off it (an earlier round's remainder): weighed by their
+// own batch, the one given the remainder once is the cheapest to give it
+// again, and its batch climbs a sample a round.
+TEST(NdPolicy, ASampleAnEarlierRoundingGaveIsNotGivenAgain) {
+  Observed o = Make(Eight({{"w-3", v1::TRANSIENT, 1.6, 1}}));
+  for (WorkerState& w : o.workers) {
+    if (w.id == "w-6") ++w.local_batch_size;
+    if (w.id == "w-7") --w.local_batch_size;
+  }
+  const Plan plan = Decide(o, Thresholds());
+  ASSERT_NE(Find(plan, "w-3"), nullptr) << Dump(plan);
+  const auto after = Batches(o, plan);
+  EXPECT_EQ(Sum(after), 512);
+  EXPECT_LT(after.at("w-3"), 64);
+  EXPECT_LE(after.at("w-6"), after.at("w-0")) << Dump(plan);
+  EXPECT_GE(after.at("w-7"), after.at("w-5")) << Dump(plan);
 }
 
 // A straggler sized on a window that straddled its slowdown is sized again once
