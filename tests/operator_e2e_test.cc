@@ -2251,7 +2251,7 @@ TEST(OperatorE2E, ASlowNodeIsRememberedAcrossJobsAndAFailoverAndPublishedOnTheNo
   ASSERT_NO_FATAL_FAILURE(cluster.StartKubelet(monitor_b + "," + monitor_a));
   // The slow node is slow for real: a CPU quota on its cgroup, a fortieth of a
   // core, where each worker computes a tenth of its device time (a host
-  // feeding an accelerator, 6 ms a step) and sleeps the rest. Four workers
+  // feeding an accelerator, 13 ms of a 128 ms step) and sleeps the rest. Four workers
   // then ask for under half of this machine's two cores, so a healthy node is
   // not slowed by its neighbours, and the capped one runs several times
   // slower. Where the kubelet can make no cgroup (a bare chroot) the node is
