@@ -454,6 +454,19 @@ TEST(NdPolicy, ASampleAnEarlierRoundingGaveIsNotGivenAgain) {
   EXPECT_LT(after.at("w-3"), 64);
   EXPECT_LE(after.at("w-6"), after.at("w-0")) << Dump(plan);
   EXPECT_GE(after.at("w-7"), after.at("w-5")) << Dump(plan);
+
+  // On small batches a sample is more than noise (a leader's extra one): the
+  // worker with one more than the others keeps weighing by it.
+  std::vector<M> small = Eight({{"w-3", v1::TRANSIENT, 1.6, 1}});
+  for (M& m : small) m.batch = 4;
+  small[6].batch = 5;
+  small[7].batch = 3;
+  const Observed s = Make(small);
+  const Plan small_plan = Decide(s, Thresholds());
+  ASSERT_NE(Find(small_plan, "w-3"), nullptr) << Dump(small_plan);
+  const auto small_after = Batches(s, small_plan);
+  EXPECT_EQ(Sum(small_after), 32);
+  EXPECT_GT(small_after.at("w-6"), small_after.at("w-0")) << Dump(small_plan);
 }
 
 // A straggler sized on a window that straddled its slowdown is sized again once
