@@ -576,8 +576,10 @@ class TrainingLoop {
       const int64_t upto = batch * k / parts;
       const double device_us = c_.device_us * static_cast<double>(upto - done) / speed_;
       const double cpu_us = c_.device_cpu ? device_us * c_.device_cpu_share : 0;
-      BurnThreadCpu(cpu_us);
-      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(device_us - cpu_us));
+      if (cpu_us > 0) BurnThreadCpu(cpu_us);
+      if (device_us > cpu_us) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(device_us - cpu_us));
+      }
       done = upto;
       if (done < batch && late() && ps_.DeadlinePassed()) break;
     }
