@@ -272,6 +272,10 @@ class Planner {
     return true;
   }
 
+  // A round's weight of a worker sized as it is: its batch, or the median
+  // where the two are a rounding apart.
+  static double RoundingWeight(double batch, double median_batch);
+
   // Sizes the ADJUST_BS subjects in one round over the workers neither frozen
   // nor restarted: subjects by capacity, the others as if at the median.
   // `by_capacity`: other workers sized by capacity too, without a subject's
