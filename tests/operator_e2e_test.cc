@@ -541,9 +541,7 @@ class Cluster {
   void UseCpuQuotas() { cpu_quotas_ = true; }
   // Caps `node` to 1/factor of one core (1: uncapped).
   void WriteCpuQuota(const std::string& node, double factor) {
-    std::ofstream(dir_.File("speeds/" + node + ".cpu-quota.tmp")) << factor << "\n";
-    fs::rename(dir_.File("speeds/" + node + ".cpu-quota.tmp"),
-               dir_.File("speeds/" + node + ".cpu-quota"));
+    WriteSpeedDir(node + ".cpu-quota", factor);
   }
   // "cgroup ROOT vN", or "emulated: WHY" where the kubelet could make no cgroup.
   std::string CpuQuotaStatus() {
@@ -551,10 +549,7 @@ class Cluster {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
-  void WriteSpeed(const std::string& node, double speed) {
-    std::ofstream(dir_.File("speeds/" + node + ".speed.tmp")) << speed << "\n";
-    fs::rename(dir_.File("speeds/" + node + ".speed.tmp"), dir_.File("speeds/" + node + ".speed"));
-  }
+  void WriteSpeed(const std::string& node, double speed) { WriteSpeedDir(node + ".speed", speed); }
 
   // An example as a user applies it, its checkpoint path (shared storage) in
   // the test's directory.
@@ -855,6 +850,13 @@ class Cluster {
   std::string NodeName(int i) const { return absl::StrCat(node_prefix_, i); }
 
  private:
+  // A file of the kubelet's speed dir, replaced whole (the kubelet re-reads it).
+  void WriteSpeedDir(const std::string& name, double value) {
+    const absl::Status s =
+        WriteFileAtomically(dir_.File("speeds/" + name), absl::StrCat(value, "\n"));
+    EXPECT_TRUE(s.ok()) << name << ": " << s;
+  }
+
   TempDir dir_;
   int nodes_;
   std::string ip_base_;
