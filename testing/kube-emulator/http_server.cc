@@ -9,9 +9,11 @@
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -163,9 +165,21 @@ class BeastServer : public HttpServer {
     if (accept_thread_.joinable()) accept_thread_.join();
     beast::error_code ec;
     acceptor_.close(ec);
-    std::unique_lock<std::mutex> lock(mu_);
-    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
-    done_.wait_for(lock, std::chrono::seconds(5), [this] { return fds_.empty(); });
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+      done_.wait_for(lock, std::chrono::seconds(5), [this] { return fds_.empty(); });
+      if (!fds_.empty()) {
+        std::fprintf(stderr, "antdt-kube-emulator: %zu connections still open at stop\n",
+                     fds_.size());
+      }
+    }
+    JoinFinished();
+    // Those still serving (none unless the wait ran out) are left to end
+    // with the process.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, thread] : threads_) thread.detach();
+    threads_.clear();
   }
 
  private:
@@ -181,20 +195,39 @@ class BeastServer : public HttpServer {
       }
       socket.set_option(tcp::no_delay(true), ec);
       int fd = socket.native_handle();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        fds_.insert(fd);
-      }
-      std::thread([this, s = std::move(socket), fd]() mutable {
-        Serve(s, fd);
-        beast::error_code ignored;
-        s.shutdown(tcp::socket::shutdown_both, ignored);
-        std::lock_guard<std::mutex> lock(mu_);
-        fds_.erase(fd);
-        s.close(ignored);
-        done_.notify_all();
-      }).detach();
+      JoinFinished();
+      // Joined, not detached: a connection's thread ends only after its
+      // thread-local state (OpenSSL's per-thread random generators) is freed,
+      // so none is still exiting when the process does.
+      std::lock_guard<std::mutex> lock(mu_);
+      uint64_t id = next_thread_++;
+      fds_.insert(fd);
+      threads_.emplace(id, std::thread([this, s = std::move(socket), fd, id]() mutable {
+                         Serve(s, fd);
+                         beast::error_code ignored;
+                         s.shutdown(tcp::socket::shutdown_both, ignored);
+                         std::lock_guard<std::mutex> done(mu_);
+                         fds_.erase(fd);
+                         finished_.push_back(id);
+                         s.close(ignored);
+                         done_.notify_all();
+                       }));
     }
+  }
+
+  // Joins the connection threads that have served their connection.
+  void JoinFinished() {
+    std::vector<std::thread> finished;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (uint64_t id : finished_) {
+        auto it = threads_.find(id);
+        finished.push_back(std::move(it->second));
+        threads_.erase(it);
+      }
+      finished_.clear();
+    }
+    for (std::thread& thread : finished) thread.join();
   }
 
   void Serve(tcp::socket& socket, int fd) {
@@ -223,7 +256,10 @@ class BeastServer : public HttpServer {
   std::atomic<bool> stopped_{false};
   std::mutex mu_;
   std::condition_variable done_;
-  std::set<int> fds_;
+  std::set<int> fds_;                        // connections being served
+  std::map<uint64_t, std::thread> threads_;  // their threads, until joined
+  std::vector<uint64_t> finished_;           // threads_ done serving, to join
+  uint64_t next_thread_ = 0;
 };
 
 }  // namespace
