@@ -59,14 +59,14 @@ std::vector<std::string> SignalKeys(v1::Cause cause) {
   return keys;
 }
 
-SignalValues NodeSignalValues(const v1::NodeSample& sample) {
-  SignalValues v;
+void ForEachNodeSignal(const v1::NodeSample& sample,
+                       absl::FunctionRef<void(std::string_view, double)> v) {
   if (sample.cgroups_size() > 0) {
     double max_throttled = 0;
     for (const auto& cg : sample.cgroups()) {
       max_throttled = std::max(max_throttled, NonNegative(cg.throttled_fraction()));
     }
-    v["cgroup_throttled_fraction"] = max_throttled;
+    v("cgroup_throttled_fraction", max_throttled);
   }
   if (sample.gpus_size() > 0) {
     bool thermal = false, power = false;
@@ -74,17 +74,17 @@ SignalValues NodeSignalValues(const v1::NodeSample& sample) {
       thermal = thermal || g.thermal_throttling();
       power = power || g.power_throttling();
     }
-    v["gpu_thermal_throttling"] = thermal ? 1 : 0;
-    v["gpu_power_throttling"] = power ? 1 : 0;
+    v("gpu_thermal_throttling", thermal ? 1 : 0);
+    v("gpu_power_throttling", power ? 1 : 0);
   }
   if (sample.has_pressure()) {
-    v["memory_some_avg10"] = NonNegative(sample.pressure().memory_some_avg10());
-    v["io_some_avg10"] = NonNegative(sample.pressure().io_some_avg10());
-    v["cpu_some_avg10"] = NonNegative(sample.pressure().cpu_some_avg10());
+    v("memory_some_avg10", NonNegative(sample.pressure().memory_some_avg10()));
+    v("io_some_avg10", NonNegative(sample.pressure().io_some_avg10()));
+    v("cpu_some_avg10", NonNegative(sample.pressure().cpu_some_avg10()));
   }
   if (sample.has_memory() && sample.memory().total_bytes() > 0) {
-    v["memory_available_fraction"] = static_cast<double>(sample.memory().available_bytes()) /
-                                     static_cast<double>(sample.memory().total_bytes());
+    v("memory_available_fraction", static_cast<double>(sample.memory().available_bytes()) /
+                                       static_cast<double>(sample.memory().total_bytes()));
   }
   if (sample.net_size() > 0) {
     double drops = 0, errors = 0;
@@ -93,14 +93,21 @@ SignalValues NodeSignalValues(const v1::NodeSample& sample) {
       drops += NonNegative(n.rx_drops_per_second()) + NonNegative(n.tx_drops_per_second());
       errors += NonNegative(n.errors_per_second());
     }
-    v["net_drops_per_second"] = drops;
-    v["net_errors_per_second"] = errors;
+    v("net_drops_per_second", drops);
+    v("net_errors_per_second", errors);
   }
-  if (sample.has_cpu()) v["cpu_utilization"] = NonNegative(sample.cpu().utilization());
+  if (sample.has_cpu()) v("cpu_utilization", NonNegative(sample.cpu().utilization()));
   if (sample.has_neighbour_cpu_cores()) {
-    v["neighbour_cpu_cores"] = NonNegative(sample.neighbour_cpu_cores());
+    v("neighbour_cpu_cores", NonNegative(sample.neighbour_cpu_cores()));
   }
-  return v;
+}
+
+SignalValues NodeSignalValues(const v1::NodeSample& sample) {
+  SignalValues values;
+  ForEachNodeSignal(sample, [&](std::string_view key, double value) {
+    values.insert_or_assign(std::string(key), value);
+  });
+  return values;
 }
 
 PeerSignals::PeerSignals(const std::vector<const SignalValues*>& members) {
@@ -108,9 +115,15 @@ PeerSignals::PeerSignals(const std::vector<const SignalValues*>& members) {
 }
 
 void PeerSignals::Add(const SignalValues& member) {
-  for (const auto& [key, value] : member) {
-    if (std::isfinite(value)) values_[key].push_back(value);
-  }
+  for (const auto& [key, value] : member) Add(key, value);
+}
+
+void PeerSignals::Add(std::string_view key, double value) {
+  if (!std::isfinite(value)) return;
+  // abseil's own string_view (Debian's is not std's) for a lookup without a copy.
+  auto it = values_.find(absl::string_view(key.data(), key.size()));
+  if (it == values_.end()) it = values_.try_emplace(std::string(key)).first;
+  it->second.push_back(value);
   sorted_ = false;
 }
 

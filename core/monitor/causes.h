@@ -27,9 +27,11 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "antdt/v1/monitor.pb.h"
 
 namespace antdt::monitor {
@@ -42,6 +44,9 @@ using SignalValues = std::map<std::string, double>;
 // The values a node sample gives (cgroups, GPUs, pressure, memory, network,
 // CPU), each only when the sample has that part.
 SignalValues NodeSignalValues(const v1::NodeSample& sample);
+// The same values handed to `f` one by one (key, value), in no map.
+void ForEachNodeSignal(const v1::NodeSample& sample,
+                       absl::FunctionRef<void(std::string_view, double)> f);
 
 struct Attribution {
   v1::Cause cause = v1::CAUSE_UNKNOWN;
@@ -64,6 +69,8 @@ class PeerSignals {
   PeerSignals() = default;
   explicit PeerSignals(const std::vector<const SignalValues*>& members);
   void Add(const SignalValues& member);
+  // One value of one member.
+  void Add(std::string_view key, double value);
   // The median of `key` over the members added, one value equal to
   // `excluded` left out (the asking member's own, when it was added: null
   // when it was not); none when no other member reported `key`.
@@ -71,7 +78,7 @@ class PeerSignals {
 
  private:
   void Sort() const;
-  mutable std::unordered_map<std::string, std::vector<double>> values_;
+  mutable absl::flat_hash_map<std::string, std::vector<double>> values_;
   mutable bool sorted_ = true;
 };
 

@@ -700,17 +700,28 @@ bool Monitor::LabelDeterministic(const Member& member, const Majorities& majorit
 
 std::map<std::string, double> Monitor::MemberSignals(const Member& member, int64_t now_ms) const {
   std::map<std::string, double> values;
+  ForEachSignal(member, now_ms, [&](std::string_view key, double value) {
+    values.insert_or_assign(std::string(key), value);
+  });
+  return values;
+}
+
+void Monitor::AddSignals(const Member& member, int64_t now_ms, PeerSignals& peers) const {
+  ForEachSignal(member, now_ms, [&](std::string_view key, double value) { peers.Add(key, value); });
+}
+
+void Monitor::ForEachSignal(const Member& member, int64_t now_ms,
+                            absl::FunctionRef<void(std::string_view, double)> f) const {
   if (auto nit = nodes_.find(member.node);
       !member.node.empty() && nit != nodes_.end() && nit->second.sample.time_unix_ms() > 0) {
     const int64_t age_ms = now_ms - nit->second.sample.time_unix_ms();
-    if (age_ms <= config_.node_sample_max_age_ms) values = NodeSignalValues(nit->second.sample);
+    if (age_ms <= config_.node_sample_max_age_ms) ForEachNodeSignal(nit->second.sample, f);
   }
   if (member.has_split) {
-    values["communication_share"] = member.communication_share;
-    values["data_wait_share"] = member.data_wait_share;
-    values["cpu_wait_share"] = member.cpu_wait_share;
+    f("communication_share", member.communication_share);
+    f("data_wait_share", member.data_wait_share);
+    f("cpu_wait_share", member.cpu_wait_share);
   }
-  return values;
 }
 
 namespace {
@@ -782,28 +793,29 @@ void Monitor::EndRecord(Job& job, Member& member) {
 
 void Monitor::UpdateRecords(Job& job, const Scored& observed, int64_t start_ms, int64_t now_ms,
                             const Majorities& majorities) {
-  // The observed members' signals, and each role's, gathered once: a
-  // straggler's peers are its role's members but itself.
-  struct Observed {
-    const std::string* id;
-    Member* member;
-    SignalValues values;
-  };
-  std::vector<Observed> signals;
-  signals.reserve(observed.size());
-  std::map<std::string, PeerSignals> by_role;
+  // Members no longer slow end their records; the others are this window's
+  // stragglers. A window without any gathers no signals.
+  Scored slow;
   for (const auto& [id, member] : observed) {
-    signals.push_back({id, member, MemberSignals(*member, now_ms)});
-    by_role[member->role].Add(signals.back().values);
-  }
-  for (const Observed& o : signals) {
-    Member& m = *o.member;
-    const std::string& id = *o.id;
-    const SignalValues& values = o.values;
-    if (!IsStraggler(m.straggler_class) && !IsStraggler(m.speed_class)) {
-      EndRecord(job, m);
-      continue;
+    if (IsStraggler(member->straggler_class) || IsStraggler(member->speed_class)) {
+      slow.emplace_back(id, member);
+    } else {
+      EndRecord(job, *member);
     }
+  }
+  if (slow.empty()) return;
+  // The signals of each straggler's role, gathered once, value by value: a
+  // straggler's peers are its role's members but itself.
+  std::map<std::string, PeerSignals> by_role;
+  for (const auto& [id, member] : slow) by_role.try_emplace(member->role);
+  for (const auto& [id, member] : observed) {
+    auto rit = by_role.find(member->role);
+    if (rit != by_role.end()) AddSignals(*member, now_ms, rit->second);
+  }
+  for (const auto& [id_ptr, member] : slow) {
+    Member& m = *member;
+    const std::string& id = *id_ptr;
+    const SignalValues values = MemberSignals(m, now_ms);
     google::protobuf::Map<std::string, double> labels;
     const bool hardware =
         LabelDeterministic(m, majorities, &labels) &&

@@ -106,6 +106,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "antdt/v1/monitor.pb.h"
@@ -314,6 +315,8 @@ struct Job {
 
 }  // namespace internal
 
+class PeerSignals;  // causes.h
+
 class Monitor {
  public:
   static absl::StatusOr<Monitor> Create(MonitorConfig config);
@@ -368,6 +371,10 @@ class Monitor {
   static void EndRecord(Job& job, Member& member);
   // The member's signal values in the window just closed.
   std::map<std::string, double> MemberSignals(const Member& member, int64_t now_ms) const;
+  // The same values added to `peers`, in no map (every member of a role, each window).
+  void AddSignals(const Member& member, int64_t now_ms, PeerSignals& peers) const;
+  void ForEachSignal(const Member& member, int64_t now_ms,
+                     absl::FunctionRef<void(std::string_view, double)> f) const;
   // The member's class for a window with `score` (`classify` false: too few
   // peers, so neither slow nor a leader); counts its consecutive slow windows.
   v1::StragglerClass Classify(Member& member, double score, bool classify,
