@@ -10,8 +10,10 @@
 #include <unordered_map>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "api/vocab/labels.h"
+#include "backends/sim/commit_counts.h"
 #include "client/sharding_client.h"
 #include "common/clock.h"
 #include "common/job_key.h"
@@ -176,7 +178,7 @@ class Sim final : public loop::Backend {
   double step_deadline_ = 0;        // jobconfig::StepDeadline; 0: steps are never cut
   std::optional<DeadlineFit> fit_;  // the deadline fitted to the job's steps (step_deadline.h)
   double stall_until_ = 0;          // a job without parameter servers: the group re-forms
-  std::vector<uint8_t> commits_;    // per (epoch, record): times committed
+  CommitCounts commits_;            // per (epoch, record)
   SimResult result_;
 };
 
@@ -192,7 +194,7 @@ absl::Status Sim::Start() {
   create.mutable_spec()->set_name(kDataset);
   RETURN_IF_ERROR(ledger_->CreateDataset(create).status());
   result_.records = job_.dataset.records * job_.dataset.epochs;
-  commits_.assign(static_cast<size_t>(result_.records), 0);
+  commits_.Reset(static_cast<size_t>(result_.records));
 
   // The simulator never asks for a member's history (the service's
   // GetHistory does): one point a member, not 64 (at 10,000 workers, 50 MB
@@ -281,8 +283,7 @@ absl::Status Sim::Commit(SimWorker& w) {
     if (w.took[i] == 0) continue;
     const int64_t epoch_base = static_cast<int64_t>(l.shard.epoch()) * job_.dataset.records;
     for (int64_t k = l.committed; k < l.committed + w.took[i]; ++k) {
-      const auto at = static_cast<size_t>(epoch_base + l.RecordAt(k));
-      if (at < commits_.size() && commits_[at] < 255) ++commits_[at];
+      commits_.Add(static_cast<size_t>(epoch_base + l.RecordAt(k)));
     }
     l.committed += w.took[i];
     ++result_.ledger_calls;
@@ -432,11 +433,9 @@ absl::StatusOr<SimResult> Sim::Run() {
   result_.jct_seconds = t_;
   result_.policy = o_.no_slowdown ? "no-slowdown" : vocab::Name(o_.policy);
   result_.seed = o_.seed;
-  for (uint8_t c : commits_) {
-    if (c == 0) ++result_.missing;
-    if (c > 1) result_.duplicates += c - 1;
-    if (c > 0) ++result_.records_committed;
-  }
+  result_.records_committed = commits_.Committed();
+  result_.missing = commits_.Missing();
+  result_.duplicates = commits_.Duplicates();
   v1::GetProgressRequest progress;
   *progress.mutable_dataset() = Ref();
   progress.set_omit_workers(true);
@@ -487,14 +486,16 @@ std::vector<policy::WorkerState> Sim::Members() const {
 }
 
 std::vector<policy::NodeState> Sim::Nodes() const {
-  std::unordered_map<std::string, bool> busy;
-  for (const SimWorker& w : workers_) busy[w.node] = true;
+  // The nodes running a worker, as views of its names (10,000 a turn at scale).
+  absl::flat_hash_set<absl::string_view> busy;
+  busy.reserve(workers_.size());
+  for (const SimWorker& w : workers_) busy.insert(w.node);
   std::vector<policy::NodeState> nodes;
   nodes.reserve(scenario_.nodes.size());
   for (const manifest::NodeSpec& n : scenario_.nodes) {
     policy::NodeState ns;
     ns.name = n.name;
-    ns.spare = n.spare && !busy.count(n.name);
+    ns.spare = n.spare && !busy.contains(n.name);
     nodes.push_back(std::move(ns));
   }
   return nodes;

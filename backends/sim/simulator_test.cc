@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backends/sim/commit_counts.h"
 #include "backends/sim/scenario_file.h"
 #include "common/config.h"
 #include "common/testing/testing.h"
@@ -52,6 +53,27 @@ SimResult SimulateOrFail(const manifest::Job& job, const manifest::Scenario& sce
   auto r = Simulate(job, scenario, o);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : SimResult{};
+}
+
+// The exactly-once check's counts: a record committed twice is a duplicate,
+// one never committed is missing, across the 64-record words.
+TEST(SimulatorTest, CommitCountsSeeDuplicatesAndMissingRecords) {
+  CommitCounts counts;
+  counts.Reset(130);
+  for (size_t at = 0; at < 130; ++at) {
+    if (at != 64 && at != 129) counts.Add(at);
+  }
+  counts.Add(63);
+  counts.Add(63);
+  counts.Add(128);
+  counts.Add(130);  // past the run's records: not counted
+  EXPECT_EQ(counts.Committed(), 128);
+  EXPECT_EQ(counts.Missing(), 2);
+  EXPECT_EQ(counts.Duplicates(), 3);
+  counts.Reset(10);
+  EXPECT_EQ(counts.Committed(), 0);
+  EXPECT_EQ(counts.Missing(), 10);
+  EXPECT_EQ(counts.Duplicates(), 0);
 }
 
 TEST(SimulatorTest, EveryRecordIsCommittedOnceUnderEveryPolicy) {
