@@ -187,7 +187,7 @@ std::optional<policy::Observed> ControlLoop::PolicyInput(Observation& now) {
       m.last_restart_ms = std::max(m.last_restart_ms, history_index_.LastRestartMs(m.id));
     }
   }
-  obs.nodes = now.nodes;
+  obs.nodes = std::move(now.nodes);  // read by nothing after this: taken, not copied
   RememberNodes(health, &obs.nodes);
   obs.global_batch_size = options_.global_batch_size;
   obs.remaining_seconds = now.remaining_seconds;
