@@ -197,8 +197,8 @@ absl::Status Sim::Start() {
   commits_.Reset(static_cast<size_t>(result_.records));
 
   // The simulator never asks for a member's history (the service's
-  // GetHistory does): one point a member, not 64 (at 10,000 workers, 50 MB
-  // written on every window's close and read by nothing).
+  // GetHistory does): one point a member, not 64 (at 10,000 workers, 40 MB
+  // of peak RSS written on every window's close and read by nothing).
   monitor::MonitorConfig monitor_config = jobconfig::MonitorConfigFor(job_.monitor);
   monitor_config.history_windows = 1;
   ASSIGN_OR_RETURN(monitor::Monitor m, monitor::Monitor::Create(std::move(monitor_config)));

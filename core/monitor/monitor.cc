@@ -706,10 +706,6 @@ std::map<std::string, double> Monitor::MemberSignals(const Member& member, int64
   return values;
 }
 
-void Monitor::AddSignals(const Member& member, int64_t now_ms, PeerSignals& peers) const {
-  ForEachSignal(member, now_ms, [&](std::string_view key, double value) { peers.Add(key, value); });
-}
-
 void Monitor::ForEachSignal(const Member& member, int64_t now_ms,
                             absl::FunctionRef<void(std::string_view, double)> f) const {
   if (auto nit = nodes_.find(member.node);
@@ -810,7 +806,10 @@ void Monitor::UpdateRecords(Job& job, const Scored& observed, int64_t start_ms, 
   for (const auto& [id, member] : slow) by_role.try_emplace(member->role);
   for (const auto& [id, member] : observed) {
     auto rit = by_role.find(member->role);
-    if (rit != by_role.end()) AddSignals(*member, now_ms, rit->second);
+    if (rit == by_role.end()) continue;
+    PeerSignals& peers = rit->second;
+    ForEachSignal(*member, now_ms,
+                  [&](std::string_view key, double value) { peers.Add(key, value); });
   }
   for (const auto& [id_ptr, member] : slow) {
     Member& m = *member;

@@ -315,8 +315,6 @@ struct Job {
 
 }  // namespace internal
 
-class PeerSignals;  // causes.h
-
 class Monitor {
  public:
   static absl::StatusOr<Monitor> Create(MonitorConfig config);
@@ -371,8 +369,8 @@ class Monitor {
   static void EndRecord(Job& job, Member& member);
   // The member's signal values in the window just closed.
   std::map<std::string, double> MemberSignals(const Member& member, int64_t now_ms) const;
-  // The same values added to `peers`, in no map (every member of a role, each window).
-  void AddSignals(const Member& member, int64_t now_ms, PeerSignals& peers) const;
+  // The same values handed to `f` one by one, in no map (every member of a
+  // straggler's role, each window).
   void ForEachSignal(const Member& member, int64_t now_ms,
                      absl::FunctionRef<void(std::string_view, double)> f) const;
   // The member's class for a window with `score` (`classify` false: too few
